@@ -1,0 +1,137 @@
+/* comet/tokenizer.h — text <-> token ids, streaming detokenization, chat templates.
+ *
+ * Two algorithms: byte-level BPE (GPT-2 / Llama-3 / SmolLM style: a pre-tokenizer regex
+ * run through PCRE2, bytes mapped to printable code points, merges applied by rank) and
+ * SentencePiece-style BPE (Llama-2 GGUF vocabularies: scores, "▁" for spaces, <0xXX> byte
+ * fallback). Special/added tokens are matched verbatim before BPE when requested.
+ * Built from a neutral description so that the GGUF reader (tokenizer.ggml.* keys) and
+ * the tokenizer.json reader share one constructor.
+ */
+#ifndef COMET_TOKENIZER_H
+#define COMET_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comet/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct comet_tokenizer comet_tokenizer;
+
+typedef enum comet_tok_type {
+    COMET_TOK_BPE, /* byte-level BPE (GGUF tokenizer.ggml.model = "gpt2") */
+    COMET_TOK_SPM, /* SentencePiece BPE (GGUF tokenizer.ggml.model = "llama") */
+    COMET_TOK_TYPE_COUNT
+} comet_tok_type;
+
+/* Token attributes, numbered as GGUF's tokenizer.ggml.token_type. */
+typedef enum comet_token_attr {
+    COMET_TOKEN_UNDEFINED = 0,
+    COMET_TOKEN_NORMAL = 1,
+    COMET_TOKEN_UNKNOWN = 2,
+    COMET_TOKEN_CONTROL = 3,
+    COMET_TOKEN_USER_DEFINED = 4,
+    COMET_TOKEN_UNUSED = 5,
+    COMET_TOKEN_BYTE = 6,
+    COMET_TOKEN_ATTR_COUNT
+} comet_token_attr;
+
+/* What a tokenizer is built from. All pointers are borrowed for the duration of
+ * comet_tokenizer_init only; the tokenizer copies what it keeps. */
+typedef struct comet_vocab_desc {
+    comet_tok_type type;
+    int n_tokens;
+    const char *const *tokens;   /* [n_tokens] UTF-8 token strings (byte-level encoded for BPE) */
+    const int32_t *token_attr;   /* [n_tokens] comet_token_attr, or NULL (all NORMAL) */
+    const float *scores;         /* [n_tokens] SPM merge scores, or NULL */
+    int n_merges;
+    const char *const *merges;   /* [n_merges] "left right", rank = index (BPE) */
+    const char *pre;             /* pre-tokenizer name ("gpt2", "llama3", "smollm", ...) or NULL */
+    int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
+} comet_vocab_desc;
+
+/* Build a tokenizer. Returns NULL with comet_last_error() set on a malformed description
+ * (duplicate tokens, merge naming an unknown token, unknown pre-tokenizer name). */
+comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *desc);
+
+/* Read an HF tokenizer.json (model.type "BPE" with byte-level pre-tokenizer, or
+ * SentencePiece-style BPE with byte fallback) plus added_tokens. NULL + last error on
+ * failure (names the file and field). */
+comet_tokenizer *comet_tokenizer_from_hf_json(const char *path);
+
+void comet_tokenizer_free(comet_tokenizer *tok);
+
+int comet_tokenizer_n_vocab(const comet_tokenizer *tok);
+
+/* Encode `len` bytes of UTF-8 `text` into ids. When `parse_special` is non-zero, the
+ * text of control/user-defined tokens ("<|im_start|>") becomes that token; otherwise it
+ * is tokenized as plain text. No BOS is added here. On success *ids is a malloc'd array
+ * of *n_ids ids owned by the caller. Invalid UTF-8 is encoded byte-wise, never refused. */
+comet_status comet_tokenizer_encode(const comet_tokenizer *tok, const char *text, size_t len,
+                                    int parse_special, int32_t **ids, size_t *n_ids);
+
+/* The raw bytes of one token as it appears in decoded text (byte-level decoding applied,
+ * "▁" -> space for SPM, <0xXX> -> that byte). Control tokens give their text only when
+ * `render_special` is non-zero, else "". Writes at most `cap` bytes to `buf`; returns the
+ * number of bytes of the piece (which may exceed cap: then buf holds a prefix) or a
+ * negative status for an id out of range. */
+int comet_tokenizer_token_bytes(const comet_tokenizer *tok, int32_t id, int render_special,
+                                char *buf, size_t cap);
+
+/* Id of a token's exact string, or -1. */
+int32_t comet_tokenizer_find(const comet_tokenizer *tok, const char *token);
+
+/* Streaming detokenizer: feed ids one by one, get back only complete UTF-8 characters;
+ * bytes of a character split across tokens are held until complete. For SPM, the leading
+ * space of the first piece is dropped (as SentencePiece does). */
+typedef struct comet_detok {
+    const comet_tokenizer *tok;
+    char pending[8];
+    int n_pending;
+    int n_emitted;
+} comet_detok;
+
+void comet_detok_init(comet_detok *d, const comet_tokenizer *tok);
+
+/* Append the complete characters decoded so far to `out` (capacity `cap`, NUL-terminated);
+ * returns the number of bytes written (excluding NUL). `cap` >= 64 always suffices for one
+ * token plus held bytes of a pending character. */
+int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap);
+
+/* Flush held bytes at the end of a stream (an incomplete character is emitted as U+FFFD). */
+int comet_detok_flush(comet_detok *d, char *out, size_t cap);
+
+/* Chat templates. */
+typedef enum comet_chat_template {
+    COMET_CHAT_CHATML,  /* <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen) */
+    COMET_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    COMET_CHAT_LLAMA2,  /* <s>[INST] <<SYS>>...<</SYS>> user [/INST] */
+    COMET_CHAT_TEMPLATE_COUNT
+} comet_chat_template;
+
+typedef struct comet_chat_message {
+    const char *role;    /* "system", "user", "assistant" */
+    const char *content; /* UTF-8 */
+} comet_chat_message;
+
+/* Pick the template kind from a model's Jinja template string (by its markers).
+ * Returns COMET_ERR_UNSUPPORTED (named) if none is recognized; NULL template -> ChatML is
+ * not assumed, also unsupported. */
+comet_status comet_chat_template_detect(const char *jinja, comet_chat_template *out);
+
+/* Parse a --chat-template name ("chatml", "llama3", "llama2"). */
+comet_status comet_chat_template_from_name(const char *name, comet_chat_template *out);
+
+/* Render `n` messages; with add_generation_prompt the assistant header is appended.
+ * `bos` is the BOS token text to emit where the template starts with it (Llama-2/3), or
+ * NULL. Returns a malloc'd string owned by the caller, or NULL + last error. */
+char *comet_chat_apply(comet_chat_template kind, const comet_chat_message *msgs, size_t n,
+                       int add_generation_prompt, const char *bos);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,50 @@
+/* batch.h — one forward step's batch descriptor and the paged KV cache.
+ *
+ * A step runs tokens of several sequences at once: prefill chunks and decode tokens
+ * alike (chunked prefill). The vocabulary is FlashInfer's: a ragged token batch
+ * described by token_indptr, and per-sequence page tables (block tables) described by
+ * page_indptr / page_indices / last_page_len. See ARCHITECTURE.md "Batches and the KV
+ * cache". This header holds data layouts only; the page manager that hands out pages
+ * lives in src/engine.
+ */
+#ifndef COMET_MODEL_BATCH_H
+#define COMET_MODEL_BATCH_H
+
+#include <stdint.h>
+
+/* The batch of one step. Token t belongs to sequence s when
+ * token_indptr[s] <= t < token_indptr[s+1]; tokens of a sequence are consecutive
+ * positions. After this step's K/V append, sequence s holds
+ * kv_len(s) = (page_indptr[s+1] - page_indptr[s] - 1) * page_size + last_page_len[s]
+ * tokens, and the KV of position p sits in page page_indices[page_indptr[s] + p / P] at
+ * slot p % P. Token t attends to positions 0..positions[t] of its own sequence (causal).
+ * All arrays are borrowed; the caller keeps them alive for the step. */
+typedef struct comet_batch {
+    int n_tokens;                 /* T */
+    int n_seqs;
+    const int32_t *tokens;        /* [T] token ids */
+    const int32_t *positions;     /* [T] absolute position of each token in its sequence */
+    const int32_t *token_indptr;  /* [n_seqs + 1] */
+    const int32_t *page_indptr;   /* [n_seqs + 1] */
+    const int32_t *page_indices;  /* [page_indptr[n_seqs]] page ids, in position order */
+    const int32_t *last_page_len; /* [n_seqs] tokens in each sequence's last page, 1..P */
+    int n_logits;                 /* rows of logits wanted */
+    const int32_t *logit_rows;    /* [n_logits] token indices t whose logits are computed */
+} comet_batch;
+
+/* The KV cache storage: a pool of pages shared by all sequences. A page id covers one
+ * page in every layer (vLLM-style). FP32 layout, per layer:
+ *   k[layer][page][slot][Hkv][D], v likewise.
+ * The quantized page format (INT4 codes + per-token per-head fp16 scale/zero,
+ * NUMERICS.md "KV cache") is a later variant of this struct. */
+typedef struct comet_kv_cache {
+    int n_layer;
+    int n_pages;   /* pool size */
+    int page_size; /* P tokens per page */
+    int n_head_kv; /* Hkv */
+    int head_dim;  /* D */
+    float *k;      /* [n_layer, n_pages, P, Hkv, D] */
+    float *v;      /* [n_layer, n_pages, P, Hkv, D] */
+} comet_kv_cache;
+
+#endif

@@ -1,0 +1,103 @@
+/* cli.c — helpers shared by the subcommands: default model path, logging, option parsing. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "comet/log.h"
+#include "comet/status.h"
+#include "commands.h"
+
+#define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static int file_exists(const char *p) { return access(p, R_OK) == 0; }
+
+const char *cli_default_model(void) {
+    static char path[PATH_MAX + 64];
+    const char *dir = getenv("COMET_MODELS_DIR");
+    if (dir && dir[0]) {
+        snprintf(path, sizeof path, "%s/%s", dir, DEFAULT_MODEL_FILE);
+        return path;
+    }
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash) {
+            *slash = '\0';
+            /* build/comet -> <repo>/models; also <prefix>/bin/comet -> <prefix>/models */
+            snprintf(path, sizeof path, "%s/../models/%s", exe, DEFAULT_MODEL_FILE);
+            if (file_exists(path))
+                return path;
+            snprintf(path, sizeof path, "%s/models/%s", exe, DEFAULT_MODEL_FILE);
+            if (file_exists(path))
+                return path;
+        }
+    }
+    snprintf(path, sizeof path, "models/%s", DEFAULT_MODEL_FILE);
+    return path;
+}
+
+static void stderr_sink(comet_log_level level, int progress, const char *msg, void *user) {
+    (void)user;
+    static int in_progress;
+    int tty = isatty(2);
+    if (progress && tty) {
+        fprintf(stderr, "\r\033[K%s", msg);
+        in_progress = 1;
+        return;
+    }
+    if (in_progress) {
+        fputc('\n', stderr);
+        in_progress = 0;
+    }
+    fprintf(stderr, "%s%s\n", level >= COMET_LOG_ERROR ? "error: " : level == COMET_LOG_WARN ? "warning: " : "", msg);
+}
+
+void cli_log_to_stderr(int verbose) {
+    comet_log_set(stderr_sink, NULL, verbose ? COMET_LOG_DEBUG : COMET_LOG_INFO);
+}
+
+void cli_report_error(const char *cmd, const char *what) {
+    const char *msg = comet_last_error();
+    fprintf(stderr, "comet %s: %s\n", cmd, msg && msg[0] ? msg : what);
+}
+
+int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out) {
+    if (!val) {
+        fprintf(stderr, "comet %s: %s needs a value\n", cmd, opt);
+        return 1;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(val, &end, 10);
+    if (errno || end == val || *end || v < lo || v > hi) {
+        fprintf(stderr, "comet %s: %s expects an integer in [%ld, %ld], got '%s'\n", cmd, opt, lo,
+                hi, val);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
+int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
+                    double *out) {
+    if (!val) {
+        fprintf(stderr, "comet %s: %s needs a value\n", cmd, opt);
+        return 1;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end || !(v >= lo && v <= hi)) {
+        fprintf(stderr, "comet %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi,
+                val);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}

@@ -1,0 +1,28 @@
+/* commands.h — the comet CLI's subcommands and shared command-line helpers.
+ * tools/ is the only layer that prints results to stdout or calls exit(). */
+#ifndef COMET_TOOLS_COMMANDS_H
+#define COMET_TOOLS_COMMANDS_H
+
+/* Each subcommand gets argv with argv[0] = the subcommand name; returns the exit code. */
+int cmd_generate(int argc, char **argv);
+int cmd_perplexity(int argc, char **argv);
+
+/* Path of the bundled default model (SmolLM2-135M-Instruct Q4_1 GGUF), looked up in
+ * $COMET_MODELS_DIR, then models/ beside the build directory of this executable, then
+ * ./models. Returns a static string; the file may not exist (the caller reports it). */
+const char *cli_default_model(void);
+
+/* Route library logs to stderr: progress lines rewrite themselves on a terminal.
+ * verbose: also COMET_LOG_DEBUG. */
+void cli_log_to_stderr(int verbose);
+
+/* Print "comet <cmd>: <message>" from comet_last_error() (or `what` if empty) to stderr. */
+void cli_report_error(const char *cmd, const char *what);
+
+/* Parse a decimal int/float option value; on failure print a one-line error naming the
+ * option and return non-zero. */
+int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out);
+int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
+                    double *out);
+
+#endif

@@ -1,0 +1,40 @@
+/* main.c — the `comet` command: dispatches to one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} subcommand;
+
+static const subcommand subcommands[] = {
+    {"generate", cmd_generate, "generate text from a prompt (chat template applied)"},
+    {"perplexity", cmd_perplexity, "perplexity of a model on a text file (NUMERICS.md protocol)"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: comet <command> [options]   (comet <command> --help for details)\n\n"
+               "commands:\n");
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        fprintf(f, "  %-12s %s\n", subcommands[i].name, subcommands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
+        if (!strcmp(argv[1], subcommands[i].name))
+            return subcommands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "comet: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return 2;
+}
