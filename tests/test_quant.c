@@ -13,7 +13,7 @@
 #include <cmocka.h>
 
 #include "quant/quant.h"
-#include "quant/w4_plain.h"
+#include "quant/pack.h"
 
 /* xorshift64* + Box-Muller: reproducible test data. */
 static uint64_t rng_state = 88172645463325252ull;
@@ -364,7 +364,7 @@ static void test_w4_pack_round_trip(void **st) {
     assert_memory_equal(q, back, sizeof q);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++)
-            assert_int_equal(comet_w4_get(packed, K, n, k), q[n * K + k]);
+            assert_int_equal(comet_w4_plain_get(packed, K, n, k), q[n * K + k]);
 }
 
 int main(void) {

@@ -1,26 +1,35 @@
-/* w4_plain.h — the plain INT4 weight layout shared by the checkpoint, the CPU backend and
- * as the reference for every backend's private packed layout (NUMERICS.md "The W4Ax GEMM").
+/* w4_plain.h — the plain INT4 weight layout shared by the quantizer and every backend.
  *
- * codes [N, K/2] bytes, row-major: element (n, k) is in byte n*K/2 + k/2, the low nibble
- * for even k and the high nibble for odd k, as 4-bit two's complement (-8..7).
- * K must be even. */
+ * Codes of W[N, K] (n output channel, k input channel, after the input permutation) are
+ * stored row-major as N rows of K/2 bytes: element k of row n lives in byte n*K/2 + k/2,
+ * the low nibble holds even k and the high nibble odd k, each a 4-bit two's complement
+ * value in [-8, 7]. Scales are fp16, one per (n, block b): sw[n * (K/B) + b] (NUMERICS.md
+ * "Weights"). Backends repack this layout into their own (tested by round trip); this
+ * header holds only the accessors, so it is usable from C and CUDA alike.
+ */
 #ifndef COMET_QUANT_W4_PLAIN_H
 #define COMET_QUANT_W4_PLAIN_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* Pack q [N, K] codes in [-8, 7] (one per int8) into packed [N, K/2]. */
-void comet_w4_pack(const int8_t *q, int N, int K, uint8_t *packed);
+/* Bytes of the plain codes of an [N, K] INT4 matrix (K even). */
+static inline size_t comet_w4_plain_bytes(int N, int K) { return (size_t)N * (size_t)(K / 2); }
 
-/* Unpack packed [N, K/2] into q [N, K], sign-extending each nibble. */
-void comet_w4_unpack(const uint8_t *packed, int N, int K, int8_t *q);
+/* Code of element (n, k) of a plain [N, K] matrix, in [-8, 7]. */
+static inline int comet_w4_plain_get(const uint8_t *codes, int K, int n, int k)
+{
+    uint8_t byte = codes[(size_t)n * (size_t)(K / 2) + (size_t)(k / 2)];
+    int nib = (k & 1) ? (byte >> 4) : (byte & 0x0F);
+    return nib >= 8 ? nib - 16 : nib;
+}
 
-/* The code of element (n, k) of a packed [N, K/2] array. */
-static inline int8_t comet_w4_get(const uint8_t *packed, int K, int n, int k) {
-    uint8_t byte = packed[(size_t)n * (K / 2) + k / 2];
-    int v = k & 1 ? byte >> 4 : byte & 0xF;
-    return (int8_t)(v >= 8 ? v - 16 : v);
+/* Store code v (in [-8, 7]) as element (n, k) of a plain [N, K] matrix. */
+static inline void comet_w4_plain_set(uint8_t *codes, int K, int n, int k, int v)
+{
+    uint8_t *p = &codes[(size_t)n * (size_t)(K / 2) + (size_t)(k / 2)];
+    uint8_t nib = (uint8_t)(v & 0x0F);
+    *p = (k & 1) ? (uint8_t)((*p & 0x0F) | (nib << 4)) : (uint8_t)((*p & 0xF0) | nib);
 }
 
 #endif
