@@ -5,6 +5,7 @@
 #ifndef COMET_QUANT_PACK_H
 #define COMET_QUANT_PACK_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 
