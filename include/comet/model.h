@@ -76,10 +76,10 @@ typedef struct comet_linear {
     int block;                  /* B: activation and weight block (channels) */
     int n8;                     /* activation blocks 0..n8-1 INT8, the rest INT4 */
     int a_bits;                 /* 4: quantize activations as above; 16: keep them fp32 */
-    int w_bits;                 /* 4 or 8: codes below; 16: w only (fp16-rounded) */
+    int w_bits;                 /* 4 or 8: codes below; 16 / 32: w only (fp16 / fp32) */
     uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (quant/w4_plain.h);
-                                 * 8: [N, K] int8; 16: NULL */
-    uint16_t *sw;               /* [N, K/B] fp16 weight scales; NULL for w_bits 16 */
+                                 * 8: [N, K] int8; 16, 32: NULL */
+    uint16_t *sw;               /* [N, K/B] fp16 weight scales; NULL for w_bits 16, 32 */
 } comet_linear;
 
 typedef struct comet_layer_weights {
@@ -101,7 +101,7 @@ struct comet_tokenizer;
 #define COMET_QUANT_FORMAT_VERSION 1
 typedef struct comet_quant_config {
     int format_version; /* COMET_QUANT_FORMAT_VERSION */
-    int w_bits;         /* 4, 8 or 16 */
+    int w_bits;         /* 4, 8, 16 or 32 */
     int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
     int kv_bits;        /* 4, 8 or 16 */
     int block;          /* B */

@@ -5,12 +5,13 @@
  *   config.json        the model's config in HF LlamaForCausalLM form plus a
  *                      "quantization_config" block (docs/quantization.md lists its keys)
  *   model.safetensors  per layer and linear: `qweight` (U8 [N, K/2] plain INT4 codes, or
- *                      I8 [N, K]) and `scales` (F16 [N, K/B]), or `weight` (F16 [N, K])
- *                      for 16-bit weights, columns in the group's permuted order;
+ *                      I8 [N, K]) and `scales` (F16 [N, K/B]), or `weight` (F16 / F32
+ *                      [N, K]) for 16- / 32-bit weights, columns in the group's permuted order;
  *                      per layer the I32 permutations `self_attn.qkv_perm` [C],
  *                      `self_attn.o_perm` [H*D], `mlp.gate_up_perm` [C], `mlp.down_perm` [F]
  *                      (down_perm is folded into the gate/up rows and the down columns);
- *                      F16 embedding (and lm_head when untied); F32 RMSNorm weights.
+ *                      F16 embedding (and lm_head when untied; F32 with 32-bit weights);
+ *                      F32 RMSNorm weights.
  *   tokenizer.json     HF tokenizer (copied from an HF source, or written from a GGUF
  *                      source's tokenizer.ggml.* metadata), tokenizer_config.json with
  *                      the chat template.

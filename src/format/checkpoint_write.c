@@ -81,10 +81,14 @@ static comet_status collect(const comet_model *m, st_list *l) {
     for (int pass = 0; pass < 3; pass++) {
         if (pass == 0)
             ok |= st_add(l, ST_F32, m->output_norm, 0, c->n_embd, 0, "model.norm.weight");
-        if (pass == 1) {
-            ok |= st_add(l, ST_F16, m->tok_embd, 1, c->n_vocab, c->n_embd, "model.embed_tokens.weight");
+        /* fp32 weights (permutation-only checkpoints) keep an fp32 embedding too. */
+        st_dtype et = m->quant->w_bits == 32 ? ST_F32 : ST_F16;
+        if (pass == (et == ST_F32 ? 0 : 1)) {
+            ok |= st_add(l, et, m->tok_embd, et == ST_F16, c->n_vocab, c->n_embd,
+                         "model.embed_tokens.weight");
             if (!c->tie_embeddings)
-                ok |= st_add(l, ST_F16, m->lm_head, 1, c->n_vocab, c->n_embd, "lm_head.weight");
+                ok |= st_add(l, et, m->lm_head, et == ST_F16, c->n_vocab, c->n_embd,
+                             "lm_head.weight");
         }
         for (int li = 0; li < c->n_layer; li++) {
             comet_layer_weights *lw = &m->layers[li];
@@ -105,10 +109,13 @@ static comet_status collect(const comet_model *m, st_list *l) {
             for (int i = 0; i < 7; i++) {
                 const comet_linear *lin = layer_linear(lw, i);
                 int N = lin->n_out, K = lin->n_in;
+                if (pass == 0 && lin->w_bits == 32)
+                    ok |= st_add(l, ST_F32, lin->w, 0, N, K, "model.layers.%d.%s.weight", li,
+                                 lin_names[i]);
                 if (pass == 1 && lin->w_bits == 16)
                     ok |= st_add(l, ST_F16, lin->w, 1, N, K, "model.layers.%d.%s.weight", li,
                                  lin_names[i]);
-                if (pass == 1 && lin->w_bits != 16)
+                if (pass == 1 && lin->w_bits < 16)
                     ok |= st_add(l, ST_F16, lin->sw, 0, N, K / lin->block,
                                  "model.layers.%d.%s.scales", li, lin_names[i]);
                 if (pass == 2 && lin->w_bits == 4)

@@ -99,9 +99,9 @@ comet_fmpq_params comet_fmpq_default_params(void) {
 
 static comet_status check_params(const comet_model *m, const comet_calib_stats *cs,
                                  const comet_fmpq_params *p, int *block) {
-    if (p->w_bits != 4 && p->w_bits != 8 && p->w_bits != 16)
+    if (p->w_bits != 4 && p->w_bits != 8 && p->w_bits != 16 && p->w_bits != 32)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: %d-bit weights; 4, 8 or 16 would work", p->w_bits);
+                               "quantize: %d-bit weights; 4, 8, 16 or 32 would work", p->w_bits);
     if (p->a_bits != 4 && p->a_bits != 8 && p->a_bits != 16)
         return comet_set_error(
             COMET_ERR_INVALID_ARG,
@@ -118,7 +118,7 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: statistics for %d layers, model has %d", cs->n_layer,
                                m->cfg.n_layer);
-    if (p->gptq && p->w_bits == 16)
+    if (p->gptq && p->w_bits >= 16)
         return comet_set_error(COMET_ERR_INVALID_ARG, "quantize: GPTQ needs 4- or 8-bit weights");
     for (int g = 0; g < COMET_QGROUP_COUNT; g++)
         if (p->gptq && !cs->xtx[g])
@@ -165,9 +165,9 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
 static comet_status quantize_linear(comet_model *m, comet_linear *lin, const float *wp,
                                     const float *hp, int B, const comet_fmpq_params *p) {
     int N = lin->n_out, K = lin->n_in;
-    if (p->w_bits == 16) {
+    if (p->w_bits >= 16) {
         for (size_t i = 0; i < (size_t)N * K; i++)
-            lin->w[i] = comet_quant_f16_round(wp[i]);
+            lin->w[i] = p->w_bits == 16 ? comet_quant_f16_round(wp[i]) : wp[i];
         lin->qw = NULL, lin->sw = NULL;
         return COMET_OK;
     }
@@ -281,10 +281,10 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
         comet_log_progress("quantize layers", l + 1, m->cfg.n_layer, suffix);
     }
     size_t n_embd = (size_t)m->cfg.n_vocab * m->cfg.n_embd;
-    for (size_t i = 0; i < n_embd; i++)
+    for (size_t i = 0; i < n_embd && p->w_bits <= 16; i++)
         m->tok_embd[i] = comet_quant_f16_round(m->tok_embd[i]);
     if (m->lm_head && m->lm_head != m->tok_embd)
-        for (size_t i = 0; i < n_embd; i++)
+        for (size_t i = 0; i < n_embd && p->w_bits <= 16; i++)
             m->lm_head[i] = comet_quant_f16_round(m->lm_head[i]);
     qc->format_version = COMET_QUANT_FORMAT_VERSION;
     qc->w_bits = p->w_bits;

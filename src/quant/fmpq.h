@@ -44,7 +44,8 @@ void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g,
                                int T);
 
 typedef struct comet_fmpq_params {
-    int w_bits;        /* 4, 8, or 16 (weights kept fp16) */
+    int w_bits;        /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
+                        * permutation and folding only, embeddings not rounded either) */
     int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
     int kv_bits;       /* 4, 8 or 16 */
     int block;         /* B; 0 = one block per row (per-token activations, per-channel
@@ -62,7 +63,7 @@ typedef struct comet_fmpq_params {
 comet_fmpq_params comet_fmpq_default_params(void);
 
 /* Quantize `m` (fp32 F32 linears) in place with statistics `cs`. Afterwards every linear
- * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16, m->quant is set
+ * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16 (w_bits <= 16), m->quant is set
  * (calibration fields left for the caller) and m->kv_bits = p->kv_bits. Logs one
  * progress line per layer. Returns COMET_ERR_INVALID_ARG (bad params, dims not
  * multiples of the block, GPTQ without XᵀX), COMET_ERR_NOMEM, COMET_ERR_INTERNAL
