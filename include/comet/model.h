@@ -75,7 +75,8 @@ typedef struct comet_linear {
                                  * checkpoint; NULL if none */
     int block;                  /* B: activation and weight block (channels) */
     int n8;                     /* activation blocks 0..n8-1 INT8, the rest INT4 */
-    int a_bits;                 /* 4: quantize activations as above; 16: keep them fp32 */
+    int a_bits;                 /* 4 (INT4 + n8 INT8 blocks) or 8 (n8 = all blocks): quantize
+                                 * activations as above; 16: keep them fp32 */
     int w_bits;                 /* 4 or 8: codes below; 16 / 32: w only (fp16 / fp32) */
     uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (quant/w4_plain.h);
                                  * 8: [N, K] int8; 16, 32: NULL */

@@ -256,7 +256,7 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
             lin->perm_folded = g == COMET_QGROUP_DOWN ? perm[g] : NULL;
             lin->block = Bg;
             lin->n8 = n8[g];
-            lin->a_bits = p->a_bits == 16 ? 16 : 4;
+            lin->a_bits = p->a_bits;
             lin->w_bits = p->w_bits;
         }
         free(hp);
