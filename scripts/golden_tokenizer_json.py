@@ -6,8 +6,11 @@ multilingual lines, then writes
   tests/fixtures/tok_bytelevel.json  byte-level BPE: Split(Llama-3 regex) + ByteLevel,
                                      ignore_merges, merges as "a b" strings, special and
                                      non-special added tokens
-  tests/fixtures/tok_spm.json        SentencePiece-style BPE: Metaspace, byte_fallback with
+  tests/fixtures/tok_spm.json        SentencePiece-style BPE as Llama-2's tokenizer.json:
+                                     Prepend/Replace "▁" normalizers, byte_fallback with
                                      <0xXX> tokens, <unk>/<s>/</s>, merges as [a, b] pairs
+  tests/fixtures/tok_spm_meta.json   the same vocabulary behind a Metaspace pre-tokenizer
+                                     (prepend_scheme "first", split)
   tests/fixtures/tok_small_golden.json  strings and the ids HF tokenizers gives for both,
                                      and the SPM vocabulary's scores for the GGUF-style path
 Usage: python3 scripts/golden_tokenizer_json.py
@@ -15,7 +18,8 @@ Usage: python3 scripts/golden_tokenizer_json.py
 import json
 import os
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        trainers)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "tests", "fixtures")
@@ -83,16 +87,22 @@ def train_spm():
             vocab[t] = len(vocab)
     merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1))
               for m in j["model"]["merges"]]
-    tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True,
-                               fuse_unk=False))
-    # Llama-2's own tokenizer.json prepends "▁" to every text segment (also after <s>).
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always",
-                                                 split=False)
-    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
-                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                            for t in ["<unk>", "<s>", "</s>"]])
-    return tok, vocab
+    def make(meta):
+        tok = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True,
+                                   fuse_unk=False))
+        if meta:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581",
+                                                         prepend_scheme="first", split=True)
+        else:  # Llama-2's own tokenizer.json: "▁" prepended to every text segment
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                   normalizers.Replace(" ", "\u2581")])
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "),
+                                         decoders.ByteFallback(), decoders.Fuse(),
+                                         decoders.Strip(" ", 1, 0)])
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t in ["<unk>", "<s>", "</s>"]])
+        return tok
+    return make(False), make(True), vocab
 
 
 def main():
@@ -103,9 +113,11 @@ def main():
         json.dump(j, f, ensure_ascii=False)
     bl = Tokenizer.from_file(os.path.join(FIX, "tok_bytelevel.json"))
 
-    spm, vocab = train_spm()
+    spm, meta, vocab = train_spm()
     spm.save(os.path.join(FIX, "tok_spm.json"))
     spm = Tokenizer.from_file(os.path.join(FIX, "tok_spm.json"))
+    meta.save(os.path.join(FIX, "tok_spm_meta.json"))
+    meta = Tokenizer.from_file(os.path.join(FIX, "tok_spm_meta.json"))
     # GGUF-style scores as SentencePiece gives BPE pieces: earlier pieces score higher.
     n = spm.get_vocab_size()
     scores = [0.0] * n
@@ -120,7 +132,7 @@ def main():
             attr[i] = 6
 
     cases = []
-    for name, tok in (("bytelevel", bl), ("spm", spm)):
+    for name, tok in (("bytelevel", bl), ("spm", spm), ("spm_meta", meta)):
         for t in TESTS:
             enc = tok.encode(t, add_special_tokens=False)
             cases.append({"tokenizer": name, "text": t, "hex": t.encode().hex(),

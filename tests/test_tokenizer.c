@@ -166,16 +166,31 @@ static void check_cases(const comet_tokenizer *tok, const cJSON *cases, const ch
 
 /* ---- default model -------------------------------------------------------------------- */
 
-static comet_model *load_default_model(void) {
+/* Loaded once for the whole group (the loader dequantizes every weight). */
+static comet_model *default_model;
+
+static int setup_default_model(void **state) {
+    (void)state;
     const char *root = getenv("COMET_SOURCE_DIR");
     char path[4096];
     snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", root ? root : ".");
-    comet_model *m = NULL;
-    comet_status st = comet_model_load(path, &m);
-    if (st != COMET_OK)
-        fail_msg("cannot load the default model %s: %s", path, comet_last_error());
-    assert_non_null(m->tok);
-    return m;
+    if (comet_model_load(path, &default_model) != COMET_OK) {
+        fprintf(stderr, "cannot load the default model %s: %s\n", path, comet_last_error());
+        return -1;
+    }
+    return default_model->tok ? 0 : -1;
+}
+
+static int teardown_default_model(void **state) {
+    (void)state;
+    comet_model_free(default_model);
+    default_model = NULL;
+    return 0;
+}
+
+static comet_model *load_default_model(void) {
+    assert_non_null(default_model);
+    return default_model;
 }
 
 static void test_smollm2_golden_ids(void **state) {
@@ -207,7 +222,6 @@ static void test_smollm2_golden_ids(void **state) {
         free(text);
     }
     cJSON_Delete(doc);
-    comet_model_free(m);
 }
 
 static void test_smollm2_special_tokens(void **state) {
@@ -238,7 +252,6 @@ static void test_smollm2_special_tokens(void **state) {
     assert_memory_equal(buf, "<|im_start|>", 12);
     assert_true(comet_tokenizer_token_bytes(tok, comet_tokenizer_n_vocab(tok), 0, buf, 4) < 0);
     free(ids);
-    comet_model_free(m);
 }
 
 /* An emoji is four byte tokens in SmolLM2's vocabulary: the streaming detokenizer must hold
@@ -288,14 +301,14 @@ static void test_smollm2_detok_split_emoji(void **state) {
     assert_string_equal(streamed, text);
     free(streamed);
     free(ids);
-    comet_model_free(m);
 }
 
-/* Invalid UTF-8 is tokenized byte-wise and decodes back to the same bytes. */
+/* Invalid UTF-8 is tokenized byte-wise and decodes back to the same bytes; bytes the
+ * vocabulary has no token for (0xC0, 0xFF, ...) come back as U+FFFD. */
 static void test_smollm2_invalid_utf8(void **state) {
     (void)state;
     comet_model *m = load_default_model();
-    const char text[] = "ok \xff\xfe broken \xe2\x82 tail \xc0\xaf \xed\xa0\x80 end\x80";
+    const char text[] = "ok \xe2\x82 tail \xed\xa0\x80 end\x80\xa0";
     size_t len = sizeof text - 1, n, dlen;
     int32_t *ids;
     assert_int_equal(comet_tokenizer_encode(m->tok, text, len, 1, &ids, &n), COMET_OK);
@@ -305,7 +318,14 @@ static void test_smollm2_invalid_utf8(void **state) {
     assert_memory_equal(dec, text, len);
     free(dec);
     free(ids);
-    comet_model_free(m);
+    const char lacking[] = "a\xff\xc0" "b";
+    const char replaced[] = "a\xef\xbf\xbd\xef\xbf\xbd" "b";
+    assert_int_equal(comet_tokenizer_encode(m->tok, lacking, 4, 1, &ids, &n), COMET_OK);
+    dec = decode_all(m->tok, ids, n, 1, &dlen);
+    assert_int_equal(dlen, sizeof replaced - 1);
+    assert_memory_equal(dec, replaced, dlen);
+    free(dec);
+    free(ids);
 }
 
 /* ---- small tokenizer.json fixtures -------------------------------------------------- */
@@ -348,6 +368,11 @@ static void test_hf_json_spm(void **state) {
         fail_msg("%s", comet_last_error());
     cJSON *doc = load_json("tok_small_golden.json");
     check_cases(tok, cJSON_GetObjectItemCaseSensitive(doc, "cases"), "spm", 1);
+    comet_tokenizer_free(tok);
+    tok = comet_tokenizer_from_hf_json(fixture_path("tok_spm_meta.json"));
+    if (!tok)
+        fail_msg("%s", comet_last_error());
+    check_cases(tok, cJSON_GetObjectItemCaseSensitive(doc, "cases"), "spm_meta", 1);
     cJSON_Delete(doc);
     comet_tokenizer_free(tok);
 }
@@ -517,5 +542,5 @@ int main(void) {
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_chat_templates),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return cmocka_run_group_tests(tests, setup_default_model, teardown_default_model);
 }

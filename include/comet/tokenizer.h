@@ -99,8 +99,11 @@ int comet_tokenizer_token_attr(const comet_tokenizer *tok, int32_t id);
 
 /* Encode `len` bytes of UTF-8 `text` into ids. When `parse_special` is non-zero, the
  * text of control/user-defined tokens ("<|im_start|>") becomes that token; otherwise it
- * is tokenized as plain text. No BOS is added here. On success *ids is a malloc'd array
- * of *n_ids ids owned by the caller. Invalid UTF-8 is encoded byte-wise, never refused. */
+ * is tokenized as plain text (user-defined added tokens are always matched, as in HF and
+ * llama.cpp). No BOS is added here. On success *ids is a malloc'd array of *n_ids ids owned
+ * by the caller (non-NULL even when *n_ids is 0). Invalid UTF-8 is encoded byte-wise,
+ * never refused; a byte that has no byte-level token in the vocabulary (e.g. 0xFF in
+ * vocabularies trained on valid UTF-8) is encoded as U+FFFD. */
 comet_status comet_tokenizer_encode(const comet_tokenizer *tok, const char *text, size_t len,
                                     int parse_special, int32_t **ids, size_t *n_ids);
 

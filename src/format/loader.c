@@ -418,6 +418,11 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     if (comet_gguf_find(g, "tokenizer.ggml.add_bos_token") &&
         (st = comet_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos)) < 0)
         goto done;
+    int add_space_prefix = 1;
+    if (comet_gguf_find(g, "tokenizer.ggml.add_space_prefix") &&
+        (st = comet_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &add_space_prefix)) < 0)
+        goto done;
+    d.no_space_prefix = !add_space_prefix;
     c->bos_id = bos;
     c->add_bos = add_bos && bos >= 0;
     c->n_eos = 0;

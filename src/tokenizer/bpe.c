@@ -324,12 +324,14 @@ static comet_status merge_symbols(const struct comet_tokenizer *t, bpe_work *w, 
 
 /* ---- byte-level words ---------------------------------------------------------------- */
 
+/* Only reached when even U+FFFD's bytes are missing: such a byte is dropped, as
+ * llama.cpp does (emitting unk, often a control token, would end the document). */
 static comet_status bpe_emit_unknown_byte(const struct comet_tokenizer *t, int32_t pos,
                                           void *ctx, tok_ids *out) {
+    (void)t;
     (void)pos;
     (void)ctx;
-    if (t->unk_id >= 0 && tok_ids_push(out, t->unk_id) < 0)
-        return comet_set_error(COMET_ERR_NOMEM, "tokenizer: out of memory");
+    (void)out;
     return COMET_OK;
 }
 
@@ -350,9 +352,24 @@ static comet_status bpe_word(const struct comet_tokenizer *t, bpe_work *w, const
             return COMET_OK;
         }
     }
+    /* A byte the vocabulary lacks (vocabularies trained on valid UTF-8 often have no
+     * token for 0xC0, 0xC1, 0xF5..0xFF) stands for U+FFFD, as a decoder would show it. */
+    size_t n_sym = 0;
     for (size_t i = 0; i < n; i++)
-        w->id[i] = t->byte_id[s[i]];
-    return merge_symbols(t, w, (int32_t)n, out, bpe_emit_unknown_byte, NULL);
+        n_sym += t->byte_id[s[i]] >= 0 ? 1 : 3;
+    if (n_sym > n && work_reserve(w, n_sym) < 0)
+        return comet_set_error(COMET_ERR_NOMEM, "tokenizer: out of memory");
+    static const uint8_t fffd[3] = {0xEF, 0xBF, 0xBD};
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (t->byte_id[s[i]] >= 0) {
+            w->id[k++] = t->byte_id[s[i]];
+        } else {
+            for (int j = 0; j < 3; j++)
+                w->id[k++] = t->byte_id[fffd[j]];
+        }
+    }
+    return merge_symbols(t, w, (int32_t)k, out, bpe_emit_unknown_byte, NULL);
 }
 
 /* Apply regex `level` to s[0..n): matches and the gaps between them go to the next level;

@@ -25,6 +25,7 @@ typedef struct hf_pre {
     char *regex[TOK_MAX_REGEX]; /* owned */
     int byte_level;
     int metaspace;
+    int metaspace_pretok; /* a Metaspace pre-tokenizer (not the Llama-2 normalizers) */
     tok_spm_prefix prefix;
     int split;
 } hf_pre;
@@ -119,6 +120,7 @@ static comet_status parse_pre(hf_pre *p, const char *path, const cJSON *pt) {
                                    "%s: Metaspace replacement \"%s\"; only \"\xe2\x96\x81\"", path,
                                    rep);
         p->metaspace = 1;
+        p->metaspace_pretok = 1;
         const char *scheme = jstr(pt, "prepend_scheme");
         if (scheme)
             p->prefix = strcmp(scheme, "always") == 0  ? TOK_SPM_PREFIX_ALWAYS
@@ -362,6 +364,7 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
     } else {
         tok->spm_prefix = pre.prefix;
         tok->spm_split = pre.split;
+        tok->spm_prefix_if_no_space = pre.metaspace_pretok;
         tok->byte_fallback = byte_fallback;
     }
 done:

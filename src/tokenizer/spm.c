@@ -161,8 +161,9 @@ comet_status tok_spm_encode_segment(const struct comet_tokenizer *t, const char 
                                     int first, tok_ids *out) {
     if (n == 0)
         return COMET_OK;
-    int prefix = t->spm_prefix == TOK_SPM_PREFIX_ALWAYS ||
-                 (t->spm_prefix == TOK_SPM_PREFIX_FIRST && first);
+    int prefix = (t->spm_prefix == TOK_SPM_PREFIX_ALWAYS ||
+                  (t->spm_prefix == TOK_SPM_PREFIX_FIRST && first)) &&
+                 !(t->spm_prefix_if_no_space && s[0] == ' ');
     size_t n_space = 0;
     for (size_t i = 0; i < n; i++)
         n_space += s[i] == ' ';

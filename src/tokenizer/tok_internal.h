@@ -86,6 +86,7 @@ struct comet_tokenizer {
     /* SPM options. */
     tok_spm_prefix spm_prefix;
     int spm_split;       /* split the text at "▁" into words before merging (Metaspace) */
+    int spm_prefix_if_no_space; /* Metaspace: no "▁" prepended to text starting with a space */
     int byte_fallback;   /* unknown characters become <0xXX> tokens (else unk) */
 };
 
