@@ -421,6 +421,53 @@ static void test_spm_desc_scores(void **state) {
     cJSON_Delete(tj);
 }
 
+/* The byte-level fixture described the GGUF way with tokenizer.ggml.pre = "llama-bpe":
+ * the built-in Llama-3 regex and ignore_merges must give what the file's own Split regex
+ * gives under HF tokenizers. */
+static void test_desc_llama_bpe_pre(void **state) {
+    (void)state;
+    cJSON *tj = load_json("tok_bytelevel.json");
+    cJSON *doc = load_json("tok_small_golden.json");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
+    int n = cJSON_GetArraySize(vocab) + 1; /* + the added "<mask>" */
+    const char **tokens = calloc((size_t)n, sizeof *tokens);
+    int32_t *attr = malloc((size_t)n * sizeof *attr);
+    const char **merges = malloc((size_t)cJSON_GetArraySize(jm) * sizeof *merges);
+    const cJSON *it;
+    for (int i = 0; i < n; i++)
+        attr[i] = COMET_TOKEN_NORMAL;
+    cJSON_ArrayForEach(it, vocab) tokens[it->valueint] = it->string;
+    cJSON_ArrayForEach(it, added) {
+        int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        assert_true(id < n);
+        tokens[id] = jstr(it, "content");
+        attr[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"))
+                       ? COMET_TOKEN_CONTROL
+                       : COMET_TOKEN_USER_DEFINED;
+    }
+    int k = 0;
+    cJSON_ArrayForEach(it, jm) merges[k++] = it->valuestring;
+    for (int i = 0; i < n; i++)
+        assert_non_null(tokens[i]);
+    comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = n, .tokens = tokens,
+                          .token_attr = attr, .n_merges = k, .merges = merges,
+                          .pre = "llama-bpe", .bos_id = 0, .eos_id = 1, .unk_id = -1,
+                          .pad_id = -1};
+    comet_tokenizer *tok = comet_tokenizer_init(&d);
+    if (!tok)
+        fail_msg("%s", comet_last_error());
+    check_cases(tok, cJSON_GetObjectItemCaseSensitive(doc, "cases"), "bytelevel", 1);
+    comet_tokenizer_free(tok);
+    free(tokens);
+    free(attr);
+    free(merges);
+    cJSON_Delete(doc);
+    cJSON_Delete(tj);
+}
+
 /* ---- construction errors -------------------------------------------------------------- */
 
 static void test_bad_inputs(void **state) {
@@ -539,6 +586,7 @@ int main(void) {
         cmocka_unit_test(test_hf_json_bytelevel),
         cmocka_unit_test(test_hf_json_spm),
         cmocka_unit_test(test_spm_desc_scores),
+        cmocka_unit_test(test_desc_llama_bpe_pre),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_chat_templates),
     };
