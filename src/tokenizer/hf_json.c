@@ -245,6 +245,14 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
         if (id->valueint > max_id)
             max_id = id->valueint;
     }
+    int n_entries = cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if (max_id >= n_entries) {
+        comet_set_error(COMET_ERR_FORMAT,
+                        "%s: token id %d but only %d vocab/added_tokens entries; ids must be "
+                        "0..n-1",
+                        path, max_id, n_entries);
+        goto done;
+    }
     n_tokens = max_id + 1;
     tokens = calloc((size_t)(n_tokens ? n_tokens : 1), sizeof *tokens);
     attr = calloc((size_t)(n_tokens ? n_tokens : 1), sizeof *attr);
