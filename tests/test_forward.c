@@ -13,7 +13,7 @@
 #include "backend/backend.h"
 #include "engine/kv_pages.h"
 #include "model/forward.h"
-#include "test_util.h"
+#include "cpu_test_util.h"
 
 #define N_SEQ 3
 #define P 16

@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "engine/kv_pages.h"
-#include "test_util.h"
+#include "cpu_test_util.h"
 
 static const int Ts[] = {1, 3, 17, 100};
 #define N_TS (int)(sizeof Ts / sizeof Ts[0])

@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "engine/sampler.h"
-#include "test_util.h"
+#include "cpu_test_util.h"
 
 static comet_sampler_params plain(float temp) {
     comet_sampler_params p = comet_sampler_default_params();

@@ -1,164 +1,141 @@
-/* test_util.h — small helpers shared by the CPU tests: a deterministic RNG, a tiny
- * random LLaMA model built in memory, guarded buffers and a normalized error.
- * Header-only (static functions) so every test stays one executable. */
+/* test_util.h — helpers shared by the format tests: paths, temp files, a tiny GGUF writer.
+ *
+ * The GGUF writer builds files byte by byte from the spec (ggml/docs/gguf.md), so bad-input
+ * tests can produce exactly the corruption they test without large fixtures. Header-only
+ * (static functions); include from one test file each.
+ */
 #ifndef COMET_TEST_UTIL_H
 #define COMET_TEST_UTIL_H
 
-#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "comet/model.h"
-
-static uint64_t tu_rng_state = 0x9e3779b97f4a7c15ull;
-
-static inline void tu_seed(uint64_t s) { tu_rng_state = s ? s : 1; }
-
-static inline uint64_t tu_next(void) {
-    uint64_t x = tu_rng_state;
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    return tu_rng_state = x;
+/* $COMET_SOURCE_DIR/<rel> (CTest sets the variable; fall back to the build's parent). */
+static inline const char *src_path(const char *rel) {
+    static char buf[8][4096];
+    static int k;
+    const char *root = getenv("COMET_SOURCE_DIR");
+    char *b = buf[k++ % 8];
+    snprintf(b, 4096, "%s/%s", root ? root : "..", rel);
+    return b;
 }
 
-/* uniform in [-1, 1) */
-static inline float tu_uniform(void) { return (float)((tu_next() >> 40) * (2.0 / 16777216.0) - 1.0); }
-
-static inline int tu_int(int n) { return (int)(tu_next() % (uint64_t)n); }
-
-static inline void tu_fill(float *x, size_t n, float scale) {
-    for (size_t i = 0; i < n; i++)
-        x[i] = tu_uniform() * scale;
+static inline const char *default_model_path(void) {
+    return src_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
-/* Guarded buffer: n floats with TU_GUARD canary floats on each side. */
-#define TU_GUARD 16
-static const uint32_t tu_canary_bits = 0x7fc0beefu; /* a NaN no op produces */
-
-static inline float *tu_guarded_alloc(size_t n) {
-    float *raw = malloc((n + 2 * TU_GUARD) * sizeof(float));
-    for (size_t i = 0; i < n + 2 * TU_GUARD; i++)
-        memcpy(raw + i, &tu_canary_bits, 4);
-    return raw + TU_GUARD;
-}
-
-/* 1 when every canary is intact. */
-static inline int tu_guard_ok(const float *p, size_t n) {
-    const float *raw = p - TU_GUARD;
-    for (size_t i = 0; i < TU_GUARD; i++)
-        if (memcmp(raw + i, &tu_canary_bits, 4) || memcmp(p + n + i, &tu_canary_bits, 4))
-            return 0;
-    return 1;
-}
-
-static inline void tu_guarded_free(float *p) {
-    if (p)
-        free(p - TU_GUARD);
-}
-
-/* ||a - b|| / ||b|| (0 when both are zero) */
-static inline double tu_nerr(const float *a, const float *b, size_t n) {
-    double num = 0, den = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
+/* A fresh temp directory for this process; files are created under it. */
+static inline const char *tmp_dir(void) {
+    static char dir[256];
+    if (!dir[0]) {
+        snprintf(dir, sizeof dir, "/tmp/comet_test_XXXXXX");
+        if (!mkdtemp(dir))
+            abort();
     }
-    if (den == 0)
-        return sqrt(num);
-    return sqrt(num / den);
+    return dir;
 }
 
-/* max |a - b| / max |b| */
-static inline double tu_max_rel(const float *a, const float *b, size_t n) {
-    double md = 0, mb = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (d > md || d != d)
-            md = d;
-        if (fabs(b[i]) > mb)
-            mb = fabs(b[i]);
-    }
-    return mb > 0 ? md / mb : md;
+static inline const char *tmp_file(const char *name) {
+    static char buf[8][512];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, 512, "%s/%s", tmp_dir(), name);
+    return b;
 }
 
-static inline float *tu_rand_buf(size_t n, float scale) {
-    float *p = malloc(n * sizeof(float));
-    tu_fill(p, n, scale);
+static inline void write_file(const char *path, const void *data, size_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(data, 1, n, f) != n))
+        abort();
+    fclose(f);
+}
+
+static inline void *read_file(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long sz = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc((size_t)sz + 1);
+    if (!p || fread(p, 1, (size_t)sz, f) != (size_t)sz)
+        abort();
+    fclose(f);
+    ((char *)p)[sz] = '\0';
+    *n = (size_t)sz;
     return p;
 }
 
-static inline comet_linear tu_linear(int n_out, int n_in) {
-    comet_linear l = {n_out, n_in, COMET_WFMT_F32, tu_rand_buf((size_t)n_out * n_in,
-                                                               1.0f / sqrtf((float)n_in))};
-    return l;
-}
+/* ---- GGUF writer ------------------------------------------------------------------ */
 
-/* A tiny random LLaMA: 2 layers, C = 44, F = 72, H = 6, Hkv = 2 (GQA 3), D = 8, V = 97.
- * Free with tu_model_free. */
-static inline comet_model *tu_tiny_model(uint64_t seed) {
-    tu_seed(seed);
-    comet_model *m = calloc(1, sizeof *m);
-    comet_model_config *c = &m->cfg;
-    strcpy(c->arch, "llama");
-    c->n_layer = 2;
-    c->n_embd = 44;
-    c->n_ff = 72;
-    c->n_head = 6;
-    c->n_head_kv = 2;
-    c->head_dim = 8;
-    c->n_vocab = 97;
-    c->n_ctx = 256;
-    c->rms_eps = 1e-5f;
-    c->rope_theta = 10000.0f;
-    c->rope_scaling = COMET_ROPE_SCALING_NONE;
-    c->bos_id = -1;
-    int C = c->n_embd, F = c->n_ff, HD = c->n_head * c->head_dim, KD = c->n_head_kv * c->head_dim;
-    m->tok_embd = tu_rand_buf((size_t)c->n_vocab * C, 1.0f);
-    m->output_norm = tu_rand_buf(C, 0.5f);
-    for (int i = 0; i < C; i++)
-        m->output_norm[i] += 1.0f;
-    m->lm_head = tu_rand_buf((size_t)c->n_vocab * C, 0.3f);
-    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    for (int l = 0; l < c->n_layer; l++) {
-        comet_layer_weights *w = &m->layers[l];
-        w->attn_norm = tu_rand_buf(C, 0.2f);
-        w->ffn_norm = tu_rand_buf(C, 0.2f);
-        for (int i = 0; i < C; i++) {
-            w->attn_norm[i] += 1.0f;
-            w->ffn_norm[i] += 1.0f;
-        }
-        w->wq = tu_linear(HD, C);
-        w->wk = tu_linear(KD, C);
-        w->wv = tu_linear(KD, C);
-        w->wo = tu_linear(C, HD);
-        w->w_gate = tu_linear(F, C);
-        w->w_up = tu_linear(F, C);
-        w->w_down = tu_linear(C, F);
-    }
-    return m;
-}
+typedef struct gbuf {
+    uint8_t *p;
+    size_t n, cap;
+} gbuf;
 
-static inline void tu_model_free(comet_model *m) {
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        comet_layer_weights *w = &m->layers[l];
-        free(w->attn_norm);
-        free(w->ffn_norm);
-        free(w->wq.w);
-        free(w->wk.w);
-        free(w->wv.w);
-        free(w->wo.w);
-        free(w->w_gate.w);
-        free(w->w_up.w);
-        free(w->w_down.w);
+static inline void gb_put(gbuf *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        b->cap = (b->n + n) * 2 + 64;
+        b->p = realloc(b->p, b->cap);
+        if (!b->p)
+            abort();
     }
-    free(m->layers);
-    free(m->tok_embd);
-    free(m->output_norm);
-    free(m->lm_head);
-    free(m);
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static inline void gb_u32(gbuf *b, uint32_t v) { gb_put(b, &v, 4); } /* little-endian host */
+static inline void gb_u64(gbuf *b, uint64_t v) { gb_put(b, &v, 8); }
+static inline void gb_str(gbuf *b, const char *s) {
+    gb_u64(b, strlen(s));
+    gb_put(b, s, strlen(s));
+}
+static inline void gb_header(gbuf *b, uint32_t version, uint64_t n_tensors, uint64_t n_kv) {
+    gb_put(b, "GGUF", 4);
+    gb_u32(b, version);
+    gb_u64(b, n_tensors);
+    gb_u64(b, n_kv);
+}
+static inline void kv_str(gbuf *b, const char *k, const char *v) {
+    gb_str(b, k);
+    gb_u32(b, 8);
+    gb_str(b, v);
+}
+static inline void kv_u32(gbuf *b, const char *k, uint32_t v) {
+    gb_str(b, k);
+    gb_u32(b, 4);
+    gb_u32(b, v);
+}
+static inline void kv_f32(gbuf *b, const char *k, float v) {
+    gb_str(b, k);
+    gb_u32(b, 6);
+    gb_put(b, &v, 4);
+}
+static inline void kv_arr_str(gbuf *b, const char *k, int n, const char *const *v) {
+    gb_str(b, k);
+    gb_u32(b, 9);
+    gb_u32(b, 8);
+    gb_u64(b, (uint64_t)n);
+    for (int i = 0; i < n; i++)
+        gb_str(b, v[i]);
+}
+/* Tensor info: 1 or 2 dims (ne1 == 0 -> 1-D). */
+static inline void ti(gbuf *b, const char *name, uint64_t ne0, uint64_t ne1, uint32_t type,
+               uint64_t offset) {
+    gb_str(b, name);
+    gb_u32(b, ne1 ? 2 : 1);
+    gb_u64(b, ne0);
+    if (ne1)
+        gb_u64(b, ne1);
+    gb_u32(b, type);
+    gb_u64(b, offset);
+}
+static inline void gb_align(gbuf *b, size_t a) {
+    static const uint8_t z[64];
+    while (b->n % a)
+        gb_put(b, z, 1);
 }
 
 #endif

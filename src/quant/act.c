@@ -1,0 +1,97 @@
+/* act.c — activation (per token, per block, symmetric) and KV cache (per token, per head,
+ * asymmetric) quantization with NUMERICS.md's rounding, plus their fp32 quantize->dequantize
+ * simulations. Scalar reference code: every faster path must give the same codes. */
+#include <math.h>
+#include <string.h>
+
+#include "quant/quant.h"
+
+float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q) {
+    float amax = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > amax)
+            amax = a;
+    }
+    if (amax == 0.0f) {
+        memset(q, 0, (size_t)n);
+        return 0.0f;
+    }
+    float s = amax / (float)qmax;
+    float inv = 1.0f / s;
+    float lo = (float)(-qmax - 1), hi = (float)qmax;
+    for (int i = 0; i < n; i++) {
+        float v = rintf(x[i] * inv);
+        v = v < lo ? lo : v > hi ? hi : v;
+        q[i] = (int8_t)v;
+    }
+    return s;
+}
+
+void comet_quant_act(const float *x, int T, int K, int B, int n8, int8_t *q, float *s) {
+    COMET_ASSERT(B > 0 && K % B == 0 && n8 >= 0 && n8 <= K / B);
+    int nb = K / B;
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < nb; b++) {
+            size_t off = (size_t)t * K + (size_t)b * B;
+            s[(size_t)t * nb + b] = comet_quant_sym_block(x + off, B, b < n8 ? 127 : 7, q + off);
+        }
+}
+
+void comet_quant_act_sim(const float *x, int T, int K, int B, int n8, float *y) {
+    COMET_ASSERT(B > 0 && K % B == 0 && n8 >= 0 && n8 <= K / B && B <= 65536);
+    int nb = K / B;
+    int8_t q[B];
+    for (int t = 0; t < T; t++)
+        for (int b = 0; b < nb; b++) {
+            size_t off = (size_t)t * K + (size_t)b * B;
+            float sc = comet_quant_sym_block(x + off, B, b < n8 ? 127 : 7, q);
+            for (int i = 0; i < B; i++)
+                y[off + i] = (float)q[i] * sc;
+        }
+}
+
+void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t *scale,
+                          uint16_t *zero) {
+    COMET_ASSERT((bits == 4 || bits == 8) && n > 0);
+    float mn = x[0], mx = x[0];
+    for (int i = 1; i < n; i++) {
+        if (x[i] < mn)
+            mn = x[i];
+        if (x[i] > mx)
+            mx = x[i];
+    }
+    int levels = (1 << bits) - 1;
+    *scale = comet_quant_f16_bits((mx - mn) / (float)levels);
+    *zero = comet_quant_f16_bits(mn);
+    float s = comet_quant_f16_value(*scale), z = comet_quant_f16_value(*zero);
+    if (s == 0.0f) {
+        memset(q, 0, (size_t)n);
+        return;
+    }
+    float inv = 1.0f / s;
+    for (int i = 0; i < n; i++) {
+        float v = rintf((x[i] - z) * inv);
+        v = v < 0.0f ? 0.0f : v > (float)levels ? (float)levels : v;
+        q[i] = (uint8_t)v;
+    }
+}
+
+void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y) {
+    if (bits == 16 || bits == 0) {
+        if (y != x)
+            memmove(y, x, (size_t)n_groups * G * sizeof *y);
+        return;
+    }
+    COMET_ASSERT(G > 0 && G <= 65536);
+    uint8_t q[G];
+    for (int g = 0; g < n_groups; g++) {
+        uint16_t sh, zh;
+        const float *xg = x + (size_t)g * G;
+        comet_quant_kv_group(xg, G, bits, q, &sh, &zh);
+        float s = comet_quant_f16_value(sh), z = comet_quant_f16_value(zh);
+        float *yg = y + (size_t)g * G;
+        for (int i = 0; i < G; i++)
+            yg[i] = (float)q[i] * s + z;
+    }
+}

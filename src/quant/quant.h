@@ -1,0 +1,142 @@
+/* quant.h — FMPQ quantization primitives: the one implementation of NUMERICS.md's
+ * rounding rules, shared by the quantizer (`comet quantize`) and the CPU backend's
+ * simulated execution of quantized checkpoints.
+ *
+ * Holds: per-token per-block symmetric activation quantization (INT4/INT8 blocks) and
+ * its fp32 quantize->dequantize simulation; per-token per-head asymmetric KV
+ * quantization (4/8 bits) and its simulation; channel reordering and the INT8 block
+ * choice from calibration salience; INT4/INT8 weight quantization per output channel
+ * per block (RTN with a clipping search, and GPTQ); calibration statistics (salience,
+ * XᵀX). Packing of INT4 codes is in w4_plain.h. It does not run models: calibration
+ * (src/quant/calib.c) and the checkpoint (src/format/checkpoint.c) build on this.
+ *
+ * Shape letters as in NUMERICS.md: T tokens, K input channels of a linear, N output
+ * channels, B block size (channels). Every [T, K] array is row-major.
+ */
+#ifndef COMET_QUANT_QUANT_H
+#define COMET_QUANT_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comet/status.h"
+
+/* IEEE half conversion (round to nearest even), used for the fp16 scales and zeros. */
+static inline uint16_t comet_quant_f16_bits(float f) {
+    _Float16 h = (_Float16)f;
+    uint16_t u;
+    __builtin_memcpy(&u, &h, sizeof u);
+    return u;
+}
+static inline float comet_quant_f16_value(uint16_t u) {
+    _Float16 h;
+    __builtin_memcpy(&h, &u, sizeof h);
+    return (float)h;
+}
+/* f rounded to the nearest fp16 value, as fp32. */
+static inline float comet_quant_f16_round(float f) {
+    return comet_quant_f16_value(comet_quant_f16_bits(f));
+}
+
+/* ---- Activations (NUMERICS.md "Activations") ---------------------------------------- */
+
+/* Symmetric quantization of one block of n values with code range [-qmax-1, qmax]
+ * (qmax = 7 for INT4, 127 for INT8): s = amax / qmax, q = clamp(rint(x * (1/s))) in fp32.
+ * amax == 0 gives s = 0 and q = 0. Writes q[n], returns s. */
+float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q);
+
+/* Quantize activations x [T, K] (already in the group's permuted order) per token per
+ * block of B channels: blocks 0..n8-1 INT8 (s = amax/127), the rest INT4 (s = amax/7).
+ * K % B == 0, 0 <= n8 <= K/B. Writes codes q [T, K] and fp32 scales s [T, K/B]. */
+void comet_quant_act(const float *x, int T, int K, int B, int n8, int8_t *q, float *s);
+
+/* The fp32 simulation of comet_quant_act: y[t, k] = q[t, k] * s[t, k/B] with exactly the
+ * same codes and scales. y may alias x. */
+void comet_quant_act_sim(const float *x, int T, int K, int B, int n8, float *y);
+
+/* ---- KV cache (NUMERICS.md "KV cache") ----------------------------------------------- */
+
+/* Asymmetric quantization of one group of n values to `bits` (4 or 8) bits:
+ * scale = (max - min) / (2^bits - 1), zero = min, both rounded to fp16 first; the codes
+ * use the rounded values: q = clamp(rint((x - zero) * (1/scale)), 0, 2^bits - 1)
+ * (scale == 0 gives q = 0). x ≈ q * scale + zero. Writes q[n] (one code per byte) and the
+ * fp16 bit patterns of scale and zero. */
+void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t *scale,
+                          uint16_t *zero);
+
+/* Simulation over n_groups consecutive groups of G values (K or V of one token and KV
+ * head: G = D): y = dequant(quant(x)) per group with comet_quant_kv_group's rounding.
+ * bits 16 (or 0) copies x. y may alias x. */
+void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y);
+
+/* ---- Calibration statistics, reordering, INT8 block choice --------------------------- */
+
+/* sal[k] = max(sal[k], max_t |x[t, k]|) for x [T, K]. */
+void comet_quant_salience_update(float *sal, const float *x, int T, int K);
+
+/* xtx [K, K] (full symmetric, row-major) += xᵀ x for x [T, K] (fp32 BLAS). */
+void comet_quant_xtx_update(float *xtx, const float *x, int T, int K);
+
+/* Block size for a model whose linears have input dims dims[0..n-1]: 128 when every dim
+ * is a multiple of 128, else 64 when every dim is a multiple of 64; 0 if neither. */
+int comet_quant_choose_block(const int *dims, int n);
+
+/* The reordering and INT8 block choice of NUMERICS.md "Choosing INT8 blocks" for one
+ * linear input group with K channels and block B (K % B == 0):
+ * - reorder != 0: perm = channels sorted by salience, descending, ties by index
+ *   (stable); reorder == 0: identity.
+ * - n8 = the smallest number of leading blocks (in perm order) holding every channel whose
+ *   salience exceeds tau * median(salience) (median of an even count: mean of the two
+ *   middle values), capped at floor(budget * K/B + 1e-6) blocks.
+ * perm [K]: x'[k] = x[perm[k]]. Returns COMET_ERR_INVALID_ARG for bad sizes or a budget
+ * outside [0, 1]. */
+comet_status comet_quant_reorder(const float *sal, int K, int B, float tau, float budget,
+                                 int reorder, int32_t *perm, int *n8);
+
+/* ---- Weights (NUMERICS.md "Weights") ------------------------------------------------- */
+
+/* Clipping search grid: ratios 1.0, 0.98, ..., down to this (inclusive). */
+#define COMET_QUANT_CLIP_MIN 0.50f
+#define COMET_QUANT_CLIP_STEPS 26
+
+/* Symmetric per-output-channel per-block quantization of w [N, K] (columns in the
+ * permuted input order) to `bits` (4: codes [-8, 7]; 8: codes [-128, 127]) with blocks
+ * of B input channels (K % B == 0; B = K gives one scale per output channel).
+ * Round to nearest; with clip_search, each (n, b) scale is r * amax / qmax for the ratio
+ * r of the grid above minimizing that block's squared error (ties: larger r). Scales are
+ * fp16: q [N, K] codes (one per byte), s [N, K/B] fp16 bit patterns. Returns
+ * COMET_ERR_INVALID_ARG for bad sizes/bits. */
+comet_status comet_quant_w_rtn(const float *w, int N, int K, int B, int bits, int clip_search,
+                               int8_t *q, uint16_t *s);
+
+/* The fp16 scale (bit pattern) of one weight block w[n] with codes [-qmax-1, qmax]: amax/qmax,
+ * or with clip_search the grid ratio r minimizing sum (w - q*s)^2 with s = fp16(r*amax/qmax).
+ * An all-zero block gives 0. */
+uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_search);
+
+/* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 gives 0. */
+static inline int8_t comet_quant_w_code(float w, float s, int qmax) {
+    if (s == 0.0f)
+        return 0;
+    float v = __builtin_rintf(w * (1.0f / s));
+    float lo = (float)(-qmax - 1), hi = (float)qmax;
+    return (int8_t)(v < lo ? lo : v > hi ? hi : v);
+}
+
+/* w [N, K] = q [N, K] * s [N, K/B] (fp16 scales). */
+void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int B, float *w);
+
+/* GPTQ (Frantar et al. 2022) of w [N, K] against the Hessian of the calibration inputs:
+ * xtx [K, K] = Σ xᵀx over calibration tokens, in the same (permuted) channel order as w's
+ * columns. Columns are quantized in order with lazy batch updates (batch of
+ * max(B, 128) columns rounded to a multiple of B); each block's scales are chosen (with
+ * the clipping search when clip_search) from the error-updated weights when the block's
+ * first column is reached. Damping: damp * mean(diag) added to the diagonal (damp 0.01
+ * is the usual choice), raised tenfold up to 3 times if the Cholesky factorization
+ * (LAPACKE_dpotrf/dpotri) fails. Channels never seen (diag 0) get diag 1.
+ * Writes q [N, K] and s [N, K/B] like comet_quant_w_rtn. Returns COMET_ERR_NOMEM,
+ * COMET_ERR_INVALID_ARG, or COMET_ERR_INTERNAL if H stays singular. */
+comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, int B, int bits,
+                                float damp, int clip_search, int8_t *q, uint16_t *s);
+
+#endif
