@@ -91,8 +91,8 @@ static inline float *tu_rand_buf(size_t n, float scale) {
 }
 
 static inline comet_linear tu_linear(int n_out, int n_in) {
-    comet_linear l = {n_out, n_in, COMET_WFMT_F32, tu_rand_buf((size_t)n_out * n_in,
-                                                               1.0f / sqrtf((float)n_in))};
+    comet_linear l = {.n_out = n_out, .n_in = n_in, .fmt = COMET_WFMT_F32,
+                      .w = tu_rand_buf((size_t)n_out * n_in, 1.0f / sqrtf((float)n_in))};
     return l;
 }
 

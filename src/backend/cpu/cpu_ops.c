@@ -22,6 +22,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "quant/qlinear.h"
 #include "core/threads.h"
 
 #define MAX_PAGE_SIZE 256
@@ -153,6 +154,8 @@ static void gemm_parallel(comet_backend *be, const float *x, const float *w, int
 
 static comet_status cpu_linear(comet_backend *be, const comet_linear *lin, const float *x, int T,
                                float *y) {
+    if (lin->fmt == COMET_WFMT_QSIM) /* quantized checkpoint, fp32 simulation */
+        return comet_qlinear_sim(lin, x, T, y);
     COMET_ASSERT(lin->fmt == COMET_WFMT_F32);
     gemm_parallel(be, x, lin->w, T, lin->n_out, lin->n_in, y, lin->n_out);
     return COMET_OK;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "quant/qlinear.h"
 
 static comet_status ref_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
                               int T, float *x) {
@@ -34,6 +35,8 @@ static comet_status ref_rmsnorm(comet_backend *be, const float *x, const float *
 
 static comet_status ref_linear(comet_backend *be, const comet_linear *lin, const float *x, int T,
                                float *y) {
+    if (lin->fmt == COMET_WFMT_QSIM) /* quantized checkpoint, fp32 simulation */
+        return comet_qlinear_sim(lin, x, T, y);
     COMET_ASSERT(lin->fmt == COMET_WFMT_F32);
     int N = lin->n_out, K = lin->n_in;
     for (int t = 0; t < T; t++)
