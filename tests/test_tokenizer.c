@@ -475,13 +475,43 @@ static void test_bad_inputs(void **state) {
     assert_null(comet_tokenizer_from_hf_json("/nonexistent/tokenizer.json"));
     assert_non_null(strstr(comet_last_error(), "/nonexistent/tokenizer.json"));
 
-    const char *path = "test_tokenizer_unigram.json";
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", f);
-    fclose(f);
-    assert_null(comet_tokenizer_from_hf_json(path));
-    assert_non_null(strstr(comet_last_error(), "Unigram"));
+    /* Malformed or unsupported tokenizer.json files: refused, naming the field. */
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "Unigram"},
+        {"not json", "JSON"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "id 2"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [3]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "merges[0]"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "a b"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "NFKC"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+         "Whitespace"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [],"
+         " \"continuing_subword_prefix\": \"##\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "continuing_subword_prefix"},
+    };
+    const char *path = "test_tokenizer_bad.json";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i].json, f);
+        fclose(f);
+        comet_clear_error();
+        assert_null(comet_tokenizer_from_hf_json(path));
+        if (!strstr(comet_last_error(), bad[i].needle) || !strstr(comet_last_error(), path))
+            fail_msg("case %zu: error \"%s\" should name %s and the file", i, comet_last_error(),
+                     bad[i].needle);
+    }
     remove(path);
 
     const char *toks[] = {"a", "b", "ab", "c"};
