@@ -44,13 +44,20 @@ TESTS = [
     "Copyright (C) 2007 Free Software Foundation, Inc. <https://fsf.org/>",
     "Everyone is permitted to copy and distribute verbatim copies",
     "ÀÉÎÕÜ àéîõü", "ﬁ", "\n", "\n\n\n", "  \n  ",
+    "  0. Definitions.\n\n  \"This License\" refers to version 3",
+    "(a) The work must carry prominent notices;\n  (b) The work",
+    "section 10.\n\n  11. Patents.", "You're, you'RE, YOU'VE, they'll",
+    "copies,\r\n\r\nand", "END OF TERMS AND CONDITIONS\n\n",
 ]
 
 
 def corpus():
     with open("/usr/share/common-licenses/GPL-3", encoding="utf-8") as f:
         text = f.read()
-    return text.split("\n") + EXTRA * 3
+    # Paragraph chunks keep newlines inside training strings, so that tokens spanning
+    # "\n\n", ".\n" and the like exist and the pre-tokenizer's choices show in the ids.
+    paras = text.split("\n\n")
+    return [p + "\n\n" for p in paras] + EXTRA * 3
 
 
 def train_bytelevel():
@@ -61,7 +68,7 @@ def train_bytelevel():
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
     ])
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=700, special_tokens=["<s>", "</s>", "<|special|>"],
+    trainer = trainers.BpeTrainer(vocab_size=2000, special_tokens=["<s>", "</s>", "<|special|>"],
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
                                   show_progress=False)
     tok.train_from_iterator(corpus(), trainer)
@@ -130,6 +137,13 @@ def main():
             attr[i] = 3
         elif t.startswith("<0x") and len(t) == 6:
             attr[i] = 6
+
+    # The byte-level cases must tell the file's Llama-3 split from GPT-2's.
+    gpt2 = Tokenizer.from_file(os.path.join(FIX, "tok_bytelevel.json"))
+    gpt2.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    n_diff = sum(gpt2.encode(t).ids != bl.encode(t).ids for t in TESTS)
+    print(f"{n_diff} of {len(TESTS)} strings tokenize differently under GPT-2's regex")
+    assert n_diff >= 5
 
     cases = []
     for name, tok in (("bytelevel", bl), ("spm", spm), ("spm_meta", meta)):

@@ -224,6 +224,50 @@ static void test_smollm2_golden_ids(void **state) {
     cJSON_Delete(doc);
 }
 
+/* Whole novels (data/ from scripts/extract_texts.py, which the setup runs): the id count
+ * and an FNV-1a hash of all ids match HF tokenizers'. */
+static void test_smollm2_novels(void **state) {
+    (void)state;
+    comet_model *m = load_default_model();
+    cJSON *doc = load_json("tokens_smollm2.json");
+    const cJSON *nv;
+    int n_novels = 0;
+    cJSON_ArrayForEach(nv, cJSON_GetObjectItemCaseSensitive(doc, "novels")) {
+        const char *root = getenv("COMET_SOURCE_DIR");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root ? root : ".", jstr(nv, "path"));
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            fail_msg("%s is missing: run scripts/extract_texts.py (the setup does)", path);
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = malloc((size_t)len);
+        assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+        fclose(f);
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(comet_tokenizer_encode(m->tok, text, (size_t)len, 0, &ids, &n), COMET_OK);
+        assert_int_equal(n, cJSON_GetObjectItemCaseSensitive(nv, "n_tokens")->valueint);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < n; i++)
+            for (int b = 0; b < 4; b++) {
+                h ^= ((uint32_t)ids[i] >> (8 * b)) & 0xFF;
+                h *= 0x100000001b3ull;
+            }
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+        assert_string_equal(hex, jstr(nv, "fnv1a64"));
+        const cJSON *first = cJSON_GetObjectItemCaseSensitive(nv, "first");
+        assert_true(ids_equal(first, ids, (size_t)cJSON_GetArraySize(first)));
+        free(ids);
+        free(text);
+        n_novels++;
+    }
+    assert_int_equal(n_novels, 2);
+    cJSON_Delete(doc);
+}
+
 static void test_smollm2_special_tokens(void **state) {
     (void)state;
     comet_model *m = load_default_model();
@@ -421,6 +465,94 @@ static void test_spm_desc_scores(void **state) {
     cJSON_Delete(tj);
 }
 
+/* The byte-level fixture described the GGUF way with tokenizer.ggml.pre = "llama-bpe":
+ * the built-in Llama-3 regex and ignore_merges must give what the file's own Split regex
+ * gives under HF tokenizers. */
+static void test_desc_llama_bpe_pre(void **state) {
+    (void)state;
+    cJSON *tj = load_json("tok_bytelevel.json");
+    cJSON *doc = load_json("tok_small_golden.json");
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(tj, "model");
+    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    const cJSON *jm = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    const cJSON *added = cJSON_GetObjectItemCaseSensitive(tj, "added_tokens");
+    int n = cJSON_GetArraySize(vocab) + 1; /* + the added "<mask>" */
+    const char **tokens = calloc((size_t)n, sizeof *tokens);
+    int32_t *attr = malloc((size_t)n * sizeof *attr);
+    const char **merges = malloc((size_t)cJSON_GetArraySize(jm) * sizeof *merges);
+    const cJSON *it;
+    for (int i = 0; i < n; i++)
+        attr[i] = COMET_TOKEN_NORMAL;
+    cJSON_ArrayForEach(it, vocab) tokens[it->valueint] = it->string;
+    cJSON_ArrayForEach(it, added) {
+        int id = cJSON_GetObjectItemCaseSensitive(it, "id")->valueint;
+        assert_true(id < n);
+        tokens[id] = jstr(it, "content");
+        attr[id] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "special"))
+                       ? COMET_TOKEN_CONTROL
+                       : COMET_TOKEN_USER_DEFINED;
+    }
+    int k = 0;
+    cJSON_ArrayForEach(it, jm) merges[k++] = it->valuestring;
+    for (int i = 0; i < n; i++)
+        assert_non_null(tokens[i]);
+    comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = n, .tokens = tokens,
+                          .token_attr = attr, .n_merges = k, .merges = merges,
+                          .pre = "llama-bpe", .bos_id = 0, .eos_id = 1, .unk_id = -1,
+                          .pad_id = -1};
+    comet_tokenizer *tok = comet_tokenizer_init(&d);
+    if (!tok)
+        fail_msg("%s", comet_last_error());
+    check_cases(tok, cJSON_GetObjectItemCaseSensitive(doc, "cases"), "bytelevel", 1);
+    comet_tokenizer_free(tok);
+    free(tokens);
+    free(attr);
+    free(merges);
+    cJSON_Delete(doc);
+    cJSON_Delete(tj);
+}
+
+/* Every pre-tokenizer name builds (its regexes compile under PCRE2) and encodes text
+ * byte-wise over a vocabulary of the 256 byte symbols alone. */
+static void test_pre_names(void **state) {
+    (void)state;
+    char sym[256][4];
+    const char *tokens[256];
+    for (int b = 0, k = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)k++;
+        if (cp < 0x80) {
+            sym[b][0] = (char)cp, sym[b][1] = 0;
+        } else {
+            sym[b][0] = (char)(0xC0 | (cp >> 6)), sym[b][1] = (char)(0x80 | (cp & 0x3F));
+            sym[b][2] = 0;
+        }
+        tokens[b] = sym[b];
+    }
+    const char *names[] = {NULL, "default", "gpt2", "gpt-2", "llama3", "llama-bpe", "smollm",
+                           "starcoder", "qwen2", "dbrx", "command-r"};
+    const char text[] = "Hello 123 world!!\n\n  x's \xe4\xbd\xa0\xf0\x9f\x98\x80 $+<=> 4096";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 256, .tokens = tokens,
+                              .pre = names[i], .bos_id = -1, .eos_id = -1, .unk_id = -1,
+                              .pad_id = -1};
+        comet_tokenizer *tok = comet_tokenizer_init(&d);
+        if (!tok)
+            fail_msg("pre %s: %s", names[i] ? names[i] : "(none)", comet_last_error());
+        int32_t *ids;
+        size_t n, len;
+        assert_int_equal(comet_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n),
+                         COMET_OK);
+        assert_int_equal(n, sizeof text - 1);
+        char *dec = decode_all(tok, ids, n, 1, &len);
+        assert_int_equal(len, sizeof text - 1);
+        assert_memory_equal(dec, text, len);
+        free(dec);
+        free(ids);
+        comet_tokenizer_free(tok);
+    }
+}
+
 /* ---- construction errors -------------------------------------------------------------- */
 
 static void test_bad_inputs(void **state) {
@@ -428,13 +560,43 @@ static void test_bad_inputs(void **state) {
     assert_null(comet_tokenizer_from_hf_json("/nonexistent/tokenizer.json"));
     assert_non_null(strstr(comet_last_error(), "/nonexistent/tokenizer.json"));
 
-    const char *path = "test_tokenizer_unigram.json";
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", f);
-    fclose(f);
-    assert_null(comet_tokenizer_from_hf_json(path));
-    assert_non_null(strstr(comet_last_error(), "Unigram"));
+    /* Malformed or unsupported tokenizer.json files: refused, naming the field. */
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "Unigram"},
+        {"not json", "JSON"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "id 2"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [3]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "merges[0]"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "a b"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "NFKC"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+         "Whitespace"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [],"
+         " \"continuing_subword_prefix\": \"##\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "continuing_subword_prefix"},
+    };
+    const char *path = "test_tokenizer_bad.json";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i].json, f);
+        fclose(f);
+        comet_clear_error();
+        assert_null(comet_tokenizer_from_hf_json(path));
+        if (!strstr(comet_last_error(), bad[i].needle) || !strstr(comet_last_error(), path))
+            fail_msg("case %zu: error \"%s\" should name %s and the file", i, comet_last_error(),
+                     bad[i].needle);
+    }
     remove(path);
 
     const char *toks[] = {"a", "b", "ab", "c"};
@@ -533,12 +695,15 @@ static void test_chat_templates(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2_golden_ids),
+        cmocka_unit_test(test_smollm2_novels),
         cmocka_unit_test(test_smollm2_special_tokens),
         cmocka_unit_test(test_smollm2_detok_split_emoji),
         cmocka_unit_test(test_smollm2_invalid_utf8),
         cmocka_unit_test(test_hf_json_bytelevel),
         cmocka_unit_test(test_hf_json_spm),
         cmocka_unit_test(test_spm_desc_scores),
+        cmocka_unit_test(test_desc_llama_bpe_pre),
+        cmocka_unit_test(test_pre_names),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_chat_templates),
     };

@@ -133,8 +133,10 @@ void comet_detok_init(comet_detok *d, const comet_tokenizer *tok);
 /* Append the complete characters decoded so far to `out` (capacity `cap`, NUL-terminated);
  * returns the number of bytes written (excluding NUL). Control tokens give "". Bytes that
  * can never form a valid UTF-8 character are emitted as U+FFFD each.
- * `cap` >= 3 * comet_tokenizer_max_token_bytes(tok) + 16 always suffices; with less room
- * COMET_ERR_INVALID_ARG is returned and nothing is consumed. */
+ * Room needed: the token's bytes plus held bytes (<= 3) plus the NUL, and 2 more per
+ * invalid byte; `cap` >= 3 * (comet_tokenizer_max_token_bytes(tok) + 3) + 1 always
+ * suffices (253 for SmolLM2). With less room COMET_ERR_INVALID_ARG is returned and nothing
+ * is consumed. Returns a negative status for an id out of range. */
 int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap);
 
 /* Flush held bytes at the end of a stream (an incomplete character is emitted as U+FFFD). */

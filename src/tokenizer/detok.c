@@ -31,39 +31,34 @@ static int utf8_len(uint8_t c) {
     return 0;
 }
 
-/* Write the complete characters of s[0..n) to out; returns bytes written and leaves the
- * start of an unfinished final character in d->pending. */
-static size_t emit_complete(comet_detok *d, const uint8_t *s, size_t n, char *out) {
+/* Write the complete characters of s[0..n) to out (or only count them when out is NULL);
+ * returns the bytes written and sets *hold to the length of an unfinished final character
+ * that could still be completed. */
+static size_t emit_complete(const uint8_t *s, size_t n, char *out, size_t *hold) {
     size_t o = 0, i = 0;
-    d->n_pending = 0;
+    *hold = 0;
     while (i < n) {
         int len = utf8_len(s[i]);
-        if (len == 0) {
-            memcpy(out + o, fffd, 3);
-            o += 3;
-            i++;
-            continue;
-        }
-        if (i + (size_t)len > n) {
-            /* Hold it if what we have so far could still become a character. */
+        if (len > 0 && i + (size_t)len > n) {
             int ok = 1;
             for (size_t j = i + 1; j < n; j++)
                 ok &= (s[j] & 0xC0) == 0x80;
             if (ok) {
-                memcpy(d->pending, s + i, n - i);
-                d->n_pending = (int)(n - i);
+                *hold = n - i;
                 break;
             }
         }
-        uint32_t cp;
-        int k = tok_utf8_decode(s + i, n - i, &cp);
+        uint32_t cp = 0xFFFFFFFFu;
+        int k = len > 0 ? tok_utf8_decode(s + i, n - i, &cp) : 1;
         if (cp == 0xFFFFFFFFu) {
-            memcpy(out + o, fffd, 3);
+            if (out)
+                memcpy(out + o, fffd, 3);
             o += 3;
             i++;
             continue;
         }
-        memcpy(out + o, s + i, (size_t)k);
+        if (out)
+            memcpy(out + o, s + i, (size_t)k);
         o += (size_t)k;
         i += (size_t)k;
     }
@@ -76,11 +71,6 @@ int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap) {
     if (n_piece < 0)
         return n_piece;
     size_t n = (size_t)d->n_pending + (size_t)n_piece;
-    if (3 * n + 1 > cap)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "detok: output buffer of %zu bytes is too small for token %d "
-                               "(needs %zu)",
-                               cap, (int)id, 3 * n + 1);
     uint8_t stack[512];
     uint8_t *buf = n <= sizeof stack ? stack : malloc(n);
     if (!buf)
@@ -93,8 +83,19 @@ int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap) {
         s++; /* SentencePiece drops the dummy-prefix space at the start of the text */
         n--;
     }
-    size_t o = emit_complete(d, s, n, out);
+    size_t hold, need = emit_complete(s, n, NULL, &hold);
+    if (need + 1 > cap) {
+        if (buf != stack)
+            free(buf);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "detok: output buffer of %zu bytes is too small for token %d "
+                               "(needs %zu)",
+                               cap, (int)id, need + 1);
+    }
+    size_t o = emit_complete(s, n, out, &hold);
     out[o] = '\0';
+    memcpy(d->pending, s + n - hold, hold);
+    d->n_pending = (int)hold;
     d->n_emitted += n_piece; /* bytes of pieces consumed so far */
     if (buf != stack)
         free(buf);
