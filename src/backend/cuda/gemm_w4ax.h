@@ -1,0 +1,89 @@
+/* gemm_w4ax.h — the CUDA W4Ax GEMM (NUMERICS.md "The W4Ax GEMM"), a standalone C API.
+ *
+ *   y[t, n] = sum_b sa[t, b] * sw[n, b] * S[t, n, b],  S = int32 block sum of qa · qw
+ *
+ * Weights are INT4 in a CUDA-private packed layout (made from the plain layout of
+ * quant/w4_plain.h by comet_cuda_w4ax_pack, host side, tested by round trip). Activation
+ * codes are one int8 byte per element for both INT8 and INT4 blocks: on Hopper both kinds
+ * of block run on the INT8 tensor cores at the same rate (HOPPER.md), so the kernel treats
+ * them alike and n8 only selects which blocks the caller promises to hold INT4-range codes.
+ * The layout of the packed weights and the kernels are described in docs/gemm.md.
+ *
+ * Plain C header: no CUDA types; streams travel as void * (a cudaStream_t).
+ */
+#ifndef COMET_BACKEND_CUDA_GEMM_W4AX_H
+#define COMET_BACKEND_CUDA_GEMM_W4AX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comet/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kernel choice (COMET_W4AX_KERNEL_AUTO picks by M, N, K at run time). */
+typedef enum comet_w4ax_kernel {
+    COMET_W4AX_KERNEL_AUTO = 0,
+    COMET_W4AX_KERNEL_STREAM = 1, /* small M: warps stream weights from global, split-K */
+    COMET_W4AX_KERNEL_TILED = 2,  /* larger M: cp.async multi-stage smem tiles, mma.sync */
+    COMET_W4AX_KERNEL_COUNT
+} comet_w4ax_kernel;
+
+/* Packed layout (docs/gemm.md): N is padded to Np = roundup(N, 16); K % 64 == 0.
+ * Codes: (Np/16) x (K/64) tiles of 512 bytes, tile (nt, kt) at byte (nt*(K/64) + kt)*512;
+ * lane l of a warp reads bytes [16l, 16l+16) of a tile and gets its m16n8k32 A fragments
+ * for two k32 steps, each nibble pair (low = row g, high = row g+8) expanding to INT8
+ * with the x16 trick. Scales: fp16 [K/B, Np] (block-major), padded rows are 0. */
+size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K);
+size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B);
+
+/* Host-side repacking. qw_plain [N, K/2] and sw_plain [N, K/B] fp16 bits in, qw_packed
+ * (packed_qw_bytes) and sw_packed (packed_sw_bytes) out; caller-owned host buffers.
+ * Returns COMET_ERR_INVALID_ARG unless N >= 1, K % 64 == 0, B in {64, 128}, K % B == 0. */
+comet_status comet_cuda_w4ax_pack(int N, int K, int B, const uint8_t *qw_plain,
+                                  const uint16_t *sw_plain, uint8_t *qw_packed,
+                                  uint16_t *sw_packed);
+
+/* Inverse of comet_cuda_w4ax_pack (for the round-trip test and debugging). */
+comet_status comet_cuda_w4ax_unpack(int N, int K, int B, const uint8_t *qw_packed,
+                                    const uint16_t *sw_packed, uint8_t *qw_plain,
+                                    uint16_t *sw_plain);
+
+/* One GEMM call. Pointers are device memory owned by the caller. */
+typedef struct comet_cuda_w4ax_gemm {
+    int M, N, K, B, n8;  /* M >= 1 tokens, N >= 1, K % 64 == 0, B in {64,128}, 0<=n8<=K/B */
+    const uint8_t *qw;   /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K) */
+    const uint16_t *sw;  /* packed fp16 scales [K/B, roundup(N,16)] */
+    const int8_t *qa;    /* [M, K] activation codes, 16-byte aligned */
+    const float *sa;     /* [M, K/B] fp32 activation scales */
+    float *y;            /* [M, N] fp32 output, or NULL */
+    uint16_t *y_f16;     /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
+    int32_t *bsum;       /* test/debug: [M, N, K/B] int32 block sums written from the very
+                          * accumulators the kernel scales, or NULL */
+    void *workspace;     /* split-K partials + tile counters, or NULL when none is needed;
+                          * zero-filled once by the caller when allocated (the kernels
+                          * leave the counters at zero again) */
+    size_t workspace_bytes;
+    comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
+    int splits;               /* 0 = automatic split-K; tests force values */
+} comet_cuda_w4ax_gemm;
+
+/* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan (0 if none). */
+size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gemm *g);
+
+/* Short text naming the plan chosen for g ("stream MI=2 splits=8 grid=64x1x8"), for
+ * benchmarks and logs; static storage, overwritten by the next call. */
+const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g);
+
+/* Launch the GEMM on `stream` (a cudaStream_t, NULL for the default stream). Returns
+ * COMET_OK, COMET_ERR_INVALID_ARG for bad shapes/pointers or too small a workspace,
+ * COMET_ERR_CUDA when the launch fails. Asynchronous: errors inside the kernel surface at
+ * the next synchronizing call. */
+comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,64 @@
+/* test_fuzz_regress.c — replay fuzzing inputs through the parsers in the normal build.
+ *
+ * tests/fuzz/corpus/<fmt>/ holds the valid seeds (must parse); tests/fixtures/fuzz/<fmt>/
+ * holds every input that once crashed a fuzz target (docs/fuzzing.md): each must now be
+ * handled with a status, never a crash. The work per input is the fuzz targets' own
+ * (tests/fuzz/fuzz_exercise.h).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <dirent.h>
+
+#include <cmocka.h>
+
+#include "fuzz/fuzz_exercise.h"
+#include "test_util.h"
+
+/* Run every file in `rel` through `fn`; returns the count. */
+static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), int must_parse) {
+    const char *dir = src_path(rel);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        size_t sz = 0;
+        uint8_t *buf = read_file(path, &sz);
+        assert_non_null(buf);
+        comet_status st = fn(buf, sz);
+        if (must_parse && st != COMET_OK)
+            fail_msg("%s: seed does not parse: %s", path, comet_last_error());
+        if (st != COMET_OK && (st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0'))
+            fail_msg("%s: status %d without a message", path, st);
+        free(buf);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_seeds(void **state) {
+    (void)state;
+    assert_true(replay("tests/fuzz/corpus/gguf", fuzz_exercise_gguf, 1) >= 2);
+    assert_true(replay("tests/fuzz/corpus/safetensors", fuzz_exercise_safetensors, 1) >= 2);
+}
+
+static void test_crashers(void **state) {
+    (void)state;
+    replay("tests/fixtures/fuzz/gguf", fuzz_exercise_gguf, 0);
+    replay("tests/fixtures/fuzz/safetensors", fuzz_exercise_safetensors, 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_seeds),
+        cmocka_unit_test(test_crashers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
