@@ -224,6 +224,50 @@ static void test_smollm2_golden_ids(void **state) {
     cJSON_Delete(doc);
 }
 
+/* Whole novels (data/ from scripts/extract_texts.py, which the setup runs): the id count
+ * and an FNV-1a hash of all ids match HF tokenizers'. */
+static void test_smollm2_novels(void **state) {
+    (void)state;
+    comet_model *m = load_default_model();
+    cJSON *doc = load_json("tokens_smollm2.json");
+    const cJSON *nv;
+    int n_novels = 0;
+    cJSON_ArrayForEach(nv, cJSON_GetObjectItemCaseSensitive(doc, "novels")) {
+        const char *root = getenv("COMET_SOURCE_DIR");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root ? root : ".", jstr(nv, "path"));
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            fail_msg("%s is missing: run scripts/extract_texts.py (the setup does)", path);
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = malloc((size_t)len);
+        assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+        fclose(f);
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(comet_tokenizer_encode(m->tok, text, (size_t)len, 0, &ids, &n), COMET_OK);
+        assert_int_equal(n, cJSON_GetObjectItemCaseSensitive(nv, "n_tokens")->valueint);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < n; i++)
+            for (int b = 0; b < 4; b++) {
+                h ^= ((uint32_t)ids[i] >> (8 * b)) & 0xFF;
+                h *= 0x100000001b3ull;
+            }
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+        assert_string_equal(hex, jstr(nv, "fnv1a64"));
+        const cJSON *first = cJSON_GetObjectItemCaseSensitive(nv, "first");
+        assert_true(ids_equal(first, ids, (size_t)cJSON_GetArraySize(first)));
+        free(ids);
+        free(text);
+        n_novels++;
+    }
+    assert_int_equal(n_novels, 2);
+    cJSON_Delete(doc);
+}
+
 static void test_smollm2_special_tokens(void **state) {
     (void)state;
     comet_model *m = load_default_model();
@@ -475,13 +519,43 @@ static void test_bad_inputs(void **state) {
     assert_null(comet_tokenizer_from_hf_json("/nonexistent/tokenizer.json"));
     assert_non_null(strstr(comet_last_error(), "/nonexistent/tokenizer.json"));
 
-    const char *path = "test_tokenizer_unigram.json";
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", f);
-    fclose(f);
-    assert_null(comet_tokenizer_from_hf_json(path));
-    assert_non_null(strstr(comet_last_error(), "Unigram"));
+    /* Malformed or unsupported tokenizer.json files: refused, naming the field. */
+    static const struct {
+        const char *json, *needle;
+    } bad[] = {
+        {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", "Unigram"},
+        {"not json", "JSON"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 2}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "id 2"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [3]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "merges[0]"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}, \"merges\": [\"a b\"]},"
+         " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "a b"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"normalizer\": {\"type\": \"NFKC\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "NFKC"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
+         " \"pre_tokenizer\": {\"type\": \"Whitespace\"}}",
+         "Whitespace"},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [],"
+         " \"continuing_subword_prefix\": \"##\"}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}",
+         "continuing_subword_prefix"},
+    };
+    const char *path = "test_tokenizer_bad.json";
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(path, "w");
+        assert_non_null(f);
+        fputs(bad[i].json, f);
+        fclose(f);
+        comet_clear_error();
+        assert_null(comet_tokenizer_from_hf_json(path));
+        if (!strstr(comet_last_error(), bad[i].needle) || !strstr(comet_last_error(), path))
+            fail_msg("case %zu: error \"%s\" should name %s and the file", i, comet_last_error(),
+                     bad[i].needle);
+    }
     remove(path);
 
     const char *toks[] = {"a", "b", "ab", "c"};
@@ -580,6 +654,7 @@ static void test_chat_templates(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2_golden_ids),
+        cmocka_unit_test(test_smollm2_novels),
         cmocka_unit_test(test_smollm2_special_tokens),
         cmocka_unit_test(test_smollm2_detok_split_emoji),
         cmocka_unit_test(test_smollm2_invalid_utf8),

@@ -2,9 +2,10 @@
  *
  * Dispatch: a path ending in .gguf or starting with the GGUF magic is a GGUF file; a
  * directory with config.json is an HF checkpoint (hf.c), or the comet quantized
- * checkpoint when its config.json has a quantization_config (checkpoint_read.c). The GGUF loader maps llama.* keys to comet_model_config, builds
- * the tokenizer from tokenizer.ggml.* and converts tensors to fp32, undoing the Q/K row
- * permutation llama.cpp's converter applies (model.h: weights are held in HF order).
+ * checkpoint when its config.json has a quantization_config (checkpoint_read.c). The
+ * GGUF loader maps llama.* keys to comet_model_config, builds the tokenizer from
+ * tokenizer.ggml.* and converts tensors to fp32, undoing the Q/K row permutation
+ * llama.cpp's converter applies (model.h: weights are held in HF order).
  * What this does not do: architectures other than llama, partial rotary, biases.
  */
 #include "format/loader.h"

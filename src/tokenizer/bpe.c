@@ -450,9 +450,6 @@ static comet_status emit_char_bytes(const struct comet_tokenizer *t, int32_t pos
     return COMET_OK;
 }
 
-comet_status tok_merge_chars(const struct comet_tokenizer *t, const char *s, size_t n,
-                             tok_ids *out);
-
 /* Merge the characters of s[0..n) by merge rank (HF BPE semantics); characters that are
  * not tokens fall back to <0xXX> byte tokens or unk. */
 comet_status tok_merge_chars(const struct comet_tokenizer *t, const char *s, size_t n,

@@ -219,6 +219,15 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
                         path, mtype ? mtype : "(missing)");
         goto done;
     }
+    const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
+    for (int i = 0; i < 2; i++) {
+        const char *a = jstr(model, affixes[i]);
+        if (a && *a) {
+            comet_set_error(COMET_ERR_UNSUPPORTED, "%s: model.%s \"%s\" is not supported", path,
+                            affixes[i], a);
+            goto done;
+        }
+    }
     const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
     const cJSON *added = cJSON_GetObjectItemCaseSensitive(doc, "added_tokens");
     if (!cJSON_IsObject(vocab)) {
@@ -244,6 +253,14 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
         }
         if (id->valueint > max_id)
             max_id = id->valueint;
+    }
+    int n_entries = cJSON_GetArraySize(vocab) + cJSON_GetArraySize(added);
+    if (max_id >= n_entries) {
+        comet_set_error(COMET_ERR_FORMAT,
+                        "%s: token id %d but only %d vocab/added_tokens entries; ids must be "
+                        "0..n-1",
+                        path, max_id, n_entries);
+        goto done;
     }
     n_tokens = max_id + 1;
     tokens = calloc((size_t)(n_tokens ? n_tokens : 1), sizeof *tokens);

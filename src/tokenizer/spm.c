@@ -14,9 +14,6 @@
 
 #include "tokenizer/tok_internal.h"
 
-comet_status tok_merge_chars(const struct comet_tokenizer *t, const char *s, size_t n,
-                             tok_ids *out);
-
 typedef struct spm_sym {
     uint32_t off, len; /* bytes in the normalized text; len 0 = merged away */
     int32_t prev, next;

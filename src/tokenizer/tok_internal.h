@@ -114,6 +114,10 @@ int tok_utf8_encode(uint32_t cp, char *out);
  * starts the text. Both return 0 or a negative status. */
 comet_status tok_bpe_encode_segment(const struct comet_tokenizer *t, const char *s, size_t n,
                                     tok_ids *out);
+/* Merge the characters of s[0..n) by merge rank (HF BPE on characters); characters that
+ * are not tokens become <0xXX> byte tokens (byte_fallback) or unk. */
+comet_status tok_merge_chars(const struct comet_tokenizer *t, const char *s, size_t n,
+                             tok_ids *out);
 comet_status tok_spm_encode_segment(const struct comet_tokenizer *t, const char *s, size_t n,
                                     int first, tok_ids *out);
 
