@@ -44,7 +44,7 @@ static void test_golden_raw(void **state) {
     comet_gguf *g;
     assert_int_equal(comet_gguf_open(default_model_path(), &g), COMET_OK);
     assert_int_equal(g->version, 3);
-    size_t n;
+    size_t n = 0;
     char *txt = read_file(src_path("tests/fixtures/gguf_golden.txt"), &n);
     assert_non_null(txt);
     int n_raw = 0;
@@ -128,7 +128,7 @@ static int hexval(char c) { return c <= '9' ? c - '0' : c - 'a' + 10; }
 /* Random blocks of every supported type vs gguf.quants.dequantize. */
 static void test_quant_blocks(void **state) {
     (void)state;
-    size_t n;
+    size_t n = 0;
     char *txt = read_file(src_path("tests/fixtures/quant_blocks.txt"), &n);
     assert_non_null(txt);
     char *save = NULL;

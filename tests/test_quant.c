@@ -12,6 +12,8 @@
 
 #include <cmocka.h>
 
+#include "backend/cpu/ref_gemm_w4ax.h"
+#include "quant/qlinear.h"
 #include "quant/quant.h"
 #include "quant/pack.h"
 
@@ -364,10 +366,59 @@ static void test_w4_pack_round_trip(void **st) {
     assert_memory_equal(q, back, sizeof q);
     for (int n = 0; n < N; n++)
         for (int k = 0; k < K; k++)
-        {
-            int byte = packed[n * (K / 2) + k / 2], nib = k & 1 ? byte >> 4 : byte & 0xF;
-            assert_int_equal(nib >= 8 ? nib - 16 : nib, q[n * K + k]);
-        }
+            assert_int_equal(comet_w4_plain_get(packed, K, n, k), q[n * K + k]);
+    /* The element setter of w4_plain.h builds the same bytes. */
+    uint8_t set[N * K / 2];
+    memset(set, 0xA5, sizeof set);
+    for (int n = 0; n < N; n++)
+        for (int k = 0; k < K; k++)
+            comet_w4_plain_set(set, K, n, k, q[n * K + k]);
+    assert_memory_equal(set, packed, sizeof set);
+}
+
+/* The fp32 simulation of a quantized linear equals the integer W4Ax GEMM oracle on the same
+ * codes and scales (up to fp32 rounding of the outer sums). */
+static void test_qlinear_sim_matches_w4ax_gemm(void **st) {
+    (void)st;
+    enum { T = 7, K = 192, N = 40, B = 64, N8 = 1 };
+    float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
+    float *wd = malloc(sizeof(float) * N * K), *y = malloc(sizeof(float) * T * N);
+    float *yref = malloc(sizeof(float) * T * N), *xp = malloc(sizeof(float) * T * K);
+    int8_t *qw = malloc(N * K), *qa = malloc(T * K);
+    uint8_t *packed = malloc(N * K / 2);
+    uint16_t sw[N * (K / B)];
+    float sa[T * (K / B)];
+    int32_t perm[K];
+    for (int i = 0; i < T * K; i++)
+        x[i] = nrand() * (i % K == 5 ? 30.0f : 1.0f);
+    for (int i = 0; i < N * K; i++)
+        w[i] = nrand();
+    for (int k = 0; k < K; k++)
+        perm[k] = (k * 7 + 3) % K; /* 7 is coprime with 192: a permutation */
+    assert_int_equal(comet_quant_w_rtn(w, N, K, B, 4, 1, qw, sw), COMET_OK);
+    comet_quant_w_dequant(qw, sw, N, K, B, wd);
+    comet_w4_pack(qw, N, K, packed);
+    comet_linear lin = {.n_out = N, .n_in = K, .fmt = COMET_WFMT_QSIM, .w = wd, .perm = perm,
+                        .block = B, .n8 = N8, .a_bits = 4, .w_bits = 4, .qw = packed, .sw = sw};
+    assert_int_equal(comet_qlinear_sim(&lin, x, T, y), COMET_OK);
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < K; k++)
+            xp[t * K + k] = x[t * K + perm[k]];
+    comet_quant_act(xp, T, K, B, N8, qa, sa);
+    assert_int_equal(comet_ref_gemm_w4ax(T, N, K, B, N8, packed, sw, qa, sa, yref, NULL), COMET_OK);
+    double num = 0, den = 0;
+    for (int i = 0; i < T * N; i++) {
+        num += (double)(y[i] - yref[i]) * (y[i] - yref[i]);
+        den += (double)yref[i] * yref[i];
+    }
+    assert_true(sqrt(num / den) < 1e-5);
+    /* a_bits 16: only the gather, no activation rounding. */
+    lin.a_bits = 16;
+    float *xq = malloc(sizeof(float) * T * K);
+    comet_qlinear_input(&lin, x, T, xq);
+    assert_memory_equal(xq, xp, sizeof(float) * T * K);
+    free(x), free(w), free(wd), free(y), free(yref), free(xp), free(qw), free(qa), free(packed);
+    free(xq);
 }
 
 int main(void) {
@@ -381,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_weight_rtn),
         cmocka_unit_test(test_gptq_beats_rtn),
         cmocka_unit_test(test_w4_pack_round_trip),
+        cmocka_unit_test(test_qlinear_sim_matches_w4ax_gemm),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

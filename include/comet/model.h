@@ -54,7 +54,11 @@ typedef struct comet_model_config {
 
 /* Weight storage formats of a linear layer. Append-only. */
 typedef enum comet_wfmt {
-    COMET_WFMT_F32, /* w: [N, K] fp32 row-major */
+    COMET_WFMT_F32,  /* w: [N, K] fp32 row-major */
+    COMET_WFMT_QSIM, /* FMPQ (NUMERICS.md) run by fp32 simulation: x' = x gathered by perm,
+                      * activations quantized->dequantized per token per block (a_bits 4),
+                      * y = x' · wᵀ with w the dequantized weights in permuted column order.
+                      * src/quant/qlinear.h implements the input side. */
     COMET_WFMT_COUNT
 } comet_wfmt;
 
@@ -63,7 +67,20 @@ typedef struct comet_linear {
     int n_out; /* N */
     int n_in;  /* K */
     comet_wfmt fmt;
-    float *w;  /* COMET_WFMT_F32: [N, K] */
+    float *w;  /* COMET_WFMT_F32: [N, K]; QSIM: dequantized [N, K], columns in perm order */
+    /* COMET_WFMT_QSIM only (arrays owned by the model): */
+    const int32_t *perm;        /* [K] input gather x'[k] = x[perm[k]]; NULL = identity */
+    const int32_t *perm_folded; /* [K] (down_proj) permutation folded offline into the
+                                 * producer's output rows: already applied, kept for the
+                                 * checkpoint; NULL if none */
+    int block;                  /* B: activation and weight block (channels) */
+    int n8;                     /* activation blocks 0..n8-1 INT8, the rest INT4 */
+    int a_bits;                 /* 4 (INT4 + n8 INT8 blocks) or 8 (n8 = all blocks): quantize
+                                 * activations as above; 16: keep them fp32 */
+    int w_bits;                 /* 4 or 8: codes below; 16 / 32: w only (fp16 / fp32) */
+    uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (quant/w4_plain.h);
+                                 * 8: [N, K] int8; 16, 32: NULL */
+    uint16_t *sw;               /* [N, K/B] fp16 weight scales; NULL for w_bits 16, 32 */
 } comet_linear;
 
 typedef struct comet_layer_weights {
@@ -80,6 +97,26 @@ typedef struct comet_layer_weights {
 
 struct comet_tokenizer;
 
+/* What a quantized model is (config.json "quantization_config" of a comet checkpoint).
+ * Per-linear choices (permutation, n8) live in each comet_linear. */
+#define COMET_QUANT_FORMAT_VERSION 1
+typedef struct comet_quant_config {
+    int format_version; /* COMET_QUANT_FORMAT_VERSION */
+    int w_bits;         /* 4, 8, 16 or 32 */
+    int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
+    int kv_bits;        /* 4, 8 or 16 */
+    int block;          /* B */
+    int reorder;        /* channels sorted by salience (else identity permutations) */
+    float tau;          /* INT8 threshold: salience > tau * median */
+    float int8_budget;  /* at most this fraction of each group's blocks is INT8 */
+    char wmethod[8];    /* "rtn" or "gptq" */
+    int clip_search;    /* RTN/GPTQ block scales from the clipping search */
+    float gptq_damp;
+    char calib_corpus[256];
+    int calib_windows, calib_window_len;
+    long calib_tokens;
+} comet_quant_config;
+
 typedef struct comet_model {
     comet_model_config cfg;
     float *tok_embd;             /* [V, C] */
@@ -90,6 +127,11 @@ typedef struct comet_model {
     char *chat_template;         /* the model's template string (Jinja), owned; may be NULL */
     char *name;                  /* model name for display, owned */
     char *path;                  /* where it was loaded from, owned */
+    /* Quantization: NULL for a floating-point model; set by `comet quantize` and by the
+     * comet checkpoint loader (src/format/checkpoint.h). */
+    struct comet_quant_config *quant;
+    int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
+                  * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
     /* Every weight buffer above is owned by the model and released by comet_model_free. */
     void **owned;
     size_t n_owned, cap_owned;

@@ -51,10 +51,18 @@ typedef struct comet_vocab_desc {
     const char *const *merges;   /* [n_merges] "left right", rank = index (BPE) */
     const char *pre;             /* pre-tokenizer name ("gpt2", "llama3", "smollm", ...) or NULL */
     int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
+    int no_space_prefix;         /* SPM: set when GGUF tokenizer.ggml.add_space_prefix is false
+                                  * (default 0: "▁" is prepended as SentencePiece does) */
 } comet_vocab_desc;
 
 /* Build a tokenizer. Returns NULL with comet_last_error() set on a malformed description
- * (duplicate tokens, merge naming an unknown token, unknown pre-tokenizer name). */
+ * (two NORMAL tokens with one text, merge naming an unknown token or producing one outside
+ * the vocabulary, unknown pre-tokenizer name, ids out of range). A repeated control/unused
+ * token text is accepted; lookups by text give its first id.
+ * Pre-tokenizer names (GGUF tokenizer.ggml.pre): "gpt2"/"gpt-2"/"mpt"/"olmo"/"jais";
+ * "llama3"/"llama-bpe"/"dbrx"/"smaug-bpe"; "smollm"/"starcoder"/"refact"/"command-r"/
+ * "codeshell"/"exaone"/"minerva-7b" (digits split one by one, then GPT-2);
+ * "qwen2"/"stablelm2"; NULL or "default" (llama.cpp's default). */
 comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *desc);
 
 /* Read an HF tokenizer.json (model.type "BPE" with byte-level pre-tokenizer, or
@@ -66,10 +74,36 @@ void comet_tokenizer_free(comet_tokenizer *tok);
 
 int comet_tokenizer_n_vocab(const comet_tokenizer *tok);
 
+/* Length in bytes of the longest decoded token (comet_tokenizer_token_bytes). */
+int comet_tokenizer_max_token_bytes(const comet_tokenizer *tok);
+
+typedef enum comet_special_token {
+    COMET_SPECIAL_BOS,
+    COMET_SPECIAL_EOS,
+    COMET_SPECIAL_UNK,
+    COMET_SPECIAL_PAD,
+    COMET_SPECIAL_COUNT
+} comet_special_token;
+
+/* Id of the BOS/EOS/UNK/PAD token given at construction, or -1. */
+int32_t comet_tokenizer_special_id(const comet_tokenizer *tok, comet_special_token which);
+
+/* Set the BOS/EOS/UNK/PAD id (tokenizer.json does not carry BOS/EOS; the HF loader takes
+ * them from tokenizer_config.json / config.json). id -1 clears it. Returns
+ * COMET_ERR_INVALID_ARG for an id outside the vocabulary. */
+comet_status comet_tokenizer_set_special(comet_tokenizer *tok, comet_special_token which,
+                                         int32_t id);
+
+/* comet_token_attr of `id`, or COMET_ERR_INVALID_ARG for an id out of range. */
+int comet_tokenizer_token_attr(const comet_tokenizer *tok, int32_t id);
+
 /* Encode `len` bytes of UTF-8 `text` into ids. When `parse_special` is non-zero, the
  * text of control/user-defined tokens ("<|im_start|>") becomes that token; otherwise it
- * is tokenized as plain text. No BOS is added here. On success *ids is a malloc'd array
- * of *n_ids ids owned by the caller. Invalid UTF-8 is encoded byte-wise, never refused. */
+ * is tokenized as plain text (user-defined added tokens are always matched, as in HF and
+ * llama.cpp). No BOS is added here. On success *ids is a malloc'd array of *n_ids ids owned
+ * by the caller (non-NULL even when *n_ids is 0). Invalid UTF-8 is encoded byte-wise,
+ * never refused; a byte that has no byte-level token in the vocabulary (e.g. 0xFF in
+ * vocabularies trained on valid UTF-8) is encoded as U+FFFD. */
 comet_status comet_tokenizer_encode(const comet_tokenizer *tok, const char *text, size_t len,
                                     int parse_special, int32_t **ids, size_t *n_ids);
 
@@ -97,8 +131,12 @@ typedef struct comet_detok {
 void comet_detok_init(comet_detok *d, const comet_tokenizer *tok);
 
 /* Append the complete characters decoded so far to `out` (capacity `cap`, NUL-terminated);
- * returns the number of bytes written (excluding NUL). `cap` >= 64 always suffices for one
- * token plus held bytes of a pending character. */
+ * returns the number of bytes written (excluding NUL). Control tokens give "". Bytes that
+ * can never form a valid UTF-8 character are emitted as U+FFFD each.
+ * Room needed: the token's bytes plus held bytes (<= 3) plus the NUL, and 2 more per
+ * invalid byte; `cap` >= 3 * (comet_tokenizer_max_token_bytes(tok) + 3) + 1 always
+ * suffices (253 for SmolLM2). With less room COMET_ERR_INVALID_ARG is returned and nothing
+ * is consumed. Returns a negative status for an id out of range. */
 int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap);
 
 /* Flush held bytes at the end of a stream (an incomplete character is emitted as U+FFFD). */
@@ -122,12 +160,23 @@ typedef struct comet_chat_message {
  * not assumed, also unsupported. */
 comet_status comet_chat_template_detect(const char *jinja, comet_chat_template *out);
 
+/* The system message a model's template inserts when a conversation has none (SmolLM2's
+ * "You are a helpful AI assistant named SmolLM, trained by Hugging Face"), found by the
+ * ChatML pattern `messages[0]['role'] != 'system'` ... `<|im_start|>system\n...<|im_end|>`.
+ * Returns a malloc'd string owned by the caller, or NULL when the template has none.
+ * Callers prepend {"system", it} before comet_chat_apply to match the model's template. */
+char *comet_chat_template_default_system(const char *jinja);
+
 /* Parse a --chat-template name ("chatml", "llama3", "llama2"). */
 comet_status comet_chat_template_from_name(const char *name, comet_chat_template *out);
 
-/* Render `n` messages; with add_generation_prompt the assistant header is appended.
- * `bos` is the BOS token text to emit where the template starts with it (Llama-2/3), or
- * NULL. Returns a malloc'd string owned by the caller, or NULL + last error. */
+/* Render `n` messages; with add_generation_prompt the assistant header is appended
+ * (Llama-2 has none: its text always ends with " [/INST]"). `bos` is the BOS token text to
+ * emit where the template has it (Llama-3: once at the start; Llama-2: before every user
+ * turn), or NULL. Llama-2 closes each assistant turn with " </s>". Llama-3 and Llama-2
+ * strip whitespace around contents as their templates do. Returns a malloc'd string owned
+ * by the caller, or NULL + last error (COMET_ERR_INVALID_ARG: a message without role or
+ * content; Llama-2 roles not alternating user/assistant). */
 char *comet_chat_apply(comet_chat_template kind, const comet_chat_message *msgs, size_t n,
                        int add_generation_prompt, const char *bos);
 

@@ -372,6 +372,11 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
     if (!m->chat_template && file_exists(path) && !(m->chat_template = read_text(path)))
         return comet_set_error(COMET_ERR_IO, "%s: cannot read", path);
     m->cfg.add_bos = add_bos && m->cfg.bos_id >= 0;
+    /* tokenizer.json does not name BOS/EOS; give the tokenizer config.json's. */
+    if (m->cfg.bos_id < n_tok)
+        COMET_TRY(comet_tokenizer_set_special(m->tok, COMET_SPECIAL_BOS, m->cfg.bos_id));
+    if (m->cfg.n_eos > 0 && m->cfg.eos_ids[0] < n_tok)
+        COMET_TRY(comet_tokenizer_set_special(m->tok, COMET_SPECIAL_EOS, m->cfg.eos_ids[0]));
     return COMET_OK;
 }
 

@@ -1,11 +1,11 @@
 /* loader.c — comet_model_load: format dispatch, the shared weight walk, the GGUF loader.
  *
  * Dispatch: a path ending in .gguf or starting with the GGUF magic is a GGUF file; a
- * directory with config.json is an HF checkpoint (hf.c; the comet quantized checkpoint,
- * a later format, is also such a directory and is told apart there by its
- * quantization_config). The GGUF loader maps llama.* keys to comet_model_config, builds
- * the tokenizer from tokenizer.ggml.* and converts tensors to fp32, undoing the Q/K row
- * permutation llama.cpp's converter applies (model.h: weights are held in HF order).
+ * directory with config.json is an HF checkpoint (hf.c), or the comet quantized
+ * checkpoint when its config.json has a quantization_config (checkpoint_read.c). The
+ * GGUF loader maps llama.* keys to comet_model_config, builds the tokenizer from
+ * tokenizer.ggml.* and converts tensors to fp32, undoing the Q/K row permutation
+ * llama.cpp's converter applies (model.h: weights are held in HF order).
  * What this does not do: architectures other than llama, partial rotary, biases.
  */
 #include "format/loader.h"
@@ -19,6 +19,7 @@
 
 #include "comet/log.h"
 #include "comet/tokenizer.h"
+#include "format/checkpoint.h"
 #include "format/gguf.h"
 
 /* ---- the shared weight walk -------------------------------------------------------- */
@@ -418,6 +419,11 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     if (comet_gguf_find(g, "tokenizer.ggml.add_bos_token") &&
         (st = comet_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos)) < 0)
         goto done;
+    int add_space_prefix = 1;
+    if (comet_gguf_find(g, "tokenizer.ggml.add_space_prefix") &&
+        (st = comet_gguf_get_bool(g, "tokenizer.ggml.add_space_prefix", &add_space_prefix)) < 0)
+        goto done;
+    d.no_space_prefix = !add_space_prefix;
     c->bos_id = bos;
     c->add_bos = add_bos && bos >= 0;
     c->n_eos = 0;
@@ -533,6 +539,8 @@ comet_status comet_model_load(const char *path, comet_model **out) {
         if (stat(cfg, &sb) != 0)
             return comet_set_error(COMET_ERR_FORMAT, "model '%s' is a directory without "
                                    "config.json (expected an HF checkpoint)", path);
+        if (comet_checkpoint_detect(path))
+            return comet_checkpoint_load(path, out);
         return comet_load_hf(path, out);
     }
     if (ends_with(path, ".gguf") || has_gguf_magic(path))

@@ -24,6 +24,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <stdio.h>
 
 namespace {
@@ -144,15 +145,6 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
     const int R = (b1 - b0) * B, RS = R + 16, t0 = blockIdx.y * 8 * MI;
     const int nt = blockIdx.x * WARPS + warp, np16 = p.Np / 16;
 
-    for (int i = threadIdx.x; i < 8 * MI * (R / 16); i += WARPS * 32) {
-        int row = i / (R / 16), col = (i % (R / 16)) * 16, t = t0 + row;
-        uint4 v = make_uint4(0, 0, 0, 0);
-        if (t < p.M)
-            v = *reinterpret_cast<const uint4 *>(p.qa + (size_t)t * p.K + (size_t)b0 * B + col);
-        *reinterpret_cast<uint4 *>(smem + row * RS + col) = v;
-    }
-    __syncthreads();
-
     float acc[MI][4];
     int ci[MI][4];
 #pragma unroll
@@ -161,12 +153,14 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         for (int r = 0; r < 4; r++)
             acc[f][r] = 0.0f, ci[f][r] = 0;
 
-    if (nt < np16) {
-        const int nch = (b1 - b0) * KPB;
-        const uint8_t *wp = p.qw + ((size_t)nt * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
-        const uint16_t *swp = p.sw + (size_t)b0 * p.Np + nt * 16 + g;
-        uint4 cur[G], nxt[G];
-        float swc[NBG][2], swn[NBG][2];
+    /* First weight loads go out before the activation copy, so the two latencies overlap. */
+    const bool active = nt < np16;
+    const int nch = (b1 - b0) * KPB;
+    const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
+    const uint16_t *swp = p.sw + (size_t)b0 * p.Np + (active ? nt : 0) * 16 + g;
+    uint4 cur[G], nxt[G];
+    float swc[NBG][2], swn[NBG][2];
+    if (active) {
 #pragma unroll
         for (int j = 0; j < G; j++)
             if (j < nch)
@@ -175,6 +169,17 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         for (int j = 0; j < NBG; j++)
             if (j * KPB < nch)
                 swc[j][0] = ld_sw(swp + (size_t)j * p.Np), swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
+    }
+    for (int i = threadIdx.x; i < 8 * MI * (R / 16); i += WARPS * 32) {
+        int row = i / (R / 16), col = (i % (R / 16)) * 16, t = t0 + row;
+        const int8_t *src = t < p.M ? p.qa + (size_t)t * p.K + (size_t)b0 * B + col : p.qa;
+        cp_async16(smem + row * RS + col, src, t < p.M);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    if (active) {
         for (int c0 = 0; c0 < nch; c0 += G) {
 #pragma unroll
             for (int j = 0; j < G; j++)
@@ -239,7 +244,6 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         }
     }
 
-    const bool active = nt < np16;
     if (p.S == 1) {
         if (!active)
             return;
@@ -481,11 +485,26 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     return pl;
 }
 
+/* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
+constexpr int MAX_SMEM = 80 * 1024;
+static_assert(TSMEM_BYTES <= MAX_SMEM && 8 * 4 * (STREAM_MAX_RANGE + 16) <= MAX_SMEM, "smem");
+
 template <typename K> cudaError_t launch(K kernel, const plan_t &pl, const params &p, cudaStream_t st)
 {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)pl.smem);
-    if (e != cudaSuccess)
-        return e;
+    static std::mutex mu;
+    static const void *done[32];
+    static int n_done = 0;
+    std::lock_guard<std::mutex> lock(mu);
+    bool seen = false;
+    for (int i = 0; i < n_done; i++)
+        seen |= done[i] == (const void *)kernel;
+    if (!seen) {
+        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
+        if (e != cudaSuccess)
+            return e;
+        if (n_done < 32)
+            done[n_done++] = (const void *)kernel;
+    }
     kernel<<<pl.grid, pl.block, pl.smem, st>>>(p);
     return cudaGetLastError();
 }
@@ -513,14 +532,19 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
+    if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: kernel %d / splits %d out of range",
+                               (int)g->kernel, g->splits);
+    return COMET_OK;
+}
+
+comet_status check_pointers(const comet_cuda_w4ax_gemm *g)
+{
     if (!g->qw || !g->sw || !g->qa || !g->sa || (!g->y && !g->y_f16))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: qw, sw, qa, sa and one of y, y_f16 must be non-NULL");
     if ((uintptr_t)g->qw % 16 || (uintptr_t)g->qa % 16)
         return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: qw and qa must be 16-byte aligned");
-    if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: kernel %d / splits %d out of range",
-                               (int)g->kernel, g->splits);
     return COMET_OK;
 }
 
@@ -552,6 +576,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
 extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream)
 {
     COMET_TRY(check_args(g));
+    COMET_TRY(check_pointers(g));
     plan_t pl = make_plan(g);
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,

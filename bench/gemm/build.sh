@@ -1,0 +1,25 @@
+#!/bin/bash
+# build.sh OUTDIR — build the W4Ax GEMM GPU test and benchmark with nvcc/gcc alone (no CMake,
+# none of comet_lib's other dependencies), for sm_90a. Used on the GPU machine, whose image
+# lacks PCRE2/cJSON/OpenBLAS, and locally to check SASS and registers.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${1:-build-gemm-dev}
+mkdir -p "$out"
+arch="-gencode=arch=compute_90a,code=sm_90a ${COMET_EXTRA_ARCH:-}"
+inc="-Iinclude -Isrc"
+nvcc -std=c++17 -O3 $inc $arch -lineinfo -Xptxas -v -c src/backend/cuda/gemm_w4ax.cu -o "$out/gemm_w4ax.o" \
+    > "$out/ptxas.log" 2>&1 &
+p1=$!
+nvcc -std=c++17 -O3 $inc $arch -c bench/gemm/bench_gemm.cu -o "$out/bench_gemm.o" &
+p2=$!
+for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/core/status.c \
+         tests/cuda/test_gemm_w4ax_cuda.c; do
+    gcc -std=gnu11 -O2 -Wall -Wextra $inc -I/usr/local/cuda/include -c "$f" -o "$out/$(basename "$f" .c).o"
+done
+wait $p1 || { cat "$out/ptxas.log"; exit 1; }
+wait $p2
+common="$out/gemm_w4ax.o $out/gemm_w4ax_pack.o $out/ref_gemm_w4ax.o $out/status.o"
+nvcc $arch -o "$out/test_gemm_w4ax_cuda" "$out/test_gemm_w4ax_cuda.o" $common -lpthread -lm
+nvcc $arch -o "$out/bench_gemm" "$out/bench_gemm.o" $common -lcublas -lcublasLt
+echo "built $out/test_gemm_w4ax_cuda $out/bench_gemm"

@@ -1,0 +1,82 @@
+/* fmpq.h — FMPQ applied to a whole model: calibration statistics per linear input group,
+ * then, per layer and group, the channel permutation and INT8 block count
+ * (comet_quant_reorder), the permutation folded into the weights (down_proj's into the
+ * gate/up output rows, NUMERICS.md), and the weights quantized with RTN-clip or GPTQ.
+ * The model is converted in place to COMET_WFMT_QSIM linears ready for simulated
+ * execution and for the checkpoint writer (src/format/checkpoint.h). Collecting the
+ * statistics (running the FP model) is calib.h's job. */
+#ifndef COMET_QUANT_FMPQ_H
+#define COMET_QUANT_FMPQ_H
+
+#include "comet/model.h"
+
+/* Linear input groups: the linears that read one activation share its permutation. */
+typedef enum comet_qgroup {
+    COMET_QGROUP_QKV,     /* q_proj, k_proj, v_proj: input [T, C] */
+    COMET_QGROUP_O,       /* o_proj: input [T, H*D] */
+    COMET_QGROUP_GATE_UP, /* gate_proj, up_proj: input [T, C] */
+    COMET_QGROUP_DOWN,    /* down_proj: input [T, F] */
+    COMET_QGROUP_COUNT
+} comet_qgroup;
+
+/* Short group name ("qkv", "o", "gate_up", "down"). */
+const char *comet_qgroup_name(comet_qgroup g);
+
+/* Input width of group g for a model config (C, H*D, C, F). */
+int comet_qgroup_width(const comet_model_config *cfg, comet_qgroup g);
+
+/* Calibration statistics of every layer and group. */
+typedef struct comet_calib_stats {
+    int n_layer;
+    int width[COMET_QGROUP_COUNT];  /* K of each group */
+    float *sal[COMET_QGROUP_COUNT]; /* [n_layer, K] max |x| per channel */
+    float *xtx[COMET_QGROUP_COUNT]; /* [n_layer, K, K] Σ xᵀx, or NULL when not collected */
+    long n_tokens;                  /* tokens observed (per layer and group) */
+} comet_calib_stats;
+
+/* Allocate zeroed statistics for `cfg`; with_xtx also allocates the XᵀX sums (GPTQ).
+ * NULL + COMET_ERR_NOMEM message on failure. */
+comet_calib_stats *comet_calib_stats_init(const comet_model_config *cfg, int with_xtx);
+void comet_calib_stats_free(comet_calib_stats *cs);
+
+/* Record the input x [T, K] of group g in layer `layer`. */
+void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g, const float *x,
+                               int T);
+
+typedef struct comet_fmpq_params {
+    int w_bits;        /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
+                        * permutation and folding only, embeddings not rounded either) */
+    int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
+    int kv_bits;       /* 4, 8 or 16 */
+    int block;         /* B; 0 = one block per row (per-token activations, per-channel
+                        * weights); -1 = automatic (comet_quant_choose_block) */
+    int reorder;       /* sort channels by salience */
+    float tau;         /* INT8 where salience > tau * median */
+    float int8_budget; /* cap on each group's INT8 block fraction */
+    int gptq;          /* GPTQ (needs XᵀX); else RTN */
+    int clip_search;
+    float gptq_damp;
+} comet_fmpq_params;
+
+/* Defaults: W4 A4(mixed) KV4, automatic block, reorder, tau 8, budget 0.25, GPTQ with the
+ * clipping search, damping 0.01. */
+comet_fmpq_params comet_fmpq_default_params(void);
+
+/* Quantize `m` (fp32 F32 linears) in place with statistics `cs`. Afterwards every linear
+ * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16 (w_bits <= 16), m->quant is set
+ * (calibration fields left for the caller) and m->kv_bits = p->kv_bits. Logs one
+ * progress line per layer. Returns COMET_ERR_INVALID_ARG (bad params, dims not
+ * multiples of the block, GPTQ without XᵀX), COMET_ERR_NOMEM, COMET_ERR_INTERNAL
+ * (GPTQ failure); on failure the model is partly converted and must be freed. */
+comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
+                                 const comet_fmpq_params *p);
+
+/* INT8 block fractions of a quantized model: per group (INT8 blocks / all blocks over all
+ * layers), overall by blocks, and overall weighted by GEMM work (blocks × N). */
+void comet_fmpq_int8_fraction(const comet_model *m, double per_group[COMET_QGROUP_COUNT],
+                              double *overall_blocks, double *overall_work);
+
+/* The linears of group g in layer l (up to 3); returns how many. */
+int comet_qgroup_linears(comet_layer_weights *lw, comet_qgroup g, comet_linear **out);
+
+#endif

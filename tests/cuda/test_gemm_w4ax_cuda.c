@@ -1,0 +1,356 @@
+/* test_gemm_w4ax_cuda.c — GPU test of the CUDA W4Ax GEMM against the scalar oracle
+ * (comet_ref_gemm_w4ax). For each shape of the issue's grid (every value of M, N, K is
+ * covered; the largest combinations are trimmed to keep the CPU oracle affordable) and
+ * each kernel (auto plan, the other kernel forced, forced split counts):
+ *   - int32 block sums written by the kernel's debug mode equal the oracle's bit for bit;
+ *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
+ *     rounding, and two runs give identical bits (deterministic split-K);
+ *   - guard words around every output stay intact, and poisoned outputs are all written.
+ * Usage: test_gemm_w4ax_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
+ * Exit status 0 when every check passes. */
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cpu/ref_gemm_w4ax.h"
+#include "backend/cuda/gemm_w4ax.h"
+#include "quant/w4_plain.h"
+
+#define GUARD 64 /* guard words on each side of each output */
+#define GUARD_WORD 0x5A5A5A5Au
+
+static int n_fail = 0, n_check = 0;
+
+#define CUDA_OK(call)                                                                        \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
+                    __LINE__, #call);                                                        \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* The oracle, threaded over token rows (it is plain per-row independent). */
+typedef struct {
+    int M, N, K, B, n8;
+    const uint8_t *qw;
+    const uint16_t *sw;
+    const int8_t *qa;
+    const float *sa;
+    float *y;
+    int32_t *bs;
+    int t0, t1;
+    comet_status st;
+} ref_job;
+
+static void *ref_worker(void *arg)
+{
+    ref_job *j = arg;
+    int nb = j->K / j->B;
+    j->st = j->t1 > j->t0 ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
+                                                j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
+                                                j->y + (size_t)j->t0 * j->N,
+                                                j->bs + (size_t)j->t0 * j->N * nb)
+                          : COMET_OK;
+    return NULL;
+}
+
+static void ref_threaded(ref_job proto)
+{
+    enum { NT = 16 };
+    pthread_t th[NT];
+    ref_job jobs[NT];
+    for (int i = 0; i < NT; i++) {
+        jobs[i] = proto;
+        jobs[i].t0 = (int)((long)proto.M * i / NT);
+        jobs[i].t1 = (int)((long)proto.M * (i + 1) / NT);
+        pthread_create(&th[i], NULL, ref_worker, &jobs[i]);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].st != COMET_OK) {
+            fprintf(stderr, "oracle failed: %s\n", comet_last_error());
+            exit(2);
+        }
+    }
+}
+
+static float f16_round(float x)
+{
+    /* round-to-nearest-even to binary16 precision, via the exact f16 grid (normal range) */
+    if (x == 0.0f || !isfinite(x))
+        return x;
+    int e;
+    frexpf(x, &e);
+    if (e < -13)
+        e = -13; /* subnormal spacing 2^-24 */
+    float ulp = ldexpf(1.0f, e - 11);
+    return rintf(x / ulp) * ulp;
+}
+
+/* Device buffer with guard words on both sides. */
+typedef struct {
+    uint32_t *raw;
+    void *p;
+    size_t bytes;
+} guarded;
+
+static guarded galloc(size_t bytes)
+{
+    guarded g = {0};
+    g.bytes = bytes;
+    size_t words = (bytes + 3) / 4 + 2 * GUARD;
+    CUDA_OK(cudaMalloc((void **)&g.raw, words * 4));
+    uint32_t *h = malloc(words * 4);
+    for (size_t i = 0; i < words; i++)
+        h[i] = GUARD_WORD;
+    CUDA_OK(cudaMemcpy(g.raw, h, words * 4, cudaMemcpyHostToDevice));
+    free(h);
+    g.p = g.raw + GUARD;
+    return g;
+}
+
+/* Poison the payload (0xFF bytes: NaN for floats, -1 for ints). */
+static void gpoison(guarded *g) { CUDA_OK(cudaMemset(g->p, 0xFF, g->bytes)); }
+
+static int gcheck(const guarded *g, const char *what)
+{
+    uint32_t h[GUARD];
+    int bad = 0;
+    CUDA_OK(cudaMemcpy(h, g->raw, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        bad |= h[i] != GUARD_WORD;
+    size_t words = (g->bytes + 3) / 4;
+    CUDA_OK(cudaMemcpy(h, g->raw + GUARD + words, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        bad |= h[i] != GUARD_WORD;
+    if (bad)
+        fprintf(stderr, "  guard words around %s overwritten\n", what);
+    return bad;
+}
+
+static void gfree(guarded *g) { cudaFree(g->raw); }
+
+typedef struct {
+    int M, N, K, B, n8;
+} shape;
+
+/* Run one kernel configuration and compare with the oracle. Returns failures. */
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, const uint8_t *dqw,
+                    const uint16_t *dsw, const int8_t *dqa, const float *dsa, const float *y_ref,
+                    const int32_t *bs_ref, const double *mag)
+{
+    const int M = s->M, N = s->N, nb = s->K / s->B;
+    size_t ny = (size_t)M * N, nbs = ny * nb;
+    guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
+    comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = dqw,
+                              .sw = dsw, .qa = dqa, .sa = dsa, .kernel = kernel, .splits = splits};
+    size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
+    void *ws = NULL;
+    if (wsb) {
+        CUDA_OK(cudaMalloc(&ws, wsb));
+        CUDA_OK(cudaMemset(ws, 0, wsb));
+    }
+    g.workspace = ws, g.workspace_bytes = wsb;
+    char plan[96];
+    snprintf(plan, sizeof plan, "%s", comet_cuda_gemm_w4ax_plan_name(&g));
+    int fails = 0;
+    float *hy = malloc(ny * 4), *hy2 = malloc(ny * 4);
+    uint16_t *hy16 = malloc(ny * 2);
+    int32_t *hbs = malloc(nbs * 4);
+
+    /* 1. debug mode: block sums + fp32 output */
+    gpoison(&gy), gpoison(&gbs);
+    g.y = gy.p, g.bsum = gbs.p;
+    comet_status st = comet_cuda_gemm_w4ax(&g, NULL);
+    if (st != COMET_OK) {
+        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
+        exit(2);
+    }
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaMemcpy(hbs, gbs.p, nbs * 4, cudaMemcpyDeviceToHost));
+    size_t bad_bs = 0, first = (size_t)-1;
+    for (size_t i = 0; i < nbs; i++)
+        if (hbs[i] != bs_ref[i]) {
+            if (first == (size_t)-1)
+                first = i;
+            bad_bs++;
+        }
+    if (bad_bs) {
+        size_t t = first / ((size_t)N * nb), n = first / nb % N, b = first % nb;
+        fprintf(stderr, "  block sums: %zu of %zu differ; first t=%zu n=%zu b=%zu got %d want %d\n",
+                bad_bs, nbs, t, n, b, hbs[first], bs_ref[first]);
+        fails++;
+    }
+    fails += gcheck(&gbs, "bsum");
+
+    /* 2. production mode, twice: fp32 + fp16 outputs, determinism */
+    for (int rep = 0; rep < 2; rep++) {
+        gpoison(&gy), gpoison(&gy16);
+        g.bsum = NULL, g.y = gy.p, g.y_f16 = gy16.p;
+        if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK) {
+            fprintf(stderr, "  launch failed: %s\n", comet_last_error());
+            exit(2);
+        }
+        CUDA_OK(cudaDeviceSynchronize());
+        CUDA_OK(cudaMemcpy(rep ? hy2 : hy, gy.p, ny * 4, cudaMemcpyDeviceToHost));
+    }
+    CUDA_OK(cudaMemcpy(hy16, gy16.p, ny * 2, cudaMemcpyDeviceToHost));
+    if (memcmp(hy, hy2, ny * 4)) {
+        fprintf(stderr, "  two runs differ (non-deterministic)\n");
+        fails++;
+    }
+    size_t bad_y = 0, bad_16 = 0;
+    double worst = 0;
+    for (size_t i = 0; i < ny; i++) {
+        /* outer sum over nb blocks in fp32: error <= ~nb * 2^-23 * sum |terms| */
+        double tol = (nb + 2) * 1.2e-7 * mag[i] + 1e-30;
+        double err = fabs((double)hy[i] - (double)y_ref[i]);
+        if (!(err <= tol))
+            bad_y++;
+        if (err / tol > worst)
+            worst = err / tol;
+        float h = comet_ref_f16_to_f32(hy16[i]), want = f16_round(hy[i]);
+        if (!(h == want || fabsf(h - want) <= fabsf(want) * 1.0e-3f + 1e-7f))
+            bad_16++;
+    }
+    if (bad_y || bad_16) {
+        fprintf(stderr, "  outputs: %zu fp32 and %zu fp16 out of tolerance (worst err/tol %.3g)\n",
+                bad_y, bad_16, worst);
+        fails++;
+    }
+    fails += gcheck(&gy, "y") + gcheck(&gy16, "y_f16");
+    n_check++;
+    printf("%-4s M=%-5d N=%-5d K=%-6d B=%-3d n8=%-4d %-32s err/tol %.3f\n", fails ? "FAIL" : "ok",
+           M, N, s->K, s->B, s->n8, plan, worst);
+    fflush(stdout);
+    free(hy), free(hy2), free(hy16), free(hbs);
+    gfree(&gy), gfree(&gy16), gfree(&gbs);
+    cudaFree(ws);
+    return fails;
+}
+
+static void test_shape(const shape *s, int quick)
+{
+    const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
+    size_t qb = comet_w4_plain_bytes(N, K);
+    uint8_t *qw = malloc(qb), *pqw = malloc(comet_cuda_w4ax_packed_qw_bytes(N, K));
+    uint16_t *sw = malloc((size_t)N * nb * 2), *psw = malloc(comet_cuda_w4ax_packed_sw_bytes(N, K, B));
+    int8_t *qa = malloc((size_t)M * K);
+    float *sa = malloc((size_t)M * nb * 4), *y_ref = malloc((size_t)M * N * 4);
+    int32_t *bs_ref = malloc((size_t)M * N * nb * 4);
+    double *mag = malloc((size_t)M * N * sizeof(double));
+    for (size_t i = 0; i < qb; i++)
+        qw[i] = (uint8_t)rnd();
+    for (int i = 0; i < N * nb; i++) /* positive normal fp16 in [2^-9, 2^-2) */
+        sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
+    for (int t = 0; t < M; t++)
+        for (int k = 0; k < K; k++)
+            qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
+    for (int i = 0; i < M * nb; i++)
+        sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
+    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = n8, .qw = qw, .sw = sw, .qa = qa, .sa = sa,
+                   .y = y_ref, .bs = bs_ref};
+    ref_threaded(job);
+    for (int t = 0; t < M; t++)
+        for (int n = 0; n < N; n++) {
+            double m = 0;
+            for (int b = 0; b < nb; b++)
+                m += fabs((double)bs_ref[((size_t)t * N + n) * nb + b] * sa[t * nb + b] *
+                          comet_ref_f16_to_f32(sw[(size_t)n * nb + b]));
+            mag[(size_t)t * N + n] = m;
+        }
+    if (comet_cuda_w4ax_pack(N, K, B, qw, sw, pqw, psw) != COMET_OK) {
+        fprintf(stderr, "pack failed: %s\n", comet_last_error());
+        exit(2);
+    }
+    uint8_t *dqw;
+    uint16_t *dsw;
+    int8_t *dqa;
+    float *dsa;
+    CUDA_OK(cudaMalloc((void **)&dqw, comet_cuda_w4ax_packed_qw_bytes(N, K)));
+    CUDA_OK(cudaMalloc((void **)&dsw, comet_cuda_w4ax_packed_sw_bytes(N, K, B)));
+    CUDA_OK(cudaMalloc((void **)&dqa, (size_t)M * K));
+    CUDA_OK(cudaMalloc((void **)&dsa, (size_t)M * nb * 4));
+    CUDA_OK(cudaMemcpy(dqw, pqw, comet_cuda_w4ax_packed_qw_bytes(N, K), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dsw, psw, comet_cuda_w4ax_packed_sw_bytes(N, K, B), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dqa, qa, (size_t)M * K, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dsa, sa, (size_t)M * nb * 4, cudaMemcpyHostToDevice));
+
+    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+    if (!quick || M <= 64) {
+        /* the other kernel, and an extreme split count, on the same inputs */
+        comet_w4ax_kernel other = M <= 32 ? COMET_W4AX_KERNEL_TILED : COMET_W4AX_KERNEL_STREAM;
+        n_fail += run_case(s, other, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+        n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED,
+                           nb > 3 ? 3 : nb, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+    }
+    cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);
+    free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa), free(y_ref), free(bs_ref), free(mag);
+}
+
+/* API errors come back as statuses, not crashes. */
+static void test_bad_args(void)
+{
+    comet_cuda_w4ax_gemm g = {.M = 1, .N = 8, .K = 96, .B = 64};
+    int bad = comet_cuda_gemm_w4ax(&g, NULL) != COMET_ERR_INVALID_ARG;
+    g.K = 128;
+    bad |= comet_cuda_gemm_w4ax(&g, NULL) != COMET_ERR_INVALID_ARG; /* NULL pointers */
+    n_check++;
+    n_fail += bad;
+    printf("%-4s argument checks\n", bad ? "FAIL" : "ok");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
+        return cudaFree(0) == cudaSuccess ? 0 : 1;
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    test_bad_args();
+    static const int Ms[] = {1, 2, 3, 7, 16, 33, 64, 100, 256, 1000, 4096};
+    const int nM = sizeof Ms / sizeof Ms[0];
+    int ci = 0;
+    if (quick) {
+        const shape q[] = {{1, 136, 576, 64, 3}, {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
+                           {100, 4096, 576, 64, 9}, {256, 136, 4096, 128, 32}};
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+            test_shape(&q[i], 1);
+    } else {
+        /* every M against the small N and K values, n8 cycling over 0, 1/4, 1/2, all */
+        const int Ns[] = {8, 136}, Ks[] = {64, 576, 1536};
+        for (int mi = 0; mi < nM; mi++)
+            for (int ni = 0; ni < 2; ni++)
+                for (int ki = 0; ki < 3; ki++, ci++) {
+                    int K = Ks[ki], B = (K % 128 || ci % 2) ? 64 : 128, nb = K / B;
+                    int n8s[] = {0, nb / 4, nb / 2, nb};
+                    shape s = {Ms[mi], Ns[ni], K, B, n8s[ci % 4]};
+                    test_shape(&s, 0);
+                }
+        /* the large N and K values (the oracle's cost bounds M here) */
+        const shape big[] = {
+            {1, 4096, 4096, 128, 4},    {2, 6144, 4096, 128, 0},   {3, 4096, 14336, 128, 14},
+            {7, 6144, 14336, 64, 56},   {16, 4096, 14336, 128, 28}, {33, 6144, 4096, 64, 64},
+            {64, 4096, 4096, 128, 8},   {100, 6144, 1536, 64, 24}, {256, 4096, 4096, 128, 4},
+            {1000, 4096, 1536, 128, 3}, {4096, 136, 14336, 128, 14}, {1000, 6144, 576, 64, 9},
+            {4096, 4096, 576, 64, 2},   {16, 8, 14336, 64, 224},    {4096, 8, 4096, 128, 0}};
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+            test_shape(&big[i], 0);
+    }
+    printf("%d of %d checks failed\n", n_fail, n_check);
+    return n_fail ? 1 : 0;
+}
