@@ -512,6 +512,47 @@ static void test_desc_llama_bpe_pre(void **state) {
     cJSON_Delete(tj);
 }
 
+/* Every pre-tokenizer name builds (its regexes compile under PCRE2) and encodes text
+ * byte-wise over a vocabulary of the 256 byte symbols alone. */
+static void test_pre_names(void **state) {
+    (void)state;
+    char sym[256][4];
+    const char *tokens[256];
+    for (int b = 0, k = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)k++;
+        if (cp < 0x80) {
+            sym[b][0] = (char)cp, sym[b][1] = 0;
+        } else {
+            sym[b][0] = (char)(0xC0 | (cp >> 6)), sym[b][1] = (char)(0x80 | (cp & 0x3F));
+            sym[b][2] = 0;
+        }
+        tokens[b] = sym[b];
+    }
+    const char *names[] = {NULL, "default", "gpt2", "gpt-2", "llama3", "llama-bpe", "smollm",
+                           "starcoder", "qwen2", "dbrx", "command-r"};
+    const char text[] = "Hello 123 world!!\n\n  x's \xe4\xbd\xa0\xf0\x9f\x98\x80 $+<=> 4096";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 256, .tokens = tokens,
+                              .pre = names[i], .bos_id = -1, .eos_id = -1, .unk_id = -1,
+                              .pad_id = -1};
+        comet_tokenizer *tok = comet_tokenizer_init(&d);
+        if (!tok)
+            fail_msg("pre %s: %s", names[i] ? names[i] : "(none)", comet_last_error());
+        int32_t *ids;
+        size_t n, len;
+        assert_int_equal(comet_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n),
+                         COMET_OK);
+        assert_int_equal(n, sizeof text - 1);
+        char *dec = decode_all(tok, ids, n, 1, &len);
+        assert_int_equal(len, sizeof text - 1);
+        assert_memory_equal(dec, text, len);
+        free(dec);
+        free(ids);
+        comet_tokenizer_free(tok);
+    }
+}
+
 /* ---- construction errors -------------------------------------------------------------- */
 
 static void test_bad_inputs(void **state) {
@@ -662,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_hf_json_spm),
         cmocka_unit_test(test_spm_desc_scores),
         cmocka_unit_test(test_desc_llama_bpe_pre),
+        cmocka_unit_test(test_pre_names),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_chat_templates),
     };
