@@ -69,6 +69,9 @@ typedef struct comet_backend_ops {
      * logits [n_rows, V]. */
     comet_status (*logits)(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
                            const float *lm_head, int C, int V, float *logits);
+
+    /* Release the backend's private state (be->impl) and be itself. */
+    void (*destroy)(comet_backend *be);
 } comet_backend_ops;
 
 struct comet_backend {
@@ -81,6 +84,7 @@ struct comet_backend {
  * threads and OpenBLAS. n_threads <= 0 means all cores. */
 comet_backend *comet_backend_cpu_ref_init(void);
 comet_backend *comet_backend_cpu_init(int n_threads);
+/* Release a backend through its ops->destroy. NULL is a no-op. */
 void comet_backend_free(comet_backend *be);
 
 #endif

@@ -10,6 +10,7 @@
 #ifndef COMET_MODEL_BATCH_H
 #define COMET_MODEL_BATCH_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 /* The batch of one step. Token t belongs to sequence s when
@@ -46,5 +47,19 @@ typedef struct comet_kv_cache {
     float *k;      /* [n_layer, n_pages, P, Hkv, D] */
     float *v;      /* [n_layer, n_pages, P, Hkv, D] */
 } comet_kv_cache;
+
+/* Tokens held by sequence s of batch b after the step's append (see comet_batch). */
+static inline int comet_batch_kv_len(const comet_batch *b, int page_size, int s) {
+    return (b->page_indptr[s + 1] - b->page_indptr[s] - 1) * page_size + b->last_page_len[s];
+}
+
+/* Float offset into kv->k / kv->v of position `pos` of sequence s of batch b, KV head
+ * `kvh`, channel 0, in `layer`. */
+static inline size_t comet_kv_offset(const comet_kv_cache *kv, int layer, const comet_batch *b,
+                                     int s, int pos, int kvh) {
+    int page = b->page_indices[b->page_indptr[s] + pos / kv->page_size];
+    return ((((size_t)layer * kv->n_pages + page) * kv->page_size + pos % kv->page_size) *
+                kv->n_head_kv + kvh) * kv->head_dim;
+}
 
 #endif

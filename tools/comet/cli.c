@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "comet/log.h"
@@ -42,18 +43,34 @@ const char *cli_default_model(void) {
     return path;
 }
 
+static int progress_open; /* a tty progress line is on screen without its newline */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* On a terminal a progress line rewrites itself; into a file or pipe, progress lines are
+ * thinned to one every 2 s plus the final (100%) one, so logs stay readable. */
 static void stderr_sink(comet_log_level level, int progress, const char *msg, void *user) {
     (void)user;
-    static int in_progress;
+    static double last_progress = -1e9;
     int tty = isatty(2);
     if (progress && tty) {
         fprintf(stderr, "\r\033[K%s", msg);
-        in_progress = 1;
+        progress_open = 1;
         return;
     }
-    if (in_progress) {
+    if (progress) {
+        double t = now_s();
+        if (t - last_progress < 2.0 && !strstr(msg, "(100%)"))
+            return;
+        last_progress = t;
+    }
+    if (progress_open) {
         fputc('\n', stderr);
-        in_progress = 0;
+        progress_open = 0;
     }
     fprintf(stderr, "%s%s\n", level >= COMET_LOG_ERROR ? "error: " : level == COMET_LOG_WARN ? "warning: " : "", msg);
 }
@@ -64,6 +81,10 @@ void cli_log_to_stderr(int verbose) {
 
 void cli_report_error(const char *cmd, const char *what) {
     const char *msg = comet_last_error();
+    if (progress_open) {
+        fputc('\n', stderr);
+        progress_open = 0;
+    }
     fprintf(stderr, "comet %s: %s\n", cmd, msg && msg[0] ? msg : what);
 }
 

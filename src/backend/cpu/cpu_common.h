@@ -1,0 +1,16 @@
+/* cpu_common.h — pieces shared by the CPU reference and fast backends: limits and the
+ * RoPE frequency table (so both rotate by exactly the same angles). */
+#ifndef COMET_BACKEND_CPU_COMMON_H
+#define COMET_BACKEND_CPU_COMMON_H
+
+#include "backend/backend.h"
+
+#define COMET_CPU_MAX_HEAD_DIM 256 /* D */
+#define COMET_CPU_MAX_GQA_GROUP 32 /* H / Hkv */
+
+/* inv_freq[i] for i < D/2: theta^(-2i/D), then the model's scaling: LINEAR divides by
+ * factor; LLAMA3 applies Llama-3.1's wavelength-dependent blend (HF
+ * _compute_llama3_parameters). inv_freq has room for D/2 doubles. */
+void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
+
+#endif

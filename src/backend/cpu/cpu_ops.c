@@ -1,0 +1,400 @@
+/* cpu_ops.c — the default CPU backend: threaded, vectorized, BLAS-backed.
+ *
+ * Linear layers and the lm_head go through OpenBLAS sgemm (sgemv for one token); the
+ * output columns are split across the pool's threads and each thread calls a
+ * single-threaded BLAS on its slice (OpenBLAS is set to 1 thread so the two thread pools
+ * never oversubscribe the cores). Attention runs one work item per (token, KV head): the
+ * H/Hkv query heads of a GQA group share each K/V row read, and softmax is computed
+ * online page by page (flash-attention style), so no scratch proportional to the context
+ * is needed. Elementwise ops are threaded over rows when the step is large enough to pay
+ * for the wake-up. Results equal the scalar reference (ref_ops.c) up to fp32 rounding;
+ * tests/test_ops.c checks every op.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define COMET_CPU_AVX2 1
+#endif
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_common.h"
+#include "quant/qlinear.h"
+#include "core/threads.h"
+
+#define MAX_PAGE_SIZE 256
+#define MIN_PAR_ELEMS 16384 /* elementwise work below this runs on the calling thread */
+
+typedef struct cpu_impl {
+    comet_threadpool *tp;
+} cpu_impl;
+
+static comet_threadpool *pool(comet_backend *be) { return ((cpu_impl *)be->impl)->tp; }
+
+/* ---- vector helpers ---- */
+
+static inline float dot_f32(const float *a, const float *b, int n) {
+    int i = 0;
+    float s = 0.0f;
+#ifdef COMET_CPU_AVX2
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), a1);
+    }
+    for (; i + 8 <= n; i += 8)
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), a0);
+    a0 = _mm256_add_ps(a0, a1);
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    s = _mm_cvtss_f32(h);
+#endif
+    for (; i < n; i++)
+        s += a[i] * b[i];
+    return s;
+}
+
+/* y[i] = y[i] * a + p * x[i] */
+static inline void scale_axpy(float *y, float a, float p, const float *x, int n) {
+    int i = 0;
+#ifdef COMET_CPU_AVX2
+    __m256 va = _mm256_set1_ps(a), vp = _mm256_set1_ps(p);
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + i),
+                                                _mm256_mul_ps(va, _mm256_loadu_ps(y + i))));
+#endif
+    for (; i < n; i++)
+        y[i] = y[i] * a + p * x[i];
+}
+
+/* Split `total` elements into chunks of at least `min_chunk` for the pool. */
+static int n_chunks_for(comet_threadpool *tp, size_t total, size_t min_chunk) {
+    int nt = comet_threadpool_size(tp);
+    size_t by_size = total / min_chunk;
+    if (by_size < 1)
+        by_size = 1;
+    return by_size < (size_t)nt ? (int)by_size : nt;
+}
+
+/* ---- embed ---- */
+
+static comet_status cpu_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
+                              int T, float *x) {
+    for (int t = 0; t < T; t++)
+        memcpy(x + (size_t)t * C, embd + (size_t)tokens[t] * C, (size_t)C * sizeof(float));
+    return COMET_OK;
+}
+
+/* ---- rmsnorm ---- */
+
+typedef struct {
+    const float *x, *w;
+    float *out;
+    int T, C, n_chunks;
+    float eps;
+} rmsnorm_job;
+
+static void rmsnorm_task(void *ctx, int i, int tid) {
+    const rmsnorm_job *j = ctx;
+    int t0 = (int)((long)j->T * i / j->n_chunks), t1 = (int)((long)j->T * (i + 1) / j->n_chunks);
+    for (int t = t0; t < t1; t++) {
+        const float *xr = j->x + (size_t)t * j->C;
+        float *yr = j->out + (size_t)t * j->C;
+        float inv = 1.0f / sqrtf(dot_f32(xr, xr, j->C) / j->C + j->eps);
+        for (int c = 0; c < j->C; c++)
+            yr[c] = xr[c] * inv * j->w[c];
+    }
+}
+
+static comet_status cpu_rmsnorm(comet_backend *be, const float *x, const float *w, int T, int C,
+                                float eps, float *out) {
+    rmsnorm_job j = {x, w, out, T, C, 0, eps};
+    j.n_chunks = n_chunks_for(pool(be), (size_t)T * C, MIN_PAR_ELEMS);
+    if (j.n_chunks > T)
+        j.n_chunks = T;
+    comet_parallel_for(pool(be), j.n_chunks, rmsnorm_task, &j);
+    return COMET_OK;
+}
+
+/* ---- linear: y[T, N] = x[T, K] · W[N, K]ᵀ, columns of y split across threads ---- */
+
+typedef struct {
+    const float *x, *w;
+    float *y;
+    int T, N, K, ldy, n_chunks;
+} gemm_job;
+
+static void gemm_task(void *ctx, int i, int tid) {
+    const gemm_job *j = ctx;
+    /* chunk boundaries rounded to 16 rows of W so every slice is SIMD-friendly */
+    int n0 = (int)((long)j->N * i / j->n_chunks) & ~15;
+    int n1 = i + 1 == j->n_chunks ? j->N : (int)((long)j->N * (i + 1) / j->n_chunks) & ~15;
+    if (n1 <= n0)
+        return;
+    const float *w = j->w + (size_t)n0 * j->K;
+    if (j->T == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, j->K, 1.0f, w, j->K, j->x, 1, 0.0f,
+                    j->y + n0, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->T, n1 - n0, j->K, 1.0f, j->x,
+                    j->K, w, j->K, 0.0f, j->y + n0, j->ldy);
+}
+
+static void gemm_parallel(comet_backend *be, const float *x, const float *w, int T, int N, int K,
+                          float *y, int ldy) {
+    gemm_job j = {x, w, y, T, N, K, ldy, 0};
+    int nt = comet_threadpool_size(pool(be));
+    j.n_chunks = N >= 64 * nt ? nt : 1;
+    comet_parallel_for(pool(be), j.n_chunks, gemm_task, &j);
+}
+
+static comet_status cpu_linear(comet_backend *be, const comet_linear *lin, const float *x, int T,
+                               float *y) {
+    if (lin->fmt == COMET_WFMT_QSIM) /* quantized checkpoint, fp32 simulation */
+        return comet_qlinear_sim(lin, x, T, y);
+    COMET_ASSERT(lin->fmt == COMET_WFMT_F32);
+    gemm_parallel(be, x, lin->w, T, lin->n_out, lin->n_in, y, lin->n_out);
+    return COMET_OK;
+}
+
+/* ---- rope ---- */
+
+typedef struct {
+    const comet_rope_params *rp;
+    const double *inv_freq;
+    const int32_t *positions;
+    float *q, *k;
+    int T, H, Hkv, n_chunks;
+} rope_job;
+
+static void rope_task(void *ctx, int i, int tid) {
+    const rope_job *j = ctx;
+    int D = j->rp->head_dim, half = D / 2;
+    float cs[COMET_CPU_MAX_HEAD_DIM / 2], sn[COMET_CPU_MAX_HEAD_DIM / 2];
+    int t0 = (int)((long)j->T * i / j->n_chunks), t1 = (int)((long)j->T * (i + 1) / j->n_chunks);
+    for (int t = t0; t < t1; t++) {
+        for (int f = 0; f < half; f++) {
+            double a = (double)j->positions[t] * j->inv_freq[f];
+            cs[f] = (float)cos(a);
+            sn[f] = (float)sin(a);
+        }
+        for (int h = 0; h < j->H + j->Hkv; h++) {
+            float *v = h < j->H ? j->q + ((size_t)t * j->H + h) * D
+                                : j->k + ((size_t)t * j->Hkv + (h - j->H)) * D;
+            for (int f = 0; f < half; f++) {
+                float x0 = v[f], x1 = v[f + half];
+                v[f] = x0 * cs[f] - x1 * sn[f];
+                v[f + half] = x0 * sn[f] + x1 * cs[f];
+            }
+        }
+    }
+}
+
+static comet_status cpu_rope(comet_backend *be, const comet_rope_params *rp,
+                             const int32_t *positions, int T, float *q, int H, float *k, int Hkv) {
+    double inv_freq[COMET_CPU_MAX_HEAD_DIM / 2];
+    COMET_ASSERT(rp->head_dim % 2 == 0 && rp->head_dim <= COMET_CPU_MAX_HEAD_DIM);
+    comet_cpu_rope_inv_freq(rp, inv_freq);
+    rope_job j = {rp, inv_freq, positions, q, k, T, H, Hkv, 0};
+    j.n_chunks = n_chunks_for(pool(be), (size_t)T * (H + Hkv) * rp->head_dim, MIN_PAR_ELEMS);
+    if (j.n_chunks > T)
+        j.n_chunks = T;
+    comet_parallel_for(pool(be), j.n_chunks, rope_task, &j);
+    return COMET_OK;
+}
+
+/* ---- kv_append ---- */
+
+static comet_status cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                  const comet_batch *b, const float *k, const float *v) {
+    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
+            size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
+            memcpy(kv->k + off, k + (size_t)t * row, row * sizeof(float));
+            memcpy(kv->v + off, v + (size_t)t * row, row * sizeof(float));
+        }
+    return COMET_OK;
+}
+
+/* ---- attention: one item per (token, KV head), online softmax page by page ---- */
+
+typedef struct {
+    const comet_kv_cache *kv;
+    const comet_batch *b;
+    const float *q;
+    float *out;
+    int layer, H;
+} attn_job;
+
+static int seq_of_token(const comet_batch *b, int t) {
+    int lo = 0, hi = b->n_seqs - 1; /* last s with token_indptr[s] <= t */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (b->token_indptr[mid] <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
+
+static void attn_task(void *ctx, int item, int tid) {
+    const attn_job *j = ctx;
+    const comet_kv_cache *kv = j->kv;
+    const comet_batch *b = j->b;
+    int Hkv = kv->n_head_kv, D = kv->head_dim, P = kv->page_size, g = j->H / Hkv;
+    int t = item / Hkv, kvh = item % Hkv, s = seq_of_token(b, t);
+    int n = b->positions[t] + 1;
+    float scale = 1.0f / sqrtf((float)D);
+    float acc[COMET_CPU_MAX_GQA_GROUP][COMET_CPU_MAX_HEAD_DIM];
+    float m[COMET_CPU_MAX_GQA_GROUP], l[COMET_CPU_MAX_GQA_GROUP], sc[MAX_PAGE_SIZE];
+    const float *q = j->q + ((size_t)t * j->H + (size_t)kvh * g) * D;
+    for (int h = 0; h < g; h++) {
+        m[h] = -INFINITY;
+        l[h] = 0.0f;
+        memset(acc[h], 0, (size_t)D * sizeof(float));
+    }
+    size_t slot_stride = (size_t)Hkv * D;
+    for (int base = 0; base < n; base += P) {
+        int page = b->page_indices[b->page_indptr[s] + base / P];
+        int cnt = n - base < P ? n - base : P;
+        size_t off = (((size_t)j->layer * kv->n_pages + page) * P * Hkv + kvh) * D;
+        const float *kp = kv->k + off, *vp = kv->v + off;
+        for (int h = 0; h < g; h++) {
+            const float *qh = q + (size_t)h * D;
+            float cm = -INFINITY;
+            for (int i = 0; i < cnt; i++) {
+                sc[i] = dot_f32(qh, kp + i * slot_stride, D) * scale;
+                if (sc[i] > cm)
+                    cm = sc[i];
+            }
+            float nm = cm > m[h] ? cm : m[h];
+            float corr = expf(m[h] - nm); /* 0 on the first page (m = -inf) */
+            l[h] *= corr;
+            for (int i = 0; i < cnt; i++) {
+                float p = expf(sc[i] - nm);
+                l[h] += p;
+                scale_axpy(acc[h], i == 0 ? corr : 1.0f, p, vp + i * slot_stride, D);
+            }
+            m[h] = nm;
+        }
+    }
+    float *o = j->out + ((size_t)t * j->H + (size_t)kvh * g) * D;
+    for (int h = 0; h < g; h++) {
+        float inv = 1.0f / l[h];
+        for (int d = 0; d < D; d++)
+            o[(size_t)h * D + d] = acc[h][d] * inv;
+    }
+}
+
+static comet_status cpu_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                  const comet_batch *b, const float *q, int H, float *out) {
+    COMET_ASSERT(kv->head_dim <= COMET_CPU_MAX_HEAD_DIM && kv->page_size <= MAX_PAGE_SIZE);
+    COMET_ASSERT(H % kv->n_head_kv == 0 && H / kv->n_head_kv <= COMET_CPU_MAX_GQA_GROUP);
+    attn_job j = {kv, b, q, out, layer, H};
+    comet_parallel_for(pool(be), b->n_tokens * kv->n_head_kv, attn_task, &j);
+    return COMET_OK;
+}
+
+/* ---- elementwise: silu_mul, residual_add ---- */
+
+typedef struct {
+    const float *a, *b;
+    float *out;
+    size_t n;
+    int n_chunks;
+} ew_job;
+
+static void silu_mul_task(void *ctx, int i, int tid) {
+    const ew_job *j = ctx;
+    size_t i0 = j->n * i / j->n_chunks, i1 = j->n * (i + 1) / j->n_chunks;
+    for (size_t k = i0; k < i1; k++) {
+        float g = j->a[k];
+        j->out[k] = g / (1.0f + expf(-g)) * j->b[k];
+    }
+}
+
+static comet_status cpu_silu_mul(comet_backend *be, const float *gate, const float *up, int T,
+                                 int F, float *out) {
+    ew_job j = {gate, up, out, (size_t)T * F, 0};
+    j.n_chunks = n_chunks_for(pool(be), j.n, MIN_PAR_ELEMS);
+    comet_parallel_for(pool(be), j.n_chunks, silu_mul_task, &j);
+    return COMET_OK;
+}
+
+static void add_task(void *ctx, int i, int tid) {
+    const ew_job *j = ctx;
+    size_t i0 = j->n * i / j->n_chunks, i1 = j->n * (i + 1) / j->n_chunks;
+    for (size_t k = i0; k < i1; k++)
+        j->out[k] += j->b[k];
+}
+
+static comet_status cpu_residual_add(comet_backend *be, float *x, const float *y, int T, int C) {
+    ew_job j = {x, y, x, (size_t)T * C, 0};
+    j.n_chunks = n_chunks_for(pool(be), j.n, 4 * MIN_PAR_ELEMS);
+    comet_parallel_for(pool(be), j.n_chunks, add_task, &j);
+    return COMET_OK;
+}
+
+/* ---- logits: runs of consecutive rows go through one sgemm each ---- */
+
+static comet_status cpu_logits(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
+                               const float *lm_head, int C, int V, float *logits) {
+    for (int r0 = 0; r0 < n_rows;) {
+        int r1 = r0 + 1;
+        while (r1 < n_rows && rows[r1] == rows[r1 - 1] + 1)
+            r1++;
+        gemm_parallel(be, x + (size_t)rows[r0] * C, lm_head, r1 - r0, V, C,
+                      logits + (size_t)r0 * V, V);
+        r0 = r1;
+    }
+    return COMET_OK;
+}
+
+static void cpu_destroy(comet_backend *be) {
+    cpu_impl *impl = be->impl;
+    comet_threadpool_free(impl->tp);
+    free(impl);
+    free(be);
+}
+
+static const comet_backend_ops cpu_ops = {
+    .name = "cpu",
+    .embed = cpu_embed,
+    .rmsnorm = cpu_rmsnorm,
+    .linear = cpu_linear,
+    .rope = cpu_rope,
+    .kv_append = cpu_kv_append,
+    .attention = cpu_attention,
+    .silu_mul = cpu_silu_mul,
+    .residual_add = cpu_residual_add,
+    .logits = cpu_logits,
+    .destroy = cpu_destroy,
+};
+
+comet_backend *comet_backend_cpu_init(int n_threads) {
+    comet_backend *be = calloc(1, sizeof *be);
+    cpu_impl *impl = calloc(1, sizeof *impl);
+    if (!be || !impl) {
+        free(be);
+        free(impl);
+        comet_set_error(COMET_ERR_NOMEM, "cpu backend: out of memory");
+        return NULL;
+    }
+    impl->tp = comet_threadpool_init(n_threads);
+    if (!impl->tp) {
+        free(be);
+        free(impl);
+        return NULL;
+    }
+    openblas_set_num_threads(1); /* we thread around BLAS; see the file comment */
+    be->ops = &cpu_ops;
+    be->n_threads = comet_threadpool_size(impl->tp);
+    be->impl = impl;
+    return be;
+}

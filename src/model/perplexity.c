@@ -1,0 +1,112 @@
+/* perplexity.c — the accuracy protocol of NUMERICS.md (see perplexity.h). */
+#include "model/perplexity.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "comet/log.h"
+#include "engine/kv_pages.h"
+#include "model/forward.h"
+
+comet_ppl_params comet_ppl_default_params(void) {
+    return (comet_ppl_params){.ctx = 2048, .max_windows = 0, .chunk = 256};
+}
+
+/* -log softmax(row)[target], in double */
+static double token_nll(const float *row, int V, int32_t target) {
+    float mx = row[0];
+    for (int i = 1; i < V; i++)
+        if (row[i] > mx)
+            mx = row[i];
+    double z = 0.0;
+    for (int i = 0; i < V; i++)
+        z += exp((double)row[i] - mx);
+    return log(z) - ((double)row[target] - mx);
+}
+
+comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int32_t *tokens,
+                              size_t n_tokens, const comet_ppl_params *p, comet_ppl_result *out) {
+    const comet_model_config *c = &m->cfg;
+    const int P = 16;
+    int ctx = p->ctx, V = c->n_vocab;
+    if (ctx < 2 || p->chunk <= 0 || p->max_windows < 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "perplexity: ctx must be >= 2 (got %d), chunk > 0, max_windows >= 0",
+                               ctx);
+    if (ctx > c->n_ctx)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "perplexity: ctx %d exceeds the model's context of %d tokens", ctx,
+                               c->n_ctx);
+    if (n_tokens < (size_t)ctx)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "perplexity: the text has %zu tokens, fewer than one window of "
+                               "ctx %d; use a longer text or a smaller --ctx",
+                               n_tokens, ctx);
+    long n_windows = (long)(n_tokens / (size_t)ctx);
+    if (p->max_windows > 0 && n_windows > p->max_windows)
+        n_windows = p->max_windows;
+    int chunk = p->chunk < ctx ? p->chunk : ctx;
+    int n_pages = (ctx + P - 1) / P;
+
+    comet_status st = COMET_OK;
+    comet_kv_cache kv = {0};
+    comet_kv_pool pool = {0};
+    comet_kv_seq seq = {0};
+    comet_batch_builder bb = {0};
+    comet_forward_ctx *fc = NULL;
+    float *logits = malloc((size_t)chunk * V * sizeof(float));
+    if (!logits) {
+        st = comet_set_error(COMET_ERR_NOMEM, "perplexity: cannot allocate logits for %d tokens",
+                             chunk);
+        goto done;
+    }
+    if ((st = comet_kv_cache_init(&kv, c->n_layer, n_pages, P, c->n_head_kv, c->head_dim)) < 0 ||
+        (st = comet_kv_pool_init(&pool, n_pages, P)) < 0 ||
+        (st = comet_kv_seq_init(&seq, ctx, P)) < 0 ||
+        (st = comet_batch_builder_init(&bb, chunk, 1, n_pages, P)) < 0)
+        goto done;
+    if (!(fc = comet_forward_init(m, be, chunk))) {
+        st = COMET_ERR_NOMEM;
+        goto done;
+    }
+    double nll = 0.0;
+    long scored = 0;
+    for (long w = 0; w < n_windows; w++) {
+        const int32_t *win = tokens + (size_t)w * ctx;
+        comet_kv_seq_release(&pool, &seq); /* each window from an empty cache */
+        for (int done = 0; done < ctx;) {
+            int n = ctx - done < chunk ? ctx - done : chunk;
+            st = comet_kv_seq_reserve(&pool, &seq, n);
+            COMET_ASSERT(st != COMET_KV_FULL);
+            if (st < 0)
+                goto done;
+            comet_batch_builder_reset(&bb);
+            if ((st = comet_batch_builder_add(&bb, &seq, win + done, n, 2)) < 0 ||
+                (st = comet_forward(fc, &kv, &bb.batch, logits)) < 0)
+                goto done;
+            /* logits of window position j predict token j + 1 */
+            for (int i = 0; i < n && done + i + 1 < ctx; i++)
+                nll += token_nll(logits + (size_t)i * V, V, win[done + i + 1]);
+            scored += n - (done + n == ctx ? 1 : 0);
+            done += n;
+        }
+        char suffix[64];
+        snprintf(suffix, sizeof suffix, "PPL %.4f", exp(nll / (double)scored));
+        comet_log_progress("perplexity: window", w + 1, n_windows, suffix);
+    }
+    out->nll_sum = nll;
+    out->n_scored = scored;
+    out->ppl = exp(nll / (double)scored);
+    out->ctx = ctx;
+    out->windows = (int)n_windows;
+    st = COMET_OK;
+done:
+    comet_forward_free(fc);
+    comet_batch_builder_free(&bb);
+    comet_kv_seq_free(&seq);
+    comet_kv_pool_free(&pool);
+    comet_kv_cache_free(&kv);
+    free(logits);
+    return st;
+}

@@ -1,0 +1,169 @@
+/* test_cli.c — the comet binary ($COMET_BIN) on bad input: empty prompt, a prompt longer
+ * than the context, a missing model, an unreadable text file, an unknown device, each a
+ * one-line error on stderr naming the problem (after at most some loading progress),
+ * nothing on stdout, non-zero exit; and
+ * --help on each subcommand. Cases that need the default model load it from
+ * $COMET_SOURCE_DIR/models (fetched by the setup script). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define MODEL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+static char tmpdir[256];
+
+typedef struct {
+    int rc;
+    char out[8192];
+    char err[8192];
+} result;
+
+static void slurp(const char *path, char *buf, size_t cap) {
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    buf[n] = '\0';
+    if (f)
+        fclose(f);
+}
+
+/* Run `$COMET_BIN <args>` (args already shell-quoted) with stdout and stderr captured. */
+static void run(const char *args, result *r) {
+    const char *bin = getenv("COMET_BIN");
+    assert_non_null(bin);
+    size_t cap = strlen(args) + 1024;
+    char *cmd = malloc(cap);
+    snprintf(cmd, cap, "'%s' %s >'%s/out' 2>'%s/err' </dev/null", bin, args, tmpdir, tmpdir);
+    int st = system(cmd);
+    free(cmd);
+    r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+    char p[512];
+    snprintf(p, sizeof p, "%s/out", tmpdir);
+    slurp(p, r->out, sizeof r->out);
+    snprintf(p, sizeof p, "%s/err", tmpdir);
+    slurp(p, r->err, sizeof r->err);
+}
+
+/* The error is one line starting with "comet <cmd>:", the last line on stderr (lines
+ * before it can only be progress/info from loading the model, never another error), and
+ * nothing is on stdout. */
+static void assert_one_line_error(const result *r, const char *cmd, const char *needle) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "comet %s: ", cmd);
+    size_t len = strlen(r->err);
+    const char *last = r->err;
+    for (const char *p = r->err; len && p < r->err + len - 1; p++)
+        if (*p == '\n')
+            last = p + 1;
+    int n_errors = 0;
+    for (const char *p = r->err; (p = strstr(p, "comet ")); p++)
+        n_errors += p == r->err || p[-1] == '\n';
+    int ok = r->rc != 0 && len && r->err[len - 1] == '\n' && !strncmp(last, prefix, strlen(prefix)) &&
+             strstr(last, needle) && n_errors == 1 && !strstr(r->err, "error:") && !r->out[0];
+    if (!ok)
+        fprintf(stderr, "rc %d, stdout '%s', stderr '%s' (wanted '%s')\n", r->rc, r->out, r->err,
+                needle);
+    assert_true(ok);
+}
+
+static const char *model_path(void) {
+    static char p[4096];
+    const char *src = getenv("COMET_SOURCE_DIR");
+    snprintf(p, sizeof p, "%s/%s", src ? src : ".", MODEL_FILE);
+    return p;
+}
+
+static void test_empty_prompt(void **state) {
+    result r;
+    run("generate --prompt ''", &r);
+    assert_one_line_error(&r, "generate", "empty");
+}
+
+static void test_missing_model(void **state) {
+    result r;
+    run("generate --model /nonexistent/dir/model.gguf --prompt hi", &r);
+    assert_one_line_error(&r, "generate", "/nonexistent/dir/model.gguf");
+    run("perplexity --model /nonexistent/dir/model.gguf --text /etc/hostname", &r);
+    assert_one_line_error(&r, "perplexity", "/nonexistent/dir/model.gguf");
+}
+
+static void test_unreadable_text(void **state) {
+    result r;
+    run("perplexity --text /nonexistent/text.txt", &r);
+    assert_one_line_error(&r, "perplexity", "/nonexistent/text.txt");
+}
+
+static void test_cuda_device(void **state) {
+    result r;
+    run("generate --prompt hi --device cuda", &r);
+    assert_one_line_error(&r, "generate", "cuda");
+    run("generate --prompt hi --device tpu", &r);
+    assert_one_line_error(&r, "generate", "tpu");
+}
+
+static void test_bad_option_values(void **state) {
+    result r;
+    run("generate --prompt hi --top-p 2", &r);
+    assert_one_line_error(&r, "generate", "--top-p");
+    run("perplexity --text x --ctx 1", &r);
+    assert_one_line_error(&r, "perplexity", "--ctx");
+}
+
+static void test_prompt_over_context(void **state) {
+    /* " the" is one token; 9000 of them exceed SmolLM2's 8192-token context */
+    size_t n = 9000, cap = n * 4 + 256;
+    char *args = malloc(cap);
+    int off = snprintf(args, cap, "generate --model '%s' --raw --prompt '", model_path());
+    for (size_t i = 0; i < n; i++)
+        off += snprintf(args + off, cap - off, " the");
+    snprintf(args + off, cap - off, "'");
+    result r;
+    run(args, &r);
+    free(args);
+    assert_one_line_error(&r, "generate", "8192");
+    assert_non_null(strstr(r.err, "9000")); /* names both numbers */
+}
+
+static void test_help(void **state) {
+    result r;
+    run("generate --help", &r);
+    assert_int_equal(r.rc, 0);
+    assert_non_null(strstr(r.out, "--max-tokens"));
+    run("perplexity --help", &r);
+    assert_int_equal(r.rc, 0);
+    assert_non_null(strstr(r.out, "--max-windows"));
+}
+
+static int setup(void **state) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/comet_test_cli.XXXXXX");
+    return mkdtemp(tmpdir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    char p[512];
+    snprintf(p, sizeof p, "%s/out", tmpdir);
+    unlink(p);
+    snprintf(p, sizeof p, "%s/err", tmpdir);
+    unlink(p);
+    rmdir(tmpdir);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_empty_prompt),
+        cmocka_unit_test(test_missing_model),
+        cmocka_unit_test(test_unreadable_text),
+        cmocka_unit_test(test_cuda_device),
+        cmocka_unit_test(test_bad_option_values),
+        cmocka_unit_test(test_prompt_over_context),
+        cmocka_unit_test(test_help),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,297 @@
+/* cmd_generate.c — `comet generate`: one prompt in, generated text streamed to stdout.
+ * The chat template is applied unless --raw; logs, progress and --stats go to stderr. */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "comet/log.h"
+#include "comet/model.h"
+#include "comet/tokenizer.h"
+#include "commands.h"
+#include "engine/generate.h"
+
+#define MAX_STOP 8
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: comet generate [--model M] --prompt P [options]\n"
+            "\n"
+            "Generate text from a prompt; only the generated text goes to stdout.\n"
+            "\n"
+            "  --model M            .gguf file or HF directory (default: the bundled model)\n"
+            "  --prompt P           the prompt (user message unless --raw)\n"
+            "  --max-tokens N       new tokens at most (default 256)\n"
+            "  --temperature T      0 = greedy (default 0.8)\n"
+            "  --top-k K            0 = off (default 40)\n"
+            "  --top-p P            1 = off (default 0.95)\n"
+            "  --min-p P            0 = off (default 0.05)\n"
+            "  --seed S             random seed (default: from the clock, logged)\n"
+            "  --repeat-penalty R   1 = off (default 1)\n"
+            "  --repeat-last-n N    tokens the penalty looks back over (default 64, -1 = all)\n"
+            "  --presence-penalty P, --frequency-penalty P   OpenAI-style, 0 = off\n"
+            "  --stop S             stop when S appears (not printed); may repeat, up to %d\n"
+            "  --raw                no chat template: the prompt is tokenized as given\n"
+            "                       (special-token text like <|im_start|> becomes that token)\n"
+            "  --chat-template NAME chatml | llama3 | llama2 (default: detected from the model)\n"
+            "  --system S           system message for the chat template\n"
+            "  --ignore-eos         keep generating past end-of-sequence tokens\n"
+            "  --device cpu|cuda    (default cpu)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --stats              print prefill and decode tokens/s to stderr\n"
+            "  --verbose            debug logs on stderr\n",
+            MAX_STOP);
+}
+
+static int print_text(const char *text, size_t len, void *user) {
+    int *ends_nl = user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    *ends_nl = text[len - 1] == '\n';
+    return 0;
+}
+
+/* Render the prompt (chat template unless raw), tokenize it, prepend BOS when the model
+ * wants one. Returns 0 with *ids malloc'd, or prints an error and returns non-zero. */
+static int build_prompt(const comet_model *m, const char *prompt, const char *system, int raw,
+                        const char *template_name, int32_t **ids, int *n_ids) {
+    char *text = NULL;
+    if (raw) {
+        text = strdup(prompt);
+    } else {
+        comet_chat_template kind;
+        comet_status st = template_name ? comet_chat_template_from_name(template_name, &kind)
+                                        : comet_chat_template_detect(m->chat_template, &kind);
+        if (st < 0) {
+            fprintf(stderr, "comet generate: %s%s\n", comet_last_error(),
+                    template_name ? "" : " (pass --chat-template NAME or --raw)");
+            return 1;
+        }
+        char bos[128] = "";
+        if (m->cfg.bos_id >= 0) {
+            int n = comet_tokenizer_token_bytes(m->tok, m->cfg.bos_id, 1, bos, sizeof bos - 1);
+            bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
+        }
+        comet_chat_message msgs[2];
+        size_t n = 0;
+        if (system)
+            msgs[n++] = (comet_chat_message){"system", system};
+        msgs[n++] = (comet_chat_message){"user", prompt};
+        text = comet_chat_apply(kind, msgs, n, 1, bos[0] ? bos : NULL);
+        if (!text) {
+            cli_report_error("generate", "cannot apply the chat template");
+            return 1;
+        }
+    }
+    size_t n = 0;
+    int32_t *tok = NULL;
+    comet_status st = comet_tokenizer_encode(m->tok, text, strlen(text), 1, &tok, &n);
+    comet_log(COMET_LOG_DEBUG, "prompt text: %s", text);
+    free(text);
+    if (st < 0) {
+        cli_report_error("generate", "cannot tokenize the prompt");
+        return 1;
+    }
+    if (m->cfg.add_bos && m->cfg.bos_id >= 0 && (n == 0 || tok[0] != m->cfg.bos_id)) {
+        int32_t *t2 = malloc((n + 1) * sizeof *t2);
+        if (!t2) {
+            free(tok);
+            fprintf(stderr, "comet generate: out of memory\n");
+            return 1;
+        }
+        t2[0] = m->cfg.bos_id;
+        memcpy(t2 + 1, tok, n * sizeof *tok);
+        free(tok);
+        tok = t2;
+        n++;
+    }
+    *ids = tok;
+    *n_ids = (int)n;
+    return 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *model_path = NULL, *prompt = NULL, *system = NULL, *template_name = NULL;
+    const char *device = "cpu";
+    const char *stop[MAX_STOP];
+    int raw = 0, stats = 0, verbose = 0, seed_given = 0;
+    long threads = 0;
+    comet_gen_params gp = comet_gen_default_params();
+    comet_sampler_params *sp = &gp.sampling;
+    gp.stop = stop;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long lv;
+        double dv;
+#define NEED_VALUE()                                                      \
+    do {                                                                  \
+        if (!val) {                                                       \
+            fprintf(stderr, "comet generate: %s needs a value\n", a);     \
+            return 2;                                                     \
+        }                                                                 \
+        i++;                                                              \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model")) {
+            NEED_VALUE();
+            model_path = val;
+        } else if (!strcmp(a, "--prompt") || !strcmp(a, "-p")) {
+            NEED_VALUE();
+            prompt = val;
+        } else if (!strcmp(a, "--system")) {
+            NEED_VALUE();
+            system = val;
+        } else if (!strcmp(a, "--chat-template")) {
+            NEED_VALUE();
+            template_name = val;
+        } else if (!strcmp(a, "--device")) {
+            NEED_VALUE();
+            device = val;
+        } else if (!strcmp(a, "--stop")) {
+            NEED_VALUE();
+            if (gp.n_stop == MAX_STOP) {
+                fprintf(stderr, "comet generate: at most %d --stop strings\n", MAX_STOP);
+                return 2;
+            }
+            if (!val[0]) {
+                fprintf(stderr, "comet generate: --stop needs a non-empty string\n");
+                return 2;
+            }
+            stop[gp.n_stop++] = val;
+        } else if (!strcmp(a, "--max-tokens")) {
+            if (cli_parse_int("generate", a, val, 1, 1 << 24, &lv))
+                return 2;
+            gp.max_tokens = (int)lv, i++;
+        } else if (!strcmp(a, "--top-k")) {
+            if (cli_parse_int("generate", a, val, 0, 1 << 24, &lv))
+                return 2;
+            sp->top_k = (int)lv, i++;
+        } else if (!strcmp(a, "--repeat-last-n")) {
+            if (cli_parse_int("generate", a, val, -1, 1 << 24, &lv))
+                return 2;
+            sp->repeat_last_n = (int)lv, i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (cli_parse_int("generate", a, val, 1, 1024, &threads))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--seed")) {
+            char *end;
+            if (!val || !*val || (sp->seed = strtoull(val, &end, 10), *end)) {
+                fprintf(stderr, "comet generate: --seed expects a non-negative integer\n");
+                return 2;
+            }
+            seed_given = 1, i++;
+        } else if (!strcmp(a, "--temperature")) {
+            if (cli_parse_float("generate", a, val, 0, 100, &dv))
+                return 2;
+            sp->temperature = (float)dv, i++;
+        } else if (!strcmp(a, "--top-p")) {
+            if (cli_parse_float("generate", a, val, 1e-6, 1, &dv))
+                return 2;
+            sp->top_p = (float)dv, i++;
+        } else if (!strcmp(a, "--min-p")) {
+            if (cli_parse_float("generate", a, val, 0, 1, &dv))
+                return 2;
+            sp->min_p = (float)dv, i++;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            if (cli_parse_float("generate", a, val, 1e-3, 100, &dv))
+                return 2;
+            sp->repeat_penalty = (float)dv, i++;
+        } else if (!strcmp(a, "--presence-penalty")) {
+            if (cli_parse_float("generate", a, val, -2, 2, &dv))
+                return 2;
+            sp->presence_penalty = (float)dv, i++;
+        } else if (!strcmp(a, "--frequency-penalty")) {
+            if (cli_parse_float("generate", a, val, -2, 2, &dv))
+                return 2;
+            sp->frequency_penalty = (float)dv, i++;
+        } else if (!strcmp(a, "--raw")) {
+            raw = 1;
+        } else if (!strcmp(a, "--ignore-eos")) {
+            gp.ignore_eos = 1;
+        } else if (!strcmp(a, "--stats")) {
+            stats = 1;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+        } else {
+            fprintf(stderr, "comet generate: unknown option '%s' (see comet generate --help)\n", a);
+            return 2;
+        }
+#undef NEED_VALUE
+    }
+    cli_log_to_stderr(verbose);
+    if (!prompt) {
+        fprintf(stderr, "comet generate: --prompt is required (see comet generate --help)\n");
+        return 2;
+    }
+    if (!prompt[0]) {
+        fprintf(stderr, "comet generate: the prompt is empty; give --prompt some text\n");
+        return 1;
+    }
+    if (strcmp(device, "cpu") != 0) {
+        if (!strcmp(device, "cuda"))
+            fprintf(stderr, "comet generate: --device cuda: this build has no CUDA backend for "
+                            "the forward pass yet; use --device cpu\n");
+        else
+            fprintf(stderr, "comet generate: --device '%s' is not one of cpu, cuda\n", device);
+        return 1;
+    }
+    if (!seed_given)
+        sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+
+    if (!model_path)
+        model_path = cli_default_model();
+    comet_model *m = NULL;
+    if (comet_model_load(model_path, &m) < 0) {
+        cli_report_error("generate", "cannot load the model");
+        return 1;
+    }
+    int32_t *ids = NULL;
+    int n_ids = 0, rc = 1;
+    comet_backend *be = NULL;
+    if (build_prompt(m, prompt, system, raw, template_name, &ids, &n_ids))
+        goto out;
+    if (n_ids >= m->cfg.n_ctx) {
+        fprintf(stderr,
+                "comet generate: the prompt has %d tokens but the model's context is %d tokens\n",
+                n_ids, m->cfg.n_ctx);
+        goto out;
+    }
+    be = comet_backend_cpu_init((int)threads);
+    if (!be) {
+        cli_report_error("generate", "cannot start the CPU backend");
+        goto out;
+    }
+    comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
+              be->n_threads, (unsigned long long)sp->seed);
+    int ends_nl = 1;
+    comet_gen_stats gs;
+    if (comet_generate(m, be, ids, n_ids, &gp, print_text, &ends_nl, &gs) < 0) {
+        cli_report_error("generate", "generation failed");
+        goto out;
+    }
+    if (!ends_nl && isatty(1))
+        fputc('\n', stdout);
+    fflush(stdout);
+    if (stats) {
+        int n_dec = gs.n_decode_steps;
+        fprintf(stderr,
+                "stats: prompt_tokens=%d prefill_s=%.3f prefill_tok_s=%.2f gen_tokens=%d "
+                "decode_steps=%d decode_s=%.3f decode_tok_s=%.2f threads=%d stop=%s\n",
+                gs.n_prompt, gs.prefill_s, gs.prefill_s > 0 ? gs.n_prompt / gs.prefill_s : 0.0,
+                gs.n_generated, n_dec, gs.decode_s, gs.decode_s > 0 ? n_dec / gs.decode_s : 0.0,
+                be->n_threads, comet_stop_reason_name(gs.stop));
+    }
+    rc = 0;
+out:
+    comet_backend_free(be);
+    free(ids);
+    comet_model_free(m);
+    return rc;
+}

@@ -1,0 +1,168 @@
+/* cmd_perplexity.c — `comet perplexity`: the NUMERICS.md accuracy protocol on a text
+ * file. Progress on stderr; one result line on stdout:
+ *   PPL <value> tokens <scored tokens> ctx <n> windows <n> */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "comet/log.h"
+#include "comet/model.h"
+#include "comet/tokenizer.h"
+#include "commands.h"
+#include "model/perplexity.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: comet perplexity [--model M] --text FILE [options]\n"
+            "\n"
+            "Perplexity over non-overlapping windows of --ctx tokens, each from an empty\n"
+            "cache, every token but the first of a window scored (NUMERICS.md). Ends with\n"
+            "one stdout line: PPL <value> tokens <scored tokens> ctx <n> windows <n>\n"
+            "\n"
+            "  --model M          .gguf file or HF directory (default: the bundled model)\n"
+            "  --text FILE        UTF-8 text, tokenized whole (BOS at the start if the model\n"
+            "                     uses one)\n"
+            "  --ctx N            tokens per window (default 2048, or the model's context if\n"
+            "                     smaller)\n"
+            "  --max-windows N    evaluate the first N windows only (default: all)\n"
+            "  --chunk N          tokens per prefill step (default 256)\n"
+            "  --threads N        CPU threads (default: all cores)\n"
+            "  --verbose          debug logs on stderr\n");
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    int e = errno;
+    fclose(f);
+    errno = e;
+    *len = n;
+    return buf;
+}
+
+int cmd_perplexity(int argc, char **argv) {
+    const char *model_path = NULL, *text_path = NULL;
+    long ctx = 0, max_windows = 0, threads = 0, chunk = 256;
+    int verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") || !strcmp(a, "--text")) {
+            if (!val) {
+                fprintf(stderr, "comet perplexity: %s needs a value\n", a);
+                return 2;
+            }
+            *(a[2] == 'm' ? &model_path : &text_path) = val;
+            i++;
+        } else if (!strcmp(a, "--ctx")) {
+            if (cli_parse_int("perplexity", a, val, 2, 1 << 24, &ctx))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--max-windows")) {
+            if (cli_parse_int("perplexity", a, val, 1, 1 << 30, &max_windows))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--chunk")) {
+            if (cli_parse_int("perplexity", a, val, 1, 1 << 16, &chunk))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--threads")) {
+            if (cli_parse_int("perplexity", a, val, 1, 1024, &threads))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+        } else {
+            fprintf(stderr, "comet perplexity: unknown option '%s' (see comet perplexity --help)\n",
+                    a);
+            return 2;
+        }
+    }
+    cli_log_to_stderr(verbose);
+    if (!text_path) {
+        fprintf(stderr, "comet perplexity: --text FILE is required (see comet perplexity --help)\n");
+        return 2;
+    }
+    size_t text_len = 0;
+    char *text = read_file(text_path, &text_len);
+    if (!text) {
+        fprintf(stderr, "comet perplexity: cannot read %s: %s\n", text_path, strerror(errno));
+        return 1;
+    }
+    if (!model_path)
+        model_path = cli_default_model();
+    comet_model *m = NULL;
+    comet_backend *be = NULL;
+    int32_t *ids = NULL;
+    int rc = 1;
+    if (comet_model_load(model_path, &m) < 0) {
+        cli_report_error("perplexity", "cannot load the model");
+        goto out;
+    }
+    size_t n = 0;
+    if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
+        cli_report_error("perplexity", "cannot tokenize the text");
+        goto out;
+    }
+    if (m->cfg.add_bos && m->cfg.bos_id >= 0) {
+        int32_t *t2 = realloc(ids, (n + 1) * sizeof *ids);
+        if (!t2) {
+            fprintf(stderr, "comet perplexity: out of memory\n");
+            goto out;
+        }
+        ids = t2;
+        memmove(ids + 1, ids, n * sizeof *ids);
+        ids[0] = m->cfg.bos_id;
+        n++;
+    }
+    comet_ppl_params pp = comet_ppl_default_params();
+    if (ctx > 0)
+        pp.ctx = (int)ctx;
+    else if (pp.ctx > m->cfg.n_ctx)
+        pp.ctx = m->cfg.n_ctx;
+    pp.max_windows = (int)max_windows;
+    pp.chunk = (int)chunk;
+    be = comet_backend_cpu_init((int)threads);
+    if (!be) {
+        cli_report_error("perplexity", "cannot start the CPU backend");
+        goto out;
+    }
+    comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads", text_path, n,
+              pp.ctx, be->n_threads);
+    comet_ppl_result r;
+    if (comet_perplexity(m, be, ids, n, &pp, &r) < 0) {
+        cli_report_error("perplexity", "perplexity failed");
+        goto out;
+    }
+    printf("PPL %.4f tokens %ld ctx %d windows %d\n", r.ppl, r.n_scored, r.ctx, r.windows);
+    rc = 0;
+out:
+    comet_backend_free(be);
+    free(ids);
+    comet_model_free(m);
+    free(text);
+    return rc;
+}
