@@ -5,7 +5,8 @@ Builds SmolLM2's tokenizer with HF `tokenizers` from the GGUF's vocabulary and m
 (read with the `gguf` package) and the pre-tokenizer the model ships with on the HF hub
 (Digits(individual_digits) then ByteLevel), cross-checks it against transformers'
 own GGUF conversion (AutoTokenizer.from_pretrained(..., gguf_file=...)), and writes
-the strings with their ids to tests/fixtures/tokens_smollm2.json.
+the strings with their ids to tests/fixtures/tokens_smollm2.json, plus the id count and an
+FNV-1a hash of the ids of two whole novels (data/, from scripts/extract_texts.py).
 
 Usage: python3 scripts/golden_tokens.py [--gguf models/SmolLM2-135M-Instruct.Q4_1.gguf]
 """
@@ -48,6 +49,15 @@ def build_reference(path):
                 for t, ty in zip(tokens, types) if ty == 3]
     tok.add_special_tokens(specials)
     return tok
+
+
+def fnv1a64(ids):
+    """FNV-1a over the ids as little-endian int32 bytes, as a hex string."""
+    h = 0xcbf29ce484222325
+    for i in ids:
+        for b in int(i).to_bytes(4, "little", signed=True):
+            h = ((h ^ b) * 0x100000001b3) & 0xffffffffffffffff
+    return f"{h:016x}"
 
 
 def strings():
@@ -161,12 +171,25 @@ def main():
                           file=sys.stderr)
             cases.append({"text": t, "hex": t.encode("utf-8").hex(), "special": parse_special,
                           "ids": ids})
+    # Whole novels (extracted by scripts/extract_texts.py): id count and a hash of the ids.
+    novels = []
+    for rel in ("data/austen/prideprejudice.txt", "data/mobydick.txt"):
+        path = os.path.join(ROOT, rel)
+        if not os.path.exists(path):
+            sys.exit(f"{path} missing: run scripts/extract_texts.py first")
+        with open(path, "rb") as fp:
+            text = fp.read().decode("utf-8")
+        ref.encode_special_tokens = True
+        ids = ref.encode(text, add_special_tokens=False).ids
+        novels.append({"path": rel, "n_tokens": len(ids), "fnv1a64": fnv1a64(ids),
+                       "first": ids[:16], "last": ids[-16:]})
     ref.encode_special_tokens = False
     doc = {
         "source": "HF tokenizers BPE from the GGUF vocab/merges, pre-tokenizer "
                   "Digits(individual)+ByteLevel; scripts/golden_tokens.py",
         "model": os.path.basename(args.gguf),
         "cases": cases,
+        "novels": novels,
     }
     with open(args.out, "w", encoding="utf-8") as fp:
         json.dump(doc, fp, ensure_ascii=False, indent=0)

@@ -224,6 +224,50 @@ static void test_smollm2_golden_ids(void **state) {
     cJSON_Delete(doc);
 }
 
+/* Whole novels (data/ from scripts/extract_texts.py, which the setup runs): the id count
+ * and an FNV-1a hash of all ids match HF tokenizers'. */
+static void test_smollm2_novels(void **state) {
+    (void)state;
+    comet_model *m = load_default_model();
+    cJSON *doc = load_json("tokens_smollm2.json");
+    const cJSON *nv;
+    int n_novels = 0;
+    cJSON_ArrayForEach(nv, cJSON_GetObjectItemCaseSensitive(doc, "novels")) {
+        const char *root = getenv("COMET_SOURCE_DIR");
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", root ? root : ".", jstr(nv, "path"));
+        FILE *f = fopen(path, "rb");
+        if (!f)
+            fail_msg("%s is missing: run scripts/extract_texts.py (the setup does)", path);
+        fseek(f, 0, SEEK_END);
+        long len = ftell(f);
+        fseek(f, 0, SEEK_SET);
+        char *text = malloc((size_t)len);
+        assert_int_equal(fread(text, 1, (size_t)len, f), (size_t)len);
+        fclose(f);
+        int32_t *ids;
+        size_t n;
+        assert_int_equal(comet_tokenizer_encode(m->tok, text, (size_t)len, 0, &ids, &n), COMET_OK);
+        assert_int_equal(n, cJSON_GetObjectItemCaseSensitive(nv, "n_tokens")->valueint);
+        uint64_t h = 0xcbf29ce484222325ull;
+        for (size_t i = 0; i < n; i++)
+            for (int b = 0; b < 4; b++) {
+                h ^= ((uint32_t)ids[i] >> (8 * b)) & 0xFF;
+                h *= 0x100000001b3ull;
+            }
+        char hex[17];
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)h);
+        assert_string_equal(hex, jstr(nv, "fnv1a64"));
+        const cJSON *first = cJSON_GetObjectItemCaseSensitive(nv, "first");
+        assert_true(ids_equal(first, ids, (size_t)cJSON_GetArraySize(first)));
+        free(ids);
+        free(text);
+        n_novels++;
+    }
+    assert_int_equal(n_novels, 2);
+    cJSON_Delete(doc);
+}
+
 static void test_smollm2_special_tokens(void **state) {
     (void)state;
     comet_model *m = load_default_model();
@@ -468,6 +512,47 @@ static void test_desc_llama_bpe_pre(void **state) {
     cJSON_Delete(tj);
 }
 
+/* Every pre-tokenizer name builds (its regexes compile under PCRE2) and encodes text
+ * byte-wise over a vocabulary of the 256 byte symbols alone. */
+static void test_pre_names(void **state) {
+    (void)state;
+    char sym[256][4];
+    const char *tokens[256];
+    for (int b = 0, k = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        unsigned cp = printable ? (unsigned)b : 256u + (unsigned)k++;
+        if (cp < 0x80) {
+            sym[b][0] = (char)cp, sym[b][1] = 0;
+        } else {
+            sym[b][0] = (char)(0xC0 | (cp >> 6)), sym[b][1] = (char)(0x80 | (cp & 0x3F));
+            sym[b][2] = 0;
+        }
+        tokens[b] = sym[b];
+    }
+    const char *names[] = {NULL, "default", "gpt2", "gpt-2", "llama3", "llama-bpe", "smollm",
+                           "starcoder", "qwen2", "dbrx", "command-r"};
+    const char text[] = "Hello 123 world!!\n\n  x's \xe4\xbd\xa0\xf0\x9f\x98\x80 $+<=> 4096";
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 256, .tokens = tokens,
+                              .pre = names[i], .bos_id = -1, .eos_id = -1, .unk_id = -1,
+                              .pad_id = -1};
+        comet_tokenizer *tok = comet_tokenizer_init(&d);
+        if (!tok)
+            fail_msg("pre %s: %s", names[i] ? names[i] : "(none)", comet_last_error());
+        int32_t *ids;
+        size_t n, len;
+        assert_int_equal(comet_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n),
+                         COMET_OK);
+        assert_int_equal(n, sizeof text - 1);
+        char *dec = decode_all(tok, ids, n, 1, &len);
+        assert_int_equal(len, sizeof text - 1);
+        assert_memory_equal(dec, text, len);
+        free(dec);
+        free(ids);
+        comet_tokenizer_free(tok);
+    }
+}
+
 /* ---- construction errors -------------------------------------------------------------- */
 
 static void test_bad_inputs(void **state) {
@@ -610,6 +695,7 @@ static void test_chat_templates(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_smollm2_golden_ids),
+        cmocka_unit_test(test_smollm2_novels),
         cmocka_unit_test(test_smollm2_special_tokens),
         cmocka_unit_test(test_smollm2_detok_split_emoji),
         cmocka_unit_test(test_smollm2_invalid_utf8),
@@ -617,6 +703,7 @@ int main(void) {
         cmocka_unit_test(test_hf_json_spm),
         cmocka_unit_test(test_spm_desc_scores),
         cmocka_unit_test(test_desc_llama_bpe_pre),
+        cmocka_unit_test(test_pre_names),
         cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_chat_templates),
     };

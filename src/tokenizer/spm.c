@@ -2,10 +2,12 @@
  *
  * Text is normalized the SentencePiece way: spaces become "▁" (U+2581) and a "▁" is
  * prepended (add_dummy_prefix). Two ways to merge:
- *  - by score (GGUF tokenizer.ggml.scores, no merges): starting from single characters,
- *    repeatedly join the adjacent pair whose concatenation is a token with the highest
- *    score (leftmost on ties), as SentencePiece's BPE model does;
- *  - by merge rank (tokenizer.json BPE with byte_fallback): HF BPE on characters.
+ *  - by score (GGUF tokenizer.ggml.scores; merges, if any, are ignored as llama.cpp does):
+ *    starting from single characters, repeatedly join the adjacent pair whose
+ *    concatenation is a token with the highest score (leftmost on ties), as
+ *    SentencePiece's BPE model does;
+ *  - by merge rank when there are no scores (tokenizer.json BPE with byte_fallback): HF
+ *    BPE on characters.
  * Characters that end up outside the vocabulary become <0xXX> byte tokens (byte fallback)
  * or unk.
  */
@@ -149,9 +151,9 @@ done:
 
 static comet_status spm_word(const struct comet_tokenizer *t, const char *s, size_t n,
                              tok_ids *out) {
-    if (t->n_merges > 0)
-        return tok_merge_chars(t, s, n, out);
-    return spm_merge_scores(t, s, n, out);
+    if (t->scores)
+        return spm_merge_scores(t, s, n, out);
+    return tok_merge_chars(t, s, n, out);
 }
 
 comet_status tok_spm_encode_segment(const struct comet_tokenizer *t, const char *s, size_t n,

@@ -467,11 +467,6 @@ comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *d) {
     } else {
         t->spm_prefix = d->no_space_prefix ? TOK_SPM_PREFIX_NEVER : TOK_SPM_PREFIX_ALWAYS;
         t->byte_fallback = 1;
-        if (!t->scores && d->n_merges == 0) {
-            comet_set_error(COMET_ERR_FORMAT,
-                            "tokenizer: a SentencePiece vocabulary needs scores or merges");
-            return fail(t);
-        }
     }
     return t;
 }
