@@ -160,6 +160,13 @@ comet_status comet_calib_stats_save(const comet_calib_stats *cs, const comet_cal
     return COMET_OK;
 }
 
+/* The file name of a path: models and texts are matched by name, not by how the path to
+ * them was spelled. */
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
 comet_status comet_calib_stats_load(const char *path, const comet_model_config *cfg,
                                     const comet_calib_meta *want, int need_xtx,
                                     comet_calib_stats **out) {
@@ -180,7 +187,8 @@ comet_status comet_calib_stats_load(const char *path, const comet_model_config *
     int same_shape = h.n_layer == cfg->n_layer;
     for (int g = 0; g < COMET_QGROUP_COUNT; g++)
         same_shape &= h.width[g] == comet_qgroup_width(cfg, (comet_qgroup)g);
-    if (!same_shape || strcmp(h.meta.model, want->model) || strcmp(h.meta.corpus, want->corpus) ||
+    if (!same_shape || strcmp(base_name(h.meta.model), base_name(want->model)) ||
+        strcmp(base_name(h.meta.corpus), base_name(want->corpus)) ||
         h.meta.windows != want->windows || h.meta.window_len != want->window_len ||
         (need_xtx && !h.has_xtx)) {
         st = comet_set_error(COMET_ERR_INVALID_ARG,
