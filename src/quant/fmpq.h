@@ -48,6 +48,7 @@ typedef struct comet_fmpq_params {
                         * permutation and folding only, embeddings not rounded either) */
     int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
     int kv_bits;       /* 4, 8 or 16 */
+    int kv_group;      /* channels per KV scale/zero group; 0 = D (NUMERICS.md default) */
     int block;         /* B; 0 = one block per row (per-token activations, per-channel
                         * weights); -1 = automatic (comet_quant_choose_block) */
     int reorder;       /* sort channels by salience */

@@ -53,6 +53,8 @@ static void usage(FILE *f) {
             "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
             "                       8 = all blocks INT8, 16 = not quantized\n"
             "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
+            "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
+            "                       default: the head dim, one group per head)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
@@ -111,6 +113,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
     const char *cache_path = NULL;
     long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
+    long kvgroup = 0;
     double budget = 0.25, tau = 8.0, damp = 0.01;
     comet_fmpq_params p = comet_fmpq_default_params();
     int verbose = 0;
@@ -165,6 +168,8 @@ int cmd_quantize(int argc, char **argv) {
                 fprintf(stderr, "comet quantize: %s expects 4, 8 or 16, got %ld\n", a, *dst);
                 return 2;
             }
+        } else if (!strcmp(a, "--kv-group")) {
+            bad = cli_parse_int("quantize", a, val, 1, 4096, &kvgroup), i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -186,6 +191,7 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv_bits = (int)kvbits, p.block = (int)block;
+    p.kv_group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
     if (p.w_bits == 16)
         p.gptq = 0;
