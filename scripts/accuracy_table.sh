@@ -8,7 +8,7 @@
 # env:   COMET (build/comet), MODEL (the default GGUF), CALIB (data/mobydick.txt),
 #        EVAL (data/austen/prideprejudice.txt), CTX (2048), WINDOWS (eval windows; empty =
 #        all), CALIB_WINDOWS (128), CALIB_CACHE (calibration statistics shared by the rows;
-#        default $OUT_DIR/calib<windows>.bin), TAU (8), THREADS (all), OUT_DIR (models/acc)
+#        default $OUT_DIR/calib<windows>.bin), TAU (2), THREADS (all), OUT_DIR (models/acc)
 set -u
 COMET=${COMET:-build/comet}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -20,7 +20,7 @@ CALIB_WINDOWS=${CALIB_WINDOWS:-128}
 THREADS=${THREADS:-}
 OUT_DIR=${OUT_DIR:-models/acc}
 CALIB_CACHE=${CALIB_CACHE:-$OUT_DIR/calib$CALIB_WINDOWS.bin}
-TAU=${TAU:-8}
+TAU=${TAU:-2}
 mkdir -p "$OUT_DIR"
 
 ppl_opts="--text $EVAL --ctx $CTX${WINDOWS:+ --max-windows $WINDOWS}${THREADS:+ --threads $THREADS}"

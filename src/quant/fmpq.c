@@ -88,7 +88,7 @@ comet_fmpq_params comet_fmpq_default_params(void) {
         .kv_bits = 4,
         .block = -1,
         .reorder = 1,
-        .tau = 8.0f,
+        .tau = 2.0f,
         .int8_budget = 0.25f,
         .gptq = 1,
         .clip_search = 1,

@@ -59,7 +59,8 @@ typedef struct comet_fmpq_params {
     float gptq_damp;
 } comet_fmpq_params;
 
-/* Defaults: W4 A4(mixed) KV4, automatic block, reorder, tau 8, budget 0.25, GPTQ with the
+/* Defaults: W4 A4(mixed) KV4, automatic block, reorder, tau 2 (chosen by docs/accuracy.md),
+ * budget 0.25, GPTQ with the
  * clipping search, damping 0.01. */
 comet_fmpq_params comet_fmpq_default_params(void);
 

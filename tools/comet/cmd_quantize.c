@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "                       per-channel weights); default: 128, or 64 when the model's\n"
             "                       widths are not multiples of 128\n"
             "  --int8-budget F      at most this fraction of each group's blocks INT8 (default 0.25)\n"
-            "  --tau T              INT8 for channels with salience > T x median (default 8)\n"
+            "  --tau T              INT8 for channels with salience > T x median (default 2)\n"
             "  --wmethod rtn|gptq   weight rounding (default gptq)\n"
             "  --no-clip            no clipping search for the weight scales\n"
             "  --damp F             GPTQ damping, fraction of the mean Hessian diagonal (0.01)\n"
@@ -114,7 +114,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *cache_path = NULL;
     long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
     long kvgroup = 0;
-    double budget = 0.25, tau = 8.0, damp = 0.01;
+    double budget = 0.25, tau = 2.0, damp = 0.01;
     comet_fmpq_params p = comet_fmpq_default_params();
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
