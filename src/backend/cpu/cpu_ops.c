@@ -25,6 +25,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "quant/qlinear.h"
+#include "quant/quant.h"
 #include "core/threads.h"
 
 #define MAX_PAGE_SIZE 256
@@ -200,12 +201,24 @@ static void gemm_parallel(comet_backend *be, const float *x, const float *w, int
     comet_parallel_for(pool(be), j.n_chunks, gemm_task, &j);
 }
 
+/* COMET_WFMT_QSIM (a quantized checkpoint, simulated in fp32): the activation is gathered by
+ * the group's permutation and quantized->dequantized per token per block
+ * (src/quant/qlinear.h), then multiplied by the dequantized weights on the thread pool like
+ * an fp32 linear. */
 static comet_status cpu_linear(comet_backend *be, const comet_linear *lin, const float *x, int T,
                                float *y) {
-    if (lin->fmt == COMET_WFMT_QSIM) /* quantized checkpoint, fp32 simulation */
-        return comet_qlinear_sim(lin, x, T, y);
-    COMET_ASSERT(lin->fmt == COMET_WFMT_F32);
-    gemm_parallel(be, x, lin->w, T, lin->n_out, lin->n_in, y, lin->n_out);
+    COMET_ASSERT(lin->fmt == COMET_WFMT_F32 || lin->fmt == COMET_WFMT_QSIM);
+    if (lin->fmt == COMET_WFMT_F32) {
+        gemm_parallel(be, x, lin->w, T, lin->n_out, lin->n_in, y, lin->n_out);
+        return COMET_OK;
+    }
+    float *xq = malloc((size_t)T * lin->n_in * sizeof *xq);
+    if (!xq)
+        return comet_set_error(COMET_ERR_NOMEM, "linear: out of memory for a %dx%d activation", T,
+                               lin->n_in);
+    comet_qlinear_input(lin, x, T, xq);
+    gemm_parallel(be, xq, lin->w, T, lin->n_out, lin->n_in, y, lin->n_out);
+    free(xq);
     return COMET_OK;
 }
 
@@ -257,14 +270,18 @@ static comet_status cpu_rope(comet_backend *be, const comet_rope_params *rp,
 
 /* ---- kv_append ---- */
 
+/* With kv->kv_bits 4 or 8 each token's K and V are quantized->dequantized per KV head as
+ * they are stored (NUMERICS.md "KV cache", simulated in fp32); otherwise copied. */
 static comet_status cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                   const comet_batch *b, const float *k, const float *v) {
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
             size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-            memcpy(kv->k + off, k + (size_t)t * row, row * sizeof(float));
-            memcpy(kv->v + off, v + (size_t)t * row, row * sizeof(float));
+            comet_quant_kv_sim(k + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
+                               kv->k + off);
+            comet_quant_kv_sim(v + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
+                               kv->v + off);
         }
     return COMET_OK;
 }
