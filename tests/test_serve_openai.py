@@ -7,7 +7,8 @@ prompt logprobs) for structure and content (greedy output equal to `comet genera
 same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
-serving; a client that disconnects mid-stream is cancelled and its KV pages freed; a full
+serving; a client that disconnects (mid-stream, or while waiting for a whole answer) is
+cancelled and its KV pages freed; a full
 queue answers 503 (a second, small server); SIGTERM lets a stream in flight finish, refuses
 new connections and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
 openai`. Every wait is bounded.
@@ -325,6 +326,31 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(m["comet_requests_running"], 0)
         self.assertEqual(m["comet_kv_pages_used"], 0)
         self.assertLess(m["comet_generation_tokens_total"], 10**6)
+        self.assert_alive()
+
+    def test_client_disconnect_non_streaming_cancels(self):
+        before = metrics().get('comet_requests_total{outcome="cancelled"}', 0)
+        gen_before = metrics()["comet_generation_tokens_total"]
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 2000,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (KEY, len(body))).encode() + body)
+        deadline = time.time() + 60
+        while time.time() < deadline and metrics()["comet_requests_running"] == 0:
+            time.sleep(0.1)
+        s.close()  # before the answer
+        m = metrics()
+        while time.time() < deadline:
+            m = metrics()
+            if (m['comet_requests_total{outcome="cancelled"}'] > before
+                    and m["comet_requests_running"] == 0 and m["comet_kv_pages_used"] == 0):
+                break
+            time.sleep(0.2)
+        self.assertGreater(m['comet_requests_total{outcome="cancelled"}'], before)
+        self.assertEqual(m["comet_kv_pages_used"], 0)
+        self.assertLess(m["comet_generation_tokens_total"] - gen_before, 1000)
         self.assert_alive()
 
     def test_metrics(self):
