@@ -11,18 +11,24 @@ if(NOT COMET_CUDA STREQUAL "OFF")
 endif()
 
 if(COMET_HAVE_CUDA)
+  # Our targets (H200 = sm_90a, A100 = sm_80), unless the user passes -DCMAKE_CUDA_ARCHITECTURES.
+  # Set before enable_language(CUDA): afterwards CMake has filled in the compiler's default
+  # (sm_52 for CUDA 12, sm_75 for CUDA 13), too old for cp.async / mma.sync.
+  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+    set(CMAKE_CUDA_ARCHITECTURES "90a;80" CACHE STRING "CUDA architectures to build for")
+  endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
   file(GLOB COMET_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
   if(COMET_CU_SOURCES)
-    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-      set(CMAKE_CUDA_ARCHITECTURES 90a 80)
-    endif()
     add_library(comet_cuda STATIC ${COMET_CU_SOURCES})
     target_include_directories(comet_cuda PUBLIC ${CMAKE_SOURCE_DIR}/include ${CMAKE_SOURCE_DIR}/src)
     target_link_libraries(comet_cuda PUBLIC CUDA::cudart CUDA::cublas CUDA::cublasLt)
     target_compile_options(comet_cuda PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo --expt-relaxed-constexpr>)
     target_link_libraries(comet_lib PUBLIC comet_cuda)
+    # comet_lib was created before CUDA was enabled, so its CUDA_ARCHITECTURES is empty, which
+    # CMake refuses ("CUDA_ARCHITECTURES is empty for target comet_lib") once it links CUDA code.
+    set_target_properties(comet_lib PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
     target_compile_definitions(comet_lib PUBLIC COMET_HAVE_CUDA=1)
   endif()
 endif()

@@ -75,12 +75,16 @@ static int build_prompt(const comet_model *m, const char *prompt, const char *sy
             int n = comet_tokenizer_token_bytes(m->tok, m->cfg.bos_id, 1, bos, sizeof bos - 1);
             bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
         }
+        /* Without --system, the system message the model's own template would insert
+         * (SmolLM2 has one), so the prompt is the one transformers would build. */
+        char *default_system = system ? NULL : comet_chat_template_default_system(m->chat_template);
         comet_chat_message msgs[2];
         size_t n = 0;
-        if (system)
-            msgs[n++] = (comet_chat_message){"system", system};
+        if (system || default_system)
+            msgs[n++] = (comet_chat_message){"system", system ? system : default_system};
         msgs[n++] = (comet_chat_message){"user", prompt};
         text = comet_chat_apply(kind, msgs, n, 1, bos[0] ? bos : NULL);
+        free(default_system);
         if (!text) {
             cli_report_error("generate", "cannot apply the chat template");
             return 1;
