@@ -337,6 +337,8 @@ static void test_attention(void **state) {
     const int old1[] = {40}, new1[] = {1};
     const int old2[] = {0}, new2[] = {100};
     const int old3[] = {0, 33, 7, 0}, new3[] = {17, 1, 3, 1};
+    /* prefill chunks continuing a cached prefix: several 32-token tiles, a partial one */
+    const int old4[] = {20, 5}, new4[] = {45, 8};
     for (int hi = 0; hi < 3; hi++)
         for (int di = 0; di < 2; di++)
             for (int pi = 0; pi < 2; pi++) {
@@ -345,6 +347,7 @@ static void test_attention(void **state) {
                 if (P == 16)
                     run_attention_case(f, H, Hkv, D, P, 1, old2, new2);
                 run_attention_case(f, H, Hkv, D, P, 4, old3, new3);
+                run_attention_case(f, H, Hkv, D, P, 2, old4, new4);
             }
 }
 
