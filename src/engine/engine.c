@@ -413,7 +413,7 @@ static int step(comet_engine *e) {
             finish(e, e->waiting[i], COMET_FINISH_CANCELLED, NULL, NULL, 0);
 
     /* 1. decodes of running sequences, oldest first */
-    for (int i = 0; i < e->n_running && budget > 0; i++) {
+    for (int i = 0; i < e->n_running && budget > 0 && n_plans < e->p.max_seqs; i++) {
         req *r = e->running[i];
         if (r->n_tokens - r->n_computed != 1)
             continue;
@@ -443,6 +443,8 @@ static int step(comet_engine *e) {
             if (i >= n_list)
                 break;
             req *r = list[i];
+            if (pass == 1 && e->n_running >= e->p.max_seqs)
+                break; /* admitting more would exceed max_seqs next step */
             int remaining = r->n_tokens - r->n_computed;
             if (pass == 0 && (remaining <= 1 || planned(e, n_plans, r))) {
                 i++;
