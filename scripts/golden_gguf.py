@@ -102,7 +102,8 @@ def main():
     # Random blocks of every supported type; fp16 scale fields are set to finite values.
     rng = np.random.default_rng(42)
     lines = []
-    for qt in (Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K):
+    for qt in (Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K,
+               Q.Q5_K, Q.Q6_K):
         bs, ts = gguf.GGML_QUANT_SIZES[qt]
         n_el = 512 if bs == 1 else 2 * bs
         if qt in (Q.F16, Q.BF16):
@@ -112,7 +113,8 @@ def main():
             nb = n_el // bs
             raw = rng.integers(0, 256, (nb, ts), dtype=np.uint8)
             halves = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q5_0: [0], Q.Q4_1: [0, 2], Q.Q5_1: [0, 2],
-                      Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208]}[qt]
+                      Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208],
+                      Q.Q2_K: [80, 82], Q.Q3_K: [108]}[qt]
             for b in range(nb):
                 for off in halves:
                     h = np.array([rng.uniform(-0.05, 0.05)], dtype=np.float16).view(np.uint8)

@@ -46,7 +46,7 @@ def write_gguf(path, with_tensors, alignment=None):
         w.add_tensor("f16", x[:, :8].astype(np.float16))
         for qt in (Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1):
             w.add_tensor(qt.name.lower(), gguf.quants.quantize(x[:, :64], qt), raw_dtype=qt)
-        for qt in (Q.Q5_0, Q.Q5_1, Q.Q4_K, Q.Q5_K, Q.Q6_K):
+        for qt in (Q.Q5_0, Q.Q5_1, Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K):
             bs, ts = gguf.GGML_QUANT_SIZES[qt]
             raw = rng.integers(0, 256, (1, ts), dtype=np.uint8)
             w.add_tensor(qt.name.lower(), raw, raw_dtype=qt)

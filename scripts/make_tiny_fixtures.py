@@ -6,6 +6,8 @@ One set of weights, three files that must load to identical fp32 values:
   tiny_hf_sharded/  config.json + 2 F16 shards + model.safetensors.index.json (tied)
   tiny.gguf         GGUF v3, mixed F32/F16/BF16, Q/K rows permuted as llama.cpp's
                     convert_hf_to_gguf.py does, tokenizer in tokenizer.ggml.* (gpt2)
+  tiny_llama3.gguf  the same in F16 with rope_theta 500000 and Llama-3.1 RoPE scaling
+                    stored as llama.cpp does: a rope_freqs.weight tensor
 Weights follow a formula the C test recomputes: tensor number t (order in NAMES),
 element i -> ((37 i + 11 t) % 129 - 64) / 64, exact in BF16, F16 and F32.
 Written with safetensors/torch, tokenizers and gguf (independent of the C code); the
@@ -120,7 +122,25 @@ def write_hf(d, tensors, V, tied, tok, shards, dtype):
         json.dump({"metadata": {"total_size": 0}, "weight_map": wmap}, f, indent=2)
 
 
-def write_gguf(path, tensors, V, tok):
+def llama3_rope_factors(base, dim, factor, low, high, orig):
+    """convert_hf_to_gguf.py LlamaModel.generate_extra_tensors (rope_freqs.weight)."""
+    import math
+    freqs = 1.0 / (base ** (np.arange(0, dim, 2, dtype=np.float32) / dim))
+    low_wl, high_wl = orig / low, orig / high
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wl:
+            out.append(1)
+        elif wavelen > low_wl:
+            out.append(factor)
+        else:
+            smooth = (orig / wavelen - low) / (high - low)
+            out.append(1 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+def write_gguf(path, tensors, V, tok, llama3=False):
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
     proc = LlamaTensorProcessor(config={"num_attention_heads": H, "num_key_value_heads": HKV})
     w = gguf.GGUFWriter(path, "llama")
@@ -132,7 +152,7 @@ def write_gguf(path, tensors, V, tok):
     w.add_head_count(H)
     w.add_head_count_kv(HKV)
     w.add_rope_dimension_count(D)
-    w.add_rope_freq_base(50000.0)
+    w.add_rope_freq_base(500000.0 if llama3 else 50000.0)
     w.add_layer_norm_rms_eps(1e-5)
     vocab = tok.get_vocab()
     toks = [t for t, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
@@ -149,6 +169,11 @@ def write_gguf(path, tensors, V, tok):
     w.add_add_bos_token(False)
     w.add_chat_template(TEMPLATE)
     types = {"attn_q": Q.F32, "attn_k": Q.BF16, "attn_v": Q.F16, "token_embd": Q.F16}
+    if llama3:
+        types = {"": Q.F16}
+        rf = llama3_rope_factors(500000.0, D, 8.0, 1.0, 4.0, 8192)
+        assert 1.0 < rf[2] < 8.0  # one frequency in the smooth band
+        w.add_tensor("rope_freqs.weight", rf)
     for hf, gg in names():
         x = tensors[hf]
         if ".attn_q." in gg or ".attn_k." in gg:
@@ -176,6 +201,7 @@ def main():
     write_hf(os.path.join(fx, "tiny_hf"), tensors, V, False, tok, 1, torch.bfloat16)
     write_hf(os.path.join(fx, "tiny_hf_sharded"), tensors, V, True, tok, 2, torch.float16)
     write_gguf(os.path.join(fx, "tiny.gguf"), tensors, V, tok)
+    write_gguf(os.path.join(fx, "tiny_llama3.gguf"), tensors, V, tok, llama3=True)
     print("vocab", V)
     return 0
 

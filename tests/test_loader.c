@@ -147,7 +147,7 @@ static void check_formula(const float *w, int64_t n, int t, const char *what) {
 }
 
 /* Every weight against the formula; tensor numbers follow the script's NAMES order. */
-static void check_tiny(const comet_model *m, int tied) {
+static void check_tiny(const comet_model *m, int tied, float theta) {
     const comet_model_config *c = &m->cfg;
     assert_int_equal(c->n_layer, 2);
     assert_int_equal(c->n_embd, 32);
@@ -158,7 +158,7 @@ static void check_tiny(const comet_model *m, int tied) {
     assert_int_equal(c->n_vocab, 300);
     assert_int_equal(c->n_ctx, 256);
     assert_true(c->rms_eps == 1e-5f);
-    assert_true(c->rope_theta == 50000.0f);
+    assert_true(c->rope_theta == theta);
     assert_int_equal(c->bos_id, 0);
     assert_int_equal(c->add_bos, 0);
     assert_int_equal(c->eos_ids[0], 2);
@@ -196,7 +196,7 @@ static void test_tiny_hf(void **state) {
     comet_status st = comet_model_load(src_path("tests/fixtures/tiny_hf"), &m);
     if (st != COMET_OK)
         fail_msg("%s", comet_last_error());
-    check_tiny(m, 0);
+    check_tiny(m, 0, 50000.0f);
     assert_int_equal(m->cfg.n_eos, 2); /* config.json eos_token_id is the list [2, 0] */
     assert_int_equal(m->cfg.eos_ids[1], 0);
     comet_model_free(m);
@@ -208,7 +208,7 @@ static void test_tiny_hf_sharded(void **state) {
     comet_status st = comet_model_load(src_path("tests/fixtures/tiny_hf_sharded/"), &m);
     if (st != COMET_OK)
         fail_msg("%s", comet_last_error());
-    check_tiny(m, 1);
+    check_tiny(m, 1, 50000.0f);
     assert_int_equal(m->cfg.rope_scaling, COMET_ROPE_SCALING_LLAMA3);
     assert_true(m->cfg.rope_factor == 8.0f);
     assert_true(m->cfg.rope_low_freq_factor == 1.0f);
@@ -225,8 +225,26 @@ static void test_tiny_gguf(void **state) {
     if (st != COMET_OK)
         fail_msg("%s", comet_last_error());
     /* Q (F32) and K (BF16) were stored permuted: the formula only holds after unpermuting. */
-    check_tiny(m, 0);
+    check_tiny(m, 0, 50000.0f);
     assert_string_equal(m->name, "tiny-llama");
+    assert_int_equal(m->cfg.rope_scaling, COMET_ROPE_SCALING_NONE);
+    comet_model_free(m);
+}
+
+/* Llama-3.1 RoPE scaling stored as rope_freqs.weight (llama.cpp's converter formula,
+ * factor 8, low/high 1/4, original context 8192): recovered as LLAMA3 parameters. */
+static void test_tiny_llama3_gguf(void **state) {
+    (void)state;
+    comet_model *m;
+    comet_status st = comet_model_load(src_path("tests/fixtures/tiny_llama3.gguf"), &m);
+    if (st != COMET_OK)
+        fail_msg("%s", comet_last_error());
+    check_tiny(m, 0, 500000.0f);
+    assert_int_equal(m->cfg.rope_scaling, COMET_ROPE_SCALING_LLAMA3);
+    assert_true(m->cfg.rope_factor == 8.0f);
+    assert_true(m->cfg.rope_low_freq_factor == 1.0f);
+    assert_true(m->cfg.rope_high_freq_factor == 4.0f);
+    assert_int_equal(m->cfg.rope_orig_ctx, 8192);
     comet_model_free(m);
 }
 
@@ -249,7 +267,8 @@ static void expect_load(const char *path, comet_status want, const char *frag1,
 static void write_small_gguf(const char *path, const char *arch, int with_tokens) {
     gbuf b = {0};
     static const char *const toks[] = {"a", "b", "c", "<eos>"};
-    gb_header(&b, 3, 0, with_tokens ? 10 : 8);
+    /* with_tokens == 2: no tokens, but a rope_freqs.weight that is not Llama-3 scaling. */
+    gb_header(&b, 3, with_tokens == 2 ? 1 : 0, with_tokens == 1 ? 10 : 8);
     kv_str(&b, "general.architecture", arch);
     char k[96];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
@@ -261,9 +280,15 @@ static void write_small_gguf(const char *path, const char *arch, int with_tokens
     kv_f32(&b, KEY("attention.layer_norm_rms_epsilon"), 1e-5f);
     kv_f32(&b, KEY("rope.freq_base"), 10000.0f);
 #undef KEY
-    if (with_tokens) {
+    if (with_tokens == 1) {
         kv_str(&b, "tokenizer.ggml.model", "gpt2");
         kv_arr_str(&b, "tokenizer.ggml.tokens", 4, toks);
+    }
+    if (with_tokens == 2) {
+        const float rf[4] = {1.0f, 2.0f, 3.0f, 4.0f}; /* head_dim 8 -> 4 frequencies */
+        ti(&b, "rope_freqs.weight", 4, 0, 0, 0);
+        gb_align(&b, 32);
+        gb_put(&b, rf, sizeof rf);
     }
     write_file(path, b.p, b.n);
     free(b.p);
@@ -277,6 +302,8 @@ static void test_bad_gguf(void **state) {
                 "supported: llama");
     write_small_gguf(p, "llama", 0);
     expect_load(p, COMET_ERR_FORMAT, "has no tokenizer (tokenizer.ggml.tokens missing)", p);
+    write_small_gguf(p, "llama", 2);
+    expect_load(p, COMET_ERR_UNSUPPORTED, "rope_freqs.weight[1] = 2", "Llama-3");
     /* The real model cut before its data: refused by the reader, naming the file. */
     const char *cut = tmp_file("cut_model.gguf");
     size_t n = 0;
@@ -396,6 +423,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_hf),
         cmocka_unit_test(test_tiny_hf_sharded),
         cmocka_unit_test(test_tiny_gguf),
+        cmocka_unit_test(test_tiny_llama3_gguf),
         cmocka_unit_test(test_bad_gguf),
         cmocka_unit_test(test_bad_hf),
     };

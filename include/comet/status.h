@@ -17,6 +17,7 @@ typedef enum comet_status {
     /* soft outcomes (> 0) */
     COMET_KV_FULL = 1,      /* the KV page pool cannot hold the next step */
     COMET_CANCELLED = 2,    /* the request was cancelled */
+    COMET_QUEUE_FULL = 3,   /* the engine's request queue is full; retry later */
     COMET_STATUS_SOFT_COUNT,
     /* failures (< 0) */
     COMET_ERR_IO = -1,          /* open/read/mmap failed */

@@ -12,6 +12,7 @@ const char *comet_status_name(comet_status st) {
     case COMET_OK: return "COMET_OK";
     case COMET_KV_FULL: return "COMET_KV_FULL";
     case COMET_CANCELLED: return "COMET_CANCELLED";
+    case COMET_QUEUE_FULL: return "COMET_QUEUE_FULL";
     case COMET_ERR_IO: return "COMET_ERR_IO";
     case COMET_ERR_FORMAT: return "COMET_ERR_FORMAT";
     case COMET_ERR_UNSUPPORTED: return "COMET_ERR_UNSUPPORTED";

@@ -39,8 +39,11 @@ comet_status comet_kv_pool_init(comet_kv_pool *pool, int n_pages, int page_size)
     if (n_pages <= 0 || page_size <= 0)
         return comet_set_error(COMET_ERR_INVALID_ARG, "kv pool: sizes must be positive");
     pool->free_ids = malloc((size_t)n_pages * sizeof *pool->free_ids);
-    if (!pool->free_ids)
+    pool->refs = calloc((size_t)n_pages, sizeof *pool->refs);
+    if (!pool->free_ids || !pool->refs) {
+        comet_kv_pool_free(pool);
         return comet_set_error(COMET_ERR_NOMEM, "kv pool: out of memory");
+    }
     pool->n_pages = n_pages;
     pool->page_size = page_size;
     pool->n_free = n_pages;
@@ -54,6 +57,7 @@ void comet_kv_pool_free(comet_kv_pool *pool) {
     if (!pool)
         return;
     free(pool->free_ids);
+    free(pool->refs);
     memset(pool, 0, sizeof *pool);
 }
 
@@ -85,19 +89,51 @@ comet_status comet_kv_seq_reserve(comet_kv_pool *pool, comet_kv_seq *seq, int n)
                                seq->n_tokens + n, seq->max_pages * P);
     if (need > pool->n_free)
         return COMET_KV_FULL;
-    for (int i = 0; i < need; i++)
-        seq->pages[seq->n_pages++] = pool->free_ids[--pool->n_free];
+    for (int i = 0; i < need; i++) {
+        int32_t id = pool->free_ids[--pool->n_free];
+        COMET_ASSERT(pool->refs[id] == 0);
+        pool->refs[id] = 1;
+        seq->pages[seq->n_pages++] = id;
+    }
     seq->n_tokens += n;
     return COMET_OK;
 }
 
 void comet_kv_seq_release(comet_kv_pool *pool, comet_kv_seq *seq) {
     for (int i = seq->n_pages - 1; i >= 0; i--) {
-        COMET_ASSERT(pool->n_free < pool->n_pages);
-        pool->free_ids[pool->n_free++] = seq->pages[i];
+        int32_t id = seq->pages[i];
+        COMET_ASSERT(pool->refs[id] > 0);
+        if (--pool->refs[id] == 0) {
+            COMET_ASSERT(pool->n_free < pool->n_pages);
+            pool->free_ids[pool->n_free++] = id;
+        }
     }
     seq->n_pages = 0;
     seq->n_tokens = 0;
+}
+
+comet_status comet_kv_seq_share(comet_kv_pool *pool, comet_kv_seq *dst, const comet_kv_seq *src,
+                                int n_tokens) {
+    int P = pool->page_size;
+    if (dst->n_pages || dst->n_tokens)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "kv seq share: the destination is not empty");
+    if (n_tokens < 0 || n_tokens > src->n_tokens || n_tokens % P)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "kv seq share: %d tokens; want a multiple of the page size %d up "
+                               "to the source's %d tokens", n_tokens, P, src->n_tokens);
+    int n = n_tokens / P;
+    if (n > dst->max_pages)
+        return comet_set_error(COMET_ERR_CONTEXT,
+                               "kv seq share: %d tokens exceed the destination's capacity of %d",
+                               n_tokens, dst->max_pages * P);
+    for (int i = 0; i < n; i++) {
+        COMET_ASSERT(pool->refs[src->pages[i]] > 0);
+        pool->refs[src->pages[i]]++;
+        dst->pages[i] = src->pages[i];
+    }
+    dst->n_pages = n;
+    dst->n_tokens = n_tokens;
+    return COMET_OK;
 }
 
 comet_status comet_batch_builder_init(comet_batch_builder *bb, int max_tokens, int max_seqs,

@@ -5,7 +5,9 @@
  * step never allocates. Pages are handed out from a free list; a sequence's block table
  * lists its pages in position order. When the pool cannot hold a step the allocator
  * answers COMET_KV_FULL (a soft status: the caller decides — wait, preempt, or fail) and
- * changes nothing. Reference counts (prefix sharing) and preemption are not here yet.
+ * changes nothing. Pages carry reference counts so that sequences can share the full
+ * pages of a common prefix (comet_kv_seq_share); a page returns to the free list when its
+ * last holder releases it. Preemption policy lives in the engine (engine.c).
  */
 #ifndef COMET_ENGINE_KV_PAGES_H
 #define COMET_ENGINE_KV_PAGES_H
@@ -28,6 +30,7 @@ typedef struct comet_kv_pool {
     int page_size; /* P */
     int n_free;
     int32_t *free_ids; /* [n_pages]; free_ids[0 .. n_free-1] are free */
+    int32_t *refs;     /* [n_pages] block tables holding each page; 0 = free */
 } comet_kv_pool;
 
 comet_status comet_kv_pool_init(comet_kv_pool *pool, int n_pages, int page_size);
@@ -51,8 +54,16 @@ void comet_kv_seq_free(comet_kv_seq *seq);
  * the sequence's table capacity would be exceeded; on either nothing changes. */
 comet_status comet_kv_seq_reserve(comet_kv_pool *pool, comet_kv_seq *seq, int n);
 
-/* Return every page of seq to the pool and empty it (its capacity stays). */
+/* Drop seq's hold on each of its pages (a page whose count reaches 0 returns to the
+ * pool) and empty it (its capacity stays). */
 void comet_kv_seq_release(comet_kv_pool *pool, comet_kv_seq *seq);
+
+/* Make the empty `dst` start with the first n_tokens positions of `src`, sharing its
+ * pages (reference counts + 1) instead of copying them. n_tokens must be a multiple of
+ * the page size (a partly filled page would be written by both) and <= src->n_tokens.
+ * COMET_OK, COMET_ERR_INVALID_ARG (named) or COMET_ERR_CONTEXT (dst too small). */
+comet_status comet_kv_seq_share(comet_kv_pool *pool, comet_kv_seq *dst, const comet_kv_seq *src,
+                                int n_tokens);
 
 /* Builds one step's comet_batch from block tables. Arrays are sized once for
  * max_tokens tokens, max_seqs sequences and max_pages page entries in total. */

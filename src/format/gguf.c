@@ -63,7 +63,8 @@ int comet_gguf_type_supported(uint32_t type) {
     switch (type) {
     case COMET_GGML_F32: case COMET_GGML_F16: case COMET_GGML_BF16:
     case COMET_GGML_Q4_0: case COMET_GGML_Q4_1: case COMET_GGML_Q5_0: case COMET_GGML_Q5_1:
-    case COMET_GGML_Q8_0: case COMET_GGML_Q4_K: case COMET_GGML_Q5_K: case COMET_GGML_Q6_K:
+    case COMET_GGML_Q8_0: case COMET_GGML_Q2_K: case COMET_GGML_Q3_K: case COMET_GGML_Q4_K:
+    case COMET_GGML_Q5_K: case COMET_GGML_Q6_K:
         return 1;
     default:
         return 0;
@@ -368,7 +369,7 @@ static comet_status rd_tensor_info(cursor *c, comet_gguf_tensor *t, uint64_t idx
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "%s: tensor '%s' has unknown ggml type id %u (a newer GGUF "
                                "type?); supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                               "Q5_1, Q4_K, Q5_K, Q6_K",
+                               "Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K",
                                c->file, t->name, t->type);
     if (t->ne[0] % blk != 0)
         return comet_set_error(COMET_ERR_FORMAT,
@@ -795,6 +796,55 @@ static void deq_q8_0(const uint8_t *b, float *y) {
         y[j] = (float)(int8_t)b[2 + j] * d;
 }
 
+/* Q2_K: scales[16] (4-bit scale | 4-bit min), qs[64] 2-bit codes, d, dmin (f16);
+ * 16 sub-blocks of 16, x = d*sc*q - dmin*m. */
+static void deq_q2_k(const uint8_t *b, float *y) {
+    const uint8_t *scales = b, *q = b + 16;
+    float d = h2f(b + 80), dmin = h2f(b + 82);
+    int is = 0;
+    for (int n = 0; n < 256; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2) {
+            for (int half = 0; half < 2; half++) {
+                uint8_t sc = scales[is++];
+                float dl = d * (float)(sc & 0xf), ml = dmin * (float)(sc >> 4);
+                for (int l = 0; l < 16; l++)
+                    *y++ = dl * (float)((q[l + 16 * half] >> shift) & 3) - ml;
+            }
+        }
+    }
+}
+
+/* Q3_K: hmask[32] (high bit), qs[64] (low 2 bits), scales[12] (16 packed 6-bit signed
+ * scales, offset 32), d (f16); x = d*(sc-32)*(q - (high bit ? 0 : 4)). */
+static void deq_q3_k(const uint8_t *b, float *y) {
+    const uint8_t *hm = b, *q = b + 32;
+    float d = h2f(b + 108);
+    uint32_t aux[4] = {ld32(b + 96), ld32(b + 100), ld32(b + 104), 0};
+    const uint32_t km1 = 0x03030303u, km2 = 0x0f0f0f0fu;
+    uint32_t tmp = aux[2];
+    aux[2] = ((aux[0] >> 4) & km2) | (((tmp >> 4) & km1) << 4);
+    aux[3] = ((aux[1] >> 4) & km2) | (((tmp >> 6) & km1) << 4);
+    aux[0] = (aux[0] & km2) | (((tmp >> 0) & km1) << 4);
+    aux[1] = (aux[1] & km2) | (((tmp >> 2) & km1) << 4);
+    int8_t sc[16];
+    for (int i = 0; i < 16; i++)
+        sc[i] = (int8_t)((aux[i / 4] >> (8 * (i % 4))) & 0xff);
+    int is = 0;
+    uint8_t m = 1;
+    for (int n = 0; n < 256; n += 128, q += 32) {
+        for (int shift = 0; shift < 8; shift += 2, m <<= 1) {
+            for (int half = 0; half < 2; half++) {
+                float dl = d * (float)(sc[is++] - 32);
+                for (int l = 0; l < 16; l++) {
+                    int k = l + 16 * half;
+                    int v = ((q[k] >> shift) & 3) - ((hm[k] & m) ? 0 : 4);
+                    *y++ = dl * (float)v;
+                }
+            }
+        }
+    }
+}
+
 /* 6-bit scale and min of sub-block j from the 12-byte packed K-quant scales. */
 static void scale_min_k4(int j, const uint8_t *q, int *sc, int *m) {
     if (j < 4) {
@@ -870,7 +920,7 @@ comet_status comet_gguf_dequant_row(uint32_t type, const void *src, float *dst, 
         if (nm)
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "tensor type %s is not supported; supported: F32, F16, BF16, "
-                                   "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K "
+                                   "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
                                    "(re-quantize the model to one of these)", nm);
         return comet_set_error(COMET_ERR_UNSUPPORTED, "tensor type id %u is unknown", type);
     }
@@ -896,6 +946,8 @@ comet_status comet_gguf_dequant_row(uint32_t type, const void *src, float *dst, 
         case COMET_GGML_Q5_0: f = deq_q5_0; break;
         case COMET_GGML_Q5_1: f = deq_q5_1; break;
         case COMET_GGML_Q8_0: f = deq_q8_0; break;
+        case COMET_GGML_Q2_K: f = deq_q2_k; break;
+        case COMET_GGML_Q3_K: f = deq_q3_k; break;
         case COMET_GGML_Q4_K: f = deq_q4_k; break;
         case COMET_GGML_Q5_K: f = deq_q5_k; break;
         case COMET_GGML_Q6_K: f = deq_q6_k; break;
@@ -913,8 +965,8 @@ comet_status comet_gguf_dequant(const comet_gguf *g, const comet_gguf_tensor *t,
         const char *nm = comet_gguf_type_name(t->type);
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "%s: tensor '%s' has type %s, which comet cannot convert; "
-                               "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
-                               "Q5_K, Q6_K (re-quantize the model to one of these)",
+                               "supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
+                               "Q3_K, Q4_K, Q5_K, Q6_K (re-quantize the model to one of these)",
                                g->name, t->name, nm ? nm : "(unknown)");
     }
     return comet_gguf_dequant_row(t->type, t->data, dst, t->n_elements);

@@ -28,17 +28,36 @@ static int file_exists(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+/* A whole file as a NUL-terminated string in *out (cJSON then never reads past the end);
+ * caller frees. COMET_ERR_IO naming the path, or COMET_ERR_NOMEM. */
+static comet_status read_text(const char *path, char **out) {
+    comet_mmap m;
+    *out = NULL;
+    COMET_TRY(comet_mmap_open(path, &m));
+    char *s = malloc(m.size + 1);
+    if (!s) {
+        comet_mmap_close(&m);
+        return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory for %zu bytes", path, m.size);
+    }
+    if (m.size)
+        memcpy(s, m.data, m.size);
+    s[m.size] = '\0';
+    comet_mmap_close(&m);
+    *out = s;
+    return COMET_OK;
+}
+
 /* Parse a JSON file. A missing file gives *out = NULL and COMET_OK when !required. */
 static comet_status read_json(const char *path, int required, cJSON **out) {
     *out = NULL;
     if (!required && !file_exists(path))
         return COMET_OK;
-    comet_mmap m;
-    COMET_TRY(comet_mmap_open(path, &m));
+    char *text;
+    COMET_TRY(read_text(path, &text));
     const char *end = NULL;
-    cJSON *j = m.size ? cJSON_ParseWithLengthOpts((const char *)m.data, m.size, &end, 0) : NULL;
-    size_t at = end ? (size_t)(end - (const char *)m.data) : 0;
-    comet_mmap_close(&m);
+    cJSON *j = cJSON_ParseWithOpts(text, &end, 0);
+    size_t at = end ? (size_t)(end - text) : 0;
+    free(text);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
         return comet_set_error(COMET_ERR_FORMAT, "%s: not a JSON object (parse error near byte "
@@ -314,20 +333,6 @@ static int post_processor_adds_bos(const cJSON *pp) {
     return first && cJSON_GetObjectItemCaseSensitive(first, "SpecialToken") != NULL;
 }
 
-static char *read_text(const char *path) {
-    comet_mmap m;
-    if (comet_mmap_open(path, &m) < 0)
-        return NULL;
-    char *s = malloc(m.size + 1);
-    if (s) {
-        if (m.size)
-            memcpy(s, m.data, m.size);
-        s[m.size] = '\0';
-    }
-    comet_mmap_close(&m);
-    return s;
-}
-
 static comet_status hf_tokenizer(const char *dir, comet_model *m) {
     char path[PATH_CAP];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
@@ -369,8 +374,8 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
         cJSON_Delete(tc);
     }
     snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
-    if (!m->chat_template && file_exists(path) && !(m->chat_template = read_text(path)))
-        return comet_set_error(COMET_ERR_IO, "%s: cannot read", path);
+    if (!m->chat_template && file_exists(path))
+        COMET_TRY(read_text(path, &m->chat_template));
     m->cfg.add_bos = add_bos && m->cfg.bos_id >= 0;
     /* tokenizer.json does not name BOS/EOS; give the tokenizer config.json's. */
     if (m->cfg.bos_id < n_tok)

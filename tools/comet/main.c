@@ -13,6 +13,7 @@ typedef struct {
 static const subcommand subcommands[] = {
     {"generate", cmd_generate, "generate text from a prompt (chat template applied)"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file (NUMERICS.md protocol)"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server (continuous batching, SSE streaming)"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,155 @@
+/* comet/engine.h — the serving engine: a request queue, a continuous-batching scheduler
+ * with chunked prefill and preemption, and the KV page pool, driven by one engine thread.
+ *
+ * Callers submit requests (prompt token ids, sampling parameters, stop conditions) from
+ * any thread and receive tokens through a callback run on the engine thread. Each step
+ * the scheduler builds one batch: decode tokens of running sequences first, then prefill
+ * chunks (FCFS) up to max_batch_tokens tokens and max_seqs sequences. When the page pool
+ * cannot hold a step, the newest running sequence is preempted: its pages are freed and
+ * it is recomputed later from its tokens (sampled tokens are kept). A cancelled request
+ * frees its pages at the next step boundary. Greedy output does not depend on what else
+ * shares the batch (within fp rounding). See ARCHITECTURE.md "Batches and the KV cache".
+ */
+#ifndef COMET_ENGINE_H
+#define COMET_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "comet/model.h"
+#include "comet/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct comet_engine comet_engine;
+
+typedef struct comet_engine_params {
+    int max_seqs;         /* sequences per step (default 64) */
+    int max_batch_tokens; /* tokens per step (default 512) */
+    int n_pages;          /* KV pool pages (default 512) */
+    int page_size;        /* tokens per page (default 16) */
+    int max_waiting;      /* queued requests before submit answers COMET_QUEUE_FULL (256) */
+    int n_threads;        /* CPU backend threads; <= 0: all cores */
+} comet_engine_params;
+
+comet_engine_params comet_engine_default_params(void);
+
+#define COMET_ENGINE_MAX_STOP 4
+#define COMET_ENGINE_MAX_TOP 20
+
+/* One request. Arrays and strings are copied by submit. */
+typedef struct comet_request_params {
+    const int32_t *prompt; /* [n_prompt] ids, BOS/chat template already applied */
+    int n_prompt;
+    int max_tokens;        /* new tokens at most; <= 0: up to the context */
+    float temperature;     /* 0 = greedy */
+    int top_k;             /* 0 = off */
+    float top_p;           /* 1 = off */
+    float min_p;           /* 0 = off */
+    uint64_t seed;
+    int has_seed;          /* 0: a seed is drawn from the clock */
+    float presence_penalty, frequency_penalty; /* OpenAI penalties, 0 = off */
+    float repeat_penalty;  /* 1 (or 0) = off */
+    const char *const *stop; /* [n_stop] stop strings, never emitted */
+    int n_stop;
+    int ignore_eos;
+    int logprobs;          /* report each generated token's logprob ... */
+    int top_logprobs;      /* ... and the top N (0..20) alternatives */
+    int prompt_logprobs;   /* also report logprobs of the prompt tokens (echo) */
+} comet_request_params;
+
+/* Zeroed params with temperature 1, top_p 1. */
+comet_request_params comet_request_default_params(void);
+
+typedef enum comet_event_kind {
+    COMET_EVENT_PROMPT_TOKEN, /* prompt token i (in order) with its logprob (i > 0) */
+    COMET_EVENT_TOKEN,        /* a generated token, its logprobs and newly released text */
+    COMET_EVENT_FINISHED,     /* the request is over; last event of every request */
+    COMET_EVENT_KIND_COUNT
+} comet_event_kind;
+
+typedef enum comet_finish_reason {
+    COMET_FINISH_STOP,      /* EOS or a stop string */
+    COMET_FINISH_LENGTH,    /* max_tokens or the context is full */
+    COMET_FINISH_CANCELLED, /* comet_engine_cancel, or the engine shut down */
+    COMET_FINISH_ERROR,     /* a step failed; `error` says why */
+    COMET_FINISH_REASON_COUNT
+} comet_finish_reason;
+
+/* Everything pointed to is valid only during the callback. */
+typedef struct comet_engine_event {
+    comet_event_kind kind;
+    uint64_t request_id;
+    int32_t token;             /* PROMPT_TOKEN, TOKEN */
+    int has_logprob;           /* 0 for the first prompt token, or when not asked for */
+    float logprob;             /* log-softmax of the model's logits (before sampling) */
+    int n_top;
+    const int32_t *top_ids;    /* [n_top] best first */
+    const float *top_logprobs; /* [n_top] */
+    const char *text;          /* TOKEN: text released by this token (may be empty: held
+                                  while it could start a stop string, or mid-character);
+                                  FINISHED: the rest of the text */
+    size_t text_len;
+    comet_finish_reason finish; /* FINISHED */
+    int n_prompt, n_generated;  /* FINISHED */
+    int n_preemptions;          /* FINISHED: times this request was preempted */
+    const char *error;          /* FINISHED with COMET_FINISH_ERROR */
+} comet_engine_event;
+
+/* Called on the engine thread; must not block and must not call back into the engine
+ * except comet_engine_cancel. */
+typedef void (*comet_engine_cb)(void *user, const comet_engine_event *ev);
+
+/* Start an engine over a loaded model (borrowed; must outlive the engine). NULL +
+ * comet_last_error() on bad params or no memory. */
+comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *p);
+
+/* Stop the engine thread; requests still queued or running finish with CANCELLED
+ * (their callbacks run before this returns). NULL is a no-op. */
+void comet_engine_free(comet_engine *e);
+
+/* Submit a request; thread-safe. On COMET_OK, *id is the request's id and `cb` will see
+ * its events, ending with exactly one FINISHED. Otherwise no callback is made:
+ * COMET_QUEUE_FULL (soft) when max_waiting requests are queued; COMET_ERR_CONTEXT when
+ * the prompt leaves no room in the context or in the whole page pool (names the numbers);
+ * COMET_ERR_INVALID_ARG for an empty prompt, ids outside the vocabulary, bad sampling
+ * params (named). */
+comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp,
+                                 comet_engine_cb cb, void *user, uint64_t *id);
+
+/* Cancel a request; thread-safe, idempotent. Its pages are freed and its FINISHED
+ * (CANCELLED) event sent at the next step boundary. Unknown/finished ids are ignored. */
+void comet_engine_cancel(comet_engine *e, uint64_t id);
+
+/* Cancel every queued and running request (shutdown). Thread-safe. */
+void comet_engine_cancel_all(comet_engine *e);
+
+typedef enum comet_request_state {
+    COMET_REQUEST_UNKNOWN, /* never submitted, or finished */
+    COMET_REQUEST_WAITING,
+    COMET_REQUEST_RUNNING,
+    COMET_REQUEST_STATE_COUNT
+} comet_request_state;
+
+comet_request_state comet_engine_request_state(comet_engine *e, uint64_t id);
+
+typedef struct comet_engine_stats {
+    int running, waiting;
+    int pages_used, pages_free;
+    uint64_t steps, preemptions, tokens_generated, prompt_tokens;
+} comet_engine_stats;
+
+void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s);
+
+/* Block until no request is queued or running (or timeout_s passes; < 0: forever).
+ * Returns 1 when idle. */
+int comet_engine_wait_idle(comet_engine *e, double timeout_s);
+
+const char *comet_finish_reason_name(comet_finish_reason r); /* "stop", "length", ... */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

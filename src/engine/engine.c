@@ -1,0 +1,869 @@
+/* engine.c — the serving engine (see comet/engine.h): request queue, continuous-batching
+ * scheduler with chunked prefill and preemption by recomputation, per-request sampling,
+ * logprobs, streaming detokenization and stop strings, on one engine thread.
+ *
+ * A request's tokens are its prompt followed by what it generated; KV holds the first
+ * n_computed of them. Each step feeds every scheduled sequence tokens[n_computed ..
+ * n_computed + k); when that reaches the last token, the step's logits for it give the
+ * next token. A decode is the case k = 1. Preemption frees a sequence's pages and sets
+ * n_computed = 0: it is recomputed from all its tokens when readmitted, and its sampler
+ * state is kept, so nothing it produced changes.
+ *
+ * Locking: `mu` guards the incoming queue and the waiting/running lists. Only the engine
+ * thread changes the lists (under `mu`) and it reads them without the lock; other threads
+ * read them under `mu` (state queries, cancel). Callbacks run without the lock.
+ */
+#define _GNU_SOURCE
+#include "comet/engine.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "comet/tokenizer.h"
+#include "engine/kv_pages.h"
+#include "engine/sampler.h"
+#include "model/forward.h"
+
+#define PIECE_CAP 256
+#define PROMPT_LOGIT_ROWS 128 /* logits rows per step for prompt logprobs (echo) */
+
+typedef struct req {
+    uint64_t id;
+    comet_engine_cb cb;
+    void *user;
+    int32_t *tokens; /* [cap] prompt, then generated */
+    int n_tokens, cap, n_prompt, max_new, n_generated, n_computed;
+    int prompt_lp_sent; /* prompt tokens reported (prompt_logprobs) */
+    int logprobs, top_logprobs, prompt_logprobs, ignore_eos;
+    comet_kv_seq seq;
+    comet_sampler *smp;
+    comet_detok dt;
+    char *stop[COMET_ENGINE_MAX_STOP];
+    int n_stop;
+    char *hold; /* text held while it may start a stop string */
+    char *out;  /* text released by one token [hold_cap] */
+    size_t n_hold, hold_cap;
+    atomic_int cancel;
+    int n_preempt;
+} req;
+
+/* A sequence's part of the step being built. */
+typedef struct plan {
+    req *r;
+    int k;         /* tokens fed */
+    int row;       /* first logits row, -1 if none */
+    int all_rows;  /* logits for every fed token (prompt logprobs) */
+} plan;
+
+struct comet_engine {
+    const comet_model *m;
+    comet_engine_params p;
+    comet_backend *be;
+    comet_forward_ctx *fc;
+    comet_kv_cache kv;
+    comet_kv_pool pool;
+    comet_batch_builder bb;
+    float *logits; /* [rows_cap, V] */
+    int rows_cap;
+    float *raw;    /* [V] a row before sampling (for logprobs) */
+    plan *plans;   /* [max_seqs] */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv, idle_cv;
+    int stopping;
+    uint64_t next_id;
+    req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
+    int n_incoming, n_waiting, n_running, list_cap;
+    comet_engine_stats stats; /* counters: engine thread writes under mu */
+};
+
+comet_engine_params comet_engine_default_params(void) {
+    return (comet_engine_params){.max_seqs = 64, .max_batch_tokens = 512, .n_pages = 512,
+                                 .page_size = 16, .max_waiting = 256, .n_threads = 0};
+}
+
+comet_request_params comet_request_default_params(void) {
+    comet_request_params r;
+    memset(&r, 0, sizeof r);
+    r.temperature = 1.0f;
+    r.top_p = 1.0f;
+    r.repeat_penalty = 1.0f;
+    return r;
+}
+
+const char *comet_finish_reason_name(comet_finish_reason r) {
+    static const char *names[] = {"stop", "length", "cancelled", "error"};
+    return r >= 0 && r < COMET_FINISH_REASON_COUNT ? names[r] : "?";
+}
+
+static void req_free(req *r) {
+    if (!r)
+        return;
+    free(r->tokens);
+    comet_kv_seq_free(&r->seq);
+    comet_sampler_free(r->smp);
+    for (int i = 0; i < r->n_stop; i++)
+        free(r->stop[i]);
+    free(r->hold);
+    free(r->out);
+    free(r);
+}
+
+/* ---- list helpers (caller holds mu) ---- */
+
+static void list_remove(req **list, int *n, req *r) {
+    for (int i = 0; i < *n; i++)
+        if (list[i] == r) {
+            memmove(list + i, list + i + 1, (size_t)(*n - i - 1) * sizeof *list);
+            (*n)--;
+            return;
+        }
+    COMET_ASSERT(0 && "request not in list");
+}
+
+/* Insert keeping ids (arrival order) ascending. */
+static void list_insert_sorted(req **list, int *n, req *r) {
+    int i = *n;
+    while (i > 0 && list[i - 1]->id > r->id) {
+        list[i] = list[i - 1];
+        i--;
+    }
+    list[i] = r;
+    (*n)++;
+}
+
+/* ---- events ---- */
+
+static void emit_token(comet_engine *e, req *r, comet_event_kind kind, int32_t tok, int has_lp,
+                       float lp, int n_top, const int32_t *top_ids, const float *top_lps,
+                       const char *text, size_t len) {
+    comet_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = kind;
+    ev.request_id = r->id;
+    ev.token = tok;
+    ev.has_logprob = has_lp;
+    ev.logprob = lp;
+    ev.n_top = n_top;
+    ev.top_ids = top_ids;
+    ev.top_logprobs = top_lps;
+    ev.text = text ? text : "";
+    ev.text_len = len;
+    (void)e;
+    r->cb(r->user, &ev);
+}
+
+/* Release pages, drop from its list, send FINISHED, free. */
+static void finish(comet_engine *e, req *r, comet_finish_reason why, const char *error,
+                   const char *text, size_t len) {
+    pthread_mutex_lock(&e->mu);
+    comet_kv_seq_release(&e->pool, &r->seq);
+    int found = 0;
+    for (int i = 0; i < e->n_running && !found; i++)
+        found = e->running[i] == r;
+    if (found)
+        list_remove(e->running, &e->n_running, r);
+    else
+        list_remove(e->waiting, &e->n_waiting, r);
+    pthread_mutex_unlock(&e->mu);
+    comet_engine_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = COMET_EVENT_FINISHED;
+    ev.request_id = r->id;
+    ev.finish = why;
+    ev.text = text ? text : "";
+    ev.text_len = len;
+    ev.n_prompt = r->n_prompt;
+    ev.n_generated = r->n_generated;
+    ev.n_preemptions = r->n_preempt;
+    ev.error = error;
+    r->cb(r->user, &ev);
+    req_free(r);
+}
+
+/* Free a running sequence's pages and send it back to the waiting queue (recompute). */
+static void preempt(comet_engine *e, req *r) {
+    pthread_mutex_lock(&e->mu);
+    comet_kv_seq_release(&e->pool, &r->seq);
+    r->n_computed = 0;
+    r->n_preempt++;
+    e->stats.preemptions++;
+    list_remove(e->running, &e->n_running, r);
+    list_insert_sorted(e->waiting, &e->n_waiting, r);
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ---- text: stop strings ---- */
+
+/* Append a decoded piece to the held text; release into out[*n_out] what can no longer
+ * start a stop string. Returns 1 when a stop string appeared (the text before it is
+ * released, the rest dropped). */
+static int hold_push(req *r, const char *piece, size_t len, char *out, size_t *n_out) {
+    COMET_ASSERT(r->n_hold + len <= r->hold_cap);
+    memcpy(r->hold + r->n_hold, piece, len);
+    r->n_hold += len;
+    *n_out = 0;
+    size_t first = r->n_hold;
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        for (size_t at = 0; at + sl <= r->n_hold && at < first; at++)
+            if (!memcmp(r->hold + at, r->stop[i], sl)) {
+                first = at;
+                break;
+            }
+    }
+    if (first < r->n_hold) {
+        memcpy(out, r->hold, first);
+        *n_out = first;
+        r->n_hold = 0;
+        return 1;
+    }
+    size_t keep = 0; /* longest tail that is a proper prefix of a stop string */
+    for (int i = 0; i < r->n_stop; i++) {
+        size_t sl = strlen(r->stop[i]);
+        for (size_t k = sl - 1; k > keep; k--)
+            if (k <= r->n_hold && !memcmp(r->hold + r->n_hold - k, r->stop[i], k)) {
+                keep = k;
+                break;
+            }
+    }
+    *n_out = r->n_hold - keep;
+    memcpy(out, r->hold, *n_out);
+    memmove(r->hold, r->hold + *n_out, keep);
+    r->n_hold = keep;
+    return 0;
+}
+
+/* Finish r, sending the text still held (detokenizer tail and stop-string hold): at the
+ * end it can no longer start a stop string. */
+static void finish_flush(comet_engine *e, req *r, comet_finish_reason why) {
+    char piece[PIECE_CAP];
+    size_t n = 0;
+    int len = comet_detok_flush(&r->dt, piece, sizeof piece);
+    if (len > 0 && hold_push(r, piece, (size_t)len, r->out, &n)) {
+        finish(e, r, COMET_FINISH_STOP, NULL, r->out, n);
+        return;
+    }
+    memcpy(r->out + n, r->hold, r->n_hold);
+    n += r->n_hold;
+    r->n_hold = 0;
+    finish(e, r, why, NULL, r->out, n);
+}
+
+/* ---- logprobs ---- */
+
+static float log_sum_exp(const float *x, int n) {
+    float mx = x[0];
+    for (int i = 1; i < n; i++)
+        if (x[i] > mx)
+            mx = x[i];
+    double s = 0;
+    for (int i = 0; i < n; i++)
+        s += exp((double)(x[i] - mx));
+    return mx + (float)log(s);
+}
+
+/* The n best ids of x (descending, lowest id first on ties). */
+static void top_n(const float *x, int V, int n, int32_t *ids, float *vals) {
+    int have = 0;
+    for (int i = 0; i < V; i++) {
+        if (have == n && x[i] <= vals[n - 1])
+            continue;
+        int j = have < n ? have++ : n - 1;
+        while (j > 0 && vals[j - 1] < x[i]) {
+            vals[j] = vals[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        vals[j] = x[i];
+        ids[j] = i;
+    }
+}
+
+static int is_eos(const comet_model_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* ---- the step ---- */
+
+/* Report prompt-token logprobs from the logits rows of a chunk starting at position p0. */
+static void report_prompt_logprobs(comet_engine *e, req *r, int p0, int k, const float *rows) {
+    int V = e->m->cfg.n_vocab;
+    int32_t ids[COMET_ENGINE_MAX_TOP];
+    float vals[COMET_ENGINE_MAX_TOP];
+    if (r->prompt_lp_sent == 0 && p0 == 0) {
+        emit_token(e, r, COMET_EVENT_PROMPT_TOKEN, r->tokens[0], 0, 0, 0, NULL, NULL, NULL, 0);
+        r->prompt_lp_sent = 1;
+    }
+    for (int j = 0; j < k; j++) {
+        int t = p0 + j + 1; /* the token row j predicts */
+        if (t >= r->n_prompt || t != r->prompt_lp_sent)
+            continue;
+        const float *x = rows + (size_t)j * V;
+        float lse = log_sum_exp(x, V);
+        int n = r->top_logprobs;
+        if (n > 0)
+            top_n(x, V, n, ids, vals);
+        for (int i = 0; i < n; i++)
+            vals[i] -= lse;
+        emit_token(e, r, COMET_EVENT_PROMPT_TOKEN, r->tokens[t], 1, x[r->tokens[t]] - lse, n, ids,
+                   vals, NULL, 0);
+        r->prompt_lp_sent++;
+    }
+}
+
+/* Sample the next token of r from its logits row x [V] (modified) and report it.
+ * Returns 1 when the request finished (it has been freed). */
+static int advance(comet_engine *e, req *r, float *x) {
+    const comet_model_config *c = &e->m->cfg;
+    int V = c->n_vocab;
+    int32_t ids[COMET_ENGINE_MAX_TOP];
+    float vals[COMET_ENGINE_MAX_TOP];
+    float lse = 0;
+    int n_top = 0;
+    if (r->logprobs) {
+        memcpy(e->raw, x, (size_t)V * sizeof(float));
+        lse = log_sum_exp(x, V);
+        n_top = r->top_logprobs;
+        if (n_top > 0)
+            top_n(x, V, n_top, ids, vals);
+        for (int i = 0; i < n_top; i++)
+            vals[i] -= lse;
+    }
+    int32_t id = comet_sampler_sample(r->smp, x, r->tokens + r->n_prompt, r->n_generated);
+    COMET_ASSERT(id >= 0 && id < V && r->n_tokens < r->cap);
+    r->tokens[r->n_tokens++] = id;
+    pthread_mutex_lock(&e->mu);
+    e->stats.tokens_generated++;
+    pthread_mutex_unlock(&e->mu);
+    if (!r->ignore_eos && is_eos(c, id)) {
+        finish_flush(e, r, COMET_FINISH_STOP);
+        return 1;
+    }
+    r->n_generated++;
+    char piece[PIECE_CAP];
+    size_t n_out = 0;
+    int len = comet_detok_push(&r->dt, id, piece, sizeof piece);
+    int stopped = len > 0 && hold_push(r, piece, (size_t)len, r->out, &n_out);
+    emit_token(e, r, COMET_EVENT_TOKEN, id, r->logprobs, r->logprobs ? e->raw[id] - lse : 0,
+               n_top, ids, vals, r->out, n_out);
+    if (stopped) {
+        finish(e, r, COMET_FINISH_STOP, NULL, NULL, 0);
+        return 1;
+    }
+    if (r->n_generated >= r->max_new || r->n_tokens >= r->cap) {
+        finish_flush(e, r, COMET_FINISH_LENGTH);
+        return 1;
+    }
+    return 0;
+}
+
+/* The newest running request (highest id). */
+static req *newest_running(comet_engine *e) {
+    return e->n_running ? e->running[e->n_running - 1] : NULL;
+}
+
+static int planned(const comet_engine *e, int n_plans, const req *r) {
+    for (int i = 0; i < n_plans; i++)
+        if (e->plans[i].r == r)
+            return 1;
+    return 0;
+}
+
+/* Reserve k tokens for r, preempting the newest unplanned running sequences while the
+ * pool is full. Returns COMET_OK, COMET_KV_FULL (r itself was preempted or nothing is
+ * left to preempt), or a failure. */
+static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_plans) {
+    for (;;) {
+        comet_status st = comet_kv_seq_reserve(&e->pool, &r->seq, k);
+        if (st != COMET_KV_FULL)
+            return st;
+        req *victim = newest_running(e);
+        if (!victim || planned(e, n_plans, victim))
+            return COMET_KV_FULL;
+        if (victim == r && e->n_running == 1)
+            return comet_set_error(COMET_ERR_CONTEXT, "the sequence fills the whole KV pool");
+        preempt(e, victim);
+        if (victim == r)
+            return COMET_KV_FULL;
+    }
+}
+
+/* Build and run one step. Returns 0 when there was nothing to do. */
+static int step(comet_engine *e) {
+    const int V = e->m->cfg.n_vocab;
+    comet_batch_builder_reset(&e->bb);
+    int n_plans = 0, budget = e->p.max_batch_tokens, rows = 0;
+
+    /* cancelled requests free their pages first */
+    for (int i = e->n_running - 1; i >= 0; i--)
+        if (atomic_load(&e->running[i]->cancel))
+            finish(e, e->running[i], COMET_FINISH_CANCELLED, NULL, NULL, 0);
+    for (int i = e->n_waiting - 1; i >= 0; i--)
+        if (atomic_load(&e->waiting[i]->cancel))
+            finish(e, e->waiting[i], COMET_FINISH_CANCELLED, NULL, NULL, 0);
+
+    /* 1. decodes of running sequences, oldest first */
+    for (int i = 0; i < e->n_running && budget > 0; i++) {
+        req *r = e->running[i];
+        if (r->n_tokens - r->n_computed != 1)
+            continue;
+        comet_status st = reserve_or_preempt(e, r, 1, n_plans);
+        if (st == COMET_KV_FULL)
+            break; /* r (the newest) was preempted: all older ones are planned */
+        if (st == COMET_ERR_CONTEXT) { /* alone, it cannot grow within the whole pool */
+            finish_flush(e, r, COMET_FINISH_LENGTH);
+            i--;
+            continue;
+        }
+        if (st < 0) {
+            finish(e, r, COMET_FINISH_ERROR, comet_last_error(), NULL, 0);
+            i--;
+            continue;
+        }
+        e->plans[n_plans++] = (plan){r, 1, rows, 0};
+        rows++;
+        budget--;
+    }
+
+    /* 2. prefill chunks: running sequences mid-prefill, then waiting ones in FCFS order */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; budget > 0 && n_plans < e->p.max_seqs;) {
+            req **list = pass == 0 ? e->running : e->waiting;
+            int n_list = pass == 0 ? e->n_running : e->n_waiting;
+            if (i >= n_list)
+                break;
+            req *r = list[i];
+            int remaining = r->n_tokens - r->n_computed;
+            if (pass == 0 && (remaining <= 1 || planned(e, n_plans, r))) {
+                i++;
+                continue;
+            }
+            int k = remaining < budget ? remaining : budget;
+            int room = e->pool.n_free * e->p.page_size +
+                       (r->seq.n_pages * e->p.page_size - r->seq.n_tokens);
+            if (k > room)
+                k = room; /* a shorter chunk under memory pressure */
+            if (k <= 0)
+                break;
+            int all_rows = r->prompt_logprobs && r->prompt_lp_sent < r->n_prompt;
+            if (all_rows) {
+                int free_rows = e->rows_cap - rows - (e->p.max_seqs - n_plans - 1);
+                if (free_rows < 1)
+                    break;
+                if (k > free_rows)
+                    k = free_rows;
+            }
+            comet_status st = comet_kv_seq_reserve(&e->pool, &r->seq, k);
+            if (st == COMET_KV_FULL)
+                break; /* FCFS: later requests wait for this one */
+            if (st < 0) {
+                finish(e, r, COMET_FINISH_ERROR, comet_last_error(), NULL, 0);
+                continue;
+            }
+            if (pass == 1) { /* admitted */
+                pthread_mutex_lock(&e->mu);
+                list_remove(e->waiting, &e->n_waiting, r);
+                list_insert_sorted(e->running, &e->n_running, r);
+                pthread_mutex_unlock(&e->mu);
+            } else {
+                i++;
+            }
+            int last = r->n_computed + k == r->n_tokens;
+            e->plans[n_plans++] = (plan){r, k, all_rows || last ? rows : -1, all_rows};
+            rows += all_rows ? k : last;
+            budget -= k;
+        }
+    }
+
+    if (n_plans == 0) {
+        /* every running sequence is mid-prefill and the pool is full: make room */
+        req *victim = newest_running(e);
+        if (victim) {
+            if (e->n_running == 1) {
+                finish_flush(e, victim, COMET_FINISH_LENGTH);
+            } else {
+                preempt(e, victim);
+            }
+            return 1;
+        }
+        return e->n_waiting > 0;
+    }
+
+    for (int i = 0; i < n_plans; i++) {
+        plan *pl = &e->plans[i];
+        int logits = pl->all_rows ? 2 : pl->row >= 0 ? 1 : 0;
+        comet_status st = comet_batch_builder_add(&e->bb, &pl->r->seq,
+                                                  pl->r->tokens + pl->r->n_computed, pl->k, logits);
+        COMET_ASSERT(st == COMET_OK);
+    }
+    COMET_ASSERT(e->bb.batch.n_logits == rows);
+    comet_status st = comet_forward(e->fc, &e->kv, &e->bb.batch, e->logits);
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    pthread_mutex_unlock(&e->mu);
+    if (st < 0) {
+        const char *why = comet_last_error();
+        for (int i = 0; i < n_plans; i++)
+            finish(e, e->plans[i].r, COMET_FINISH_ERROR, why, NULL, 0);
+        return 1;
+    }
+    for (int i = 0; i < n_plans; i++) {
+        plan *pl = &e->plans[i];
+        req *r = pl->r;
+        int p0 = r->n_computed;
+        r->n_computed += pl->k;
+        if (pl->all_rows)
+            report_prompt_logprobs(e, r, p0, pl->k, e->logits + (size_t)pl->row * V);
+        if (r->n_computed == r->n_tokens) {
+            int row = pl->all_rows ? pl->row + pl->k - 1 : pl->row;
+            if (r->max_new == 0) { /* echo-only scoring: no token wanted */
+                finish_flush(e, r, COMET_FINISH_LENGTH);
+                continue;
+            }
+            advance(e, r, e->logits + (size_t)row * V);
+        }
+    }
+    return 1;
+}
+
+static void *engine_main(void *arg) {
+    comet_engine *e = arg;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stopping && e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0) {
+            pthread_cond_broadcast(&e->idle_cv);
+            pthread_cond_wait(&e->cv, &e->mu);
+        }
+        for (int i = 0; i < e->n_incoming; i++)
+            list_insert_sorted(e->waiting, &e->n_waiting, e->incoming[i]);
+        e->n_incoming = 0;
+        int stopping = e->stopping;
+        pthread_mutex_unlock(&e->mu);
+        if (stopping)
+            break;
+        step(e);
+    }
+    while (e->n_running)
+        finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
+    while (e->n_waiting)
+        finish(e, e->waiting[e->n_waiting - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
+    pthread_mutex_lock(&e->mu);
+    pthread_cond_broadcast(&e->idle_cv);
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *pp) {
+    comet_engine_params p = pp ? *pp : comet_engine_default_params();
+    const comet_model_config *c = &m->cfg;
+    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.n_pages <= 0 || p.page_size <= 0 ||
+        p.max_waiting <= 0) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "engine: max_seqs, max_batch_tokens, n_pages, page_size and max_waiting "
+                        "must be positive");
+        return NULL;
+    }
+    if (!m->tok) {
+        comet_set_error(COMET_ERR_INVALID_ARG, "engine: the model has no tokenizer");
+        return NULL;
+    }
+    comet_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        comet_set_error(COMET_ERR_NOMEM, "engine: out of memory");
+        return NULL;
+    }
+    e->m = m;
+    e->p = p;
+    e->next_id = 1;
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    pthread_cond_init(&e->idle_cv, NULL);
+    e->list_cap = p.max_waiting + p.max_seqs + 1;
+    e->rows_cap = p.max_seqs + PROMPT_LOGIT_ROWS;
+    e->incoming = malloc((size_t)e->list_cap * sizeof(req *));
+    e->waiting = malloc((size_t)e->list_cap * sizeof(req *));
+    e->running = malloc((size_t)e->list_cap * sizeof(req *));
+    e->plans = malloc((size_t)p.max_seqs * sizeof(plan));
+    e->logits = malloc((size_t)e->rows_cap * c->n_vocab * sizeof(float));
+    e->raw = malloc((size_t)c->n_vocab * sizeof(float));
+    if (!e->incoming || !e->waiting || !e->running || !e->plans || !e->logits || !e->raw) {
+        comet_set_error(COMET_ERR_NOMEM, "engine: out of memory for %d logits rows", e->rows_cap);
+        goto fail;
+    }
+    e->be = comet_backend_cpu_init(p.n_threads);
+    if (!e->be)
+        goto fail;
+    if (comet_kv_cache_init(&e->kv, c->n_layer, p.n_pages, p.page_size, c->n_head_kv,
+                            c->head_dim) < 0 ||
+        comet_kv_pool_init(&e->pool, p.n_pages, p.page_size) < 0 ||
+        comet_batch_builder_init(&e->bb, p.max_batch_tokens, p.max_seqs, p.n_pages, p.page_size) < 0)
+        goto fail;
+    e->fc = comet_forward_init(m, e->be, p.max_batch_tokens);
+    if (!e->fc)
+        goto fail;
+    if (pthread_create(&e->thread, NULL, engine_main, e)) {
+        comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
+        goto fail;
+    }
+    e->thread_started = 1;
+    return e;
+fail:
+    comet_engine_free(e);
+    return NULL;
+}
+
+void comet_engine_free(comet_engine *e) {
+    if (!e)
+        return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stopping = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+        /* submissions that raced with the stop never reached the engine thread */
+        for (int i = 0; i < e->n_incoming; i++) {
+            req *r = e->incoming[i];
+            comet_engine_event ev;
+            memset(&ev, 0, sizeof ev);
+            ev.kind = COMET_EVENT_FINISHED;
+            ev.request_id = r->id;
+            ev.finish = COMET_FINISH_CANCELLED;
+            ev.text = "";
+            ev.n_prompt = r->n_prompt;
+            r->cb(r->user, &ev);
+            req_free(r);
+        }
+    }
+    comet_forward_free(e->fc);
+    comet_batch_builder_free(&e->bb);
+    comet_kv_pool_free(&e->pool);
+    comet_kv_cache_free(&e->kv);
+    comet_backend_free(e->be);
+    free(e->incoming);
+    free(e->waiting);
+    free(e->running);
+    free(e->plans);
+    free(e->logits);
+    free(e->raw);
+    pthread_cond_destroy(&e->cv);
+    pthread_cond_destroy(&e->idle_cv);
+    pthread_mutex_destroy(&e->mu);
+    free(e);
+}
+
+static uint64_t clock_seed(uint64_t id) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20) ^ (id * 0x9E3779B97F4A7C15ull);
+}
+
+comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp,
+                                 comet_engine_cb cb, void *user, uint64_t *id) {
+    const comet_model_config *c = &e->m->cfg;
+    if (rp->n_prompt <= 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "request: the prompt is empty");
+    for (int i = 0; i < rp->n_prompt; i++)
+        if (rp->prompt[i] < 0 || rp->prompt[i] >= c->n_vocab)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "request: prompt token %d is %d, outside the vocabulary [0, %d)",
+                                   i, (int)rp->prompt[i], c->n_vocab);
+    int pool_tokens = e->p.n_pages * e->p.page_size;
+    if (rp->n_prompt >= c->n_ctx)
+        return comet_set_error(COMET_ERR_CONTEXT,
+                               "request: the prompt has %d tokens; this model's maximum context "
+                               "length is %d tokens (including at least one generated token)",
+                               rp->n_prompt, c->n_ctx);
+    if (rp->n_prompt >= pool_tokens)
+        return comet_set_error(COMET_ERR_CONTEXT,
+                               "request: the prompt has %d tokens; the KV page pool holds %d "
+                               "tokens in all", rp->n_prompt, pool_tokens);
+    if (rp->n_stop < 0 || rp->n_stop > COMET_ENGINE_MAX_STOP || rp->top_logprobs < 0 ||
+        rp->top_logprobs > COMET_ENGINE_MAX_TOP)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "request: at most %d stop strings and %d top logprobs",
+                               COMET_ENGINE_MAX_STOP, COMET_ENGINE_MAX_TOP);
+    int room = c->n_ctx - rp->n_prompt;
+    int max_new = rp->max_tokens > 0 && rp->max_tokens < room ? rp->max_tokens : room;
+    if (rp->max_tokens == 0 && rp->prompt_logprobs)
+        max_new = 0;
+
+    req *r = calloc(1, sizeof *r);
+    if (!r)
+        return comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
+    r->cb = cb;
+    r->user = user;
+    r->n_prompt = r->n_tokens = rp->n_prompt;
+    r->max_new = max_new;
+    r->cap = rp->n_prompt + (max_new > 0 ? max_new : 1);
+    r->logprobs = rp->logprobs || rp->top_logprobs > 0;
+    r->top_logprobs = rp->top_logprobs;
+    r->prompt_logprobs = rp->prompt_logprobs;
+    r->ignore_eos = rp->ignore_eos;
+    atomic_init(&r->cancel, 0);
+    size_t max_stop = 0;
+    comet_status st = COMET_OK;
+    r->tokens = malloc((size_t)r->cap * sizeof(int32_t));
+    if (!r->tokens) {
+        st = comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
+        goto fail;
+    }
+    memcpy(r->tokens, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
+    for (int i = 0; i < rp->n_stop; i++) {
+        if (!rp->stop[i] || !rp->stop[i][0]) {
+            st = comet_set_error(COMET_ERR_INVALID_ARG, "request: stop strings must not be empty");
+            goto fail;
+        }
+        r->stop[i] = strdup(rp->stop[i]);
+        if (!r->stop[i]) {
+            st = comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
+            goto fail;
+        }
+        r->n_stop = i + 1;
+        if (strlen(rp->stop[i]) > max_stop)
+            max_stop = strlen(rp->stop[i]);
+    }
+    r->hold_cap = max_stop + 2 * PIECE_CAP;
+    r->hold = malloc(r->hold_cap);
+    r->out = malloc(r->hold_cap);
+    if (!r->hold || !r->out) {
+        st = comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
+        goto fail;
+    }
+    if ((st = comet_kv_seq_init(&r->seq, r->cap, e->p.page_size)) < 0)
+        goto fail;
+    comet_sampler_params sp = comet_sampler_default_params();
+    sp.temperature = rp->temperature;
+    sp.top_k = rp->top_k;
+    sp.top_p = rp->top_p;
+    sp.min_p = rp->min_p;
+    sp.presence_penalty = rp->presence_penalty;
+    sp.frequency_penalty = rp->frequency_penalty;
+    sp.repeat_penalty = rp->repeat_penalty > 0 ? rp->repeat_penalty : 1.0f;
+    sp.repeat_last_n = -1;
+    comet_detok_init(&r->dt, e->m->tok);
+
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping || e->n_incoming + e->n_waiting >= e->p.max_waiting) {
+        pthread_mutex_unlock(&e->mu);
+        st = e->stopping ? comet_set_error(COMET_ERR_INTERNAL, "engine: shutting down")
+                         : COMET_QUEUE_FULL;
+        goto fail;
+    }
+    r->id = e->next_id++;
+    pthread_mutex_unlock(&e->mu);
+    sp.seed = rp->has_seed ? rp->seed : clock_seed(r->id);
+    r->smp = comet_sampler_init(&sp, c->n_vocab);
+    if (!r->smp) {
+        st = COMET_ERR_INVALID_ARG; /* named by the sampler */
+        goto fail;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (e->stopping) {
+        pthread_mutex_unlock(&e->mu);
+        st = comet_set_error(COMET_ERR_INTERNAL, "engine: shutting down");
+        goto fail;
+    }
+    e->incoming[e->n_incoming++] = r;
+    e->stats.prompt_tokens += (uint64_t)rp->n_prompt;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (id)
+        *id = r->id;
+    return COMET_OK;
+fail:
+    req_free(r);
+    return st;
+}
+
+static req *find_locked(comet_engine *e, uint64_t id, comet_request_state *state) {
+    for (int i = 0; i < e->n_running; i++)
+        if (e->running[i]->id == id) {
+            *state = COMET_REQUEST_RUNNING;
+            return e->running[i];
+        }
+    for (int i = 0; i < e->n_waiting; i++)
+        if (e->waiting[i]->id == id) {
+            *state = COMET_REQUEST_WAITING;
+            return e->waiting[i];
+        }
+    for (int i = 0; i < e->n_incoming; i++)
+        if (e->incoming[i]->id == id) {
+            *state = COMET_REQUEST_WAITING;
+            return e->incoming[i];
+        }
+    *state = COMET_REQUEST_UNKNOWN;
+    return NULL;
+}
+
+void comet_engine_cancel(comet_engine *e, uint64_t id) {
+    comet_request_state s;
+    pthread_mutex_lock(&e->mu);
+    req *r = find_locked(e, id, &s);
+    if (r) {
+        atomic_store(&r->cancel, 1);
+        pthread_cond_signal(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+void comet_engine_cancel_all(comet_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->n_running; i++)
+        atomic_store(&e->running[i]->cancel, 1);
+    for (int i = 0; i < e->n_waiting; i++)
+        atomic_store(&e->waiting[i]->cancel, 1);
+    for (int i = 0; i < e->n_incoming; i++)
+        atomic_store(&e->incoming[i]->cancel, 1);
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+comet_request_state comet_engine_request_state(comet_engine *e, uint64_t id) {
+    comet_request_state s;
+    pthread_mutex_lock(&e->mu);
+    find_locked(e, id, &s);
+    pthread_mutex_unlock(&e->mu);
+    return s;
+}
+
+void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s) {
+    pthread_mutex_lock(&e->mu);
+    *s = e->stats;
+    s->running = e->n_running;
+    s->waiting = e->n_waiting + e->n_incoming;
+    s->pages_free = e->pool.n_free;
+    s->pages_used = e->pool.n_pages - e->pool.n_free;
+    pthread_mutex_unlock(&e->mu);
+}
+
+int comet_engine_wait_idle(comet_engine *e, double timeout_s) {
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    if (timeout_s >= 0) {
+        until.tv_sec += (time_t)timeout_s;
+        until.tv_nsec += (long)((timeout_s - floor(timeout_s)) * 1e9);
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+    }
+    pthread_mutex_lock(&e->mu);
+    int rc = 0;
+    while (!e->stopping && (e->n_incoming || e->n_waiting || e->n_running) && rc == 0)
+        rc = timeout_s < 0 ? pthread_cond_wait(&e->idle_cv, &e->mu)
+                           : pthread_cond_timedwait(&e->idle_cv, &e->mu, &until);
+    int idle = !e->n_incoming && !e->n_waiting && !e->n_running;
+    pthread_mutex_unlock(&e->mu);
+    return idle;
+}

@@ -1,0 +1,40 @@
+/* api.h — the OpenAI routes over the engine: the server's generate hook.
+ *
+ * Turns a validated request into prompt tokens (chat template for chat; BOS as the model
+ * wants, exactly as `comet generate` builds its prompt), submits it to the engine and
+ * answers with one JSON response or an SSE stream (chunks, the usage chunk when
+ * stream_options.include_usage, then `data: [DONE]`). Logprobs and top_logprobs for
+ * both routes; echo with prompt logprobs for completions. A client that goes away
+ * mid-stream cancels its request. Latencies (TTFT, TPOT, end-to-end) go to the server's
+ * metrics.
+ */
+#ifndef COMET_SERVER_API_H
+#define COMET_SERVER_API_H
+
+#include "comet/engine.h"
+#include "comet/model.h"
+#include "comet/tokenizer.h"
+#include "server/server.h"
+
+typedef struct comet_api {
+    comet_engine *engine;     /* borrowed */
+    const comet_model *model; /* borrowed */
+    const char *model_id;     /* borrowed; the id clients send as "model" */
+    comet_chat_template tmpl;
+    int has_tmpl;             /* 0: the chat route answers 400 (no template known) */
+    char bos[128];            /* BOS text for templates that start with it, or "" */
+    int completion_default_max_tokens; /* 16, as OpenAI's completions API */
+} comet_api;
+
+/* Bind the routes to an engine and model. `template_name` overrides the model's chat
+ * template ("chatml", "llama3", "llama2") or is NULL. Returns COMET_OK, or
+ * COMET_ERR_UNSUPPORTED for an unknown template name. */
+comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
+                            const char *model_id, const char *template_name);
+
+/* comet_server_generate_fn and comet_server_gauges_fn; `user` is the comet_api. */
+void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
+                        comet_server_reply *reply);
+void comet_api_gauges(void *user, comet_metrics_gauges *g);
+
+#endif

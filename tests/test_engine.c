@@ -1,0 +1,299 @@
+/* test_engine.c — the serving engine on the default model: 64 concurrent greedy requests
+ * of different lengths each produce exactly the tokens of the same request run alone (no
+ * loss, no duplication, all pages free at the end); a tiny page pool forces preemption
+ * and every request still completes with the same tokens; cancel frees pages; the queue
+ * limit, the context limit and prompt logprobs. */
+#define _GNU_SOURCE
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "comet/engine.h"
+#include "comet/model.h"
+#include "comet/tokenizer.h"
+
+#define MAX_GEN 64
+
+typedef struct collect {
+    pthread_mutex_t mu;
+    int32_t toks[MAX_GEN];
+    int n_toks, n_events_after_finish, finished, n_prompt_events;
+    comet_finish_reason why;
+    int n_generated, n_preempt;
+    float prompt_lp[128];
+    char text[1024];
+    size_t text_len;
+} collect;
+
+static void on_event(void *user, const comet_engine_event *ev) {
+    collect *c = user;
+    pthread_mutex_lock(&c->mu);
+    if (c->finished)
+        c->n_events_after_finish++;
+    if (ev->kind == COMET_EVENT_TOKEN && c->n_toks < MAX_GEN)
+        c->toks[c->n_toks++] = ev->token;
+    if (ev->kind == COMET_EVENT_PROMPT_TOKEN && c->n_prompt_events < 128)
+        c->prompt_lp[c->n_prompt_events++] = ev->has_logprob ? ev->logprob : NAN;
+    if (ev->text_len && c->text_len + ev->text_len < sizeof c->text) {
+        memcpy(c->text + c->text_len, ev->text, ev->text_len);
+        c->text_len += ev->text_len;
+    }
+    if (ev->kind == COMET_EVENT_FINISHED) {
+        c->finished = 1;
+        c->why = ev->finish;
+        c->n_generated = ev->n_generated;
+        c->n_preempt = ev->n_preemptions;
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+static comet_model *model;
+
+static int setup(void **state) {
+    (void)state;
+    const char *dir = getenv("COMET_SOURCE_DIR");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf", dir ? dir : ".");
+    if (comet_model_load(path, &model) != COMET_OK) {
+        fprintf(stderr, "test_engine: cannot load %s: %s\n", path, comet_last_error());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    comet_model_free(model);
+    return 0;
+}
+
+/* Prompt i: a prefix of varied length of a fixed text, with a request-specific tail. */
+static int make_prompt(int i, int32_t **ids) {
+    static const char *base =
+        "The old lighthouse keeper climbed the spiral stairs every evening, counting the "
+        "steps, checking the lamp, and writing the weather in a worn leather book. One night "
+        "a ship appeared without lights, drifting slowly toward the rocks below the cliff.";
+    char text[1024];
+    int cut = 20 + (i * 37) % 200;
+    snprintf(text, sizeof text, "%.*s Question %d: what happens next?", cut, base, i);
+    size_t n;
+    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 0, ids, &n), COMET_OK);
+    return (int)n;
+}
+
+static comet_request_params greedy(const int32_t *ids, int n, int max_tokens) {
+    comet_request_params rp = comet_request_default_params();
+    rp.prompt = ids;
+    rp.n_prompt = n;
+    rp.max_tokens = max_tokens;
+    rp.temperature = 0;
+    rp.ignore_eos = 1;
+    return rp;
+}
+
+static void run_and_compare(int n_req, int gen_base, comet_engine_params *batched,
+                            const char *what) {
+    int32_t *ids[64];
+    int n_ids[64];
+    collect *alone = calloc((size_t)n_req, sizeof *alone);
+    collect *many = calloc((size_t)n_req, sizeof *many);
+    for (int i = 0; i < n_req; i++) {
+        n_ids[i] = make_prompt(i, &ids[i]);
+        pthread_mutex_init(&alone[i].mu, NULL);
+        pthread_mutex_init(&many[i].mu, NULL);
+    }
+    /* each request alone */
+    comet_engine_params ap = *batched;
+    ap.max_seqs = 1;
+    ap.n_pages = 64;
+    comet_engine *e = comet_engine_init(model, &ap);
+    assert_non_null(e);
+    for (int i = 0; i < n_req; i++) {
+        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        assert_int_equal(comet_engine_submit(e, &rp, on_event, &alone[i], NULL), COMET_OK);
+        assert_true(comet_engine_wait_idle(e, 600));
+    }
+    comet_engine_free(e);
+
+    /* all at once */
+    e = comet_engine_init(model, batched);
+    assert_non_null(e);
+    uint64_t prev = 0;
+    for (int i = 0; i < n_req; i++) {
+        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        uint64_t id;
+        assert_int_equal(comet_engine_submit(e, &rp, on_event, &many[i], &id), COMET_OK);
+        assert_true(id > prev);
+        prev = id;
+    }
+    assert_true(comet_engine_wait_idle(e, 1200));
+    comet_engine_stats st;
+    comet_engine_get_stats(e, &st);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.pages_used, 0);
+    assert_int_equal(st.pages_free, batched->n_pages);
+    fprintf(stderr, "%s: %d requests, %llu steps, %llu preemptions, %llu tokens\n", what, n_req,
+            (unsigned long long)st.steps, (unsigned long long)st.preemptions,
+            (unsigned long long)st.tokens_generated);
+    int mismatches = 0;
+    for (int i = 0; i < n_req; i++) {
+        assert_true(alone[i].finished);
+        assert_true(many[i].finished);
+        assert_int_equal(many[i].n_events_after_finish, 0);
+        assert_int_equal(many[i].why, COMET_FINISH_LENGTH);
+        assert_int_equal(alone[i].n_toks, gen_base + i % 7);
+        assert_int_equal(many[i].n_toks, alone[i].n_toks);
+        assert_int_equal(many[i].n_generated, many[i].n_toks);
+        if (memcmp(many[i].toks, alone[i].toks, (size_t)alone[i].n_toks * sizeof(int32_t))) {
+            fprintf(stderr, "%s: request %d differs from its run alone\n", what, i);
+            mismatches++;
+        }
+        assert_int_equal(many[i].text_len, alone[i].text_len);
+        free(ids[i]);
+    }
+    assert_int_equal(mismatches, 0);
+    if (!strcmp(what, "preemption"))
+        assert_true(st.preemptions > 0);
+    comet_engine_free(e);
+    free(alone);
+    free(many);
+}
+
+static void test_concurrent_equals_alone(void **state) {
+    (void)state;
+    comet_engine_params p = comet_engine_default_params();
+    p.max_seqs = 64;
+    p.max_batch_tokens = 256;
+    p.n_pages = 256;
+    run_and_compare(64, 2, &p, "concurrent");
+}
+
+static void test_tiny_pool_preemption(void **state) {
+    (void)state;
+    comet_engine_params p = comet_engine_default_params();
+    p.max_seqs = 8;
+    p.max_batch_tokens = 64;
+    p.n_pages = 8; /* 128 tokens for 8 requests of 25..95 tokens each */
+    run_and_compare(8, 24, &p, "preemption");
+}
+
+static void test_cancel_and_limits(void **state) {
+    (void)state;
+    comet_engine_params p = comet_engine_default_params();
+    p.max_seqs = 1;
+    p.max_waiting = 2;
+    p.n_pages = 32;
+    comet_engine *e = comet_engine_init(model, &p);
+    assert_non_null(e);
+    int32_t *ids;
+    int n = make_prompt(3, &ids);
+    collect c[6];
+    memset(c, 0, sizeof c);
+    int ok[6] = {0}, full = 0;
+    uint64_t rid[6] = {0};
+    for (int i = 0; i < 6; i++) {
+        pthread_mutex_init(&c[i].mu, NULL);
+        comet_request_params rp = greedy(ids, n, 60);
+        comet_status st = comet_engine_submit(e, &rp, on_event, &c[i], &rid[i]);
+        if (st == COMET_OK) {
+            ok[i] = 1;
+        } else {
+            assert_int_equal(st, COMET_QUEUE_FULL);
+            full++;
+        }
+    }
+    assert_true(full >= 3); /* one running at most, two waiting */
+    assert_true(ok[0]);
+    uint64_t first = rid[0];
+    /* cancel everything queued: the running one stops early, pages come back */
+    for (int i = 0; i < 6; i++)
+        if (ok[i])
+            comet_engine_cancel(e, rid[i]);
+    assert_true(comet_engine_wait_idle(e, 120));
+    int cancelled = 0;
+    for (int i = 0; i < 6; i++) {
+        if (!ok[i]) {
+            assert_false(c[i].finished); /* refused: no callback */
+            continue;
+        }
+        assert_true(c[i].finished);
+        cancelled += c[i].why == COMET_FINISH_CANCELLED;
+        assert_true(c[i].n_toks < 60);
+    }
+    assert_true(cancelled >= 1);
+    assert_int_equal(comet_engine_request_state(e, first), COMET_REQUEST_UNKNOWN);
+    comet_engine_stats st;
+    comet_engine_get_stats(e, &st);
+    assert_int_equal(st.pages_used, 0);
+
+    /* a prompt that fills the context is refused with both numbers */
+    int32_t *big = malloc((size_t)model->cfg.n_ctx * sizeof(int32_t));
+    for (int i = 0; i < model->cfg.n_ctx; i++)
+        big[i] = ids[i % n];
+    comet_request_params rp = greedy(big, model->cfg.n_ctx, 1);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_CONTEXT);
+    char num[32];
+    snprintf(num, sizeof num, "%d", model->cfg.n_ctx);
+    assert_non_null(strstr(comet_last_error(), num));
+    rp = greedy(big, 0, 1);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_INVALID_ARG);
+    big[0] = model->cfg.n_vocab;
+    rp = greedy(big, 3, 1);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_INVALID_ARG);
+    free(big);
+    free(ids);
+    comet_engine_free(e);
+}
+
+static void test_prompt_logprobs(void **state) {
+    (void)state;
+    comet_engine *e = comet_engine_init(model, NULL);
+    assert_non_null(e);
+    int32_t *ids;
+    int n = make_prompt(5, &ids);
+    collect a, b;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    pthread_mutex_init(&a.mu, NULL);
+    pthread_mutex_init(&b.mu, NULL);
+    /* scoring only (max_tokens 0), and the same with one generated token */
+    comet_request_params rp = greedy(ids, n, 0);
+    rp.prompt_logprobs = 1;
+    rp.top_logprobs = 3;
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &a, NULL), COMET_OK);
+    rp.max_tokens = 1;
+    rp.logprobs = 1;
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &b, NULL), COMET_OK);
+    assert_true(comet_engine_wait_idle(e, 120));
+    assert_int_equal(a.n_prompt_events, n);
+    assert_int_equal(a.n_toks, 0);
+    assert_int_equal(b.n_prompt_events, n);
+    assert_int_equal(b.n_toks, 1);
+    assert_true(isnan(a.prompt_lp[0]));
+    for (int i = 1; i < n; i++) {
+        assert_true(a.prompt_lp[i] <= 0 && a.prompt_lp[i] > -40);
+        assert_float_equal(a.prompt_lp[i], b.prompt_lp[i], 1e-3);
+    }
+    free(ids);
+    comet_engine_free(e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_cancel_and_limits),
+        cmocka_unit_test(test_prompt_logprobs),
+        cmocka_unit_test(test_tiny_pool_preemption),
+        cmocka_unit_test(test_concurrent_equals_alone),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,356 @@
+#!/usr/bin/env python3
+"""test_serve_openai.py - `comet serve` driven by the official `openai` Python client.
+
+Starts the server on 127.0.0.1 (a free port) with the default model and checks:
+completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
+prompt logprobs) for structure and content (greedy output equal to `comet generate` for the
+same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
+invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
+wrong API key) each answered with the right status and error object while the server keeps
+serving; a client that disconnects mid-stream is cancelled and its KV pages freed; SIGTERM
+drains and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
+openai`. Every wait is bounded.
+"""
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import unittest
+
+import openai
+
+BIN = os.environ.get("COMET_BIN", "build/comet")
+SRC = os.environ.get("COMET_SOURCE_DIR", ".")
+MODEL = os.path.join(SRC, "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+KEY = "test-key-123"
+MODEL_ID = "smol"
+
+server = None
+port = None
+
+
+def start_server():
+    global server, port
+    if not os.path.exists(MODEL):
+        raise SystemExit(f"test_serve_openai: the default model is missing: {MODEL}")
+    server = subprocess.Popen(
+        [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--host", "127.0.0.1",
+         "--port", "0", "--api-key", KEY, "--max-seqs", "16", "--kv-pages", "256",
+         "--max-batch-tokens", "256"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 120
+    line = ""
+    while time.time() < deadline:
+        line = server.stdout.readline()
+        if line.startswith("listening on") or server.poll() is not None:
+            break
+    m = re.match(r"listening on [^:]+:(\d+)", line)
+    if not m:
+        server.kill()
+        raise SystemExit(f"test_serve_openai: the server did not start (got {line!r})")
+    port = int(m.group(1))
+    for _ in range(100):
+        try:
+            if raw("GET", "/health")[0] == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise SystemExit("test_serve_openai: /health never answered")
+
+
+def raw(method, path, body=None, headers=None, auth=True, timeout=120):
+    """One HTTP request on a fresh connection; returns (status, body bytes)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    h = {"Content-Type": "application/json"}
+    if auth:
+        h["Authorization"] = "Bearer " + KEY
+    h.update(headers or {})
+    if isinstance(body, str):
+        body = body.encode()
+    c.request(method, path, body=body, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    c.close()
+    return r.status, data
+
+
+def generate(prompt, max_tokens, raw_prompt=False):
+    """`comet generate` greedy output for the same prompt (the reference)."""
+    args = [BIN, "generate", "--model", MODEL, "--prompt", prompt, "--max-tokens",
+            str(max_tokens), "--temperature", "0"]
+    if raw_prompt:
+        args.append("--raw")
+    out = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return out.stdout
+
+
+def metrics():
+    st, body = raw("GET", "/metrics")
+    assert st == 200
+    vals = {}
+    for ln in body.decode().splitlines():
+        if ln and not ln.startswith("#"):
+            name, _, v = ln.rpartition(" ")
+            vals[name] = float(v)
+    return vals
+
+
+class ServeTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key=KEY,
+                                   max_retries=0, timeout=300)
+
+    def error_of(self, status, body):
+        obj = json.loads(body)
+        err = obj["error"]
+        for k in ("message", "type", "param", "code"):
+            self.assertIn(k, err)
+        self.assertTrue(err["message"])
+        return err
+
+    def assert_alive(self):
+        self.assertEqual(raw("GET", "/health")[0], 200)
+
+    # ---- structure and content ----
+
+    def test_models(self):
+        ids = [m.id for m in self.client.models.list().data]
+        self.assertEqual(ids, [MODEL_ID])
+
+    def test_completion_matches_generate(self):
+        prompt = "The three primary colors are"
+        r = self.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=12,
+                                           temperature=0)
+        self.assertEqual(r.object, "text_completion")
+        self.assertEqual(len(r.choices), 1)
+        c = r.choices[0]
+        self.assertIn(c.finish_reason, ("length", "stop"))
+        self.assertEqual(c.text, generate(prompt, 12, raw_prompt=True))
+        self.assertGreater(r.usage.prompt_tokens, 3)
+        self.assertGreaterEqual(r.usage.completion_tokens, 1)
+        self.assertEqual(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens)
+
+    def test_chat_matches_generate(self):
+        q = "What is the capital of France?"
+        r = self.client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": q}], max_tokens=16,
+            temperature=0)
+        self.assertEqual(r.object, "chat.completion")
+        msg = r.choices[0].message
+        self.assertEqual(msg.role, "assistant")
+        self.assertEqual(msg.content, generate(q, 16))
+        self.assertIn("Paris", msg.content)
+        self.assertGreater(r.usage.prompt_tokens, 5)
+
+    def test_streaming_chat_with_usage(self):
+        msgs = [{"role": "user", "content": "Name two planets."}]
+        whole = self.client.chat.completions.create(model=MODEL_ID, messages=msgs,
+                                                    max_tokens=10, temperature=0)
+        stream = self.client.chat.completions.create(
+            model=MODEL_ID, messages=msgs, max_tokens=10, temperature=0, stream=True,
+            stream_options={"include_usage": True})
+        text, finish, usage, n_chunks, roles = "", None, None, 0, []
+        for ch in stream:
+            n_chunks += 1
+            self.assertEqual(ch.object, "chat.completion.chunk")
+            if ch.usage is not None:
+                usage = ch.usage
+                self.assertEqual(ch.choices, [])
+                continue
+            d = ch.choices[0].delta
+            if d.role:
+                roles.append(d.role)
+            text += d.content or ""
+            if ch.choices[0].finish_reason:
+                finish = ch.choices[0].finish_reason
+        self.assertEqual(roles, ["assistant"])
+        self.assertGreater(n_chunks, 3)
+        self.assertEqual(text, whole.choices[0].message.content)
+        self.assertEqual(finish, whole.choices[0].finish_reason)
+        self.assertIsNotNone(usage)
+        self.assertEqual(usage.completion_tokens, whole.usage.completion_tokens)
+        self.assertEqual(usage.prompt_tokens, whole.usage.prompt_tokens)
+
+    def test_chat_logprobs(self):
+        r = self.client.chat.completions.create(
+            model=MODEL_ID, messages=[{"role": "user", "content": "Say hello."}], max_tokens=5,
+            temperature=0, logprobs=True, top_logprobs=3)
+        content = r.choices[0].logprobs.content
+        self.assertEqual(len(content), r.usage.completion_tokens)
+        self.assertEqual("".join(t.token for t in content), r.choices[0].message.content)
+        for t in content:
+            self.assertLessEqual(t.logprob, 0.0)
+            self.assertEqual(len(t.top_logprobs), 3)
+            lps = [x.logprob for x in t.top_logprobs]
+            self.assertEqual(lps, sorted(lps, reverse=True))
+            # greedy: the chosen token is the most likely one
+            self.assertEqual(t.top_logprobs[0].token, t.token)
+            self.assertAlmostEqual(t.top_logprobs[0].logprob, t.logprob, places=5)
+            self.assertEqual(bytes(t.bytes).decode("utf-8", "replace"), t.token)
+
+    def test_completion_echo_logprobs(self):
+        prompt = "One, two, three, four"
+        r = self.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=1,
+                                           temperature=0, echo=True, logprobs=2)
+        c = r.choices[0]
+        self.assertTrue(c.text.startswith(prompt))
+        lp = c.logprobs
+        n = r.usage.prompt_tokens + r.usage.completion_tokens
+        self.assertEqual(len(lp.tokens), n)
+        self.assertEqual(len(lp.token_logprobs), n)
+        self.assertIsNone(lp.token_logprobs[0])
+        self.assertIsNone(lp.top_logprobs[0])
+        self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
+        self.assertEqual("".join(lp.tokens), c.text)
+        self.assertEqual(lp.text_offset[1], len(lp.tokens[0].encode()))
+        # ", five" is far more likely after the count than a typical prompt token
+        self.assertGreater(lp.token_logprobs[-1], -3.0)
+        # scoring only: max_tokens 0 gives the same prompt logprobs
+        r0 = self.client.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=0,
+                                            temperature=0, echo=True, logprobs=0)
+        lp0 = r0.choices[0].logprobs.token_logprobs
+        self.assertEqual(len(lp0), r.usage.prompt_tokens)
+        for a, b in zip(lp0[1:], lp.token_logprobs[1:]):
+            self.assertAlmostEqual(a, b, places=3)
+
+    def test_stop_string(self):
+        r = self.client.completions.create(model=MODEL_ID, prompt="1, 2, 3, 4, 5, 6,",
+                                           max_tokens=20, temperature=0, stop=[" 9"])
+        self.assertEqual(r.choices[0].finish_reason, "stop")
+        self.assertNotIn(" 9", r.choices[0].text)
+        self.assertIn("8", r.choices[0].text)
+
+    # ---- bad input: each a clear error, and the server keeps serving ----
+
+    def test_bad_inputs(self):
+        chat_ok = {"model": MODEL_ID, "messages": [{"role": "user", "content": "hi"}]}
+        cases = [
+            ("malformed JSON", "/v1/chat/completions", b'{"model": "smol", "messages": [', 400,
+             None),
+            ("wrong type", "/v1/chat/completions", dict(chat_ok, temperature="hot"), 400,
+             "temperature"),
+            ("wrong type stream", "/v1/completions", {"model": MODEL_ID, "prompt": "a",
+                                                       "stream": "yes"}, 400, "stream"),
+            ("negative max_tokens", "/v1/chat/completions", dict(chat_ok, max_tokens=-3), 400,
+             "max_tokens"),
+            ("huge max_tokens", "/v1/completions", {"model": MODEL_ID, "prompt": "a",
+                                                     "max_tokens": 10**12}, 400, "max_tokens"),
+            ("n=2", "/v1/chat/completions", dict(chat_ok, n=2), 400, "n"),
+            ("missing messages", "/v1/chat/completions", {"model": MODEL_ID}, 400, "messages"),
+            ("invalid UTF-8", "/v1/completions",
+             b'{"model": "smol", "prompt": "caf\xe9 \xff"}', 400, None),
+            ("unknown model", "/v1/chat/completions", dict(chat_ok, model="gpt-9"), 404, "model"),
+        ]
+        for name, path, body, status, param in cases:
+            with self.subTest(name):
+                data = body if isinstance(body, bytes) else json.dumps(body).encode()
+                st, resp = raw("POST", path, data)
+                self.assertEqual(st, status, resp[:300])
+                err = self.error_of(st, resp)
+                if param:
+                    self.assertEqual(err["param"], param)
+                self.assert_alive()
+
+        # the same through the official client: typed exceptions
+        with self.assertRaises(openai.NotFoundError):
+            self.client.chat.completions.create(model="gpt-9", messages=chat_ok["messages"])
+        with self.assertRaises(openai.BadRequestError) as cm:
+            self.client.chat.completions.create(model=MODEL_ID, messages=[])
+        self.assertEqual(cm.exception.body.get("param"), "messages")
+        bad = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="wrong",
+                            max_retries=0)
+        with self.assertRaises(openai.AuthenticationError):
+            bad.models.list()
+
+        # prompt over the context: 400 naming both numbers
+        long_prompt = "hello " * 9000
+        st, resp = raw("POST", "/v1/completions",
+                       json.dumps({"model": MODEL_ID, "prompt": long_prompt, "max_tokens": 1}))
+        self.assertEqual(st, 400)
+        err = self.error_of(st, resp)
+        self.assertEqual(err["code"], "context_length_exceeded")
+        self.assertIn("8192", err["message"])
+        self.assertRegex(err["message"], r"\b9\d\d\d\b")
+        self.assert_alive()
+
+        # 10 MB body: refused with 413 without being read in full
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (KEY, 10 * 1024 * 1024)).encode())
+        s.sendall(b"{" + b" " * 65536)
+        head = s.recv(4096).decode(errors="replace")
+        s.close()
+        self.assertTrue(head.startswith("HTTP/1.1 413"), head[:200])
+        self.assertIn("request_too_large", head)
+        self.assert_alive()
+
+        # after all that, a normal request still works
+        r = self.client.completions.create(model=MODEL_ID, prompt="Hello", max_tokens=2,
+                                           temperature=0)
+        self.assertEqual(r.usage.completion_tokens, 2)
+
+    def test_client_disconnect_cancels(self):
+        before = metrics().get('comet_requests_total{outcome="cancelled"}', 0)
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 400,
+                           "temperature": 0, "stream": True}).encode()
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (KEY, len(body))).encode() + body)
+        got = b""
+        while got.count(b"data: ") < 3:
+            chunk = s.recv(4096)
+            self.assertTrue(chunk, "stream ended early")
+            got += chunk
+        self.assertTrue(got.startswith(b"HTTP/1.1 200"))
+        s.close()  # mid-stream
+        deadline = time.time() + 60
+        m = metrics()
+        while time.time() < deadline:
+            m = metrics()
+            if (m['comet_requests_total{outcome="cancelled"}'] > before
+                    and m["comet_requests_running"] == 0 and m["comet_kv_pages_used"] == 0):
+                break
+            time.sleep(0.2)
+        self.assertGreater(m['comet_requests_total{outcome="cancelled"}'], before)
+        self.assertEqual(m["comet_requests_running"], 0)
+        self.assertEqual(m["comet_kv_pages_used"], 0)
+        self.assertLess(m["comet_generation_tokens_total"], 10**6)
+        self.assert_alive()
+
+    def test_metrics(self):
+        self.client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, temperature=0)
+        m = metrics()
+        self.assertGreaterEqual(m["comet_time_to_first_token_seconds_count"], 1)
+        self.assertGreaterEqual(m['comet_requests_total{outcome="ok"}'], 1)
+        self.assertGreater(m["comet_kv_pages_free"], 0)
+
+
+def main():
+    start_server()
+    try:
+        prog = unittest.main(exit=False, verbosity=2)
+        ok = prog.result.wasSuccessful()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            rc = server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            rc = -1
+    if rc != 0:
+        print(f"test_serve_openai: the server exited with {rc} after SIGTERM", file=sys.stderr)
+        ok = False
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+/* cmd_serve.c — `comet serve`: the OpenAI-compatible HTTP server over the engine.
+ * Binds 127.0.0.1 unless --host says otherwise; SIGINT/SIGTERM stop accepting
+ * connections, let requests in flight finish (up to --drain-timeout seconds), then exit. */
+#define _GNU_SOURCE
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comet/engine.h"
+#include "comet/log.h"
+#include "comet/model.h"
+#include "commands.h"
+#include "server/api.h"
+#include "server/server.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: comet serve [--model M] [options]\n"
+            "\n"
+            "Serve the model over an OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
+            "POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),\n"
+            "GET /metrics (Prometheus).\n"
+            "\n"
+            "  --model M              .gguf file or HF directory (default: the bundled model)\n"
+            "  --host H               address to bind (default 127.0.0.1)\n"
+            "  --port N               TCP port (default 8000; 0 picks a free one, printed)\n"
+            "  --api-key K            require 'Authorization: Bearer K' on /v1/ routes\n"
+            "                         (default: $COMET_API_KEY if set)\n"
+            "  --model-id ID          model name clients send (default: the file's base name)\n"
+            "  --max-seqs N           sequences per step (default 64)\n"
+            "  --max-batch-tokens N   tokens per step (default 512)\n"
+            "  --kv-pages N           KV pool pages of 16 tokens (default 512)\n"
+            "  --max-waiting N        queued requests before 503 (default 256)\n"
+            "  --max-body-bytes N     request body limit (default 4194304)\n"
+            "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
+            "  --threads N            CPU threads (default: all cores)\n"
+            "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
+            "  --verbose              debug logs on stderr\n");
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_requested = 1;
+}
+
+/* The model id from a path: its base name without .gguf, or the directory name. */
+static void model_id_from_path(const char *path, char *out, size_t cap) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/')
+        b--;
+    size_t len = n - b;
+    if (len > 5 && !strncmp(path + n - 5, ".gguf", 5))
+        len -= 5;
+    snprintf(out, cap, "%.*s", (int)len, path + b);
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("COMET_API_KEY");
+    const char *model_id = NULL, *template_name = NULL;
+    long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
+    long max_body = 4L << 20, threads = 0, drain = 30;
+    int verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+#define INT_OPT(name, var, lo, hi)                                    \
+    if (!strcmp(a, name)) {                                           \
+        if (cli_parse_int("serve", name, val, lo, hi, &var))          \
+            return 2;                                                 \
+        i++;                                                          \
+        continue;                                                     \
+    }
+#define STR_OPT(name, var)                                            \
+    if (!strcmp(a, name)) {                                           \
+        if (!val) {                                                   \
+            fprintf(stderr, "comet serve: %s needs a value\n", name); \
+            return 2;                                                 \
+        }                                                             \
+        var = val;                                                    \
+        i++;                                                          \
+        continue;                                                     \
+    }
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        }
+        STR_OPT("--model", model_path)
+        STR_OPT("--host", host)
+        STR_OPT("--api-key", api_key)
+        STR_OPT("--model-id", model_id)
+        STR_OPT("--chat-template", template_name)
+        INT_OPT("--port", port, 0, 65535)
+        INT_OPT("--max-seqs", max_seqs, 1, 4096)
+        INT_OPT("--max-batch-tokens", max_batch, 1, 1 << 20)
+        INT_OPT("--kv-pages", pages, 1, 1 << 24)
+        INT_OPT("--max-waiting", max_waiting, 1, 1 << 20)
+        INT_OPT("--max-body-bytes", max_body, 1024, 1L << 30)
+        INT_OPT("--threads", threads, 0, 1024)
+        INT_OPT("--drain-timeout", drain, 0, 3600)
+        if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+            continue;
+        }
+        fprintf(stderr, "comet serve: unknown option '%s' (see comet serve --help)\n", a);
+        return 2;
+#undef INT_OPT
+#undef STR_OPT
+    }
+    cli_log_to_stderr(verbose);
+    if (!model_path)
+        model_path = cli_default_model();
+    char id_buf[256];
+    if (!model_id) {
+        model_id_from_path(model_path, id_buf, sizeof id_buf);
+        model_id = id_buf;
+    }
+
+    comet_model *m = NULL;
+    if (comet_model_load(model_path, &m) < 0) {
+        cli_report_error("serve", "cannot load the model");
+        return 1;
+    }
+    comet_engine_params ep = comet_engine_default_params();
+    ep.max_seqs = (int)max_seqs;
+    ep.max_batch_tokens = (int)max_batch;
+    ep.n_pages = (int)pages;
+    ep.max_waiting = (int)max_waiting;
+    ep.n_threads = (int)threads;
+    comet_engine *e = comet_engine_init(m, &ep);
+    if (!e) {
+        cli_report_error("serve", "cannot start the engine");
+        comet_model_free(m);
+        return 1;
+    }
+    comet_api api;
+    if (comet_api_init(&api, e, m, model_id, template_name) < 0) {
+        cli_report_error("serve", "bad --chat-template");
+        comet_engine_free(e);
+        comet_model_free(m);
+        return 2;
+    }
+    if (!api.has_tmpl)
+        comet_log(COMET_LOG_WARN, "no known chat template in the model: /v1/chat/completions "
+                                  "answers 400 (pass --chat-template NAME)");
+
+    comet_server_params sp = comet_server_default_params();
+    sp.host = host;
+    sp.port = (int)port;
+    sp.api_key = api_key;
+    sp.max_body_bytes = (size_t)max_body;
+    sp.model_id = model_id;
+    sp.n_ctx = m->cfg.n_ctx;
+    sp.n_vocab = m->cfg.n_vocab;
+    sp.generate = comet_api_generate;
+    sp.gauges = comet_api_gauges;
+    sp.user = &api;
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    comet_server *srv = comet_server_start(&sp);
+    if (!srv) {
+        cli_report_error("serve", "cannot start the HTTP server");
+        comet_engine_free(e);
+        comet_model_free(m);
+        return 1;
+    }
+    comet_log(COMET_LOG_INFO, "serving '%s' on http://%s:%d (ctx %d, %ld KV pages, max %ld seqs)",
+              model_id, host, comet_server_port(srv), m->cfg.n_ctx, pages, max_seqs);
+    /* one line on stdout for scripts that start the server on port 0 */
+    printf("listening on %s:%d\n", host, comet_server_port(srv));
+    fflush(stdout);
+
+    while (!stop_requested)
+        usleep(100 * 1000);
+
+    comet_log(COMET_LOG_INFO, "draining: no new connections; %d requests in flight",
+              comet_server_in_flight(srv));
+    comet_server_quiesce(srv);
+    for (long waited = 0; comet_server_in_flight(srv) > 0 && waited < drain * 10; waited++)
+        usleep(100 * 1000);
+    if (comet_server_in_flight(srv) > 0)
+        comet_log(COMET_LOG_WARN, "drain timeout: closing %d requests",
+                  comet_server_in_flight(srv));
+    comet_engine_cancel_all(e); /* what is left ends as cancelled; its streams close */
+    comet_server_stop(srv);
+    comet_engine_free(e);
+    comet_model_free(m);
+    comet_log(COMET_LOG_INFO, "stopped");
+    return 0;
+}
