@@ -145,6 +145,7 @@ def main():
             sys.exit(f"serve_sweep: the server did not start ({line!r})")
         url, model = f"http://127.0.0.1:{m.group(2)}/v1", "bench"
     client = openai.OpenAI(base_url=url, api_key="none", max_retries=0, timeout=1800)
+    load_start = os.getloadavg()[0]
     if model is None:
         model = client.models.list().data[0].id
     try:
@@ -159,6 +160,7 @@ def main():
             except subprocess.TimeoutExpired:
                 server.kill()
 
+    load_end = os.getloadavg()[0]
     date = datetime.datetime.utcnow().strftime("%Y-%m-%d")
     try:
         commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
@@ -172,7 +174,8 @@ def main():
         f"# comet serve: request-rate sweep on the CPU backend ({date})",
         "",
         f"- date: {datetime.datetime.utcnow().strftime('%Y-%m-%d %H:%M UTC')}",
-        f"- CPU: {cpu_name()}, {os.cpu_count()} logical cores (shared with other jobs)",
+        f"- CPU: {cpu_name()}, {os.cpu_count()} logical cores; 1-min load average "
+        f"{load_start:.1f} at the start, {load_end:.1f} at the end (other jobs included)",
         f"- commit: {commit}",
         f"- command: `{cmdline.strip()}`",
         f"- server: `comet {server_cmd}`" if server_cmd else f"- server: {url}",

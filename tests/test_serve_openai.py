@@ -7,8 +7,8 @@ prompt logprobs) for structure and content (greedy output equal to `comet genera
 same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
-serving; a client that disconnects mid-stream is cancelled and its KV pages freed; SIGTERM
-drains and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
+serving; a client that disconnects mid-stream is cancelled and its KV pages freed; a full
+queue answers 503 (a second, small server); SIGTERM drains and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
 openai`. Every wait is bounded.
 """
 import http.client
@@ -301,7 +301,7 @@ class ServeTest(unittest.TestCase):
         before = metrics().get('comet_requests_total{outcome="cancelled"}', 0)
         s = socket.create_connection(("127.0.0.1", port), timeout=60)
         body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 400,
-                           "temperature": 0, "stream": True}).encode()
+                           "temperature": 0, "stream": True, "ignore_eos": True}).encode()
         s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
                    "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
                    % (KEY, len(body))).encode() + body)
@@ -332,6 +332,77 @@ class ServeTest(unittest.TestCase):
         self.assertGreaterEqual(m["comet_time_to_first_token_seconds_count"], 1)
         self.assertGreaterEqual(m['comet_requests_total{outcome="ok"}'], 1)
         self.assertGreater(m["comet_kv_pages_free"], 0)
+
+
+class QueueFullTest(unittest.TestCase):
+    """A second server with room for one running and one waiting request: the third
+    concurrent request gets 503 queue_full, and the server recovers."""
+
+    def test_queue_full(self):
+        proc = subprocess.Popen(
+            [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--port", "0",
+             "--max-seqs", "1", "--max-waiting", "1", "--kv-pages", "64"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        socks = []
+        try:
+            line = ""
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                line = proc.stdout.readline()
+                if line.startswith("listening on") or proc.poll() is not None:
+                    break
+            m = re.match(r"listening on [^:]+:(\d+)", line)
+            self.assertIsNotNone(m, line)
+            qport = int(m.group(1))
+            body = json.dumps({"model": MODEL_ID, "prompt": "Count: one, two,",
+                               "max_tokens": 300, "temperature": 0, "stream": True,
+                               "ignore_eos": True}).encode()
+            req = (("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                    "application/json\r\nContent-Length: %d\r\n\r\n" % len(body)).encode()
+                   + body)
+            for i in range(2):  # one running, one waiting: both get their 200 headers
+                s = socket.create_connection(("127.0.0.1", qport), timeout=60)
+                s.sendall(req)
+                got = s.recv(4096)
+                self.assertTrue(got.startswith(b"HTTP/1.1 200"), got[:200])
+                # the first one is running once a token has come back
+                while i == 0 and b"data: " not in got:
+                    more = s.recv(4096)
+                    self.assertTrue(more, "stream ended early")
+                    got += more
+                socks.append(s)
+            c = http.client.HTTPConnection("127.0.0.1", qport, timeout=60)
+            c.request("POST", "/v1/completions", body=body,
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            data = r.read()
+            c.close()
+            self.assertEqual(r.status, 503, data[:200])
+            self.assertEqual(json.loads(data)["error"]["code"], "queue_full")
+            for s in socks:
+                s.close()
+            socks = []
+            ok = False
+            for _ in range(300):  # the cancelled streams make room again
+                c = http.client.HTTPConnection("127.0.0.1", qport, timeout=60)
+                c.request("POST", "/v1/completions", headers={"Content-Type": "application/json"},
+                          body=json.dumps({"model": MODEL_ID, "prompt": "Hi", "max_tokens": 1}))
+                r = c.getresponse()
+                r.read()
+                c.close()
+                if r.status == 200:
+                    ok = True
+                    break
+                time.sleep(0.2)
+            self.assertTrue(ok)
+        finally:
+            for s in socks:
+                s.close()
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
 
 def main():

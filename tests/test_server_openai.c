@@ -59,7 +59,7 @@ static void test_completion_full(void **state) {
         "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"seed\":42,\"stop\":[\"\\n\",\"END\"],"
         "\"n\":1,\"stream\":true,\"stream_options\":{\"include_usage\":true},"
         "\"presence_penalty\":0.5,\"frequency_penalty\":-0.25,\"logprobs\":3,\"echo\":true,"
-        "\"user\":\"ignored\"}";
+        "\"user\":\"ignored\",\"ignore_eos\":true}";
     assert_int_equal(parse(COMET_OAI_COMPLETION, body, &r, &e), 0);
     assert_string_equal(r.model, "smol");
     assert_string_equal(r.prompt, "Hello");
@@ -81,6 +81,7 @@ static void test_completion_full(void **state) {
     assert_true(r.logprobs);
     assert_int_equal(r.top_logprobs, 3);
     assert_true(r.echo);
+    assert_true(r.ignore_eos);
     comet_oai_request_free(&r);
     assert_null(r.model);
 }
@@ -160,6 +161,8 @@ static void test_wrong_types(void **state) {
                  400, "temperature");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"stream\":1}", 400,
                  "stream");
+    expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"ignore_eos\":0}",
+                 400, "ignore_eos");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"stop\":[1]}", 400,
                  "stop");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"seed\":\"1\"}", 400,

@@ -608,6 +608,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
         comet_kv_pool_init(&e->pool, p.n_pages, p.page_size) < 0 ||
         comet_batch_builder_init(&e->bb, p.max_batch_tokens, p.max_seqs, p.n_pages, p.page_size) < 0)
         goto fail;
+    e->kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
     e->fc = comet_forward_init(m, e->be, p.max_batch_tokens);
     if (!e->fc)
         goto fail;

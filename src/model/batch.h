@@ -46,6 +46,9 @@ typedef struct comet_kv_cache {
     int head_dim;  /* D */
     float *k;      /* [n_layer, n_pages, P, Hkv, D] */
     float *v;      /* [n_layer, n_pages, P, Hkv, D] */
+    int kv_bits;   /* 0 or 16: stored as given; 4 or 8: kv_append quantizes->dequantizes each
+                    * token's K/V per KV head (NUMERICS.md "KV cache", simulated in fp32);
+                    * set from the model's kv_bits by whoever sets up the cache */
 } comet_kv_cache;
 
 /* Tokens held by sequence s of batch b after the step's append (see comet_batch). */

@@ -668,6 +668,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     rp.stop = (const char *const *)q->stop;
     rp.n_stop = q->n_stop;
     rp.logprobs = q->logprobs;
+    rp.ignore_eos = q->ignore_eos;
     rp.top_logprobs = q->top_logprobs;
     rp.prompt_logprobs = q->kind == COMET_OAI_COMPLETION && q->echo && q->logprobs;
     if (q->max_tokens == 0 && !rp.prompt_logprobs) {

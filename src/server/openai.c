@@ -386,6 +386,9 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
                            "stream_options.include_usage", &req->include_usage, err)))
             return st;
     }
+    if ((st = get_bool(cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"), "ignore_eos",
+                       &req->ignore_eos, err)))
+        return st;
     if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "presence_penalty"),
                          "presence_penalty", -2, 2, &req->presence_penalty, err)))
         return st;

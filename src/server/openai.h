@@ -69,6 +69,7 @@ typedef struct comet_oai_request {
     int logprobs;          /* completions: logprobs given (0..5 top entries); chat: logprobs=true */
     int top_logprobs;      /* top entries per token: completions `logprobs` N, chat `top_logprobs` */
     int echo;              /* completions: prompt prepended, with prompt logprobs when logprobs */
+    int ignore_eos;        /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
 } comet_oai_request;
 
 /* Limits the parser checks against. */

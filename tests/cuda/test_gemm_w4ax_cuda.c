@@ -294,10 +294,10 @@ static void test_shape(const shape *s, int quick)
 
     n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
-        /* the other kernel, and an extreme split count, on the same inputs */
-        comet_w4ax_kernel other = M <= 32 ? COMET_W4AX_KERNEL_TILED : COMET_W4AX_KERNEL_STREAM;
-        n_fail += run_case(s, other, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
-        n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED,
+        /* every kernel on the same inputs, and a forced split count */
+        for (int k = COMET_W4AX_KERNEL_STREAM; k < COMET_W4AX_KERNEL_COUNT; k++)
+            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+        n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
                            nb > 3 ? 3 : nb, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
     }
     cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);

@@ -30,6 +30,8 @@ static void usage(FILE *f) {
             "  --max-windows N    evaluate the first N windows only (default: all)\n"
             "  --chunk N          tokens per prefill step (default 256)\n"
             "  --threads N        CPU threads (default: all cores)\n"
+            "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
+            "                     floating-point models)\n"
             "  --verbose          debug logs on stderr\n");
 }
 
@@ -63,7 +65,7 @@ static char *read_file(const char *path, size_t *len) {
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
-    long ctx = 0, max_windows = 0, threads = 0, chunk = 256;
+    long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -92,6 +94,15 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(a, "--threads")) {
             if (cli_parse_int("perplexity", a, val, 1, 1024, &threads))
                 return 2;
+            i++;
+        } else if (!strcmp(a, "--kv-bits")) {
+            if (cli_parse_int("perplexity", a, val, 4, 16, &kv_bits))
+                return 2;
+            if (kv_bits != 4 && kv_bits != 8 && kv_bits != 16) {
+                fprintf(stderr, "comet perplexity: --kv-bits expects 4, 8 or 16, got %ld\n",
+                        kv_bits);
+                return 2;
+            }
             i++;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
@@ -122,6 +133,8 @@ int cmd_perplexity(int argc, char **argv) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }
+    if (kv_bits)
+        m->kv_bits = (int)kv_bits;
     size_t n = 0;
     if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
         cli_report_error("perplexity", "cannot tokenize the text");
@@ -152,6 +165,15 @@ int cmd_perplexity(int argc, char **argv) {
     }
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads", text_path, n,
               pp.ctx, be->n_threads);
+    const comet_quant_config *q = m->quant;
+    if (q)
+        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (FMPQ), block %d, weights %s, "
+                  "calibration %s (%ld tokens)", q->w_bits, q->a_bits, m->kv_bits ? m->kv_bits : 16,
+                  q->block, q->wmethod, q->calib_corpus[0] ? q->calib_corpus : "none",
+                  q->calib_tokens);
+    else
+        comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d",
+                  m->kv_bits ? m->kv_bits : 16);
     comet_ppl_result r;
     if (comet_perplexity(m, be, ids, n, &pp, &r) < 0) {
         cli_report_error("perplexity", "perplexity failed");

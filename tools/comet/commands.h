@@ -6,6 +6,7 @@
 /* Each subcommand gets argv with argv[0] = the subcommand name; returns the exit code. */
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 
 /* Path of the bundled default model (SmolLM2-135M-Instruct Q4_1 GGUF), looked up in

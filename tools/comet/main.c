@@ -13,6 +13,7 @@ typedef struct {
 static const subcommand subcommands[] = {
     {"generate", cmd_generate, "generate text from a prompt (chat template applied)"},
     {"perplexity", cmd_perplexity, "perplexity of a model on a text file (NUMERICS.md protocol)"},
+    {"quantize", cmd_quantize, "quantize a model with FMPQ (W4Ax, KV4) into a checkpoint directory"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (continuous batching, SSE streaming)"},
 };
 

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "quant/qlinear.h"
+#include "quant/quant.h"
 
 static comet_status ref_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
                               int T, float *x) {
@@ -77,14 +78,17 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
     return COMET_OK;
 }
 
+/* kv->kv_bits 4 or 8: K/V quantized->dequantized per token per KV head (NUMERICS.md). */
 static comet_status ref_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                   const comet_batch *b, const float *k, const float *v) {
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
             size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-            memcpy(kv->k + off, k + (size_t)t * row, row * sizeof(float));
-            memcpy(kv->v + off, v + (size_t)t * row, row * sizeof(float));
+            comet_quant_kv_sim(k + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
+                               kv->k + off);
+            comet_quant_kv_sim(v + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
+                               kv->v + off);
         }
     return COMET_OK;
 }

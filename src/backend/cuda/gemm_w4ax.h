@@ -28,6 +28,7 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_AUTO = 0,
     COMET_W4AX_KERNEL_STREAM = 1, /* small M: warps stream weights from global, split-K */
     COMET_W4AX_KERNEL_TILED = 2,  /* larger M: cp.async multi-stage smem tiles, mma.sync */
+    COMET_W4AX_KERNEL_WGMMA = 3,  /* larger M on sm_90: wgmma, weights in registers (A) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 

@@ -1,0 +1,48 @@
+"""plot.py RESULTS.md OUT.png — speedup of the W4Ax GEMM vs M from a bench_gemm results table.
+
+Plots, for the 12.5 % INT8 rows, the geometric mean over the eight LLaMA-3 shapes of the
+speedup over cuBLAS FP16 and over cuBLASLt INT8, plus the per-shape minimum over FP16.
+Test tooling only (matplotlib), never part of the engine."""
+import math
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    x16, x8 = defaultdict(list), defaultdict(list)
+    gpu = ""
+    for line in open(src):
+        if line.startswith("GPU:"):
+            gpu = line.strip()
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 13 or not cells[0].startswith("LLaMA-3") or cells[5] != "12.5":
+            continue
+        m = int(cells[4])
+        x16[m].append(float(cells[11]))
+        x8[m].append(float(cells[12]))
+    ms = sorted(x16)
+    gm = lambda v: math.exp(sum(math.log(a) for a in v) / len(v))
+    plt.figure(figsize=(7, 4.2))
+    plt.plot(ms, [gm(x16[m]) for m in ms], "o-", label="vs cuBLAS FP16 (geomean of 8 shapes)")
+    plt.plot(ms, [min(x16[m]) for m in ms], "v:", label="vs cuBLAS FP16 (worst shape)")
+    plt.plot(ms, [gm(x8[m]) for m in ms], "s-", label="vs cuBLASLt INT8 (geomean)")
+    plt.axhline(1.0, color="gray", lw=0.8)
+    plt.xscale("log", base=2)
+    plt.xlabel("M (tokens)")
+    plt.ylabel("speedup")
+    plt.title("comet W4Ax GEMM, LLaMA-3-8B/70B linears, 12.5% INT8 blocks", fontsize=10)
+    plt.figtext(0.01, 0.01, gpu[:110], fontsize=6)
+    plt.legend(fontsize=8)
+    plt.grid(alpha=0.3)
+    plt.tight_layout()
+    plt.savefig(dst, dpi=110)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,289 @@
+/* cmd_quantize.c — `comet quantize`: FMPQ (NUMERICS.md) of a floating-point model into a
+ * comet checkpoint directory: calibration on a text, channel reordering with INT8
+ * outlier blocks, INT4/INT8 weights (RTN with clipping search, or GPTQ), KV bits.
+ * Progress per layer on stderr; a summary at the end (INT8 block fraction per linear
+ * input group and overall, weight method, time, output size). */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "comet/log.h"
+#include "comet/model.h"
+#include "comet/tokenizer.h"
+#include "commands.h"
+#include "format/checkpoint.h"
+#include "quant/calib.h"
+#include "quant/fmpq.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: comet quantize [--model M] --calib FILE --out DIR [options]\n"
+            "\n"
+            "Quantize a floating-point model with FMPQ: activations per token per block of B\n"
+            "channels, INT4 with INT8 blocks for outlier channels (gathered into the leading\n"
+            "blocks by a per-group channel permutation from calibration), INT4 weights per\n"
+            "output channel per block, INT4 KV cache. Writes a checkpoint directory that\n"
+            "`comet perplexity/generate --model DIR` run (simulated in fp32 on the CPU).\n"
+            "\n"
+            "  --model M            .gguf file or HF directory (default: the bundled model)\n"
+            "  --calib FILE         calibration text (default data/mobydick.txt)\n"
+            "  --out DIR            output directory (created; files replaced)\n"
+            "  --calib-windows N    calibration windows (default 128)\n"
+            "  --calib-len N        tokens per calibration window (default 512)\n"
+            "  --block 128|64|32|0  block size B; 0 = one block per row (per-token activations,\n"
+            "                       per-channel weights); default: 128, or 64 when the model's\n"
+            "                       widths are not multiples of 128\n"
+            "  --int8-budget F      at most this fraction of each group's blocks INT8 (default 0.25)\n"
+            "  --tau T              INT8 for channels with salience > T x median (default 8)\n"
+            "  --wmethod rtn|gptq   weight rounding (default gptq)\n"
+            "  --no-clip            no clipping search for the weight scales\n"
+            "  --damp F             GPTQ damping, fraction of the mean Hessian diagonal (0.01)\n"
+            "  --no-reorder         keep the channel order (naive blocks)\n"
+            "  --wbits 4|8|16       weight bits (default 4; 16 keeps fp16 weights)\n"
+            "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
+            "                       8 = all blocks INT8, 16 = not quantized\n"
+            "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --verbose            debug logs on stderr\n");
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 1 << 20, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (n < cap) {
+            if (ferror(f)) {
+                free(buf);
+                buf = NULL;
+            }
+            break;
+        }
+        char *nb = realloc(buf, cap *= 2);
+        if (!nb)
+            free(buf);
+        buf = nb;
+    }
+    int e = errno;
+    fclose(f);
+    errno = e;
+    *len = n;
+    return buf;
+}
+
+static double dir_bytes(const char *dir) {
+    DIR *d = opendir(dir);
+    double total = 0;
+    struct dirent *e;
+    char path[4096];
+    struct stat sb;
+    while (d && (e = readdir(d))) {
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
+            total += (double)sb.st_size;
+    }
+    if (d)
+        closedir(d);
+    return total;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
+    long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
+    double budget = 0.25, tau = 8.0, damp = 0.01;
+    comet_fmpq_params p = comet_fmpq_default_params();
+    int verbose = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--model") || !strcmp(a, "--calib") || !strcmp(a, "--out")) {
+            if (!val) {
+                fprintf(stderr, "comet quantize: %s needs a value\n", a);
+                return 2;
+            }
+            *(a[2] == 'm' ? &model_path : a[2] == 'c' ? &calib_path : &out_dir) = val;
+            i++;
+        } else if (!strcmp(a, "--wmethod")) {
+            if (!val || (strcmp(val, "rtn") && strcmp(val, "gptq"))) {
+                fprintf(stderr, "comet quantize: --wmethod expects rtn or gptq\n");
+                return 2;
+            }
+            p.gptq = !strcmp(val, "gptq");
+            i++;
+        } else if (!strcmp(a, "--calib-windows")) {
+            bad = cli_parse_int("quantize", a, val, 1, 1 << 20, &windows), i++;
+        } else if (!strcmp(a, "--calib-len")) {
+            bad = cli_parse_int("quantize", a, val, 2, 1 << 20, &win_len), i++;
+        } else if (!strcmp(a, "--block")) {
+            bad = cli_parse_int("quantize", a, val, 0, 1 << 16, &block), i++;
+            if (!bad && block != 0 && block != 32 && block != 64 && block != 128) {
+                fprintf(stderr, "comet quantize: --block expects 128, 64, 32 or 0, got %ld\n",
+                        block);
+                return 2;
+            }
+        } else if (!strcmp(a, "--int8-budget")) {
+            bad = cli_parse_float("quantize", a, val, 0.0, 1.0, &budget), i++;
+        } else if (!strcmp(a, "--tau")) {
+            bad = cli_parse_float("quantize", a, val, 0.0, 1e6, &tau), i++;
+        } else if (!strcmp(a, "--damp")) {
+            bad = cli_parse_float("quantize", a, val, 0.0, 10.0, &damp), i++;
+        } else if (!strcmp(a, "--wbits") || !strcmp(a, "--abits") || !strcmp(a, "--kv-bits")) {
+            long *dst = a[2] == 'w' ? &wbits : a[2] == 'a' ? &abits : &kvbits;
+            bad = cli_parse_int("quantize", a, val, 4, 16, dst), i++;
+            if (!bad && *dst != 4 && *dst != 8 && *dst != 16) {
+                fprintf(stderr, "comet quantize: %s expects 4, 8 or 16, got %ld\n", a, *dst);
+                return 2;
+            }
+        } else if (!strcmp(a, "--no-clip")) {
+            p.clip_search = 0;
+        } else if (!strcmp(a, "--no-reorder")) {
+            p.reorder = 0;
+        } else if (!strcmp(a, "--threads")) {
+            bad = cli_parse_int("quantize", a, val, 1, 1024, &threads), i++;
+        } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
+            verbose = 1;
+        } else {
+            fprintf(stderr, "comet quantize: unknown option '%s' (see comet quantize --help)\n", a);
+            return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    cli_log_to_stderr(verbose);
+    if (!out_dir) {
+        fprintf(stderr, "comet quantize: --out DIR is required (see comet quantize --help)\n");
+        return 2;
+    }
+    p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv_bits = (int)kvbits, p.block = (int)block;
+    p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
+    if (p.w_bits == 16)
+        p.gptq = 0;
+    if (!model_path)
+        model_path = cli_default_model();
+
+    double t0 = now_s();
+    int rc = 1;
+    char *text = NULL;
+    int32_t *ids = NULL;
+    comet_model *m = NULL;
+    comet_backend *be = NULL;
+    comet_calib_stats *cs = NULL;
+    if (comet_model_load(model_path, &m) < 0) {
+        cli_report_error("quantize", "cannot load the model");
+        goto out;
+    }
+    if (m->quant) {
+        fprintf(stderr, "comet quantize: %s is already quantized; quantize the floating-point "
+                        "source model\n", model_path);
+        goto out;
+    }
+    /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
+     * reordering needs none, so calibration is skipped. */
+    int need_calib = p.gptq || p.reorder || p.a_bits == 4;
+    if (!(cs = comet_calib_stats_init(&m->cfg, p.gptq))) {
+        cli_report_error("quantize", "out of memory");
+        goto out;
+    }
+    double calib_ppl = 0.0;
+    if (need_calib) {
+        size_t text_len = 0, n = 0;
+        if (!(text = read_file(calib_path, &text_len))) {
+            fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
+                    strerror(errno));
+            goto out;
+        }
+        if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
+            cli_report_error("quantize", "cannot tokenize the calibration text");
+            goto out;
+        }
+        if (n < (size_t)win_len) {
+            fprintf(stderr, "comet quantize: %s has %zu tokens, fewer than one calibration window "
+                            "of %ld; a longer text or a smaller --calib-len would work\n",
+                    calib_path, n, win_len);
+            goto out;
+        }
+        if ((long)(n / (size_t)win_len) < windows) {
+            comet_log(COMET_LOG_WARN, "calibration: %s holds only %zu windows of %ld tokens",
+                      calib_path, n / (size_t)win_len, win_len);
+            windows = (long)(n / (size_t)win_len);
+        }
+        if (!(be = comet_backend_cpu_init((int)threads))) {
+            cli_report_error("quantize", "cannot start the CPU backend");
+            goto out;
+        }
+        comet_log(COMET_LOG_INFO, "calibration: %s, %ld windows x %ld tokens%s, %d threads",
+                  calib_path, windows, win_len, p.gptq ? " (with Hessians for GPTQ)" : "",
+                  be->n_threads);
+        if (comet_calib_run(m, be, ids, n, (int)windows, (int)win_len, cs, &calib_ppl) < 0) {
+            cli_report_error("quantize", "calibration failed");
+            goto out;
+        }
+        comet_log(COMET_LOG_INFO, "calibration: %ld tokens, PPL %.4f on the calibration text, "
+                  "%.1f s", cs->n_tokens, calib_ppl, now_s() - t0);
+    } else {
+        windows = 0, win_len = 0;
+        comet_log(COMET_LOG_INFO, "calibration: not needed (no reordering, no INT8 blocks, RTN)");
+    }
+    double t1 = now_s();
+    if (comet_fmpq_quantize(m, cs, &p) < 0) {
+        cli_report_error("quantize", "quantization failed");
+        goto out;
+    }
+    double t2 = now_s();
+    comet_quant_config *qc = m->quant;
+    if (need_calib)
+        snprintf(qc->calib_corpus, sizeof qc->calib_corpus, "%s", calib_path);
+    qc->calib_windows = (int)windows;
+    qc->calib_window_len = (int)win_len;
+    qc->calib_tokens = cs->n_tokens;
+    if (comet_checkpoint_write(m, out_dir) < 0 ||
+        comet_checkpoint_write_tokenizer(m, model_path, out_dir) < 0) {
+        cli_report_error("quantize", "cannot write the checkpoint");
+        goto out;
+    }
+    double frac[COMET_QGROUP_COUNT], fb, fw;
+    comet_fmpq_int8_fraction(m, frac, &fb, &fw);
+    fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
+    fprintf(stderr, "  W%d A%s KV%d, block %d, weights %s%s, %s\n", p.w_bits,
+            p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16", p.kv_bits,
+            qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
+            p.reorder ? "channels reordered" : "channel order kept");
+    if (p.a_bits == 4) {
+        fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,
+                (double)p.int8_budget);
+        for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+            fprintf(stderr, " %s %.1f%%", comet_qgroup_name((comet_qgroup)g), 100.0 * frac[g]);
+        fprintf(stderr, "; overall %.1f%% of blocks, %.1f%% of GEMM work\n", 100.0 * fb,
+                100.0 * fw);
+    }
+    fprintf(stderr, "  time: calibration %.1f s, quantization %.1f s, total %.1f s\n", t1 - t0,
+            t2 - t1, now_s() - t0);
+    fprintf(stderr, "  output: %.1f MB\n", dir_bytes(out_dir) / 1e6);
+    rc = 0;
+out:
+    comet_calib_stats_free(cs);
+    comet_backend_free(be);
+    comet_model_free(m);
+    free(ids);
+    free(text);
+    return rc;
+}
