@@ -171,6 +171,8 @@ static void round_trip(int w_bits, int gptq) {
     assert_int_equal(comet_checkpoint_load(d1, &r), COMET_OK);
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
     assert_int_equal(r->kv_bits, 4);
+    assert_int_equal(r->kv_group, m->kv_group);
+    assert_int_equal(r->kv_group, 32); /* the head dim */
     assert_non_null(r->quant);
     assert_int_equal(r->quant->w_bits, w_bits);
     assert_string_equal(r->quant->wmethod, w_bits >= 16 ? "none" : gptq ? "gptq" : "rtn");

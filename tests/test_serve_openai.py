@@ -8,7 +8,8 @@ same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
 serving; a client that disconnects mid-stream is cancelled and its KV pages freed; a full
-queue answers 503 (a second, small server); SIGTERM drains and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
+queue answers 503 (a second, small server); SIGTERM lets a stream in flight finish, refuses
+new connections and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
 openai`. Every wait is bounded.
 """
 import http.client
@@ -403,6 +404,63 @@ class QueueFullTest(unittest.TestCase):
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            proc.stdout.close()
+
+
+class DrainTest(unittest.TestCase):
+    """SIGTERM while a stream is in flight: the stream still ends with all its tokens and
+    data: [DONE], new connections are refused, and the server exits 0."""
+
+    def test_sigterm_drains(self):
+        proc = subprocess.Popen(
+            [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--port", "0",
+             "--kv-pages", "64"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = ""
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                line = proc.stdout.readline()
+                if line.startswith("listening on") or proc.poll() is not None:
+                    break
+            m = re.match(r"listening on [^:]+:(\d+)", line)
+            self.assertIsNotNone(m, line)
+            dport = int(m.group(1))
+            body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 24,
+                               "temperature": 0, "stream": True, "ignore_eos": True,
+                               "stream_options": {"include_usage": True}}).encode()
+            s = socket.create_connection(("127.0.0.1", dport), timeout=120)
+            s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       "application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                       % len(body)).encode() + body)
+            got = b""
+            while b"data: {" not in got:
+                more = s.recv(4096)
+                self.assertTrue(more, "stream ended early")
+                got += more
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            with self.assertRaises(OSError):  # no new connections while draining
+                c = socket.create_connection(("127.0.0.1", dport), timeout=5)
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if not c.recv(100):
+                    raise ConnectionResetError("closed")
+                c.close()
+            for _ in range(2000):
+                more = s.recv(65536)
+                if not more:
+                    break
+                got += more
+            s.close()
+            self.assertIn(b"data: [DONE]", got)
+            usage = [json.loads(ln[6:]) for ln in got.split(b"\n")
+                     if ln.startswith(b"data: {") and b'"usage"' in ln]
+            self.assertEqual(usage[-1]["usage"]["completion_tokens"], 24)
+            self.assertEqual(proc.wait(timeout=60), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            proc.stdout.close()
 
 
 def main():
@@ -417,6 +475,7 @@ def main():
         except subprocess.TimeoutExpired:
             server.kill()
             rc = -1
+        server.stdout.close()
     if rc != 0:
         print(f"test_serve_openai: the server exited with {rc} after SIGTERM", file=sys.stderr)
         ok = False
