@@ -3,7 +3,8 @@
 
 One set of weights, three files that must load to identical fp32 values:
   tiny_hf/          config.json + model.safetensors (BF16, separate lm_head) + tokenizer
-  tiny_hf_sharded/  config.json + 2 F16 shards + model.safetensors.index.json (tied)
+  tiny_hf_sharded/  written by transformers' own save_pretrained (v5 config with
+                    rope_parameters, Llama-3 RoPE scaling, tied, F16, sharded + index)
   tiny.gguf         GGUF v3, mixed F32/F16/BF16, Q/K rows permuted as llama.cpp's
                     convert_hf_to_gguf.py does, tokenizer in tokenizer.ggml.* (gpt2)
   tiny_llama3.gguf  the same in F16 with rope_theta 500000 and Llama-3.1 RoPE scaling
@@ -140,6 +141,30 @@ def llama3_rope_factors(base, dim, factor, low, high, orig):
     return np.array(out, dtype=np.float32)
 
 
+def write_hf_transformers(d, tensors, V, tok):
+    """The same weights saved by transformers (sharded F16, tied, Llama-3 rope)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    shutil.rmtree(d, ignore_errors=True)
+    cfg = LlamaConfig(hidden_size=C, intermediate_size=F, num_attention_heads=H,
+                      num_key_value_heads=HKV, num_hidden_layers=L, vocab_size=V,
+                      max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True,
+                      bos_token_id=0, eos_token_id=[2, 0],
+                      rope_parameters={"rope_type": "llama3", "rope_theta": 50000.0,
+                                       "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0,
+                                       "original_max_position_embeddings": 64})
+    model = LlamaForCausalLM(cfg)
+    sd = {k: torch.from_numpy(v) for k, v in tensors.items() if k != "lm_head.weight"}
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    assert not unexpected and set(missing) <= {"lm_head.weight"}, (missing, unexpected)
+    model.to(torch.float16).save_pretrained(d, max_shard_size="40KB")
+    tok.save(os.path.join(d, "tokenizer.json"))
+    with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": TEMPLATE, "add_bos_token": False, "bos_token": SPECIAL[0],
+                   "eos_token": SPECIAL[2]}, f, indent=2)
+    assert os.path.exists(os.path.join(d, "model.safetensors.index.json"))
+
+
 def write_gguf(path, tensors, V, tok, llama3=False):
     from transformers.modeling_gguf_pytorch_utils import LlamaTensorProcessor
     proc = LlamaTensorProcessor(config={"num_attention_heads": H, "num_key_value_heads": HKV})
@@ -199,7 +224,7 @@ def main():
     V = tok.get_vocab_size()
     tensors = {hf: values(t, shape_of(hf, V)) for t, (hf, _) in enumerate(names())}
     write_hf(os.path.join(fx, "tiny_hf"), tensors, V, False, tok, 1, torch.bfloat16)
-    write_hf(os.path.join(fx, "tiny_hf_sharded"), tensors, V, True, tok, 2, torch.float16)
+    write_hf_transformers(os.path.join(fx, "tiny_hf_sharded"), tensors, V, tok)
     write_gguf(os.path.join(fx, "tiny.gguf"), tensors, V, tok)
     write_gguf(os.path.join(fx, "tiny_llama3.gguf"), tensors, V, tok, llama3=True)
     print("vocab", V)

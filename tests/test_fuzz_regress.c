@@ -1,9 +1,10 @@
 /* test_fuzz_regress.c — replay fuzzing inputs through the parsers in the normal build.
  *
- * tests/fuzz/corpus/<fmt>/ holds the valid seeds (must parse); tests/fixtures/fuzz/<fmt>/
- * holds every input that once crashed a fuzz target (docs/fuzzing.md): each must now be
- * handled with a status, never a crash. The work per input is the fuzz targets' own
- * (tests/fuzz/fuzz_exercise.h).
+ * tests/fuzz/corpus/<fmt>/ holds the valid seeds (must parse). tests/fixtures/fuzz/<fmt>/
+ * holds the saved fuzzing inputs (docs/fuzzing.md): the minimized corpus of the recorded
+ * runs (one input per coverage feature, valid and invalid) plus any input that ever
+ * crashed a target. Each must be handled with a status (and a message when it fails),
+ * never a crash. The work per input is the fuzz targets' own (tests/fuzz/fuzz_exercise.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,13 +16,15 @@
 #include "fuzz/fuzz_exercise.h"
 #include "test_util.h"
 
-/* Run every file in `rel` through `fn`; returns the count. */
-static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), int must_parse) {
+/* Run every file in `rel` through `fn`; returns the count, *n_ok how many parsed. */
+static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), int must_parse,
+                  int *n_ok) {
     const char *dir = src_path(rel);
     DIR *d = opendir(dir);
     if (!d)
         return 0;
     int n = 0;
+    *n_ok = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
@@ -37,6 +40,7 @@ static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), 
         if (st != COMET_OK && (st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0'))
             fail_msg("%s: status %d without a message", path, st);
         free(buf);
+        *n_ok += st == COMET_OK;
         n++;
     }
     closedir(d);
@@ -45,20 +49,26 @@ static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), 
 
 static void test_seeds(void **state) {
     (void)state;
-    assert_true(replay("tests/fuzz/corpus/gguf", fuzz_exercise_gguf, 1) >= 2);
-    assert_true(replay("tests/fuzz/corpus/safetensors", fuzz_exercise_safetensors, 1) >= 2);
+    int ok;
+    assert_true(replay("tests/fuzz/corpus/gguf", fuzz_exercise_gguf, 1, &ok) >= 2);
+    assert_true(replay("tests/fuzz/corpus/safetensors", fuzz_exercise_safetensors, 1, &ok) >= 2);
 }
 
-static void test_crashers(void **state) {
+static void test_saved_inputs(void **state) {
     (void)state;
-    replay("tests/fixtures/fuzz/gguf", fuzz_exercise_gguf, 0);
-    replay("tests/fixtures/fuzz/safetensors", fuzz_exercise_safetensors, 0);
+    int ok;
+    int n = replay("tests/fixtures/fuzz/gguf", fuzz_exercise_gguf, 0, &ok);
+    assert_true(n >= 100);       /* the saved corpus is present */
+    assert_true(ok > 0 && ok < n); /* and exercises both accepted and refused inputs */
+    n = replay("tests/fixtures/fuzz/safetensors", fuzz_exercise_safetensors, 0, &ok);
+    assert_true(n >= 40);
+    assert_true(ok > 0 && ok < n);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seeds),
-        cmocka_unit_test(test_crashers),
+        cmocka_unit_test(test_saved_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* $COMET_SOURCE_DIR/<rel> (CTest sets the variable; fall back to the build's parent). */
@@ -27,15 +29,47 @@ static inline const char *default_model_path(void) {
     return src_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
-/* A fresh temp directory for this process; files are created under it. */
-static inline const char *tmp_dir(void) {
-    static char dir[256];
-    if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/comet_test_XXXXXX");
-        if (!mkdtemp(dir))
-            abort();
+static char tmp_dir_path[256];
+
+/* rm -r `path` (no symlinks are followed: lstat). */
+static inline void rm_tree(const char *path) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return;
+    if (S_ISDIR(sb.st_mode)) {
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+                continue;
+            size_t n = strlen(path) + strlen(e->d_name) + 2;
+            char *sub = malloc(n);
+            if (!sub)
+                break;
+            snprintf(sub, n, "%s/%s", path, e->d_name);
+            rm_tree(sub);
+            free(sub);
+        }
+        if (d)
+            closedir(d);
     }
-    return dir;
+    remove(path);
+}
+
+static inline void tmp_dir_remove(void) {
+    if (tmp_dir_path[0])
+        rm_tree(tmp_dir_path);
+}
+
+/* A fresh temp directory for this process, removed with its contents at exit. */
+static inline const char *tmp_dir(void) {
+    if (!tmp_dir_path[0]) {
+        snprintf(tmp_dir_path, sizeof tmp_dir_path, "/tmp/comet_test_XXXXXX");
+        if (!mkdtemp(tmp_dir_path))
+            abort();
+        atexit(tmp_dir_remove);
+    }
+    return tmp_dir_path;
 }
 
 static inline const char *tmp_file(const char *name) {

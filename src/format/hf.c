@@ -118,20 +118,25 @@ static comet_status json_ids(const cJSON *o, const char *key, const char *file,
     return COMET_OK;
 }
 
-static comet_status hf_rope_scaling(const cJSON *cfg, const char *file, comet_model_config *c) {
+/* RoPE scaling from an HF object: transformers <= 4 "rope_scaling" ({"rope_type" or
+ * "type", factor, ...} or null) or transformers >= 5 "rope_parameters" (the same keys
+ * plus rope_theta). */
+static comet_status hf_rope_scaling(const cJSON *rs, const char *field, const char *file,
+                                    comet_model_config *c) {
     c->rope_scaling = COMET_ROPE_SCALING_NONE;
     c->rope_factor = 1.0f;
-    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling");
     if (!rs || cJSON_IsNull(rs))
         return COMET_OK;
     if (!cJSON_IsObject(rs))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: \"rope_scaling\" must be an object or null",
-                               file);
+        return comet_set_error(COMET_ERR_FORMAT, "%s: \"%s\" must be an object or null", file,
+                               field);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
     if (!t)
         t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+    if (!t && strcmp(field, "rope_parameters") == 0)
+        return COMET_OK; /* rope_theta only */
     if (!cJSON_IsString(t))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: rope_scaling.rope_type missing", file);
+        return comet_set_error(COMET_ERR_FORMAT, "%s: %s.rope_type missing", file, field);
     if (strcmp(t->valuestring, "default") == 0)
         return COMET_OK;
     if (strcmp(t->valuestring, "linear") == 0) {
@@ -145,8 +150,8 @@ static comet_status hf_rope_scaling(const cJSON *cfg, const char *file, comet_mo
         COMET_TRY(json_float(rs, "high_freq_factor", 1, file, &c->rope_high_freq_factor));
         return json_int(rs, "original_max_position_embeddings", 1, file, &c->rope_orig_ctx);
     }
-    return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: rope_scaling type '%.32s' is not "
-                           "supported; supported: default, linear, llama3", file, t->valuestring);
+    return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: %s type '%.32s' is not supported; "
+                           "supported: default, linear, llama3", file, field, t->valuestring);
 }
 
 static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_config *c) {
@@ -175,10 +180,10 @@ static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_co
                                "sliding window)", file, arch);
     }
     snprintf(c->arch, sizeof c->arch, "llama");
-    const cJSON *bias = cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias");
-    if (cJSON_IsTrue(bias))
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: attention_bias true is not supported",
-                               file);
+    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) ||
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
+        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: attention_bias/mlp_bias true is not "
+                               "supported (LLaMA linears have no bias)", file);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; "
@@ -200,7 +205,15 @@ static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_co
     COMET_TRY(json_float(cfg, "rms_norm_eps", 0, file, &c->rms_eps));
     c->rope_theta = 10000.0f;
     COMET_TRY(json_float(cfg, "rope_theta", 0, file, &c->rope_theta));
-    COMET_TRY(hf_rope_scaling(cfg, file, c));
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(cfg, "rope_parameters");
+    if (rp && !cJSON_IsNull(rp)) {
+        if (cJSON_IsObject(rp))
+            COMET_TRY(json_float(rp, "rope_theta", 0, file, &c->rope_theta));
+        COMET_TRY(hf_rope_scaling(rp, "rope_parameters", file, c));
+    } else {
+        COMET_TRY(hf_rope_scaling(cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling"),
+                                  "rope_scaling", file, c));
+    }
     const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
     if (tie && !cJSON_IsBool(tie) && !cJSON_IsNull(tie))
         return comet_set_error(COMET_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be a boolean",

@@ -24,7 +24,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: comet quantize [--model M] --calib FILE --out DIR [options]\n"
+            "usage: comet quantize [--model M] [--calib FILE] --out DIR [options]\n"
             "\n"
             "Quantize a floating-point model with FMPQ: activations per token per block of B\n"
             "channels, INT4 with INT8 blocks for outlier channels (gathered into the leading\n"
