@@ -447,9 +447,14 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     d.pad_id = pad;
     m->tok = comet_tokenizer_init(&d);
     if (!m->tok) {
+        /* Keep the message one line: token text from the file may hold control bytes. */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", comet_last_error());
-        st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer: %s", g->name, msg);
+        for (char *q = msg; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                *q = '?';
+        st = comet_set_error(COMET_ERR_FORMAT, "%s: %s%s", g->name,
+                             strncmp(msg, "tokenizer", 9) ? "tokenizer: " : "", msg);
         goto done;
     }
     if (comet_gguf_find(g, "tokenizer.chat_template")) {
