@@ -7,7 +7,8 @@
 # usage: scripts/accuracy_table.sh [ROW ...]     (default: every row)
 # env:   COMET (build/comet), MODEL (the default GGUF), CALIB (data/mobydick.txt),
 #        EVAL (data/austen/prideprejudice.txt), CTX (2048), WINDOWS (eval windows; empty =
-#        all), CALIB_WINDOWS (128), THREADS (all), OUT_DIR (models/acc)
+#        all), CALIB_WINDOWS (128), CALIB_CACHE (calibration statistics shared by the rows;
+#        default $OUT_DIR/calib<windows>.bin), TAU (2), THREADS (all), OUT_DIR (models/acc)
 set -u
 COMET=${COMET:-build/comet}
 MODEL=${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}
@@ -18,10 +19,12 @@ WINDOWS=${WINDOWS:-}
 CALIB_WINDOWS=${CALIB_WINDOWS:-128}
 THREADS=${THREADS:-}
 OUT_DIR=${OUT_DIR:-models/acc}
+CALIB_CACHE=${CALIB_CACHE:-$OUT_DIR/calib$CALIB_WINDOWS.bin}
+TAU=${TAU:-2}
 mkdir -p "$OUT_DIR"
 
 ppl_opts="--text $EVAL --ctx $CTX${WINDOWS:+ --max-windows $WINDOWS}${THREADS:+ --threads $THREADS}"
-q_opts="--model $MODEL --calib $CALIB --calib-windows $CALIB_WINDOWS${THREADS:+ --threads $THREADS}"
+q_opts="--model $MODEL --calib $CALIB --calib-windows $CALIB_WINDOWS --calib-cache $CALIB_CACHE --tau $TAU${THREADS:+ --threads $THREADS}"
 
 declare -A Q P
 # name -> quantize options ("" = no quantization) ; perplexity extra options
@@ -29,14 +32,16 @@ Q[fp]="";                                            P[fp]=""
 Q[fp_kv4]="";                                        P[fp_kv4]="--kv-bits 4"
 Q[w8a8]="--wbits 8 --abits 8 --block 0 --kv-bits 16 --wmethod rtn --no-reorder"
 Q[w4a16_rtn]="--abits 16 --kv-bits 16 --wmethod rtn --no-reorder"
-Q[w4a16_gptq]="--abits 16 --kv-bits 16 --wmethod gptq --no-reorder"
+Q[w4a16_gptq]="--abits 16 --kv-bits 16 --wmethod gptq"
 Q[w4a4_naive]="--int8-budget 0 --no-reorder --kv-bits 16 --wmethod rtn"
 Q[w4a4_reorder]="--int8-budget 0 --kv-bits 16 --wmethod rtn"
 Q[w4ax_rtn]="--kv-bits 16 --wmethod rtn"
 Q[w4ax_gptq]="--kv-bits 16 --wmethod gptq"
 Q[w4axkv4_gptq]="--kv-bits 4 --wmethod gptq"
-Q[w4a16kv4_gptq]="--abits 16 --kv-bits 4 --wmethod gptq --no-reorder"
-ORDER="fp fp_kv4 w8a8 w4a16_rtn w4a16_gptq w4a4_naive w4a4_reorder w4ax_rtn w4ax_gptq w4axkv4_gptq w4a16kv4_gptq"
+Q[w4a16kv4_gptq]="--abits 16 --kv-bits 4 --wmethod gptq"
+Q[fp_kv4g16]="";                                     P[fp_kv4g16]="--kv-bits 4 --kv-group 16"
+Q[w4axkv4g16_gptq]="--kv-bits 4 --kv-group 16 --wmethod gptq"
+ORDER="fp w4axkv4_gptq w4ax_gptq w4a16_gptq fp_kv4 w4a16_rtn w4ax_rtn w4a4_reorder w4a4_naive w8a8 w4a16kv4_gptq fp_kv4g16 w4axkv4g16_gptq"
 
 rows=${*:-$ORDER}
 for r in $rows; do

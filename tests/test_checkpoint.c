@@ -20,6 +20,7 @@
 #include "comet/model.h"
 #include "comet/tokenizer.h"
 #include "format/checkpoint.h"
+#include "quant/calib.h"
 #include "quant/fmpq.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -171,6 +172,8 @@ static void round_trip(int w_bits, int gptq) {
     assert_int_equal(comet_checkpoint_load(d1, &r), COMET_OK);
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
     assert_int_equal(r->kv_bits, 4);
+    assert_int_equal(r->kv_group, m->kv_group);
+    assert_int_equal(r->kv_group, 32); /* the head dim */
     assert_non_null(r->quant);
     assert_int_equal(r->quant->w_bits, w_bits);
     assert_string_equal(r->quant->wmethod, w_bits >= 16 ? "none" : gptq ? "gptq" : "rtn");
@@ -331,6 +334,43 @@ static void test_write_needs_quantized_model(void **st) {
     assert_int_equal(comet_checkpoint_load("/nonexistent/dir", &r), COMET_ERR_IO);
 }
 
+/* Calibration statistics saved and read back equal; another corpus or window count is
+ * refused by name; a truncated file is a format error. */
+static void test_calib_cache(void **st) {
+    (void)st;
+    comet_model *m = synthetic_model();
+    comet_calib_stats *cs = synthetic_stats(m), *back = NULL;
+    comet_calib_meta meta = {.windows = 16, .window_len = 512};
+    snprintf(meta.model, sizeof meta.model, "models/x.gguf");
+    snprintf(meta.corpus, sizeof meta.corpus, "data/mobydick.txt");
+    char path[4300];
+    snprintf(path, sizeof path, "%s/calib.bin", tmpdir);
+    assert_int_equal(comet_calib_stats_save(cs, &meta, path), COMET_OK);
+    comet_calib_meta same = meta;
+    snprintf(same.model, sizeof same.model, "/elsewhere/x.gguf"); /* matched by file name */
+    assert_int_equal(comet_calib_stats_load(path, &m->cfg, &same, 1, &back), COMET_OK);
+    assert_int_equal(back->n_tokens, cs->n_tokens);
+    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        size_t K = (size_t)cs->width[g];
+        assert_memory_equal(back->sal[g], cs->sal[g], (size_t)cs->n_layer * K * sizeof(float));
+        assert_memory_equal(back->xtx[g], cs->xtx[g], (size_t)cs->n_layer * K * K * sizeof(float));
+    }
+    comet_calib_stats_free(back);
+    comet_calib_meta other = meta;
+    other.windows = 8;
+    assert_int_equal(comet_calib_stats_load(path, &m->cfg, &other, 1, &back), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "do not match"));
+    assert_null(back);
+    size_t n;
+    char *buf = slurp(path, &n);
+    spit(path, buf, n / 2);
+    free(buf);
+    assert_int_equal(comet_calib_stats_load(path, &m->cfg, &meta, 1, &back), COMET_ERR_FORMAT);
+    assert_non_null(strstr(comet_last_error(), "truncated"));
+    comet_calib_stats_free(cs);
+    comet_model_free(m);
+}
+
 /* The tokenizer.json written from the GGUF metadata tokenizes like the GGUF's tokenizer. */
 static void test_tokenizer_json_from_gguf(void **st) {
     (void)st;
@@ -392,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_bad_permutation),
         cmocka_unit_test(test_write_needs_quantized_model),
         cmocka_unit_test(test_tokenizer_json_from_gguf),
+        cmocka_unit_test(test_calib_cache),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     char cmd[4300];

@@ -202,6 +202,54 @@ static void test_calibrate_quantize_close_to_fp(void **st) {
     comet_model_free(m1);
 }
 
+/* The command line as a new user runs it: quantize (tiny calibration, RTN), then
+ * perplexity and generate on the checkpoint directory. */
+static void test_cli_quantize_then_run(void **st) {
+    (void)st;
+    const char *bin = getenv("COMET_BIN"), *src = getenv("COMET_SOURCE_DIR");
+    if (!bin || !src) {
+        fail_msg("COMET_BIN and COMET_SOURCE_DIR must be set (ctest sets them)");
+        return;
+    }
+    char dir[256], cmd[8192], line[512];
+    snprintf(dir, sizeof dir, "/tmp/comet_test_fmpq_%d", (int)getpid());
+    snprintf(cmd, sizeof cmd,
+             "'%s' quantize --model '%s' --calib '%s/data/mobydick.txt' --calib-windows 1 "
+             "--calib-len 32 --wmethod rtn --out '%s' 2>&1",
+             bin, model_path, src, dir);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    int saw_summary = 0;
+    while (fgets(line, sizeof line, p))
+        saw_summary |= strstr(line, "INT8 block fraction") != NULL;
+    assert_int_equal(pclose(p), 0);
+    assert_true(saw_summary);
+    snprintf(cmd, sizeof cmd,
+             "'%s' perplexity --model '%s' --text '%s/data/austen/prideprejudice.txt' --ctx 32 "
+             "--max-windows 2 2>/dev/null",
+             bin, dir, src);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    double ppl = 0;
+    int windows = 0;
+    while (fgets(line, sizeof line, p))
+        sscanf(line, "PPL %lf tokens %*d ctx %*d windows %d", &ppl, &windows);
+    assert_int_equal(pclose(p), 0);
+    assert_int_equal(windows, 2);
+    assert_true(ppl > 1.0 && ppl < 1e4);
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate --model '%s' --prompt 'What is the capital of France?' "
+             "--max-tokens 8 2>/dev/null", bin, dir);
+    p = popen(cmd, "r");
+    assert_non_null(p);
+    size_t n = fread(line, 1, sizeof line - 1, p);
+    line[n] = '\0';
+    assert_int_equal(pclose(p), 0);
+    assert_true(n > 0);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void) {
     const char *src = getenv("COMET_SOURCE_DIR");
     snprintf(model_path, sizeof model_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
@@ -214,6 +262,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permutation_round_trip),
         cmocka_unit_test(test_calibrate_quantize_close_to_fp),
+        cmocka_unit_test(test_cli_quantize_then_run),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

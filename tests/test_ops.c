@@ -184,6 +184,40 @@ static void test_rope_known(void **state) {
     }
 }
 
+/* RoPE scaling against HF transformers' inverse frequencies (ROPE_INIT_FUNCTIONS
+ * "llama3" for Llama-3.1's D=128, theta 5e5, factor 8, low 1, high 4, original 8192;
+ * "linear" with factor 4 for D=64, theta 1e4): at position 1 pair i turns by inv_freq[i]. */
+static void test_rope_scaling_known(void **state) {
+    fixture *f = *state;
+    static const int idx3[] = {0, 10, 20, 30, 40, 45, 50, 63};
+    static const double hf3[] = {1.0, 0.12868738174438477, 0.016560440883040428,
+                                 0.0013718936825171113, 3.428102354519069e-05,
+                                 1.2297638932068367e-05, 4.411534519022098e-06,
+                                 3.068925877869333e-07};
+    static const int idx_lin[] = {0, 5, 31};
+    static const double hf_lin[] = {0.25, 0.05928434059023857, 3.333803761051968e-05};
+    comet_rope_params l3 = {128, 500000.0f, COMET_ROPE_SCALING_LLAMA3, 8.0f, 1.0f, 4.0f, 8192};
+    comet_rope_params lin = {64, 10000.0f, COMET_ROPE_SCALING_LINEAR, 4.0f, 1.0f, 1.0f, 0};
+    comet_backend *bes[2] = {f->ref, f->fast};
+    for (int bi = 0; bi < 2; bi++)
+        for (int c = 0; c < 2; c++) {
+            const comet_rope_params *rp = c ? &lin : &l3;
+            int D = rp->head_dim, n = c ? 3 : 8;
+            const int *idx = c ? idx_lin : idx3;
+            const double *want = c ? hf_lin : hf3;
+            float q[128] = {0}, k[128] = {0};
+            for (int i = 0; i < D / 2; i++)
+                q[i] = k[i] = 1.0f;
+            int32_t pos = 1;
+            bes[bi]->ops->rope(bes[bi], rp, &pos, 1, q, 1, k, 1);
+            for (int j = 0; j < n; j++) {
+                int i = idx[j];
+                double angle = atan2(q[i + D / 2], q[i]);
+                assert_float_equal(angle, want[j], 1e-6 * want[j]);
+            }
+        }
+}
+
 static void test_silu_residual(void **state) {
     fixture *f = *state;
     for (int ti = 0; ti < N_TS; ti++) {
@@ -359,6 +393,7 @@ int main(void) {
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_rope_known),
+        cmocka_unit_test(test_rope_scaling_known),
         cmocka_unit_test(test_silu_residual),
         cmocka_unit_test(test_logits),
         cmocka_unit_test(test_attention),

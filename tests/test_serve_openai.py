@@ -4,11 +4,13 @@
 Starts the server on 127.0.0.1 (a free port) with the default model and checks:
 completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
 prompt logprobs) for structure and content (greedy output equal to `comet generate` for the
-same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
+same prompt); 64 concurrent streams each equal to the same request alone; the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
-serving; a client that disconnects mid-stream is cancelled and its KV pages freed; a full
-queue answers 503 (a second, small server); SIGTERM drains and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
+serving; a client that disconnects (mid-stream, or while waiting for a whole answer) is
+cancelled and its KV pages freed; a full
+queue answers 503 (a second, small server); SIGTERM lets a stream in flight finish, refuses
+new connections and exits 0. Needs COMET_BIN and COMET_SOURCE_DIR (set by CTest) and `pip install
 openai`. Every wait is bounded.
 """
 import http.client
@@ -19,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -40,7 +43,7 @@ def start_server():
         raise SystemExit(f"test_serve_openai: the default model is missing: {MODEL}")
     server = subprocess.Popen(
         [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--host", "127.0.0.1",
-         "--port", "0", "--api-key", KEY, "--max-seqs", "16", "--kv-pages", "256",
+         "--port", "0", "--api-key", KEY, "--max-seqs", "64", "--kv-pages", "256",
          "--max-batch-tokens", "256"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 120
@@ -326,6 +329,73 @@ class ServeTest(unittest.TestCase):
         self.assertLess(m["comet_generation_tokens_total"], 10**6)
         self.assert_alive()
 
+    def test_client_disconnect_non_streaming_cancels(self):
+        before = metrics().get('comet_requests_total{outcome="cancelled"}', 0)
+        gen_before = metrics()["comet_generation_tokens_total"]
+        s = socket.create_connection(("127.0.0.1", port), timeout=60)
+        body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 2000,
+                           "temperature": 0, "ignore_eos": True}).encode()
+        s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                   % (KEY, len(body))).encode() + body)
+        deadline = time.time() + 60
+        while time.time() < deadline and metrics()["comet_requests_running"] == 0:
+            time.sleep(0.1)
+        s.close()  # before the answer
+        m = metrics()
+        while time.time() < deadline:
+            m = metrics()
+            if (m['comet_requests_total{outcome="cancelled"}'] > before
+                    and m["comet_requests_running"] == 0 and m["comet_kv_pages_used"] == 0):
+                break
+            time.sleep(0.2)
+        self.assertGreater(m['comet_requests_total{outcome="cancelled"}'], before)
+        self.assertEqual(m["comet_kv_pages_used"], 0)
+        self.assertLess(m["comet_generation_tokens_total"] - gen_before, 1000)
+        self.assert_alive()
+
+    def test_64_concurrent_streams_equal_alone(self):
+        def prompt(i):
+            return "Item %d of the list:%s" % (i, " and more" * (i % 11))
+
+        def params(i):
+            return dict(model=MODEL_ID, prompt=prompt(i), max_tokens=3 + i % 6, temperature=0,
+                        extra_body={"ignore_eos": True})
+
+        alone = [self.client.completions.create(**params(i)) for i in range(64)]
+        got = [None] * 64
+
+        def worker(i):
+            try:
+                text, usage, n_chunks = "", None, 0
+                for ch in self.client.completions.create(
+                        stream=True, stream_options={"include_usage": True}, **params(i)):
+                    if ch.usage is not None:
+                        usage = ch.usage
+                    elif ch.choices:
+                        text += ch.choices[0].text
+                        n_chunks += 1
+                got[i] = (text, usage, n_chunks)
+            except Exception as e:  # reported below
+                got[i] = e
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        for i in range(64):
+            with self.subTest(i=i):
+                self.assertIsInstance(got[i], tuple, repr(got[i]))
+                text, usage, n_chunks = got[i]
+                self.assertEqual(text, alone[i].choices[0].text)
+                self.assertEqual(usage.completion_tokens, 3 + i % 6)
+                self.assertEqual(usage.prompt_tokens, alone[i].usage.prompt_tokens)
+                self.assertLessEqual(n_chunks, 3 + i % 6 + 1)
+        m = metrics()
+        self.assertEqual(m["comet_requests_running"], 0)
+        self.assertEqual(m["comet_kv_pages_used"], 0)
+
     def test_metrics(self):
         self.client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, temperature=0)
         m = metrics()
@@ -403,6 +473,63 @@ class QueueFullTest(unittest.TestCase):
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
+            proc.stdout.close()
+
+
+class DrainTest(unittest.TestCase):
+    """SIGTERM while a stream is in flight: the stream still ends with all its tokens and
+    data: [DONE], new connections are refused, and the server exits 0."""
+
+    def test_sigterm_drains(self):
+        proc = subprocess.Popen(
+            [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--port", "0",
+             "--kv-pages", "64"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        try:
+            line = ""
+            deadline = time.time() + 120
+            while time.time() < deadline:
+                line = proc.stdout.readline()
+                if line.startswith("listening on") or proc.poll() is not None:
+                    break
+            m = re.match(r"listening on [^:]+:(\d+)", line)
+            self.assertIsNotNone(m, line)
+            dport = int(m.group(1))
+            body = json.dumps({"model": MODEL_ID, "prompt": "Once upon a time", "max_tokens": 24,
+                               "temperature": 0, "stream": True, "ignore_eos": True,
+                               "stream_options": {"include_usage": True}}).encode()
+            s = socket.create_connection(("127.0.0.1", dport), timeout=120)
+            s.sendall(("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                       "application/json\r\nConnection: close\r\nContent-Length: %d\r\n\r\n"
+                       % len(body)).encode() + body)
+            got = b""
+            while b"data: {" not in got:
+                more = s.recv(4096)
+                self.assertTrue(more, "stream ended early")
+                got += more
+            proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            with self.assertRaises(OSError):  # no new connections while draining
+                c = socket.create_connection(("127.0.0.1", dport), timeout=5)
+                c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                if not c.recv(100):
+                    raise ConnectionResetError("closed")
+                c.close()
+            for _ in range(2000):
+                more = s.recv(65536)
+                if not more:
+                    break
+                got += more
+            s.close()
+            self.assertIn(b"data: [DONE]", got)
+            usage = [json.loads(ln[6:]) for ln in got.split(b"\n")
+                     if ln.startswith(b"data: {") and b'"usage"' in ln]
+            self.assertEqual(usage[-1]["usage"]["completion_tokens"], 24)
+            self.assertEqual(proc.wait(timeout=60), 0)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
+            proc.stdout.close()
 
 
 def main():
@@ -417,6 +544,7 @@ def main():
         except subprocess.TimeoutExpired:
             server.kill()
             rc = -1
+        server.stdout.close()
     if rc != 0:
         print(f"test_serve_openai: the server exited with {rc} after SIGTERM", file=sys.stderr)
         ok = False

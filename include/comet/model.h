@@ -105,6 +105,7 @@ typedef struct comet_quant_config {
     int w_bits;         /* 4, 8, 16 or 32 */
     int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
     int kv_bits;        /* 4, 8 or 16 */
+    int kv_group;       /* G: channels per KV scale/zero group (divides D; D = per head) */
     int block;          /* B */
     int reorder;        /* channels sorted by salience (else identity permutations) */
     float tau;          /* INT8 threshold: salience > tau * median */
@@ -132,6 +133,7 @@ typedef struct comet_model {
     struct comet_quant_config *quant;
     int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
                   * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
+    int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
     /* Every weight buffer above is owned by the model and released by comet_model_free. */
     void **owned;
     size_t n_owned, cap_owned;

@@ -81,7 +81,10 @@ struct comet_backend {
 };
 
 /* The CPU backends. `ref` is the scalar single-threaded oracle; the default one uses
- * threads and OpenBLAS. n_threads <= 0 means all cores. */
+ * threads and OpenBLAS. n_threads <= 0 means all cores. comet_backend_cpu_init sets
+ * OpenBLAS to one thread, process-wide (it threads around BLAS calls itself): code that
+ * wants a threaded BLAS call afterwards sets openblas_set_num_threads() around it.
+ * A backend is driven by one thread at a time (ops keep per-thread scratch). */
 comet_backend *comet_backend_cpu_ref_init(void);
 comet_backend *comet_backend_cpu_init(int n_threads);
 /* Release a backend through its ops->destroy. NULL is a no-op. */

@@ -413,7 +413,7 @@ static int step(comet_engine *e) {
             finish(e, e->waiting[i], COMET_FINISH_CANCELLED, NULL, NULL, 0);
 
     /* 1. decodes of running sequences, oldest first */
-    for (int i = 0; i < e->n_running && budget > 0; i++) {
+    for (int i = 0; i < e->n_running && budget > 0 && n_plans < e->p.max_seqs; i++) {
         req *r = e->running[i];
         if (r->n_tokens - r->n_computed != 1)
             continue;
@@ -443,6 +443,8 @@ static int step(comet_engine *e) {
             if (i >= n_list)
                 break;
             req *r = list[i];
+            if (pass == 1 && e->n_running >= e->p.max_seqs)
+                break; /* admitting more would exceed max_seqs next step */
             int remaining = r->n_tokens - r->n_computed;
             if (pass == 0 && (remaining <= 1 || planned(e, n_plans, r))) {
                 i++;
@@ -609,6 +611,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
         comet_batch_builder_init(&e->bb, p.max_batch_tokens, p.max_seqs, p.n_pages, p.page_size) < 0)
         goto fail;
     e->kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
+    e->kv.kv_group = m->kv_group;
     e->fc = comet_forward_init(m, e->be, p.max_batch_tokens);
     if (!e->fc)
         goto fail;

@@ -211,6 +211,11 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     COMET_TRY(get_int(c, qj, W, "w_bits", 0, 0, &q->w_bits));
     COMET_TRY(get_int(c, qj, W, "a_bits", 0, 0, &q->a_bits));
     COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &q->kv_bits));
+    COMET_TRY(get_int(c, qj, W, "kv_group_size", 1, m->cfg.head_dim, &q->kv_group));
+    if (q->kv_group <= 0 || m->cfg.head_dim % q->kv_group)
+        return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_group_size %d "
+                               "does not divide head_dim %d", c->cfg_path, q->kv_group,
+                               m->cfg.head_dim);
     COMET_TRY(get_int(c, qj, W, "block_size", 0, 0, &q->block));
     if (q->w_bits != 4 && q->w_bits != 8 && q->w_bits != 16 && q->w_bits != 32)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.w_bits %d: 4, 8, "
@@ -282,6 +287,7 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     }
     m->quant = q;
     m->kv_bits = q->kv_bits;
+    m->kv_group = q->kv_group;
     return COMET_OK;
 }
 

@@ -248,6 +248,7 @@ static cJSON *config_json(const comet_model *m) {
     cJSON_AddNumberToObject(qc, "w_bits", q->w_bits);
     cJSON_AddNumberToObject(qc, "a_bits", q->a_bits);
     cJSON_AddNumberToObject(qc, "kv_bits", q->kv_bits);
+    cJSON_AddNumberToObject(qc, "kv_group_size", q->kv_group);
     cJSON_AddNumberToObject(qc, "block_size", q->block);
     cJSON_AddStringToObject(qc, "weight_method", q->wmethod);
     cJSON_AddBoolToObject(qc, "clip_search", q->clip_search);

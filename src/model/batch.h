@@ -49,6 +49,7 @@ typedef struct comet_kv_cache {
     int kv_bits;   /* 0 or 16: stored as given; 4 or 8: kv_append quantizes->dequantizes each
                     * token's K/V per KV head (NUMERICS.md "KV cache", simulated in fp32);
                     * set from the model's kv_bits by whoever sets up the cache */
+    int kv_group;  /* G channels per scale/zero group of the above (divides D); 0 = D */
 } comet_kv_cache;
 
 /* Tokens held by sequence s of batch b after the step's append (see comet_batch). */

@@ -67,6 +67,7 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
         (st = comet_batch_builder_init(&bb, chunk, 1, n_pages, P)) < 0)
         goto done;
     kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
+    kv.kv_group = m->kv_group;
     if (!(fc = comet_forward_init(m, be, chunk))) {
         st = COMET_ERR_NOMEM;
         goto done;

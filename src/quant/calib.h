@@ -24,4 +24,26 @@ comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int3
                              size_t n_tokens, int n_windows, int window_len,
                              comet_calib_stats *cs, double *ppl);
 
+/* Where statistics came from, checked when they are read back. */
+typedef struct comet_calib_meta {
+    char model[256];  /* model path as given */
+    char corpus[256]; /* calibration text path */
+    int windows, window_len;
+} comet_calib_meta;
+
+/* Save `cs` with `meta` to `path` (a raw little-endian file: header, salience, XᵀX when
+ * present) so that several quantizations can share one calibration run. COMET_ERR_IO
+ * naming the path on failure. */
+comet_status comet_calib_stats_save(const comet_calib_stats *cs, const comet_calib_meta *meta,
+                                    const char *path);
+
+/* Read statistics saved by comet_calib_stats_save for a model with config `cfg`. Returns
+ * COMET_OK and *out, or COMET_ERR_IO, COMET_ERR_FORMAT (not a statistics file, truncated),
+ * or COMET_ERR_INVALID_ARG when the file was made for another model shape, corpus,
+ * window count or length than `want`, or lacks XᵀX while need_xtx is set (the message
+ * names the mismatch). */
+comet_status comet_calib_stats_load(const char *path, const comet_model_config *cfg,
+                                    const comet_calib_meta *want, int need_xtx,
+                                    comet_calib_stats **out);
+
 #endif

@@ -88,7 +88,7 @@ comet_fmpq_params comet_fmpq_default_params(void) {
         .kv_bits = 4,
         .block = -1,
         .reorder = 1,
-        .tau = 8.0f,
+        .tau = 2.0f,
         .int8_budget = 0.25f,
         .gptq = 1,
         .clip_search = 1,
@@ -107,6 +107,10 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
             COMET_ERR_INVALID_ARG,
             "quantize: %d-bit activations; 4 (INT4 with INT8 outlier blocks), 8 or 16 would work",
             p->a_bits);
+    if (p->kv_group < 0 || (p->kv_group > 0 && m->cfg.head_dim % p->kv_group))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "quantize: KV group %d does not divide the head dim %d",
+                               p->kv_group, m->cfg.head_dim);
     if (p->kv_bits != 4 && p->kv_bits != 8 && p->kv_bits != 16)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv_bits);
@@ -290,6 +294,7 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->w_bits = p->w_bits;
     qc->a_bits = p->a_bits;
     qc->kv_bits = p->kv_bits;
+    qc->kv_group = p->kv_group > 0 ? p->kv_group : m->cfg.head_dim;
     qc->block = B;
     qc->reorder = p->reorder;
     qc->tau = p->tau;
@@ -302,6 +307,7 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->gptq_damp = p->gptq_damp;
     m->quant = qc;
     m->kv_bits = p->kv_bits;
+    m->kv_group = qc->kv_group;
     return COMET_OK;
 }
 

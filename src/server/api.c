@@ -308,9 +308,29 @@ static void record(gen *g, int status) {
 
 static void answer_whole(gen *g, comet_server_reply *reply) {
     pthread_mutex_lock(&g->mu);
-    while (!g->finished)
-        pthread_cond_wait(&g->cv, &g->mu);
+    int cancelled = 0;
+    while (!g->finished) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 250 * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&g->cv, &g->mu, &until);
+        if (!g->finished && !cancelled && reply->client_gone && reply->client_gone(reply->client)) {
+            /* nobody will read the answer: free the request's pages now */
+            cancelled = 1;
+            comet_engine_cancel(g->api->engine, g->rid);
+        }
+    }
     pthread_mutex_unlock(&g->mu);
+    if (cancelled) {
+        reply->status = 499; /* client closed request; never delivered */
+        reply->body = comet_server_error_body(499, NULL, "client_closed", "the client went away");
+        record(g, -1);
+        return;
+    }
     /* the engine is done with g: no lock needed below */
     if (g->why == COMET_FINISH_ERROR || g->oom) {
         reply->status = 500;

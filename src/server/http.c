@@ -11,6 +11,7 @@
 
 #include <microhttpd.h>
 #include <netdb.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -147,6 +148,22 @@ static enum MHD_Result send_reply(struct MHD_Connection *c, comet_server_reply *
     return ret;
 }
 
+/* 1 when the peer has closed the connection (EOF pending, or hang-up). */
+static int client_gone(void *client) {
+    struct MHD_Connection *c = client;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return 0;
+    struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
+    if (poll(&p, 1, 0) <= 0)
+        return 0;
+    if (p.revents & (POLLRDHUP | POLLHUP | POLLERR))
+        return 1;
+    char b;
+    return recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+}
+
 static route find_route(const char *url, const char *method, int *method_ok) {
     static const struct {
         const char *url, *method;
@@ -222,6 +239,8 @@ static enum MHD_Result answer_post(comet_server *s, conn_ctx *cx, struct MHD_Con
     }
     comet_server_reply rep;
     memset(&rep, 0, sizeof rep);
+    rep.client_gone = client_gone;
+    rep.client = c;
     s->p.generate(s->p.user, s, &req, &rep);
     return send_reply(c, &rep);
 }

@@ -38,6 +38,10 @@ typedef struct comet_server_reply {
     int status;
     char *body;
     comet_server_stream stream;
+    /* Set by the server before the hook runs: client_gone(client) answers 1 once the
+     * client has closed its connection (for a hook that waits on a whole answer). */
+    int (*client_gone)(void *client);
+    void *client;
 } comet_server_reply;
 
 /* Answers one validated request. Takes ownership of *req (must comet_oai_request_free it,

@@ -85,7 +85,12 @@ void cli_report_error(const char *cmd, const char *what) {
         fputc('\n', stderr);
         progress_open = 0;
     }
-    fprintf(stderr, "comet %s: %s\n", cmd, msg && msg[0] ? msg : what);
+    if (!msg || !msg[0])
+        msg = what;
+    size_t n = strlen(cmd); /* "perplexity: ..." from the library: don't repeat the command */
+    if (!strncmp(msg, cmd, n) && msg[n] == ':' && msg[n + 1] == ' ')
+        msg += n + 2;
+    fprintf(stderr, "comet %s: %s\n", cmd, msg);
 }
 
 int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out) {

@@ -32,6 +32,8 @@ static void usage(FILE *f) {
             "  --threads N        CPU threads (default: all cores)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
+            "  --kv-group G       channels per KV scale/zero group (default: the model's, or\n"
+            "                     the head dim)\n"
             "  --verbose          debug logs on stderr\n");
 }
 
@@ -65,7 +67,7 @@ static char *read_file(const char *path, size_t *len) {
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
-    long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0;
+    long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -93,6 +95,10 @@ int cmd_perplexity(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--threads")) {
             if (cli_parse_int("perplexity", a, val, 1, 1024, &threads))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--kv-group")) {
+            if (cli_parse_int("perplexity", a, val, 1, 4096, &kv_group))
                 return 2;
             i++;
         } else if (!strcmp(a, "--kv-bits")) {
@@ -135,6 +141,14 @@ int cmd_perplexity(int argc, char **argv) {
     }
     if (kv_bits)
         m->kv_bits = (int)kv_bits;
+    if (kv_group) {
+        if (m->cfg.head_dim % kv_group) {
+            fprintf(stderr, "comet perplexity: --kv-group %ld does not divide the head dim %d\n",
+                    kv_group, m->cfg.head_dim);
+            goto out;
+        }
+        m->kv_group = (int)kv_group;
+    }
     size_t n = 0;
     if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
         cli_report_error("perplexity", "cannot tokenize the text");
@@ -167,10 +181,10 @@ int cmd_perplexity(int argc, char **argv) {
               pp.ctx, be->n_threads);
     const comet_quant_config *q = m->quant;
     if (q)
-        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (FMPQ), block %d, weights %s, "
+        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d) FMPQ, block %d, weights %s, "
                   "calibration %s (%ld tokens)", q->w_bits, q->a_bits, m->kv_bits ? m->kv_bits : 16,
-                  q->block, q->wmethod, q->calib_corpus[0] ? q->calib_corpus : "none",
-                  q->calib_tokens);
+                  m->kv_group ? m->kv_group : m->cfg.head_dim, q->block, q->wmethod,
+                  q->calib_corpus[0] ? q->calib_corpus : "none", q->calib_tokens);
     else
         comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d",
                   m->kv_bits ? m->kv_bits : 16);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "comet/log.h"
@@ -23,7 +24,7 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: comet quantize [--model M] --calib FILE --out DIR [options]\n"
+            "usage: comet quantize [--model M] [--calib FILE] --out DIR [options]\n"
             "\n"
             "Quantize a floating-point model with FMPQ: activations per token per block of B\n"
             "channels, INT4 with INT8 blocks for outlier channels (gathered into the leading\n"
@@ -36,11 +37,14 @@ static void usage(FILE *f) {
             "  --out DIR            output directory (created; files replaced)\n"
             "  --calib-windows N    calibration windows (default 128)\n"
             "  --calib-len N        tokens per calibration window (default 512)\n"
+            "  --calib-cache FILE   reuse the calibration statistics saved in FILE when it was\n"
+            "                       made from the same model, text and windows; else calibrate\n"
+            "                       and save them there\n"
             "  --block 128|64|32|0  block size B; 0 = one block per row (per-token activations,\n"
             "                       per-channel weights); default: 128, or 64 when the model's\n"
             "                       widths are not multiples of 128\n"
             "  --int8-budget F      at most this fraction of each group's blocks INT8 (default 0.25)\n"
-            "  --tau T              INT8 for channels with salience > T x median (default 8)\n"
+            "  --tau T              INT8 for channels with salience > T x median (default 2)\n"
             "  --wmethod rtn|gptq   weight rounding (default gptq)\n"
             "  --no-clip            no clipping search for the weight scales\n"
             "  --damp F             GPTQ damping, fraction of the mean Hessian diagonal (0.01)\n"
@@ -49,6 +53,8 @@ static void usage(FILE *f) {
             "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
             "                       8 = all blocks INT8, 16 = not quantized\n"
             "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
+            "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
+            "                       default: the head dim, one group per head)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
@@ -105,8 +111,10 @@ static double now_s(void) {
 
 int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
+    const char *cache_path = NULL;
     long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
-    double budget = 0.25, tau = 8.0, damp = 0.01;
+    long kvgroup = 0;
+    double budget = 0.25, tau = 2.0, damp = 0.01;
     comet_fmpq_params p = comet_fmpq_default_params();
     int verbose = 0;
     for (int i = 1; i < argc; i++) {
@@ -121,6 +129,13 @@ int cmd_quantize(int argc, char **argv) {
                 return 2;
             }
             *(a[2] == 'm' ? &model_path : a[2] == 'c' ? &calib_path : &out_dir) = val;
+            i++;
+        } else if (!strcmp(a, "--calib-cache")) {
+            if (!val) {
+                fprintf(stderr, "comet quantize: %s needs a value\n", a);
+                return 2;
+            }
+            cache_path = val;
             i++;
         } else if (!strcmp(a, "--wmethod")) {
             if (!val || (strcmp(val, "rtn") && strcmp(val, "gptq"))) {
@@ -153,6 +168,8 @@ int cmd_quantize(int argc, char **argv) {
                 fprintf(stderr, "comet quantize: %s expects 4, 8 or 16, got %ld\n", a, *dst);
                 return 2;
             }
+        } else if (!strcmp(a, "--kv-group")) {
+            bad = cli_parse_int("quantize", a, val, 1, 4096, &kvgroup), i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -174,6 +191,7 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv_bits = (int)kvbits, p.block = (int)block;
+    p.kv_group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
     if (p.w_bits == 16)
         p.gptq = 0;
@@ -199,12 +217,22 @@ int cmd_quantize(int argc, char **argv) {
     /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
      * reordering needs none, so calibration is skipped. */
     int need_calib = p.gptq || p.reorder || p.a_bits == 4;
-    if (!(cs = comet_calib_stats_init(&m->cfg, p.gptq))) {
+    comet_calib_meta meta = {.windows = (int)windows, .window_len = (int)win_len};
+    snprintf(meta.model, sizeof meta.model, "%s", model_path);
+    snprintf(meta.corpus, sizeof meta.corpus, "%s", calib_path);
+    if (need_calib && cache_path && access(cache_path, R_OK) == 0) {
+        if (comet_calib_stats_load(cache_path, &m->cfg, &meta, p.gptq, &cs) < 0)
+            comet_log(COMET_LOG_WARN, "calibration cache not used: %s", comet_last_error());
+        else
+            comet_log(COMET_LOG_INFO, "calibration: %ld tokens of statistics from %s",
+                      cs->n_tokens, cache_path);
+    }
+    double calib_ppl = 0.0;
+    if (!cs && !(cs = comet_calib_stats_init(&m->cfg, p.gptq || cache_path))) {
         cli_report_error("quantize", "out of memory");
         goto out;
     }
-    double calib_ppl = 0.0;
-    if (need_calib) {
+    if (need_calib && cs->n_tokens == 0) {
         size_t text_len = 0, n = 0;
         if (!(text = read_file(calib_path, &text_len))) {
             fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
@@ -239,7 +267,9 @@ int cmd_quantize(int argc, char **argv) {
         }
         comet_log(COMET_LOG_INFO, "calibration: %ld tokens, PPL %.4f on the calibration text, "
                   "%.1f s", cs->n_tokens, calib_ppl, now_s() - t0);
-    } else {
+        if (cache_path && comet_calib_stats_save(cs, &meta, cache_path) < 0)
+            comet_log(COMET_LOG_WARN, "calibration cache not saved: %s", comet_last_error());
+    } else if (!need_calib) {
         windows = 0, win_len = 0;
         comet_log(COMET_LOG_INFO, "calibration: not needed (no reordering, no INT8 blocks, RTN)");
     }

@@ -82,13 +82,13 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
 static comet_status ref_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                   const comet_batch *b, const float *k, const float *v) {
     size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    int G = kv->kv_group > 0 ? kv->kv_group : kv->head_dim;
+    COMET_ASSERT(kv->head_dim % G == 0);
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
             size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-            comet_quant_kv_sim(k + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
-                               kv->k + off);
-            comet_quant_kv_sim(v + (size_t)t * row, kv->n_head_kv, kv->head_dim, kv->kv_bits,
-                               kv->v + off);
+            comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->k + off);
+            comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->v + off);
         }
     return COMET_OK;
 }
