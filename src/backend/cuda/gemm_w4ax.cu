@@ -7,14 +7,17 @@
  * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact. The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
- * Two kernels, chosen by M at run time (plan()):
- *  - stream: each warp owns 16 weight rows and streams their packed codes from global memory
- *    straight into registers (16-byte loads, 4 k64 chunks ahead of use); the CTA's tokens
- *    for its K range sit in shared memory. K is split across CTAs so all SMs stream.
- *  - tiled: 128x128 CTA tile (weight rows x tokens), 8 warps of 64x32, a 4-stage cp.async
- *    pipeline of 64-deep K slices, activations read with ldmatrix; split-K when the tile
- *    grid alone does not fill the GPU.
- * Both accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
+ * Three kernels, chosen by M and the device at run time (make_plan()):
+ *  - stream (M <= 32): each warp owns 16 weight rows and streams their packed codes from
+ *    global memory straight into registers (16-byte loads, 4 k64 chunks ahead of use); the
+ *    CTA's tokens for its K range sit in shared memory. K is split across CTAs so all SMs
+ *    stream.
+ *  - wgmma (M > 32, sm_90a): one warpgroup per 64 weight rows x 128 tokens, weights as the
+ *    register A operand of wgmma.m64n128k32.s8, swizzled token tiles as B, cp.async ring.
+ *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
+ *    pipeline of 64-deep K slices, activations read with ldmatrix.
+ * Measured speeds and what limits each kernel: docs/gemm.md, bench/results/.
+ * All accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
  * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials go to a workspace; the last
  * CTA of each tile (atomic counter) sums them in split order, so results are deterministic,
  * and resets the counter.
