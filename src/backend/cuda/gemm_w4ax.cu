@@ -451,7 +451,7 @@ __host__ __device__ constexpr int wg_smem_bytes(int kpb, int nwg)
     return wg_stages(kpb) * wg_stage_bytes(kpb, nwg) + 1024;
 }
 
-__device__ __forceinline__ void wgmma_128(int (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+[[maybe_unused]] __device__ __forceinline__ void wgmma_128(int (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                           uint32_t a3, uint64_t desc, int scale_d)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -471,7 +471,7 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
     return ((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((sbo >> 4) << 32) | (layout << 62);
 }
 
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
+[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 4 : 0;
