@@ -13,6 +13,7 @@
 # Environment:
 #   COMET_PROMPT       prompt for step 5 (the first argument wins over it)
 #   COMET_MAX_TOKENS   tokens to generate in step 5 (default 128)
+#   COMET_SEED         sampling seed for step 5 (default 42, so a rerun prints the same text)
 #   COMET_NO_GENERATE  set to 1 to stop after the build
 #   COMET_CUDA         ON, OFF or AUTO (default AUTO: CUDA backend when nvcc is found)
 #   COMET_JOBS         parallel build jobs (default: number of CPUs)
@@ -157,8 +158,8 @@ if [ "${COMET_NO_GENERATE:-0}" = "1" ]; then
     exit 0
 fi
 prompt="${1:-${COMET_PROMPT:-$DEFAULT_PROMPT}}"
-say "generate: build/comet generate --prompt \"$prompt\""
+say "generate: build/comet generate --prompt \"$prompt\" --max-tokens ${COMET_MAX_TOKENS:-128} --seed ${COMET_SEED:-42}"
 build/comet generate --model "models/$MODEL_FILE" --prompt "$prompt" \
-    --max-tokens "${COMET_MAX_TOKENS:-128}"
+    --max-tokens "${COMET_MAX_TOKENS:-128}" --seed "${COMET_SEED:-42}"
 STEP="done"
 say "setup complete. Tests: ctest --test-dir build --output-on-failure"

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "comet/model.h"
 #include "fuzz/fuzz_exercise.h"
 #include "test_util.h"
 
@@ -47,6 +48,48 @@ static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), 
     return n;
 }
 
+/* comet_model_load on every file in `rel` (fuzz_gguf_model's inputs); returns the count,
+ * *n_ok how many loaded. A load must give a complete model or a status with a message. */
+static int replay_models(const char *rel, int must_load, int *n_ok) {
+    const char *dir = src_path(rel);
+    DIR *d = opendir(dir);
+    *n_ok = 0;
+    if (!d)
+        return 0;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        comet_model *m = NULL;
+        comet_status st = comet_model_load(path, &m);
+        if (st == COMET_OK) {
+            assert_non_null(m);
+            assert_non_null(m->tok);
+            comet_model_free(m);
+            ++*n_ok;
+        } else {
+            assert_null(m);
+            if (must_load || st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0')
+                fail_msg("%s: %s: %s", path, comet_status_name(st), comet_last_error());
+        }
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+static void test_model_inputs(void **state) {
+    (void)state;
+    int ok;
+    assert_int_equal(replay_models("tests/fuzz/corpus/gguf_model", 1, &ok), 2);
+    int n = replay_models("tests/fixtures/fuzz/gguf_model", 0, &ok);
+    assert_true(n >= 20);
+    assert_true(ok > 0 && ok < n);
+}
+
 static void test_seeds(void **state) {
     (void)state;
     int ok;
@@ -69,6 +112,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_seeds),
         cmocka_unit_test(test_saved_inputs),
+        cmocka_unit_test(test_model_inputs),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

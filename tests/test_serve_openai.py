@@ -4,7 +4,7 @@
 Starts the server on 127.0.0.1 (a free port) with the default model and checks:
 completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
 prompt logprobs) for structure and content (greedy output equal to `comet generate` for the
-same prompt); the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
+same prompt); 64 concurrent streams each equal to the same request alone; the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
 serving; a client that disconnects (mid-stream, or while waiting for a whole answer) is
@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import unittest
 
@@ -42,7 +43,7 @@ def start_server():
         raise SystemExit(f"test_serve_openai: the default model is missing: {MODEL}")
     server = subprocess.Popen(
         [BIN, "serve", "--model", MODEL, "--model-id", MODEL_ID, "--host", "127.0.0.1",
-         "--port", "0", "--api-key", KEY, "--max-seqs", "16", "--kv-pages", "256",
+         "--port", "0", "--api-key", KEY, "--max-seqs", "64", "--kv-pages", "256",
          "--max-batch-tokens", "256"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     deadline = time.time() + 120
@@ -352,6 +353,48 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(m["comet_kv_pages_used"], 0)
         self.assertLess(m["comet_generation_tokens_total"] - gen_before, 1000)
         self.assert_alive()
+
+    def test_64_concurrent_streams_equal_alone(self):
+        def prompt(i):
+            return "Item %d of the list:%s" % (i, " and more" * (i % 11))
+
+        def params(i):
+            return dict(model=MODEL_ID, prompt=prompt(i), max_tokens=3 + i % 6, temperature=0,
+                        extra_body={"ignore_eos": True})
+
+        alone = [self.client.completions.create(**params(i)) for i in range(64)]
+        got = [None] * 64
+
+        def worker(i):
+            try:
+                text, usage, n_chunks = "", None, 0
+                for ch in self.client.completions.create(
+                        stream=True, stream_options={"include_usage": True}, **params(i)):
+                    if ch.usage is not None:
+                        usage = ch.usage
+                    elif ch.choices:
+                        text += ch.choices[0].text
+                        n_chunks += 1
+                got[i] = (text, usage, n_chunks)
+            except Exception as e:  # reported below
+                got[i] = e
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(64)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        for i in range(64):
+            with self.subTest(i=i):
+                self.assertIsInstance(got[i], tuple, repr(got[i]))
+                text, usage, n_chunks = got[i]
+                self.assertEqual(text, alone[i].choices[0].text)
+                self.assertEqual(usage.completion_tokens, 3 + i % 6)
+                self.assertEqual(usage.prompt_tokens, alone[i].usage.prompt_tokens)
+                self.assertLessEqual(n_chunks, 3 + i % 6 + 1)
+        m = metrics()
+        self.assertEqual(m["comet_requests_running"], 0)
+        self.assertEqual(m["comet_kv_pages_used"], 0)
 
     def test_metrics(self):
         self.client.completions.create(model=MODEL_ID, prompt="Hi", max_tokens=2, temperature=0)

@@ -252,7 +252,22 @@ int main(int argc, char **argv)
             if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK)
                 return 2;
         CK(cudaDeviceSynchronize());
-        printf("one: %s\n", comet_cuda_gemm_w4ax_plan_name(&g));
+        cudaEvent_t e0, e1;
+        CK(cudaEventCreate(&e0));
+        CK(cudaEventCreate(&e1));
+        std::vector<float> ts;
+        for (int i = 0; i < 21; i++) {
+            CK(cudaEventRecord(e0, 0));
+            comet_cuda_gemm_w4ax(&g, NULL);
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            float ms;
+            CK(cudaEventElapsedTime(&ms, e0, e1));
+            ts.push_back(ms);
+        }
+        std::sort(ts.begin(), ts.end());
+        printf("one: M=%d N=%d K=%d %-32s %9.2f us %7.1f TOPS\n", one_m, one_n, one_k,
+               comet_cuda_gemm_w4ax_plan_name(&g), ts[10] * 1e3, 2.0 * one_m * one_n * one_k / (ts[10] * 1e9));
         return 0;
     }
     std::vector<int> Ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};

@@ -134,7 +134,9 @@ typedef struct comet_model {
     int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
                   * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
     int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
-    /* Every weight buffer above is owned by the model and released by comet_model_free. */
+    /* Every weight buffer above is owned by the model and released by comet_model_free:
+     * weight/quantization buffers through this registry (comet_model_own); `layers` (calloc),
+     * `tok`, `chat_template`, `name` and `path` are freed directly. */
     void **owned;
     size_t n_owned, cap_owned;
 } comet_model;

@@ -65,9 +65,11 @@ comet_status comet_unpermute_qk(float *w, int n_head, int head_dim, int64_t cols
     return COMET_OK;
 }
 
-/* Allocate [rows * max(cols, 1)] floats owned by the model and fetch `name` into it. */
+/* Check `name`, then allocate [rows * max(cols, 1)] floats owned by the model and fetch
+ * it into them. */
 static comet_status fetch_owned(comet_model *m, comet_wsource *src, const char *name,
                                 int64_t rows, int64_t cols, float **out) {
+    COMET_TRY(src->fetch(src, name, rows, cols, NULL));
     size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
     float *p = comet_model_own(m, malloc(n * sizeof(float)));
     if (!p)
@@ -162,6 +164,8 @@ static comet_status gguf_fetch(comet_wsource *s, const char *name, int64_t rows,
                                g->name, name, (long long)t->ne[0], (long long)t->ne[1],
                                (long long)t->ne[2], (long long)t->ne[3], (long long)want0,
                                (long long)want1);
+    if (!dst)
+        return comet_gguf_type_supported(t->type) ? COMET_OK : comet_gguf_dequant(g, t, NULL);
     return comet_gguf_dequant(g, t, dst);
 }
 
@@ -443,9 +447,14 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     d.pad_id = pad;
     m->tok = comet_tokenizer_init(&d);
     if (!m->tok) {
+        /* Keep the message one line: token text from the file may hold control bytes. */
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", comet_last_error());
-        st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer: %s", g->name, msg);
+        for (char *q = msg; *q; q++)
+            if ((unsigned char)*q < 0x20 || *q == 0x7f)
+                *q = '?';
+        st = comet_set_error(COMET_ERR_FORMAT, "%s: %s%s", g->name,
+                             strncmp(msg, "tokenizer", 9) ? "tokenizer: " : "", msg);
         goto done;
     }
     if (comet_gguf_find(g, "tokenizer.chat_template")) {

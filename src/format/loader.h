@@ -19,8 +19,10 @@ typedef enum comet_wnames {
 typedef struct comet_wsource {
     comet_wnames names;
     /* Convert tensor `name` to dst[rows * cols] fp32 after checking its shape is
-     * [rows, cols] (row-major; cols == 0 means a 1-D tensor of `rows` elements). Errors
-     * name the file and tensor. */
+     * [rows, cols] (row-major; cols == 0 means a 1-D tensor of `rows` elements) and its
+     * type convertible. dst == NULL: the checks only (run before allocating, so that a
+     * file cannot make the loader allocate for a tensor it does not hold). Errors name
+     * the file and tensor. */
     comet_status (*fetch)(struct comet_wsource *s, const char *name, int64_t rows, int64_t cols,
                           float *dst);
     void *impl;

@@ -21,7 +21,11 @@
 
 #include "comet/status.h"
 
-/* IEEE half conversion (round to nearest even), used for the fp16 scales and zeros. */
+/* IEEE half conversion (round to nearest even), used for the fp16 scales and zeros.
+ * Compilers without _Float16 on this target (clang < 15 on x86, used for the libFuzzer
+ * builds) get the same conversion in integer code (checked equal to _Float16 on every
+ * 7th fp32 bit pattern). */
+#if defined(__FLT16_MAX__)
 static inline uint16_t comet_quant_f16_bits(float f) {
     _Float16 h = (_Float16)f;
     uint16_t u;
@@ -33,6 +37,56 @@ static inline float comet_quant_f16_value(uint16_t u) {
     __builtin_memcpy(&h, &u, sizeof h);
     return (float)h;
 }
+#else
+static inline uint16_t comet_quant_f16_bits(float f) {
+    uint32_t x;
+    __builtin_memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
+    if (exp == 0xff)
+        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
+    int e = (int)exp - 127 + 15;
+    if (e >= 31)
+        return (uint16_t)(sign | 0x7c00u);
+    uint32_t h, rem, half;
+    if (e <= 0) { /* fp16 subnormal or zero */
+        if (e < -10)
+            return (uint16_t)sign;
+        man |= 0x800000u;
+        int shift = 14 - e;
+        h = man >> shift;
+        rem = man & ((1u << shift) - 1);
+        half = 1u << (shift - 1);
+    } else {
+        h = ((uint32_t)e << 10) | (man >> 13);
+        rem = man & 0x1fffu;
+        half = 0x1000u;
+    }
+    if (rem > half || (rem == half && (h & 1))) /* a carry into the exponent is correct */
+        h++;
+    return (uint16_t)(sign | h);
+}
+static inline float comet_quant_f16_value(uint16_t u) {
+    uint32_t sign = (uint32_t)(u & 0x8000u) << 16, exp = (u >> 10) & 0x1fu, man = u & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else if (exp) {
+        bits = sign | ((exp + 112) << 23) | (man << 13);
+    } else if (!man) {
+        bits = sign;
+    } else {
+        int e = -1;
+        do {
+            e++;
+            man <<= 1;
+        } while (!(man & 0x400u));
+        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+    }
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+}
+#endif
 /* f rounded to the nearest fp16 value, as fp32. */
 static inline float comet_quant_f16_round(float f) {
     return comet_quant_f16_value(comet_quant_f16_bits(f));

@@ -7,14 +7,17 @@
  * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact. The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
- * Two kernels, chosen by M at run time (plan()):
- *  - stream: each warp owns 16 weight rows and streams their packed codes from global memory
- *    straight into registers (16-byte loads, 4 k64 chunks ahead of use); the CTA's tokens
- *    for its K range sit in shared memory. K is split across CTAs so all SMs stream.
- *  - tiled: 128x128 CTA tile (weight rows x tokens), 8 warps of 64x32, a 4-stage cp.async
- *    pipeline of 64-deep K slices, activations read with ldmatrix; split-K when the tile
- *    grid alone does not fill the GPU.
- * Both accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
+ * Three kernels, chosen by M and the device at run time (make_plan()):
+ *  - stream (M <= 32): each warp owns 16 weight rows and streams their packed codes from
+ *    global memory straight into registers (16-byte loads, 4 k64 chunks ahead of use); the
+ *    CTA's tokens for its K range sit in shared memory. K is split across CTAs so all SMs
+ *    stream.
+ *  - wgmma (M > 32, sm_90a): one warpgroup per 64 weight rows x 128 tokens, weights as the
+ *    register A operand of wgmma.m64n128k32.s8, swizzled token tiles as B, cp.async ring.
+ *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
+ *    pipeline of 64-deep K slices, activations read with ldmatrix.
+ * Measured speeds and what limits each kernel: docs/gemm.md, bench/results/.
+ * All accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
  * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials go to a workspace; the last
  * CTA of each tile (atomic counter) sums them in split order, so results are deterministic,
  * and resets the counter.
@@ -127,34 +130,23 @@ __device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
     return v;
 }
 
-/* Stream kernel (small M). Grid (Np/16, ceil(M / (8*MI)), S). A CTA of KW = 8 warps owns
- * weight rows [16*blockIdx.x, +16) and tokens [8*MI*blockIdx.y, +8*MI); global split s
- * covers activation blocks [s*nb/S, (s+1)*nb/S) and warp kw a contiguous share of those
- * blocks (intra-CTA split-K: many warps stream one row tile, so a whole weight matrix is in
- * flight in about one memory round trip). The CTA first copies its tokens' codes for the
- * split's K range into shared memory with cp.async (rows padded by 16 bytes: conflict-free
- * 4-byte B-fragment reads) while the first weight loads are already out; each warp then runs
- * a register-double-buffered loop over groups of G k64 chunks: issue the 16-byte loads of
- * the next group (and its weight scales), then 2*MI mma per chunk of the current group,
- * promoting at each block end. The KW partial tiles are summed in shared memory in warp
- * order (deterministic); global splits are reduced as in the other kernels. */
-constexpr int STREAM_KW = 8;
-__host__ __device__ constexpr int stream_max_range(int mi) { return mi == 1 ? 4096 : mi == 2 ? 2048 : 1024; }
-__host__ __device__ constexpr int stream_smem_bytes(int mi)
+/* Stream kernel. Grid (ceil(Np/16 / WARPS), ceil(M / (8*MI)), S); WARPS warps per CTA, warp
+ * w owning weight rows [16*(blockIdx.x*WARPS + w), +16) and tokens
+ * [8*MI*blockIdx.y, +8*MI). Split s covers activation blocks [s*nb/S, (s+1)*nb/S). The CTA
+ * first copies its tokens' codes for that K range into shared memory (rows padded by 16
+ * bytes: conflict-free 4-byte B-fragment reads), then each warp runs a register-double-
+ * buffered loop over groups of G = 4 k64 chunks: issue the 16-byte loads of the next group
+ * (and its weight scales), then 2*MI mma per chunk of the current group, promoting at each
+ * block end. KPB = B/64 chunks per block. */
+template <int MI, int KPB, int WARPS, bool BSUM>
+__global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 {
-    return 8 * mi * (stream_max_range(mi) + 16) + STREAM_KW * 32 * 4 * mi * 4;
-}
-
-template <int MI, int KPB, bool BSUM>
-__global__ void __launch_bounds__(STREAM_KW * 32) w4ax_stream_kernel(params p)
-{
-    constexpr int G = MI <= 2 ? 8 : 4, NBG = G / KPB, B = KPB * 64;
+    constexpr int G = 4, NBG = G / KPB, B = KPB * 64;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
-    const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S, nblk = b1 - b0;
-    const int R = nblk * B, RS = R + 16, t0 = blockIdx.y * 8 * MI, nt = blockIdx.x;
-    const int wb0 = warp * nblk / STREAM_KW, wb1 = (warp + 1) * nblk / STREAM_KW; /* rel. to b0 */
-    float *red = reinterpret_cast<float *>(smem + 8 * MI * RS);
+    const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S;
+    const int R = (b1 - b0) * B, RS = R + 16, t0 = blockIdx.y * 8 * MI;
+    const int nt = blockIdx.x * WARPS + warp, np16 = p.Np / 16;
 
     float acc[MI][4];
     int ci[MI][4];
@@ -165,111 +157,99 @@ __global__ void __launch_bounds__(STREAM_KW * 32) w4ax_stream_kernel(params p)
             acc[f][r] = 0.0f, ci[f][r] = 0;
 
     /* First weight loads go out before the activation copy, so the two latencies overlap. */
-    const int c_beg = wb0 * KPB, nch = (wb1 - wb0) * KPB;
-    const uint8_t *wp = p.qw + ((size_t)nt * (p.K / 64) + (size_t)(b0 + wb0) * KPB) * 512 + lane * 16;
-    const uint16_t *swp = p.sw + (size_t)(b0 + wb0) * p.Np + nt * 16 + g;
+    const bool active = nt < np16;
+    const int nch = (b1 - b0) * KPB;
+    const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
+    const uint16_t *swp = p.sw + (size_t)b0 * p.Np + (active ? nt : 0) * 16 + g;
     uint4 cur[G], nxt[G];
     float swc[NBG][2], swn[NBG][2];
+    if (active) {
 #pragma unroll
-    for (int j = 0; j < G; j++)
-        if (j < nch)
-            cur[j] = ld_stream(wp + (size_t)j * 512);
+        for (int j = 0; j < G; j++)
+            if (j < nch)
+                cur[j] = ld_stream(wp + (size_t)j * 512);
 #pragma unroll
-    for (int j = 0; j < NBG; j++)
-        if (j * KPB < nch)
-            swc[j][0] = ld_sw(swp + (size_t)j * p.Np), swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
-    for (int i = threadIdx.x; i < 8 * MI * (R / 16); i += STREAM_KW * 32) {
-        int row = i / (R / 16), col = (i % (R / 16)) * 16, t = t0 + row;
-        const int8_t *src = t < p.M ? p.qa + (size_t)t * p.K + (size_t)b0 * B + col : p.qa;
-        cp_async16(smem + row * RS + col, src, t < p.M);
+        for (int j = 0; j < NBG; j++)
+            if (j * KPB < nch)
+                swc[j][0] = ld_sw(swp + (size_t)j * p.Np), swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
+    }
+    const int rows = min(8 * MI, p.M - t0); /* token rows past M are never read */
+    for (int i = threadIdx.x; i < rows * (R / 16); i += WARPS * 32) {
+        int row = i / (R / 16), col = (i % (R / 16)) * 16;
+        cp_async16(smem + row * RS + col, p.qa + (size_t)(t0 + row) * p.K + (size_t)b0 * B + col, true);
     }
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
 
-    for (int c0 = 0; c0 < nch; c0 += G) {
+    if (active) {
+        for (int c0 = 0; c0 < nch; c0 += G) {
 #pragma unroll
-        for (int j = 0; j < G; j++)
-            if (c0 + G + j < nch)
-                nxt[j] = ld_stream(wp + (size_t)(c0 + G + j) * 512);
+            for (int j = 0; j < G; j++)
+                if (c0 + G + j < nch)
+                    nxt[j] = ld_stream(wp + (size_t)(c0 + G + j) * 512);
 #pragma unroll
-        for (int j = 0; j < NBG; j++)
-            if (c0 + G + j * KPB < nch) {
-                const uint16_t *q = swp + (size_t)((c0 + G) / KPB + j) * p.Np;
-                swn[j][0] = ld_sw(q), swn[j][1] = ld_sw(q + 8);
-            }
-        float sac[NBG][MI][2];
-#pragma unroll
-        for (int j = 0; j < NBG; j++)
-#pragma unroll
-            for (int f = 0; f < MI; f++)
-#pragma unroll
-                for (int e = 0; e < 2; e++) {
-                    int t = t0 + f * 8 + tq * 2 + e, b = b0 + wb0 + c0 / KPB + j;
-                    sac[j][f][e] = (t < p.M && b < b0 + wb1) ? __ldg(&p.sa[(size_t)t * p.nb + b]) : 0.0f;
+            for (int j = 0; j < NBG; j++)
+                if (c0 + G + j * KPB < nch) {
+                    const uint16_t *q = swp + (size_t)((c0 + G) / KPB + j) * p.Np;
+                    swn[j][0] = ld_sw(q), swn[j][1] = ld_sw(q + 8);
                 }
+            float sac[NBG][MI][2];
 #pragma unroll
-        for (int j = 0; j < G; j++) {
-            if (c0 + j < nch) {
-                const uint8_t *ap = smem + (c_beg + c0 + j) * 64 + tq * 4;
+            for (int j = 0; j < NBG; j++)
 #pragma unroll
-                for (int st = 0; st < 2; st++) {
-                    uint32_t w0 = st ? cur[j].z : cur[j].x, w1 = st ? cur[j].w : cur[j].y;
-                    uint32_t a0 = lo16x(w0), a1 = hi16x(w0), a2 = lo16x(w1), a3 = hi16x(w1);
+                for (int f = 0; f < MI; f++)
 #pragma unroll
-                    for (int f = 0; f < MI; f++) {
-                        const uint8_t *q = ap + (f * 8 + g) * RS + st * 32;
-                        uint32_t bb0 = *reinterpret_cast<const uint32_t *>(q);
-                        uint32_t bb1 = *reinterpret_cast<const uint32_t *>(q + 16);
-                        mma_s8(ci[f], a0, a1, a2, a3, bb0, bb1);
+                    for (int e = 0; e < 2; e++) {
+                        int t = t0 + f * 8 + tq * 2 + e, b = b0 + c0 / KPB + j;
+                        sac[j][f][e] = (t < p.M && b < b1) ? __ldg(&p.sa[(size_t)t * p.nb + b]) : 0.0f;
+                    }
+#pragma unroll
+            for (int j = 0; j < G; j++) {
+                if (c0 + j < nch) {
+                    const uint8_t *ap = smem + (c0 + j) * 64 + tq * 4;
+#pragma unroll
+                    for (int st = 0; st < 2; st++) {
+                        uint32_t w0 = st ? cur[j].z : cur[j].x, w1 = st ? cur[j].w : cur[j].y;
+                        uint32_t a0 = lo16x(w0), a1 = hi16x(w0), a2 = lo16x(w1), a3 = hi16x(w1);
+#pragma unroll
+                        for (int f = 0; f < MI; f++) {
+                            const uint8_t *q = ap + (f * 8 + g) * RS + st * 32;
+                            const bool live = f * 8 + g < rows;
+                            uint32_t bb0 = live ? *reinterpret_cast<const uint32_t *>(q) : 0u;
+                            uint32_t bb1 = live ? *reinterpret_cast<const uint32_t *>(q + 16) : 0u;
+                            mma_s8(ci[f], a0, a1, a2, a3, bb0, bb1);
+                        }
+                    }
+                    if ((j + 1) % KPB == 0) {
+                        const int jb = j / KPB, b = b0 + (c0 + j) / KPB;
+#pragma unroll
+                        for (int f = 0; f < MI; f++)
+#pragma unroll
+                            for (int r = 0; r < 4; r++) {
+                                float sc = sac[jb][f][r & 1] * swc[jb][r >> 1];
+                                acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, sc, acc[f][r]);
+                                if (BSUM) {
+                                    int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
+                                    if (t < p.M && n < p.N)
+                                        p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                                }
+                                ci[f][r] = 0;
+                            }
                     }
                 }
-                if ((j + 1) % KPB == 0) {
-                    const int jb = j / KPB, b = b0 + wb0 + (c0 + j) / KPB;
-#pragma unroll
-                    for (int f = 0; f < MI; f++)
-#pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            float sc = sac[jb][f][r & 1] * swc[jb][r >> 1];
-                            acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, sc, acc[f][r]);
-                            if (BSUM) {
-                                int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-                                if (t < p.M && n < p.N)
-                                    p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
-                            }
-                            ci[f][r] = 0;
-                        }
-                }
             }
+#pragma unroll
+            for (int j = 0; j < G; j++)
+                cur[j] = nxt[j];
+#pragma unroll
+            for (int j = 0; j < NBG; j++)
+                swc[j][0] = swn[j][0], swc[j][1] = swn[j][1];
         }
-#pragma unroll
-        for (int j = 0; j < G; j++)
-            cur[j] = nxt[j];
-#pragma unroll
-        for (int j = 0; j < NBG; j++)
-            swc[j][0] = swn[j][0], swc[j][1] = swn[j][1];
     }
 
-    /* sum the KW warp partials in warp order */
-#pragma unroll
-    for (int f = 0; f < MI; f++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            red[(warp * 32 + lane) * 4 * MI + f * 4 + r] = acc[f][r];
-    __syncthreads();
-    if (warp == 0) {
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                float v = 0.0f;
-                for (int w = 0; w < STREAM_KW; w++)
-                    v += red[(w * 32 + lane) * 4 * MI + f * 4 + r];
-                acc[f][r] = v;
-            }
-    }
     if (p.S == 1) {
-        if (warp != 0)
+        if (!active)
             return;
 #pragma unroll
         for (int f = 0; f < MI; f++)
@@ -281,7 +261,7 @@ __global__ void __launch_bounds__(STREAM_KW * 32) w4ax_stream_kernel(params p)
             }
         return;
     }
-    if (warp == 0)
+    if (active)
 #pragma unroll
         for (int f = 0; f < MI; f++)
 #pragma unroll
@@ -290,7 +270,7 @@ __global__ void __launch_bounds__(STREAM_KW * 32) w4ax_stream_kernel(params p)
                 if (t < p.M && n < p.N)
                     p.part[((size_t)s * p.M + t) * p.N + n] = acc[f][r];
             }
-    if (!splitk_last(p) || warp != 0)
+    if (!splitk_last(p) || !active)
         return;
 #pragma unroll
     for (int f = 0; f < MI; f++)
@@ -443,8 +423,9 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 }
 
 
-/* wgmma kernel (sm_90a). One warpgroup (4 warps, 128 threads) per CTA computes a 64 weight
- * rows x 128 tokens tile with wgmma.mma_async.m64n128k32.s32.s8.s8: operand A (the weights)
+/* wgmma kernel (sm_90a). WNWG warpgroups per CTA share one 128-token tile; each warpgroup
+ * computes 64 weight rows x 128 tokens with wgmma.mma_async.m64n128k32.s32.s8.s8: operand
+ * A (the weights)
  * comes from registers, each warp unpacking its own 16 rows from a packed 512-byte tile in
  * shared memory with the x16 trick (the register fragment of A is the m16n8k32 one); operand
  * B (the tokens) is read by the tensor cores from shared memory, K-major, swizzled (128-byte
@@ -457,14 +438,20 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
  * with scale-d = 0 clears them), wait, promote into fp32 with the weight scale pre-divided by
  * 16. Several CTAs per SM overlap one CTA's promotion with another's tensor work. */
 constexpr int WBM = 128;
-__host__ __device__ constexpr int wg_stages(int kpb) { return kpb == 2 ? 3 : 4; }
-__host__ __device__ constexpr int wg_stage_bytes(int kpb)
+/* Warpgroups per CTA sharing one token tile. 2 (128 weight rows) was measured no faster than
+ * 1 on the H200 (fewer CTAs per SM offset the halved token traffic), so 1 is used. */
+constexpr int WG_NWG = 1;
+__host__ __device__ constexpr int wg_stages(int kpb) { return kpb == 1 ? 4 : 3; }
+__host__ __device__ constexpr int wg_stage_bytes(int kpb, int nwg)
 {
-    return (WBM * 64 * kpb + 4 * kpb * 512 + WBM * 4 + 1023) / 1024 * 1024;
+    return (WBM * 64 * kpb + 4 * nwg * kpb * 512 + WBM * 4 + 1023) / 1024 * 1024;
 }
-__host__ __device__ constexpr int wg_smem_bytes(int kpb) { return wg_stages(kpb) * wg_stage_bytes(kpb) + 1024; }
+__host__ __device__ constexpr int wg_smem_bytes(int kpb, int nwg)
+{
+    return wg_stages(kpb) * wg_stage_bytes(kpb, nwg) + 1024;
+}
 
-__device__ __forceinline__ void wgmma_128(int (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
+[[maybe_unused]] __device__ __forceinline__ void wgmma_128(int (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                           uint32_t a3, uint64_t desc, int scale_d)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -484,24 +471,25 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
     return ((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((sbo >> 4) << 32) | (layout << 62);
 }
 
-__device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
+[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
 {
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 4 : 0;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
-template <int KPB, bool BSUM>
-__global__ void __launch_bounds__(128) w4ax_wgmma_kernel(params p)
+template <int KPB, int WNWG, bool BSUM>
+__global__ void __launch_bounds__(128 * WNWG) w4ax_wgmma_kernel(params p)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int KS = 64 * KPB, KC = KS / 16, A_BYTES = WBM * KS, W_BYTES = 4 * KPB * 512;
-    constexpr int STAGE = wg_stage_bytes(KPB), WSTAGES = wg_stages(KPB), AH = WBM * KC / 128;
+    constexpr int KS = 64 * KPB, KC = KS / 16, A_BYTES = WBM * KS, W_BYTES = 4 * WNWG * KPB * 512;
+    constexpr int NTH = 128 * WNWG, STAGE = wg_stage_bytes(KPB, WNWG), WSTAGES = wg_stages(KPB);
+    constexpr int AH = WBM * KC / NTH, AROWS = NTH / KC; /* token chunks per thread, rows per pass */
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S, nblk = b1 - b0;
-    const int nt0 = blockIdx.x * 4, t0 = blockIdx.y * WBM, np16 = p.Np / 16, k64 = p.K / 64;
+    const int nt0 = blockIdx.x * 4 * WNWG, t0 = blockIdx.y * WBM, np16 = p.Np / 16, k64 = p.K / 64;
 
     /* per-thread copy plan, fixed for the whole K loop */
     const uint8_t *w_src[KPB];
@@ -509,7 +497,7 @@ __global__ void __launch_bounds__(128) w4ax_wgmma_kernel(params p)
     bool w_ok[KPB];
 #pragma unroll
     for (int h = 0; h < KPB; h++) {
-        int j = warp + 4 * h, w = j / KPB, c = j % KPB, nt = nt0 + w;
+        int j = warp + 4 * WNWG * h, w = j / KPB, c = j % KPB, nt = nt0 + w;
         w_ok[h] = nt < np16;
         w_src[h] = p.qw + ((size_t)(w_ok[h] ? nt : 0) * k64 + c) * 512 + lane * 16;
         w_dst[h] = A_BYTES + (w * KPB + c) * 512 + lane * 16;
@@ -524,51 +512,31 @@ __global__ void __launch_bounds__(128) w4ax_wgmma_kernel(params p)
         uint8_t *st = smem + slot * STAGE;
 #pragma unroll
         for (int h = 0; h < KPB; h++)
-            cp_async16(st + w_dst[h], w_ok[h] ? w_src[h] + (size_t)b * KPB * 512 : p.qw, w_ok[h]);
+            cp_async16(st + w_dst[h], w_src[h] + (size_t)b * KPB * 512, w_ok[h]);
 #pragma unroll
         for (int h = 0; h < AH; h++) {
-            bool ok = t0 + a_row + h * (128 / KC) < p.M;
-            const int8_t *src = a_src + (size_t)h * (128 / KC) * p.K + (size_t)b * KS;
-            cp_async16(st + a_dst + h * (128 / KC) * KS, ok ? src : p.qa, ok);
+            bool ok = t0 + a_row + h * AROWS < p.M;
+            const int8_t *src = a_src + (size_t)h * AROWS * p.K + (size_t)b * KS;
+            cp_async16(st + a_dst + h * AROWS * KS, src, ok); /* src-size 0: nothing read */
         }
-        bool ok = t0 + tid < p.M;
-        cp_async4(st + A_BYTES + W_BYTES + tid * 4, ok ? s_src + b : p.sa, ok);
+        if (tid < WBM) {
+            bool ok = t0 + tid < p.M;
+            cp_async4(st + A_BYTES + W_BYTES + tid * 4, s_src + b, ok);
+        }
     };
 
     float acc[64];
-    int d[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
-        acc[i] = 0.0f, d[i] = 0;
+        acc[i] = 0.0f;
     const int nrow = (nt0 + warp) * 16 + g;
     const bool row_ok = nrow < p.Np;
     const uint16_t *sw_src = p.sw + (row_ok ? nrow : 0);
-    float swn0 = 0.0f, swn1 = 0.0f;
-    if (row_ok && nblk > 0)
-        swn0 = ld_sw(sw_src + (size_t)b0 * p.Np), swn1 = ld_sw(sw_src + (size_t)b0 * p.Np + 8);
 
-#pragma unroll
-    for (int i = 0; i < WSTAGES - 1; i++) {
-        if (i < nblk)
-            load_stage(i, b0 + i);
-        cp_async_commit();
-    }
-    for (int it = 0; it < nblk; it++) {
-        const int b = b0 + it;
-        cp_async_wait<WSTAGES - 2>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        {
-            int nx = it + WSTAGES - 1;
-            if (nx < nblk)
-                load_stage(nx % WSTAGES, b0 + nx);
-            cp_async_commit();
-        }
-        const float sw0 = swn0 * 0.0625f, sw1 = swn1 * 0.0625f;
-        if (row_ok && it + 1 < nblk)
-            swn0 = ld_sw(sw_src + (size_t)(b + 1) * p.Np), swn1 = ld_sw(sw_src + (size_t)(b + 1) * p.Np + 8);
-        const uint8_t *st = smem + (it % WSTAGES) * STAGE;
-        const float *ss = (const float *)(st + A_BYTES + W_BYTES);
+    /* Stage x of the ring holds block b0 + x. Unpack A, issue the block's wgmma into dd and
+     * commit; the caller waits. */
+    auto issue = [&](int x, int (&dd)[64]) {
+        const uint8_t *st = smem + (x % WSTAGES) * STAGE;
         uint32_t af[KPB][2][4];
 #pragma unroll
         for (int c = 0; c < KPB; c++) {
@@ -582,24 +550,55 @@ __global__ void __launch_bounds__(128) w4ax_wgmma_kernel(params p)
         for (int c = 0; c < KPB; c++)
 #pragma unroll
             for (int q = 0; q < 2; q++)
-                wgmma_128(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                wgmma_128(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
                           smem_desc<KPB>(a_base + (c * 2 + q) * 32), c | q);
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    };
+    /* Fold the int32 sums dd of block b0 + x into acc (sw0, sw1: weight scales / 16). */
+    auto promote = [&](int x, const int (&dd)[64], float sw0, float sw1) {
+        const float *ss = (const float *)(smem + (x % WSTAGES) * STAGE + A_BYTES + W_BYTES);
 #pragma unroll
         for (int j = 0; j < 16; j++) {
             float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
 #pragma unroll
             for (int r = 0; r < 4; r++) {
                 float sc = ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
-                acc[j * 4 + r] = fmaf((float)d[j * 4 + r], sc, acc[j * 4 + r]);
+                acc[j * 4 + r] = fmaf((float)dd[j * 4 + r], sc, acc[j * 4 + r]);
                 if (BSUM) {
                     int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
                     if (t < p.M && n < p.N)
-                        p.bsum[((size_t)t * p.N + n) * p.nb + b] = d[j * 4 + r] >> 4;
+                        p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
                 }
             }
         }
+    };
+    auto ld_sw2 = [&](int x, float &s0, float &s1) {
+        s0 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np) * 0.0625f : 0.0f;
+        s1 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np + 8) * 0.0625f : 0.0f;
+    };
+
+    /* one block at a time: load ring WSTAGES - 1 ahead, issue, wait, promote. (Two int32
+     * accumulator sets, so that block x+1's wgmma runs while block x is promoted, made ptxas
+     * serialize the wgmma anyway (C7514); overlap has to come from several CTAs per SM.) */
+    int d[64];
+#pragma unroll
+    for (int i = 0; i < WSTAGES - 1; i++) {
+        if (i < nblk)
+            load_stage(i, b0 + i);
+        cp_async_commit();
+    }
+    for (int it = 0; it < nblk; it++) {
+        cp_async_wait<WSTAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (it + WSTAGES - 1 < nblk)
+            load_stage((it + WSTAGES - 1) % WSTAGES, b0 + it + WSTAGES - 1);
+        cp_async_commit();
+        float s0, s1;
+        ld_sw2(it, s0, s1);
+        issue(it, d);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        promote(it, d, s0, s1);
     }
     cp_async_wait<0>();
 
@@ -622,6 +621,9 @@ __global__ void __launch_bounds__(128) w4ax_wgmma_kernel(params p)
 }
 
 /* ---- host side: plans and launch ---- */
+
+constexpr int STREAM_WARPS = 4;
+constexpr int STREAM_MAX_RANGE = 2048; /* bytes of K per CTA (bounds shared memory) */
 
 struct plan_t {
     comet_w4ax_kernel kernel;
@@ -674,23 +676,26 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
                                                     : COMET_W4AX_KERNEL_TILED;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
-        pl.grid = dim3(np16, (g->M + 8 * pl.MI - 1) / (8 * pl.MI), 1);
+        pl.grid = dim3((np16 + STREAM_WARPS - 1) / STREAM_WARPS, (g->M + 8 * pl.MI - 1) / (8 * pl.MI), 1);
         int ctas = (int)(pl.grid.x * pl.grid.y);
-        int S = ctas >= 2 * sms ? 1 : (2 * sms + ctas - 1) / ctas;
-        int per = stream_max_range(pl.MI) / g->B, min_s = (nb + per - 1) / per;
+        int S = (4 * sms + ctas - 1) / ctas;
+        int min_s = (nb + STREAM_MAX_RANGE / g->B - 1) / (STREAM_MAX_RANGE / g->B);
         S = g->splits > 0 ? g->splits : S;
-        pl.S = clampi(S < min_s ? min_s : S, 1, nb);
-        pl.block = dim3(STREAM_KW * 32);
-        pl.smem = stream_smem_bytes(pl.MI);
+        S = clampi(S < min_s ? min_s : S, 1, nb);
+        pl.S = S;
+        int range = (nb + S - 1) / S * g->B;
+        pl.block = dim3(STREAM_WARPS * 32);
+        pl.smem = (size_t)8 * pl.MI * (range + 16);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        pl.MI = 16;
-        pl.grid = dim3((np16 + 3) / 4, (g->M + WBM - 1) / WBM, 1);
+        const int nwg = WG_NWG;
+        pl.MI = 16 * nwg;
+        pl.grid = dim3((np16 + 4 * nwg - 1) / (4 * nwg), (g->M + WBM - 1) / WBM, 1);
         int ctas = (int)(pl.grid.x * pl.grid.y);
-        int S = ctas >= 2 * sms ? 1 : 2 * sms / ctas;
+        int S = ctas >= sms ? 1 : (sms + ctas - 1) / ctas;
         S = g->splits > 0 ? g->splits : S;
         pl.S = clampi(S, 1, nb);
-        pl.block = dim3(128);
-        pl.smem = (size_t)wg_smem_bytes(g->B / 64);
+        pl.block = dim3(128 * nwg);
+        pl.smem = (size_t)wg_smem_bytes(g->B / 64, WG_NWG);
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
@@ -708,10 +713,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 }
 
 /* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
-constexpr int MAX_SMEM = 80 * 1024;
-static_assert(TSMEM_BYTES <= MAX_SMEM && stream_smem_bytes(1) <= MAX_SMEM &&
-                  stream_smem_bytes(2) <= MAX_SMEM && stream_smem_bytes(4) <= MAX_SMEM &&
-                  wg_smem_bytes(2) <= MAX_SMEM && wg_smem_bytes(1) <= MAX_SMEM,
+constexpr int MAX_SMEM = 96 * 1024;
+static_assert(TSMEM_BYTES <= MAX_SMEM && 8 * 4 * (STREAM_MAX_RANGE + 16) <= MAX_SMEM &&
+                  wg_smem_bytes(2, WG_NWG) <= MAX_SMEM && wg_smem_bytes(1, WG_NWG) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
 
 template <typename K> cudaError_t launch(K kernel, const plan_t &pl, const params &p, cudaStream_t st)
@@ -737,19 +741,19 @@ template <typename K> cudaError_t launch(K kernel, const plan_t &pl, const param
 template <bool BSUM> cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, cudaStream_t st)
 {
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        return kpb == 1 ? launch(w4ax_wgmma_kernel<1, BSUM>, pl, p, st)
-                        : launch(w4ax_wgmma_kernel<2, BSUM>, pl, p, st);
+        return kpb == 1 ? launch(w4ax_wgmma_kernel<1, WG_NWG, BSUM>, pl, p, st)
+                        : launch(w4ax_wgmma_kernel<2, WG_NWG, BSUM>, pl, p, st);
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, p, st)
                         : launch(w4ax_tiled_kernel<2, BSUM>, pl, p, st);
     if (pl.MI == 1)
-        return kpb == 1 ? launch(w4ax_stream_kernel<1, 1, BSUM>, pl, p, st)
-                        : launch(w4ax_stream_kernel<1, 2, BSUM>, pl, p, st);
+        return kpb == 1 ? launch(w4ax_stream_kernel<1, 1, STREAM_WARPS, BSUM>, pl, p, st)
+                        : launch(w4ax_stream_kernel<1, 2, STREAM_WARPS, BSUM>, pl, p, st);
     if (pl.MI == 2)
-        return kpb == 1 ? launch(w4ax_stream_kernel<2, 1, BSUM>, pl, p, st)
-                        : launch(w4ax_stream_kernel<2, 2, BSUM>, pl, p, st);
-    return kpb == 1 ? launch(w4ax_stream_kernel<4, 1, BSUM>, pl, p, st)
-                    : launch(w4ax_stream_kernel<4, 2, BSUM>, pl, p, st);
+        return kpb == 1 ? launch(w4ax_stream_kernel<2, 1, STREAM_WARPS, BSUM>, pl, p, st)
+                        : launch(w4ax_stream_kernel<2, 2, STREAM_WARPS, BSUM>, pl, p, st);
+    return kpb == 1 ? launch(w4ax_stream_kernel<4, 1, STREAM_WARPS, BSUM>, pl, p, st)
+                    : launch(w4ax_stream_kernel<4, 2, STREAM_WARPS, BSUM>, pl, p, st);
 }
 
 comet_status check_args(const comet_cuda_w4ax_gemm *g)

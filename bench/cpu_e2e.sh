@@ -1,0 +1,220 @@
+#!/usr/bin/env bash
+# cpu_e2e.sh — end-to-end CPU speed of comet next to llama.cpp on the same GGUF, same run.
+#
+# Measures prefill tokens/s (a 512-token prompt) and decode tokens/s (128 generated tokens) with
+# 2 threads for the default model, for
+#   * comet:     build/comet generate --raw --stats, and
+#   * llama.cpp: llama-bench -m <gguf> -t 2 -p 512 -n 128 -r 1,
+# alternating RUNS times (so a busy machine slows both alike), medians of the RUNS runs; writes
+# a dated markdown table to bench/results/<YYYY-MM-DD>-cpu-e2e.md (date, CPU, load, commit,
+# exact commands, both engines' numbers and the ratio).
+#
+# llama.cpp is built from the llama-cpp-python source package on PyPI (which vendors llama.cpp)
+# OUTSIDE the repository, in $COMET_LLAMACPP_CACHE (default ~/.cache/comet-llamacpp), once;
+# later runs reuse that build. Nothing of llama.cpp is ever written into the repository.
+#
+# Usage: bench/cpu_e2e.sh            (after scripts/setup.sh has built comet and fetched the model)
+# Environment: THREADS (2), RUNS (3), MODEL (models/SmolLM2-135M-Instruct.Q4_1.gguf),
+#   COMET_LLAMACPP_CACHE, LLAMACPP_VERSION (pin a llama-cpp-python version; default: the newest
+#   already built in the cache, else the newest on PyPI), OUT (results file).
+set -Eeuo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+THREADS="${THREADS:-2}"
+RUNS="${RUNS:-3}"
+PROMPT_TOKENS=512
+GEN_TOKENS=128
+MODEL="${MODEL:-models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+CACHE="${COMET_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/comet-llamacpp}"
+STEP="start"
+trap 'echo "cpu_e2e.sh: FAILED in step: $STEP" >&2' ERR
+die() { echo "cpu_e2e.sh: $STEP: $*" >&2; exit 1; }
+say() { printf '==> %s\n' "$*" >&2; }
+
+[ -f "$MODEL" ] || die "model $MODEL missing: run bash scripts/setup.sh first"
+command -v python3 >/dev/null || die "python3 is needed (scripts/setup.sh installs it)"
+
+# ---- llama.cpp (cached build outside the repo) ---------------------------------------------
+STEP="llama.cpp"
+llama_bench=""
+if [ -z "${LLAMACPP_VERSION:-}" ]; then
+    for b in $(ls -d "$CACHE"/*/build/bin/llama-bench 2>/dev/null | sort -V -r); do
+        llama_bench="$b"
+        break
+    done
+    [ -n "$llama_bench" ] && LLAMACPP_VERSION="$(basename "$(dirname "$(dirname "$(dirname "$llama_bench")")")")"
+fi
+if [ -z "$llama_bench" ] || [ ! -x "$llama_bench" ]; then
+    mkdir -p "$CACHE/sdist"
+    spec="llama-cpp-python${LLAMACPP_VERSION:+==$LLAMACPP_VERSION}"
+    say "llama.cpp: pip download --no-deps --no-binary :all: $spec"
+    python3 -m pip download --no-deps --no-binary :all: --disable-pip-version-check \
+        -d "$CACHE/sdist" "$spec" >&2 || die "pip download $spec failed"
+    sdist="$(ls "$CACHE"/sdist/llama_cpp_python-${LLAMACPP_VERSION:-*}.tar.gz | sort -V | tail -n1)"
+    LLAMACPP_VERSION="$(basename "$sdist" .tar.gz)"
+    LLAMACPP_VERSION="${LLAMACPP_VERSION#llama_cpp_python-}"
+    dir="$CACHE/$LLAMACPP_VERSION"
+    if [ ! -f "$dir/src/CMakeLists.txt" ]; then
+        rm -rf "$dir/src" "$dir/unpack"
+        mkdir -p "$dir/unpack"
+        tar -xzf "$sdist" -C "$dir/unpack" "llama_cpp_python-$LLAMACPP_VERSION/vendor/llama.cpp"
+        mv "$dir/unpack/llama_cpp_python-$LLAMACPP_VERSION/vendor/llama.cpp" "$dir/src"
+        rm -rf "$dir/unpack"
+    fi
+    say "llama.cpp: building llama-bench in $dir/build (CPU only, native; takes a while)"
+    nice -n 10 cmake -S "$dir/src" -B "$dir/build" -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+        -DGGML_CUDA=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
+        -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF >&2
+    nice -n 10 cmake --build "$dir/build" --target llama-bench -j "$(nproc)" >&2
+    llama_bench="$dir/build/bin/llama-bench"
+fi
+[ -x "$llama_bench" ] || die "llama-bench not found at $llama_bench"
+
+# ---- comet ---------------------------------------------------------------------------------
+STEP="comet build"
+[ -d build ] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
+cmake --build build --target comet -j "$(nproc)" >&2
+COMET=build/comet
+
+# A raw prompt of exactly PROMPT_TOKENS tokens: the opening of Pride and Prejudice, cut to
+# length by the token count comet itself reports (so the prompt is real text, not random ids).
+STEP="comet prompt"
+[ -s data/austen/prideprejudice.txt ] || die "data/austen/prideprejudice.txt missing: run scripts/setup.sh"
+# comet_stats PROMPT_FILE MAX_TOKENS -> "prompt_tokens prefill_tok_s decode_steps decode_tok_s"
+# from the line `comet generate --stats` writes to stderr:
+#   stats: prompt_tokens=N prefill_s=S prefill_tok_s=R gen_tokens=N decode_steps=N decode_s=S
+#          decode_tok_s=R threads=N stop=...
+# The first generated token comes out of the prefill pass, so MAX_TOKENS = GEN_TOKENS + 1 gives
+# GEN_TOKENS decode steps (what llama-bench's tg<N> times); --ignore-eos keeps it from stopping.
+comet_stats() {
+    local err line
+    err="$("$COMET" generate --model "$MODEL" --raw --prompt "$(cat "$1")" --max-tokens "$2" \
+        --temperature 0 --ignore-eos --threads "$THREADS" --stats 2>&1 >/dev/null)" ||
+        die "comet generate failed: $err"
+    line="$(grep '^stats: ' <<<"$err" | tail -n1)" || die "no stats line in: $err"
+    awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           print v["prompt_tokens"], v["prefill_tok_s"], v["decode_steps"], v["decode_tok_s"] }' \
+        <<<"$line"
+}
+prompt_file="$(mktemp)"
+trap 'rm -f "$prompt_file"' EXIT
+python3 - "$prompt_file" "$PROMPT_TOKENS" 1.0 <<'EOF'
+import sys
+path, want, scale = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+words = open("data/austen/prideprejudice.txt", encoding="utf-8").read().split(" ")
+open(path, "w").write(" ".join(words[:int(want * 0.75 * scale)]))
+EOF
+for attempt in 1 2 3 4 5 6 7 8; do
+    read -r n _ _ _ <<<"$(comet_stats "$prompt_file" 1)"
+    [ "$n" -eq "$PROMPT_TOKENS" ] && break
+    # scale the word count by the ratio, then fix the last few tokens by single words
+    python3 - "$prompt_file" "$n" "$PROMPT_TOKENS" <<'EOF'
+import sys
+path, have, want = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+words = open("data/austen/prideprejudice.txt", encoding="utf-8").read().split(" ")
+cur = len(open(path, encoding="utf-8").read().split(" "))
+if abs(have - want) > 8:
+    new = max(1, int(cur * want / have))
+else:
+    new = cur + (1 if have < want else -1)
+open(path, "w").write(" ".join(words[:new]))
+EOF
+done
+[ "$n" -eq "$PROMPT_TOKENS" ] || die "could not make a prompt of exactly $PROMPT_TOKENS tokens (got $n)"
+
+# ---- measurements: the two engines alternate, run by run, so both see the same machine -----
+STEP="runs"
+load_start="$(cut -d' ' -f1-3 /proc/loadavg)"
+llama_cmd=("$llama_bench" -m "$MODEL" -t "$THREADS" -p "$PROMPT_TOKENS" -n "$GEN_TOKENS" -r 1 -o json)
+runs_dir="$(mktemp -d)"
+trap 'rm -rf "$prompt_file" "$runs_dir"' EXIT
+say "$RUNS rounds of: comet (prompt $PROMPT_TOKENS tokens, $GEN_TOKENS decode steps), then llama-bench; $THREADS threads"
+for r in $(seq "$RUNS"); do
+    row="$(comet_stats "$prompt_file" $((GEN_TOKENS + 1)))"
+    say "round $r comet: prompt tokens, prefill tok/s, decode steps, decode tok/s = $row"
+    echo "$row" >>"$runs_dir/comet"
+    "${llama_cmd[@]}" >"$runs_dir/llama$r.json" 2>"$runs_dir/llama$r.err" ||
+        die "llama-bench failed: $(tail -n 5 "$runs_dir/llama$r.err")"
+    say "round $r llama.cpp: $(python3 -c 'import json,sys; print(", ".join("%s %.2f tok/s" % ("pp%d" % t["n_prompt"] if t["n_prompt"] else "tg%d" % t["n_gen"], t["avg_ts"]) for t in json.load(open(sys.argv[1]))))' "$runs_dir/llama$r.json")"
+done
+load_end="$(cut -d' ' -f1-3 /proc/loadavg)"
+
+# ---- results -------------------------------------------------------------------------------
+STEP="results"
+date_utc="$(date -u +%Y-%m-%d)"
+OUT="${OUT:-bench/results/$date_utc-cpu-e2e.md}"
+mkdir -p "$(dirname "$OUT")"
+commit="$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)"
+if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then
+    commit="$commit (+ uncommitted changes)"
+fi
+ggml_version="$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/\2/p' \
+    "$(dirname "$(dirname "$(dirname "$llama_bench")")")/src/ggml/CMakeLists.txt" 2>/dev/null | paste -sd.)"
+export OUT RUNS THREADS PROMPT_TOKENS GEN_TOKENS MODEL LLAMACPP_VERSION commit ggml_version \
+    load_start load_end
+export cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -n1)"
+export ncpu="$(nproc)"
+export when="$(date -u '+%Y-%m-%d %H:%M UTC')"
+export prompt_words="$(wc -w <"$prompt_file")"
+export llama_shown="$(printf '%s ' "${llama_cmd[@]}" | sed "s|$HOME|~|g; s| $||")"
+python3 - "$runs_dir" <<'PYEOF'
+import glob, json, os, statistics, sys
+e = os.environ
+runs_dir = sys.argv[1]
+rows = [list(map(float, l.split())) for l in open(os.path.join(runs_dir, "comet")) if l.strip()]
+l_pp, l_tg, meta = [], [], {}
+for path in sorted(glob.glob(os.path.join(runs_dir, "llama*.json"))):
+    for t in json.load(open(path)):
+        (l_pp if t["n_prompt"] and not t["n_gen"] else l_tg).extend(t["samples_ts"])
+        meta = t
+c_pp = statistics.median(r[1] for r in rows)
+c_tg = statistics.median(r[3] for r in rows)
+m_pp, m_tg = statistics.median(l_pp), statistics.median(l_tg)
+P, G, R = e["PROMPT_TOKENS"], e["GEN_TOKENS"], e["RUNS"]
+text = f"""# CPU end-to-end speed: comet vs llama.cpp, {e['when'][:10]}
+
+- Date: {e['when']}
+- CPU: {e['cpu']} ({e['ncpu']} CPUs visible), {e['THREADS']} threads per engine
+- Load average (1/5/15 min) at start: {e['load_start']}; at end: {e['load_end']}. The machine may
+  be shared; the engines alternate run by run so both meet the same conditions.
+- comet commit: {e['commit']}
+- llama.cpp: vendored in llama-cpp-python {e['LLAMACPP_VERSION']} (PyPI sdist), ggml {e['ggml_version'] or '?'},
+  backend {meta.get('backends', '?')}, built with -DGGML_NATIVE=ON, CPU only
+- Model: `{e['MODEL']}` (llama.cpp calls it "{meta.get('model_type', '?')}")
+
+| engine | prefill tok/s ({P}-token prompt) | decode tok/s ({G} tokens) |
+|---|---:|---:|
+| comet | {c_pp:.1f} | {c_tg:.2f} |
+| llama.cpp | {m_pp:.1f} | {m_tg:.2f} |
+| comet / llama.cpp | {c_pp / m_pp:.2f} | {c_tg / m_tg:.2f} |
+
+Medians of {R} runs per engine. comet's numbers are what `--stats` reports: prefill = prompt
+tokens / time of the prompt's forward pass; decode = decode steps / their time, {G} decode
+steps per run (`--max-tokens {int(G) + 1}`: the first new token comes out of the prefill pass;
+`--ignore-eos`). Model loading is timed by neither engine. llama-bench runs prefill (pp{P})
+and decode (tg{G}) as separate tests on random token ids, after a warm-up; comet's prompt is
+the first {e['prompt_words']} words of *Pride and Prejudice* (exactly {P} tokens), raw, greedy.
+
+Commands (one round; `bench/cpu_e2e.sh` runs {R} rounds, THREADS={e['THREADS']} RUNS={R}):
+
+```
+build/comet generate --model {e['MODEL']} --raw --temperature 0 --ignore-eos \\
+    --prompt "<first {e['prompt_words']} words of data/austen/prideprejudice.txt>" \\
+    --max-tokens {int(G) + 1} --threads {e['THREADS']} --stats
+{e['llama_shown']}
+```
+
+Per run:
+
+| run | comet prefill tok/s | comet decode tok/s | llama.cpp pp{P} tok/s | llama.cpp tg{G} tok/s |
+|---:|---:|---:|---:|---:|
+"""
+for i in range(len(rows)):
+    pp = "%.1f" % l_pp[i] if i < len(l_pp) else "-"
+    tg = "%.2f" % l_tg[i] if i < len(l_tg) else "-"
+    text += f"| {i + 1} | {rows[i][1]:.1f} | {rows[i][3]:.2f} | {pp} | {tg} |\n"
+open(e["OUT"], "w").write(text)
+print(text)
+PYEOF
+say "wrote $OUT"
