@@ -41,7 +41,8 @@ Q[w4axkv4_gptq]="--kv-bits 4 --wmethod gptq"
 Q[w4a16kv4_gptq]="--abits 16 --kv-bits 4 --wmethod gptq"
 Q[fp_kv4g16]="";                                     P[fp_kv4g16]="--kv-bits 4 --kv-group 16"
 Q[w4axkv4g16_gptq]="--kv-bits 4 --kv-group 16 --wmethod gptq"
-ORDER="fp w4axkv4_gptq w4ax_gptq w4a16_gptq fp_kv4 w4a16_rtn w4ax_rtn w4a4_reorder w4a4_naive w8a8 w4a16kv4_gptq fp_kv4g16 w4axkv4g16_gptq"
+Q[w4axkv4g16_b32_gptq]="--block 32 --kv-bits 4 --kv-group 16 --wmethod gptq"
+ORDER="fp w4axkv4_gptq w4ax_gptq w4a16_gptq fp_kv4 w4a16_rtn w4ax_rtn w4a4_reorder w4a4_naive w8a8 w4a16kv4_gptq fp_kv4g16 w4axkv4g16_gptq w4axkv4g16_b32_gptq"
 
 rows=${*:-$ORDER}
 for r in $rows; do

@@ -7,7 +7,8 @@
 #   2b. installs the `openai` Python client the server tests use (when missing),
 #   3. extracts the evaluation texts (Jane Austen, Moby Dick) into data/ when absent,
 #   4. builds with CMake into build/ (Release, incremental),
-#   5. runs `build/comet generate --prompt ...` with the default model.
+#   5. quantizes the default model to W4AxKV4 with `comet quantize` on first use (cached in
+#      models/smollm2-w4axkv4) and runs `build/comet generate --prompt ...` with it.
 #
 # Usage: bash scripts/setup.sh ["prompt"]
 # Environment:
@@ -15,6 +16,7 @@
 #   COMET_MAX_TOKENS   tokens to generate in step 5 (default 128)
 #   COMET_SEED         sampling seed for step 5 (default 42, so a rerun prints the same text)
 #   COMET_NO_GENERATE  set to 1 to stop after the build
+#   COMET_FP           set to 1 to generate with the floating-point model (no quantization)
 #   COMET_CUDA         ON, OFF or AUTO (default AUTO: CUDA backend when nvcc is found)
 #   COMET_JOBS         parallel build jobs (default: number of CPUs)
 set -Eeuo pipefail
@@ -158,8 +160,20 @@ if [ "${COMET_NO_GENERATE:-0}" = "1" ]; then
     exit 0
 fi
 prompt="${1:-${COMET_PROMPT:-$DEFAULT_PROMPT}}"
-say "generate: build/comet generate --prompt \"$prompt\" --max-tokens ${COMET_MAX_TOKENS:-128} --seed ${COMET_SEED:-42}"
-build/comet generate --model "models/$MODEL_FILE" --prompt "$prompt" \
+gen_model="models/$MODEL_FILE"
+if [ "${COMET_FP:-0}" != "1" ]; then
+    # The W4AxKV4 checkpoint (FMPQ, GPTQ), made once: tokenizer_config.json is written last.
+    gen_model="models/smollm2-w4axkv4"
+    if [ ! -f "$gen_model/tokenizer_config.json" ]; then
+        say "quantize: build/comet quantize --calib data/mobydick.txt --calib-windows 16 --out $gen_model (first use, a few minutes)"
+        build/comet quantize --model "models/$MODEL_FILE" --calib data/mobydick.txt \
+            --calib-windows 16 --out "$gen_model" >&2
+    else
+        say "quantize: $gen_model present"
+    fi
+fi
+say "generate: build/comet generate --model $gen_model --prompt \"$prompt\" --max-tokens ${COMET_MAX_TOKENS:-128} --seed ${COMET_SEED:-42}"
+build/comet generate --model "$gen_model" --prompt "$prompt" \
     --max-tokens "${COMET_MAX_TOKENS:-128}" --seed "${COMET_SEED:-42}"
 STEP="done"
 say "setup complete. Tests: ctest --test-dir build --output-on-failure"

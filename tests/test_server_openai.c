@@ -147,6 +147,20 @@ static void test_bad_json(void **state) {
     expect_error(COMET_OAI_COMPLETION, "[1,2]", 400, NULL);
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\"} trailing", 400, NULL);
     expect_error(COMET_OAI_CHAT, "nul", 400, NULL);
+    /* an escaped NUL would cut the C string short: refused, not silently truncated */
+    expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"hi\\u0000there\"}",
+                 400, NULL);
+    expect_error(COMET_OAI_CHAT,
+                 "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
+                 400, NULL);
+    /* an escaped backslash followed by the letters u0000 is plain text */
+    comet_oai_request req;
+    comet_oai_error err;
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":\"a\\\\u0000\"}", &req, &err),
+                     0);
+    assert_string_equal(req.prompt, "a\\u0000");
+    comet_oai_request_free(&req);
 }
 
 static void test_wrong_types(void **state) {

@@ -167,6 +167,15 @@ comet_status comet_chat_template_detect(const char *jinja, comet_chat_template *
  * Callers prepend {"system", it} before comet_chat_apply to match the model's template. */
 char *comet_chat_template_default_system(const char *jinja);
 
+/* comet_chat_apply as the model's own template would render it: when the first message is
+ * not a system message and the model's Jinja template inserts a default one (SmolLM2's
+ * "You are a helpful AI assistant named SmolLM, ..."), that message is prepended, so the
+ * CLI and the server build the prompt transformers would. Same ownership and errors as
+ * comet_chat_apply. */
+char *comet_chat_apply_model(comet_chat_template kind, const char *jinja,
+                             const comet_chat_message *msgs, size_t n, int add_generation_prompt,
+                             const char *bos);
+
 /* Parse a --chat-template name ("chatml", "llama3", "llama2"). */
 comet_status comet_chat_template_from_name(const char *name, comet_chat_template *out);
 

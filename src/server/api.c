@@ -588,8 +588,8 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
             comet_oai_request_free(req);
             return;
         }
-        char *text = comet_chat_apply(a->tmpl, req->messages, (size_t)req->n_messages, 1,
-                                      a->bos[0] ? a->bos : NULL);
+        char *text = comet_chat_apply_model(a->tmpl, m->chat_template, req->messages,
+                                            (size_t)req->n_messages, 1, a->bos[0] ? a->bos : NULL);
         comet_status st = text ? tokenize(m, text, &ids, &n_ids) : COMET_ERR_NOMEM;
         free(text);
         if (st < 0) {

@@ -35,40 +35,6 @@ int comet_oai_fail(comet_oai_error *e, int http_status, const char *type, const 
     return http_status;
 }
 
-size_t comet_utf8_valid_prefix(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int n;
-        unsigned min, cp;
-        if (c >= 0xC2 && c <= 0xDF) {
-            n = 1, min = 0x80, cp = c & 0x1F;
-        } else if (c >= 0xE0 && c <= 0xEF) {
-            n = 2, min = 0x800, cp = c & 0x0F;
-        } else if (c >= 0xF0 && c <= 0xF4) {
-            n = 3, min = 0x10000, cp = c & 0x07;
-        } else {
-            return i;
-        }
-        if (len - i < (size_t)n + 1)
-            return i;
-        for (int k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return i;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-            return i;
-        i += (size_t)n + 1;
-    }
-    return len;
-}
-
 /* ---- parameter readers: each returns 0, or the HTTP status with *err filled ---- */
 
 static int is_absent(const cJSON *it) { return !it || cJSON_IsNull(it); }
@@ -434,6 +400,24 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
     return 0;
 }
 
+/* Offset of the first JSON escape \u0000 in `body` (a backslash run of odd length before
+ * "u0000"), or len when there is none. cJSON hands strings over NUL-terminated, so a NUL
+ * inside a string would silently cut it short: such requests are refused instead. */
+static size_t find_escaped_nul(const char *body, size_t len) {
+    for (size_t i = 0; i + 6 <= len; i++) {
+        if (body[i] != '\\')
+            continue;
+        size_t run = 0;
+        while (i + run < len && body[i + run] == '\\')
+            run++;
+        size_t u = i + run;
+        if ((run & 1) && u + 5 <= len && body[u] == 'u' && !memcmp(body + u + 1, "0000", 4))
+            return i + run - 1;
+        i = u - 1;
+    }
+    return len;
+}
+
 int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
                     const comet_oai_limits *lim, comet_oai_request *req, comet_oai_error *err) {
     memset(req, 0, sizeof *req);
@@ -445,6 +429,12 @@ int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
     if (ok != len)
         return comet_oai_fail(err, 400, NULL, NULL, NULL,
                               "request body is not valid UTF-8 (invalid byte at offset %zu)", ok);
+    size_t nul = find_escaped_nul(body, len);
+    if (nul != len)
+        return comet_oai_fail(err, 400, NULL, NULL, NULL,
+                              "request body holds a NUL character (\\u0000 at offset %zu); "
+                              "strings must not contain NUL",
+                              nul);
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
     if (root && end) { /* nothing but whitespace may follow the value */

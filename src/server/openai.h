@@ -14,6 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/utf8.h"
+
 #include "comet/tokenizer.h"
 
 typedef enum comet_oai_kind {
@@ -89,9 +91,6 @@ int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
 /* Release what a request owns and zero it. NULL is a no-op. */
 void comet_oai_request_free(comet_oai_request *req);
 
-/* Length of the longest prefix of s[0..len) that is valid UTF-8 (RFC 3629: no overlongs,
- * no surrogates, at most U+10FFFF). The whole string is valid when the result == len. */
-size_t comet_utf8_valid_prefix(const char *s, size_t len);
 
 /* ---- response builders: each returns a malloc'd NUL-terminated JSON string (caller
  * frees) or NULL when out of memory. ---- */

@@ -241,3 +241,26 @@ char *comet_chat_apply(comet_chat_template kind, const comet_chat_message *msgs,
     }
     return b.s;
 }
+
+char *comet_chat_apply_model(comet_chat_template kind, const char *jinja,
+                             const comet_chat_message *msgs, size_t n, int add_generation_prompt,
+                             const char *bos) {
+    char *default_system = NULL;
+    if (n == 0 || !msgs[0].role || strcmp(msgs[0].role, "system") != 0)
+        default_system = comet_chat_template_default_system(jinja);
+    if (!default_system)
+        return comet_chat_apply(kind, msgs, n, add_generation_prompt, bos);
+    comet_chat_message *all = malloc((n + 1) * sizeof *all);
+    if (!all) {
+        free(default_system);
+        comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        return NULL;
+    }
+    all[0] = (comet_chat_message){"system", default_system};
+    if (n)
+        memcpy(all + 1, msgs, n * sizeof *msgs);
+    char *text = comet_chat_apply(kind, all, n + 1, add_generation_prompt, bos);
+    free(all);
+    free(default_system);
+    return text;
+}

@@ -11,6 +11,7 @@
 #include "comet/log.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
+#include "core/utf8.h"
 #include "commands.h"
 #include "engine/generate.h"
 
@@ -75,16 +76,12 @@ static int build_prompt(const comet_model *m, const char *prompt, const char *sy
             int n = comet_tokenizer_token_bytes(m->tok, m->cfg.bos_id, 1, bos, sizeof bos - 1);
             bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
         }
-        /* Without --system, the system message the model's own template would insert
-         * (SmolLM2 has one), so the prompt is the one transformers would build. */
-        char *default_system = system ? NULL : comet_chat_template_default_system(m->chat_template);
         comet_chat_message msgs[2];
         size_t n = 0;
-        if (system || default_system)
-            msgs[n++] = (comet_chat_message){"system", system ? system : default_system};
+        if (system)
+            msgs[n++] = (comet_chat_message){"system", system};
         msgs[n++] = (comet_chat_message){"user", prompt};
-        text = comet_chat_apply(kind, msgs, n, 1, bos[0] ? bos : NULL);
-        free(default_system);
+        text = comet_chat_apply_model(kind, m->chat_template, msgs, n, 1, bos[0] ? bos : NULL);
         if (!text) {
             cli_report_error("generate", "cannot apply the chat template");
             return 1;
@@ -249,6 +246,12 @@ int cmd_generate(int argc, char **argv) {
     if (!seed_given)
         sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 
+    size_t prompt_len = strlen(prompt), valid = comet_utf8_valid_prefix(prompt, prompt_len);
+    if (valid != prompt_len) {
+        fprintf(stderr, "comet generate: the prompt is not valid UTF-8 (invalid byte at offset %zu)\n",
+                valid);
+        return 2;
+    }
     if (!model_path)
         model_path = cli_default_model();
     comet_model *m = NULL;
@@ -283,6 +286,11 @@ int cmd_generate(int argc, char **argv) {
     if (!ends_nl && isatty(1))
         fputc('\n', stdout);
     fflush(stdout);
+    if (gs.stop == COMET_STOP_LENGTH && gs.n_generated < gp.max_tokens)
+        fprintf(stderr,
+                "comet generate: warning: stopped at the model's context of %d tokens (%d prompt + "
+                "%d generated), before --max-tokens %d\n",
+                m->cfg.n_ctx, gs.n_prompt, gs.n_generated, gp.max_tokens);
     if (stats) {
         int n_dec = gs.n_decode_steps;
         fprintf(stderr,
