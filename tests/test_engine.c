@@ -245,6 +245,10 @@ static void test_cancel_and_limits(void **state) {
     char num[32];
     snprintf(num, sizeof num, "%d", model->cfg.n_ctx);
     assert_non_null(strstr(comet_last_error(), num));
+    /* prompt + max_tokens past the pool (32 pages x 16 = 512 tokens): refused, not cut short */
+    rp = greedy(big, 3, 600);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_CONTEXT);
+    assert_non_null(strstr(comet_last_error(), "512"));
     rp = greedy(big, 0, 1);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_INVALID_ARG);
     big[0] = model->cfg.n_vocab;

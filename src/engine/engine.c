@@ -692,6 +692,12 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
         return comet_set_error(COMET_ERR_CONTEXT,
                                "request: the prompt has %d tokens; the KV page pool holds %d "
                                "tokens in all", rp->n_prompt, pool_tokens);
+    if (rp->max_tokens > 0 && (long)rp->n_prompt + rp->max_tokens > pool_tokens)
+        return comet_set_error(COMET_ERR_CONTEXT,
+                               "request: %d prompt tokens + max_tokens %d exceed the KV page "
+                               "pool, which holds %d tokens in all (start the server with more "
+                               "--kv-pages, or ask for fewer tokens)",
+                               rp->n_prompt, rp->max_tokens, pool_tokens);
     if (rp->n_stop < 0 || rp->n_stop > COMET_ENGINE_MAX_STOP || rp->top_logprobs < 0 ||
         rp->top_logprobs > COMET_ENGINE_MAX_TOP)
         return comet_set_error(COMET_ERR_INVALID_ARG,
