@@ -37,34 +37,6 @@ static void usage(FILE *f) {
             "  --verbose          debug logs on stderr\n");
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-    }
-    int e = errno;
-    fclose(f);
-    errno = e;
-    *len = n;
-    return buf;
-}
-
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
@@ -124,7 +96,7 @@ int cmd_perplexity(int argc, char **argv) {
         return 2;
     }
     size_t text_len = 0;
-    char *text = read_file(text_path, &text_len);
+    char *text = cli_read_file(text_path, &text_len);
     if (!text) {
         fprintf(stderr, "comet perplexity: cannot read %s: %s\n", text_path, strerror(errno));
         return 1;

@@ -59,34 +59,6 @@ static void usage(FILE *f) {
             "  --verbose            debug logs on stderr\n");
 }
 
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    size_t cap = 1 << 20, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (n < cap) {
-            if (ferror(f)) {
-                free(buf);
-                buf = NULL;
-            }
-            break;
-        }
-        char *nb = realloc(buf, cap *= 2);
-        if (!nb)
-            free(buf);
-        buf = nb;
-    }
-    int e = errno;
-    fclose(f);
-    errno = e;
-    *len = n;
-    return buf;
-}
-
 static double dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
     double total = 0;
@@ -234,7 +206,7 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (need_calib && cs->n_tokens == 0) {
         size_t text_len = 0, n = 0;
-        if (!(text = read_file(calib_path, &text_len))) {
+        if (!(text = cli_read_file(calib_path, &text_len))) {
             fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
                     strerror(errno));
             goto out;

@@ -3,6 +3,8 @@
 #ifndef COMET_TOOLS_COMMANDS_H
 #define COMET_TOOLS_COMMANDS_H
 
+#include <stddef.h>
+
 /* Each subcommand gets argv with argv[0] = the subcommand name; returns the exit code. */
 int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
@@ -26,5 +28,9 @@ void cli_report_error(const char *cmd, const char *what);
 int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
                     double *out);
+
+/* Read a whole file into a malloc'd buffer (not NUL-terminated) owned by the caller; its
+ * size in *len. NULL with errno set when it cannot be opened or read. */
+char *cli_read_file(const char *path, size_t *len);
 
 #endif
