@@ -142,6 +142,26 @@ static inline int ahead(float va, int32_t ia, float vb, int32_t ib) {
     return va > vb || (va == vb && ia < ib);
 }
 
+/* Sift a hole at the root of the min-heap (hv, hi)[0..sz) down to where (v, id) belongs;
+ * moves the children up and returns the slot for (v, id) (the caller stores it there). */
+static int sift_down(float *hv, int32_t *hi, int sz, float v, int32_t id) {
+    int c = 0;
+    for (;;) {
+        int l = 2 * c + 1, r = l + 1, w = c;
+        float wv = v;
+        int32_t wi = id;
+        if (l < sz && ahead(wv, wi, hv[l], hi[l]))
+            w = l, wv = hv[l], wi = hi[l];
+        if (r < sz && ahead(wv, wi, hv[r], hi[r]))
+            w = r;
+        if (w == c)
+            return c;
+        hv[c] = hv[w];
+        hi[c] = hi[w];
+        c = w;
+    }
+}
+
 /* Write the m best of the n candidates, sorted, to the front of (val, idx); returns m.
  * The other candidates are not kept (the front m slots are overwritten). */
 static int select_top(comet_sampler *s, int n, int m) {
@@ -163,21 +183,7 @@ static int select_top(comet_sampler *s, int n, int m) {
                 c = (c - 1) / 2;
             }
         } else if (ahead(v, id, hv[0], hi[0])) {
-            c = 0;
-            for (;;) {
-                int l = 2 * c + 1, r = l + 1, w = c;
-                float wv = v;
-                int32_t wi = id;
-                if (l < sz && ahead(wv, wi, hv[l], hi[l]))
-                    w = l, wv = hv[l], wi = hi[l];
-                if (r < sz && ahead(wv, wi, hv[r], hi[r]))
-                    w = r;
-                if (w == c)
-                    break;
-                hv[c] = hv[w];
-                hi[c] = hi[w];
-                c = w;
-            }
+            c = sift_down(hv, hi, sz, v, id);
         } else {
             continue;
         }
@@ -190,21 +196,7 @@ static int select_top(comet_sampler *s, int n, int m) {
         s->idx[k] = hi[0];
         float v = hv[--sz];
         int32_t id = hi[sz];
-        int c = 0;
-        for (;;) {
-            int l = 2 * c + 1, r = l + 1, w = c;
-            float wv = v;
-            int32_t wi = id;
-            if (l < sz && ahead(wv, wi, hv[l], hi[l]))
-                w = l, wv = hv[l], wi = hi[l];
-            if (r < sz && ahead(wv, wi, hv[r], hi[r]))
-                w = r;
-            if (w == c)
-                break;
-            hv[c] = hv[w];
-            hi[c] = hi[w];
-            c = w;
-        }
+        int c = sift_down(hv, hi, sz, v, id);
         if (sz > 0) {
             hv[c] = v;
             hi[c] = id;

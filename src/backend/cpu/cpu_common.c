@@ -1,7 +1,9 @@
-/* cpu_common.c — RoPE frequencies shared by the CPU backends. */
+/* cpu_common.c — RoPE frequencies and the KV append shared by the CPU backends. */
 #include "backend/cpu/cpu_common.h"
 
 #include <math.h>
+
+#include "quant/quant.h"
 
 void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq) {
     int D = rp->head_dim;
@@ -23,4 +25,19 @@ void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq) {
         }
         inv_freq[i] = f;
     }
+}
+
+comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                 const comet_batch *b, const float *k, const float *v) {
+    (void)be;
+    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
+    int G = kv->kv_group > 0 ? kv->kv_group : kv->head_dim;
+    COMET_ASSERT(kv->head_dim % G == 0);
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
+            size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
+            comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->k + off);
+            comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->v + off);
+        }
+    return COMET_OK;
 }

@@ -1,5 +1,5 @@
 /* cpu_common.h — pieces shared by the CPU reference and fast backends: limits and the
- * RoPE frequency table (so both rotate by exactly the same angles). */
+ * RoPE frequency table (so both rotate by exactly the same angles) and the KV append. */
 #ifndef COMET_BACKEND_CPU_COMMON_H
 #define COMET_BACKEND_CPU_COMMON_H
 
@@ -12,5 +12,12 @@
  * factor; LLAMA3 applies Llama-3.1's wavelength-dependent blend (HF
  * _compute_llama3_parameters). inv_freq has room for D/2 doubles. */
 void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
+
+/* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
+ * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv_bits 4 or 8 each token's
+ * K and V are quantized->dequantized per KV head group as stored (NUMERICS.md "KV cache",
+ * simulated in fp32). */
+comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                 const comet_batch *b, const float *k, const float *v);
 
 #endif

@@ -268,24 +268,6 @@ static comet_status cpu_rope(comet_backend *be, const comet_rope_params *rp,
     return COMET_OK;
 }
 
-/* ---- kv_append ---- */
-
-/* With kv->kv_bits 4 or 8 each token's K and V are quantized->dequantized per KV head as
- * they are stored (NUMERICS.md "KV cache", simulated in fp32); otherwise copied. */
-static comet_status cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
-                                  const comet_batch *b, const float *k, const float *v) {
-    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
-    int G = kv->kv_group > 0 ? kv->kv_group : kv->head_dim;
-    COMET_ASSERT(kv->head_dim % G == 0);
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
-            size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-            comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->k + off);
-            comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->v + off);
-        }
-    return COMET_OK;
-}
-
 /* ---- attention ----
  *
  * Two paths, picked per sequence by how many of its tokens the step holds.
@@ -544,7 +526,7 @@ static const comet_backend_ops cpu_ops = {
     .rmsnorm = cpu_rmsnorm,
     .linear = cpu_linear,
     .rope = cpu_rope,
-    .kv_append = cpu_kv_append,
+    .kv_append = comet_cpu_kv_append,
     .attention = cpu_attention,
     .silu_mul = cpu_silu_mul,
     .residual_add = cpu_residual_add,

@@ -78,21 +78,6 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
     return COMET_OK;
 }
 
-/* kv->kv_bits 4 or 8: K/V quantized->dequantized per token per KV head (NUMERICS.md). */
-static comet_status ref_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
-                                  const comet_batch *b, const float *k, const float *v) {
-    size_t row = (size_t)kv->n_head_kv * kv->head_dim;
-    int G = kv->kv_group > 0 ? kv->kv_group : kv->head_dim;
-    COMET_ASSERT(kv->head_dim % G == 0);
-    for (int s = 0; s < b->n_seqs; s++)
-        for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
-            size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-            comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->k + off);
-            comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->v + off);
-        }
-    return COMET_OK;
-}
-
 static comet_status ref_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
                                   const comet_batch *b, const float *q, int H, float *out) {
     int D = kv->head_dim, Hkv = kv->n_head_kv, group = H / Hkv;
@@ -165,7 +150,7 @@ static const comet_backend_ops ref_ops = {
     .rmsnorm = ref_rmsnorm,
     .linear = ref_linear,
     .rope = ref_rope,
-    .kv_append = ref_kv_append,
+    .kv_append = comet_cpu_kv_append,
     .attention = ref_attention,
     .silu_mul = ref_silu_mul,
     .residual_add = ref_residual_add,
