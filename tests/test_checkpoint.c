@@ -174,6 +174,8 @@ static void round_trip(int w_bits, int gptq) {
     assert_int_equal(r->kv_bits, 4);
     assert_int_equal(r->kv_group, m->kv_group);
     assert_int_equal(r->kv_group, 32); /* the head dim */
+    assert_int_equal(r->kv_rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
+    assert_int_equal(r->quant->kv_rotation, m->quant->kv_rotation);
     assert_non_null(r->quant);
     assert_int_equal(r->quant->w_bits, w_bits);
     assert_string_equal(r->quant->wmethod, w_bits >= 16 ? "none" : gptq ? "gptq" : "rtn");
@@ -250,13 +252,13 @@ static void test_safetensors_layout(void **st) {
     comet_model_free(m);
 }
 
-/* Copy the good checkpoint to `dir`, apply `edit` to one file, load, expect `want` and a
- * message containing `needle`. */
-static void expect_corrupt(const char *name, const char *file, const char *find,
-                           const char *replace, comet_status want, const char *needle) {
-    char good[4200], dir[4200], src[4300], dst[4300];
-    snprintf(good, sizeof good, "%s/good", tmpdir);
-    snprintf(dir, sizeof dir, "%s/bad_%s", tmpdir, name);
+/* Copy checkpoint tmpdir/<from> to tmpdir/bad_<name> (its path in dir[4200]), replacing
+ * `find` by `replace` (same length) in `file`. */
+static void edited_copy(const char *from, const char *name, const char *file, const char *find,
+                        const char *replace, char *dir) {
+    char good[4200], src[4300], dst[4300];
+    snprintf(good, sizeof good, "%s/%s", tmpdir, from);
+    snprintf(dir, 4200, "%s/bad_%s", tmpdir, name);
     mkdir(dir, 0777);
     const char *files[] = {"model.safetensors", "config.json", "tokenizer.json",
                            "tokenizer_config.json"};
@@ -275,6 +277,13 @@ static void expect_corrupt(const char *name, const char *file, const char *find,
         spit(dst, buf, n);
         free(buf);
     }
+}
+
+/* edited_copy, then load: expect `want` and a message containing `needle`. */
+static void expect_corrupt(const char *name, const char *file, const char *find,
+                           const char *replace, comet_status want, const char *needle) {
+    char dir[4200];
+    edited_copy("good", name, file, find, replace, dir);
     comet_model *m = NULL;
     comet_clear_error();
     comet_status got = comet_checkpoint_load(dir, &m);
@@ -293,8 +302,11 @@ static void test_corrupt_checkpoints(void **st) {
     comet_model_free(m);
     expect_corrupt("json", "config.json", "\"hidden_size\":", "\"hidden_size\"=", COMET_ERR_FORMAT,
                    "bad JSON");
-    expect_corrupt("version", "config.json", "\"format_version\":\t1", "\"format_version\":\t7",
+    expect_corrupt("version", "config.json", "\"format_version\":\t2", "\"format_version\":\t7",
                    COMET_ERR_UNSUPPORTED, "format_version 7 is not known");
+    expect_corrupt("rotation", "config.json", "\"kv_rotation\":\t\"hadamard\"",
+                   "\"kv_rotation\":\t\"hadamaro\"", COMET_ERR_UNSUPPORTED,
+                   "kv_rotation: \"none\" or \"hadamard\" expected");
     expect_corrupt("missing", "model.safetensors", "model.layers.1.self_attn.k_proj.scales",
                    "model.layers.1.self_attn.k_proj.scalez", COMET_ERR_FORMAT,
                    "tensor model.layers.1.self_attn.k_proj.scales is missing");
@@ -306,6 +318,19 @@ static void test_corrupt_checkpoints(void **st) {
                    "\"model.norm.weight\":{\"dtype\":\"I32\"", COMET_ERR_FORMAT,
                    "model.norm.weight: dtype I32, F32 expected");
     expect_corrupt("n8", "config.json", "\"n8\":\t", "\"n9\":\t", COMET_ERR_FORMAT, "n8");
+    /* format_version 1 (no kv_rotation key) still loads, with its meaning: no rotation;
+     * version 2 without the key is refused */
+    char dir[4200];
+    comet_model *r = NULL;
+    edited_copy("good", "nokey", "config.json", "\"kv_rotation\":", "\"kv_rotatioX\":", dir);
+    assert_int_equal(comet_checkpoint_load(dir, &r), COMET_ERR_UNSUPPORTED);
+    edited_copy("bad_nokey", "v1", "config.json", "\"format_version\":\t2",
+                "\"format_version\":\t1", dir);
+    assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
+    assert_int_equal(r->quant->format_version, 1);
+    assert_int_equal(r->kv_bits, 4);
+    assert_int_equal(r->kv_rotation, COMET_KV_ROTATION_NONE);
+    comet_model_free(r);
 }
 
 /* A permutation with a repeated entry is refused. */

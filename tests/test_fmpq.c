@@ -50,6 +50,8 @@ static float *run_logits(const comet_model *m, comet_backend *be) {
     assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv,
                                          m->cfg.head_dim), COMET_OK);
     kv.kv_bits = m->kv_bits;
+    kv.kv_group = m->kv_group;
+    kv.kv_rotation = m->kv_rotation;
     assert_int_equal(comet_kv_pool_init(&pool, n_pages, P), COMET_OK);
     assert_int_equal(comet_kv_seq_init(&seq, N_TOK, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, N_TOK, 1, n_pages, P), COMET_OK);
@@ -117,6 +119,37 @@ static void test_permutation_round_trip(void **st) {
     comet_backend_free(be);
     comet_model_free(m0);
     comet_model_free(m1);
+}
+
+/* The Hadamard KV rotation is exact in real arithmetic: with an unquantized cache the
+ * logits of the default model with the rotation equal those without it (both CPU
+ * backends), and with KV4 it changes them (the rotation is really applied). */
+static void test_kv_rotation_exact_unquantized(void **st) {
+    (void)st;
+    comet_model *m = NULL;
+    assert_int_equal(comet_model_load(model_path, &m), COMET_OK);
+    size_t n = (size_t)N_TOK * m->cfg.n_vocab;
+    for (int ref = 0; ref < 2; ref++) {
+        comet_backend *be = ref ? comet_backend_cpu_ref_init() : comet_backend_cpu_init(0);
+        assert_non_null(be);
+        m->kv_bits = 16;
+        m->kv_rotation = COMET_KV_ROTATION_NONE;
+        float *a = run_logits(m, be);
+        m->kv_rotation = COMET_KV_ROTATION_HADAMARD;
+        float *b = run_logits(m, be);
+        double d = max_rel_diff(a, b, n);
+        print_message("%s, KV16: hadamard vs no rotation: max |diff| / max |logit| = %.3g\n",
+                      be->ops->name, d);
+        assert_true(d < 1e-5);
+        m->kv_bits = 4;
+        float *c = run_logits(m, be);
+        m->kv_rotation = COMET_KV_ROTATION_NONE;
+        float *e = run_logits(m, be);
+        assert_true(max_rel_diff(c, e, n) > 1e-4);
+        free(a), free(b), free(c), free(e);
+        comet_backend_free(be);
+    }
+    comet_model_free(m);
 }
 
 /* Calibration on real text: every group of every layer sees the tokens, salience is
@@ -261,6 +294,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permutation_round_trip),
+        cmocka_unit_test(test_kv_rotation_exact_unquantized),
         cmocka_unit_test(test_calibrate_quantize_close_to_fp),
         cmocka_unit_test(test_cli_quantize_then_run),
     };

@@ -159,6 +159,56 @@ static void test_kv_error_bounds(void **st) {
     assert_int_equal(q[3], 8);
 }
 
+/* comet_wht: H_n H_n = I (round trip), orthonormal (norm kept), the known H_2 and H_4
+ * values; and on key-like vectors (a few channels far larger than the rest, as RoPE'd keys
+ * have) KV4 after the rotation (rotated back after dequantization) has a lower error
+ * than KV4 of the vector itself. */
+static void test_wht_and_kv_rotation(void **st) {
+    (void)st;
+    float h2[2] = {1.0f, 0.0f};
+    comet_wht(h2, 2);
+    assert_true(fabsf(h2[0] - 0.70710678f) < 1e-7f && fabsf(h2[1] - 0.70710678f) < 1e-7f);
+    float h4[4] = {0.0f, 1.0f, 0.0f, 0.0f}; /* column 1 of H_4 / 2: (1, -1, 1, -1) / 2 */
+    comet_wht(h4, 4);
+    assert_true(h4[0] == 0.5f && h4[1] == -0.5f && h4[2] == 0.5f && h4[3] == -0.5f);
+    for (int n = 1; n <= 256; n *= 2) {
+        float x[256], y[256];
+        double n0 = 0, n1 = 0;
+        for (int i = 0; i < n; i++) {
+            x[i] = y[i] = nrand();
+            n0 += (double)x[i] * x[i];
+        }
+        comet_wht(y, n);
+        for (int i = 0; i < n; i++)
+            n1 += (double)y[i] * y[i];
+        assert_true(fabs(n1 - n0) <= 1e-5 * n0);
+        comet_wht(y, n);
+        for (int i = 0; i < n; i++)
+            assert_true(fabsf(y[i] - x[i]) <= 1e-5f * (1.0f + fabsf(x[i])));
+    }
+    const int D = 64, trials = 200;
+    double err_plain = 0, err_rot = 0;
+    for (int t = 0; t < trials; t++) {
+        float k[64], r[64], y[64];
+        for (int i = 0; i < D; i++)
+            k[i] = nrand() * 0.5f;
+        for (int j = 0; j < 3; j++) /* outlier channels, 20-40x the others */
+            k[(int)(urand() * D) % D] += (nrand() > 0 ? 1.0f : -1.0f) * (10.0f + 10.0f * fabsf(nrand()));
+        comet_quant_kv_sim(k, 1, D, 4, y);
+        memcpy(r, k, sizeof r);
+        comet_wht(r, D);
+        comet_quant_kv_sim(r, 1, D, 4, r);
+        comet_wht(r, D);
+        for (int i = 0; i < D; i++) {
+            err_plain += (double)(y[i] - k[i]) * (y[i] - k[i]);
+            err_rot += (double)(r[i] - k[i]) * (r[i] - k[i]);
+        }
+    }
+    print_message("KV4 squared error on key-like vectors: %.4g plain, %.4g rotated\n", err_plain,
+                  err_rot);
+    assert_true(err_rot < 0.5 * err_plain);
+}
+
 static void test_reorder_int8_blocks(void **st) {
     (void)st;
     enum { K = 256, B = 64 };
@@ -427,6 +477,7 @@ int main(void) {
         cmocka_unit_test(test_act_error_bounds),
         cmocka_unit_test(test_act_amax_zero),
         cmocka_unit_test(test_kv_error_bounds),
+        cmocka_unit_test(test_wht_and_kv_rotation),
         cmocka_unit_test(test_reorder_int8_blocks),
         cmocka_unit_test(test_choose_block),
         cmocka_unit_test(test_weight_rtn),

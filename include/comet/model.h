@@ -99,13 +99,31 @@ struct comet_tokenizer;
 
 /* What a quantized model is (config.json "quantization_config" of a comet checkpoint).
  * Per-linear choices (permutation, n8) live in each comet_linear. */
-#define COMET_QUANT_FORMAT_VERSION 1
+/* Version 2 added kv_rotation; version 1 checkpoints are read with kv_rotation = none
+ * (their meaning when they were written). */
+#define COMET_QUANT_FORMAT_VERSION 2
+
+/* Rotation of K (after RoPE) and V per KV head before KV quantization (NUMERICS.md
+ * "KV cache"): none, or the normalized Walsh–Hadamard matrix H_D (D a power of two);
+ * attention then rotates q by H_D and its output back by H_D, so only the quantization
+ * error changes. */
+typedef enum comet_kv_rotation {
+    COMET_KV_ROTATION_NONE = 0,
+    COMET_KV_ROTATION_HADAMARD = 1,
+} comet_kv_rotation;
+
+/* "none" / "hadamard" (the checkpoint's and the CLI's spelling); NULL for other values. */
+const char *comet_kv_rotation_name(int rotation);
+
+/* The comet_kv_rotation named `name`, or -1 for a name not listed above. */
+int comet_kv_rotation_parse(const char *name);
 typedef struct comet_quant_config {
     int format_version; /* COMET_QUANT_FORMAT_VERSION */
     int w_bits;         /* 4, 8, 16 or 32 */
     int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
     int kv_bits;        /* 4, 8 or 16 */
     int kv_group;       /* G: channels per KV scale/zero group (divides D; D = per head) */
+    int kv_rotation;    /* comet_kv_rotation applied before KV quantization */
     int block;          /* B */
     int reorder;        /* channels sorted by salience (else identity permutations) */
     float tau;          /* INT8 threshold: salience > tau * median */
@@ -134,6 +152,7 @@ typedef struct comet_model {
     int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
                   * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
     int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
+    int kv_rotation; /* comet_kv_rotation of the KV cache (the CPU backends apply it) */
     /* Every weight buffer above is owned by the model and released by comet_model_free:
      * weight/quantization buffers through this registry (comet_model_own); `layers` (calloc),
      * `tok`, `chat_template`, `name` and `path` are freed directly. */

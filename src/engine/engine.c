@@ -612,6 +612,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
         goto fail;
     e->kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
     e->kv.kv_group = m->kv_group;
+    e->kv.kv_rotation = m->kv_rotation;
     e->fc = comet_forward_init(m, e->be, p.max_batch_tokens);
     if (!e->fc)
         goto fail;

@@ -153,6 +153,7 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         goto done;
     kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
     kv.kv_group = m->kv_group;
+    kv.kv_rotation = m->kv_rotation;
     fc = comet_forward_init(m, be, chunk);
     if (!fc) {
         st = COMET_ERR_NOMEM;

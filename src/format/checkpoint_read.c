@@ -203,10 +203,11 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                "%s: quantization_config.quant_method: \"comet-fmpq\" expected",
                                c->cfg_path);
     COMET_TRY(get_int(c, qj, W, "format_version", 0, 0, &q->format_version));
-    if (q->format_version != COMET_QUANT_FORMAT_VERSION)
+    if (q->format_version < 1 || q->format_version > COMET_QUANT_FORMAT_VERSION)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "%s: quantization_config.format_version %d is not known to this "
-                               "build (it reads version %d); re-quantize the model with this build",
+                               "build (it reads versions 1 to %d); re-quantize the model with "
+                               "this build",
                                c->cfg_path, q->format_version, COMET_QUANT_FORMAT_VERSION);
     COMET_TRY(get_int(c, qj, W, "w_bits", 0, 0, &q->w_bits));
     COMET_TRY(get_int(c, qj, W, "a_bits", 0, 0, &q->a_bits));
@@ -216,6 +217,19 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
         return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_group_size %d "
                                "does not divide head_dim %d", c->cfg_path, q->kv_group,
                                m->cfg.head_dim);
+    /* version 1 had no KV rotation; from version 2 the key is required */
+    q->kv_rotation = COMET_KV_ROTATION_NONE;
+    if (q->format_version >= 2) {
+        const cJSON *rot = cJSON_GetObjectItemCaseSensitive(qj, "kv_rotation");
+        q->kv_rotation = cJSON_IsString(rot) ? comet_kv_rotation_parse(rot->valuestring) : -1;
+        if (q->kv_rotation < 0)
+            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.kv_rotation: "
+                                   "\"none\" or \"hadamard\" expected", c->cfg_path);
+        if (q->kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
+            return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_rotation "
+                                   "\"hadamard\" needs a power-of-two head_dim, not %d",
+                                   c->cfg_path, m->cfg.head_dim);
+    }
     COMET_TRY(get_int(c, qj, W, "block_size", 0, 0, &q->block));
     if (q->w_bits != 4 && q->w_bits != 8 && q->w_bits != 16 && q->w_bits != 32)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.w_bits %d: 4, 8, "
@@ -288,6 +302,7 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     m->quant = q;
     m->kv_bits = q->kv_bits;
     m->kv_group = q->kv_group;
+    m->kv_rotation = q->kv_rotation;
     return COMET_OK;
 }
 

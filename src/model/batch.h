@@ -50,6 +50,10 @@ typedef struct comet_kv_cache {
                     * token's K/V per KV head (NUMERICS.md "KV cache", simulated in fp32);
                     * set from the model's kv_bits by whoever sets up the cache */
     int kv_group;  /* G channels per scale/zero group of the above (divides D); 0 = D */
+    int kv_rotation; /* comet_kv_rotation (comet/model.h): 0 = none; 1 = hadamard: kv_append
+                      * stores H_D·k and H_D·v per KV head (then quantizes them as above) and
+                      * attention uses H_D·q and rotates its output back by H_D; D must be
+                      * a power of two */
 } comet_kv_cache;
 
 /* Tokens held by sequence s of batch b after the step's append (see comet_batch). */

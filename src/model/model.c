@@ -1,4 +1,5 @@
-/* model.c — comet_model lifetime (free, owned-buffer registry) and config validation.
+/* model.c — comet_model lifetime (free, owned-buffer registry), config validation and the
+ * KV rotation names.
  *
  * Loaders (src/format/) fill a comet_model; this file only knows the struct. Weight
  * buffers are registered with comet_model_own and released together; the layer array,
@@ -7,6 +8,7 @@
 #include "comet/model.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "comet/tokenizer.h"
 
@@ -88,4 +90,24 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
           "%d x head_dim %d x n_embd %d is too large", c->n_head, c->head_dim, c->n_embd);
 #undef CHECK
     return COMET_OK;
+}
+
+const char *comet_kv_rotation_name(int rotation) {
+    switch (rotation) {
+    case COMET_KV_ROTATION_NONE:
+        return "none";
+    case COMET_KV_ROTATION_HADAMARD:
+        return "hadamard";
+    }
+    return NULL;
+}
+
+int comet_kv_rotation_parse(const char *name) {
+    if (!name)
+        return -1;
+    if (!strcmp(name, "none"))
+        return COMET_KV_ROTATION_NONE;
+    if (!strcmp(name, "hadamard"))
+        return COMET_KV_ROTATION_HADAMARD;
+    return -1;
 }

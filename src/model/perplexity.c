@@ -68,6 +68,7 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
         goto done;
     kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
     kv.kv_group = m->kv_group;
+    kv.kv_rotation = m->kv_rotation;
     if (!(fc = comet_forward_init(m, be, chunk))) {
         st = COMET_ERR_NOMEM;
         goto done;

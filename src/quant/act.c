@@ -95,3 +95,17 @@ void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y)
             yg[i] = (float)q[i] * s + z;
     }
 }
+
+void comet_wht(float *x, int n) {
+    COMET_ASSERT(comet_is_pow2(n));
+    for (int h = 1; h < n; h *= 2)
+        for (int i = 0; i < n; i += 2 * h)
+            for (int j = i; j < i + h; j++) {
+                float a = x[j], b = x[j + h];
+                x[j] = a + b;
+                x[j + h] = a - b;
+            }
+    float norm = 1.0f / sqrtf((float)n);
+    for (int i = 0; i < n; i++)
+        x[i] *= norm;
+}

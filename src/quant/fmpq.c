@@ -86,6 +86,7 @@ comet_fmpq_params comet_fmpq_default_params(void) {
         .w_bits = 4,
         .a_bits = 4,
         .kv_bits = 4,
+        .kv_rotation = -1,
         .block = -1,
         .reorder = 1,
         .tau = 2.0f,
@@ -114,6 +115,14 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
     if (p->kv_bits != 4 && p->kv_bits != 8 && p->kv_bits != 16)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv_bits);
+    if (p->kv_rotation != -1 && !comet_kv_rotation_name(p->kv_rotation))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "quantize: KV rotation %d; none, hadamard or automatic (-1) "
+                               "would work", p->kv_rotation);
+    if (p->kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "quantize: the hadamard KV rotation needs a power-of-two head "
+                               "dim, not %d; --kv-rotation none would work", m->cfg.head_dim);
     if (!(p->int8_budget >= 0.0f && p->int8_budget <= 1.0f) || !(p->tau >= 0.0f))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: INT8 budget %g must be in [0, 1] and tau %g >= 0",
@@ -295,6 +304,10 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->a_bits = p->a_bits;
     qc->kv_bits = p->kv_bits;
     qc->kv_group = p->kv_group > 0 ? p->kv_group : m->cfg.head_dim;
+    qc->kv_rotation = p->kv_rotation >= 0 ? p->kv_rotation
+                      : p->kv_bits < 16 && comet_is_pow2(m->cfg.head_dim)
+                          ? COMET_KV_ROTATION_HADAMARD
+                          : COMET_KV_ROTATION_NONE;
     qc->block = B;
     qc->reorder = p->reorder;
     qc->tau = p->tau;
@@ -308,6 +321,7 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     m->quant = qc;
     m->kv_bits = p->kv_bits;
     m->kv_group = qc->kv_group;
+    m->kv_rotation = qc->kv_rotation;
     return COMET_OK;
 }
 

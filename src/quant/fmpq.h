@@ -49,6 +49,8 @@ typedef struct comet_fmpq_params {
     int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
     int kv_bits;       /* 4, 8 or 16 */
     int kv_group;      /* channels per KV scale/zero group; 0 = D (NUMERICS.md default) */
+    int kv_rotation;   /* comet_kv_rotation; -1 = automatic: hadamard when the KV cache is
+                        * quantized (4 or 8 bits) and D is a power of two, else none */
     int block;         /* B; 0 = one block per row (per-token activations, per-channel
                         * weights); -1 = automatic (comet_quant_choose_block) */
     int reorder;       /* sort channels by salience */
@@ -59,8 +61,8 @@ typedef struct comet_fmpq_params {
     float gptq_damp;
 } comet_fmpq_params;
 
-/* Defaults: W4 A4(mixed) KV4, automatic block, reorder, tau 2 (chosen by docs/accuracy.md),
- * budget 0.25, GPTQ with the
+/* Defaults: W4 A4(mixed) KV4 (automatic KV rotation), automatic block, reorder, tau 2
+ * (chosen by docs/accuracy.md), budget 0.25, GPTQ with the
  * clipping search, damping 0.01. */
 comet_fmpq_params comet_fmpq_default_params(void);
 

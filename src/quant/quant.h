@@ -123,6 +123,15 @@ void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t 
  * bits 16 (or 0) copies x. y may alias x. */
 void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y);
 
+/* In-place normalized fast Walsh–Hadamard transform of x[n] (n a power of two, n >= 1):
+ * x <- H_n x with H_n the Sylvester Hadamard matrix divided by sqrt(n). H_n is symmetric
+ * and orthogonal (H_n H_n = I), so applying it twice gives x back up to fp32 rounding.
+ * O(n log n). This is the KV-cache rotation of NUMERICS.md "KV cache". */
+void comet_wht(float *x, int n);
+
+/* 1 when n is a power of two (n >= 1): the head dims comet_wht accepts. */
+static inline int comet_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+
 /* ---- Calibration statistics, reordering, INT8 block choice --------------------------- */
 
 /* sal[k] = max(sal[k], max_t |x[t, k]|) for x [T, K]. */

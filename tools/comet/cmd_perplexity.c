@@ -13,6 +13,7 @@
 #include "comet/tokenizer.h"
 #include "commands.h"
 #include "model/perplexity.h"
+#include "quant/quant.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -34,13 +35,17 @@ static void usage(FILE *f) {
             "                     floating-point models)\n"
             "  --kv-group G       channels per KV scale/zero group (default: the model's, or\n"
             "                     the head dim)\n"
+            "  --kv-rotation none|hadamard\n"
+            "                     rotate K, V (and q) per KV head by the Walsh-Hadamard matrix\n"
+            "                     before KV quantization (default: the model's; hadamard when\n"
+            "                     --kv-bits 4 or 8 quantizes the KV cache of a model without one)\n"
             "  --verbose          debug logs on stderr\n");
 }
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
-    int verbose = 0;
+    int verbose = 0, kv_rotation = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -82,6 +87,13 @@ int cmd_perplexity(int argc, char **argv) {
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--kv-rotation")) {
+            kv_rotation = comet_kv_rotation_parse(val);
+            if (kv_rotation < 0) {
+                fprintf(stderr, "comet perplexity: --kv-rotation expects none or hadamard\n");
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
         } else {
@@ -111,8 +123,20 @@ int cmd_perplexity(int argc, char **argv) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }
+    int model_kv_quantized = m->kv_bits == 4 || m->kv_bits == 8;
     if (kv_bits)
         m->kv_bits = (int)kv_bits;
+    if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
+        comet_is_pow2(m->cfg.head_dim))
+        kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
+    if (kv_rotation >= 0) {
+        if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim)) {
+            fprintf(stderr, "comet perplexity: --kv-rotation hadamard needs a power-of-two head "
+                    "dim, not %d\n", m->cfg.head_dim);
+            goto out;
+        }
+        m->kv_rotation = kv_rotation;
+    }
     if (kv_group) {
         if (m->cfg.head_dim % kv_group) {
             fprintf(stderr, "comet perplexity: --kv-group %ld does not divide the head dim %d\n",
@@ -153,13 +177,15 @@ int cmd_perplexity(int argc, char **argv) {
               pp.ctx, be->n_threads);
     const comet_quant_config *q = m->quant;
     if (q)
-        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d) FMPQ, block %d, weights %s, "
-                  "calibration %s (%ld tokens)", q->w_bits, q->a_bits, m->kv_bits ? m->kv_bits : 16,
-                  m->kv_group ? m->kv_group : m->cfg.head_dim, q->block, q->wmethod,
+        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
+                  "weights %s, calibration %s (%ld tokens)", q->w_bits, q->a_bits,
+                  m->kv_bits ? m->kv_bits : 16, m->kv_group ? m->kv_group : m->cfg.head_dim,
+                  comet_kv_rotation_name(m->kv_rotation), q->block, q->wmethod,
                   q->calib_corpus[0] ? q->calib_corpus : "none", q->calib_tokens);
     else
-        comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d",
-                  m->kv_bits ? m->kv_bits : 16);
+        comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d (group %d, rotation %s)",
+                  m->kv_bits ? m->kv_bits : 16, m->kv_group ? m->kv_group : m->cfg.head_dim,
+                  comet_kv_rotation_name(m->kv_rotation));
     comet_ppl_result r;
     if (comet_perplexity(m, be, ids, n, &pp, &r) < 0) {
         cli_report_error("perplexity", "perplexity failed");

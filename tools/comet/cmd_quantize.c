@@ -55,6 +55,10 @@ static void usage(FILE *f) {
             "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
             "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
             "                       default: the head dim, one group per head)\n"
+            "  --kv-rotation none|hadamard\n"
+            "                       rotate K, V per KV head by the Walsh-Hadamard matrix\n"
+            "                       before KV quantization (default: hadamard when the KV\n"
+            "                       cache is quantized and the head dim a power of two)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
@@ -142,6 +146,13 @@ int cmd_quantize(int argc, char **argv) {
             }
         } else if (!strcmp(a, "--kv-group")) {
             bad = cli_parse_int("quantize", a, val, 1, 4096, &kvgroup), i++;
+        } else if (!strcmp(a, "--kv-rotation")) {
+            p.kv_rotation = comet_kv_rotation_parse(val);
+            if (p.kv_rotation < 0) {
+                fprintf(stderr, "comet quantize: --kv-rotation expects none or hadamard\n");
+                return 2;
+            }
+            i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -265,9 +276,9 @@ int cmd_quantize(int argc, char **argv) {
     double frac[COMET_QGROUP_COUNT], fb, fw;
     comet_fmpq_int8_fraction(m, frac, &fb, &fw);
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
-    fprintf(stderr, "  W%d A%s KV%d, block %d, weights %s%s, %s\n", p.w_bits,
-            p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16", p.kv_bits,
-            qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
+    fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
+            p.w_bits, p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16",
+            p.kv_bits, qc->kv_group, comet_kv_rotation_name(qc->kv_rotation), qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
             p.reorder ? "channels reordered" : "channel order kept");
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,

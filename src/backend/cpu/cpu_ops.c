@@ -414,8 +414,9 @@ static void attn_tile_task(void *ctx, int item, int tid) {
                (size_t)g * D * sizeof(float));
 }
 
-static comet_status cpu_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                  const comet_batch *b, const float *q, int H, float *out) {
+static comet_status cpu_attention_stored(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                         const comet_batch *b, const float *q, int H,
+                                         float *out) {
     cpu_impl *impl = be->impl;
     COMET_ASSERT(kv->head_dim <= COMET_CPU_MAX_HEAD_DIM && kv->page_size <= MAX_PAGE_SIZE);
     COMET_ASSERT(H % kv->n_head_kv == 0 && H / kv->n_head_kv <= COMET_CPU_MAX_GQA_GROUP);
@@ -518,6 +519,12 @@ static void cpu_destroy(comet_backend *be) {
     free(impl->scratch_cap);
     free(impl);
     free(be);
+}
+
+/* attention as the ops table sees it: the KV rotation (if any) around cpu_attention_stored */
+static comet_status cpu_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                  const comet_batch *b, const float *q, int H, float *out) {
+    return comet_cpu_attention_rotated(be, kv, layer, b, q, H, out, cpu_attention_stored);
 }
 
 static const comet_backend_ops cpu_ops = {

@@ -78,8 +78,9 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
     return COMET_OK;
 }
 
-static comet_status ref_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                  const comet_batch *b, const float *q, int H, float *out) {
+static comet_status ref_attention_stored(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                         const comet_batch *b, const float *q, int H,
+                                         float *out) {
     int D = kv->head_dim, Hkv = kv->n_head_kv, group = H / Hkv;
     double scale = 1.0 / sqrt((double)D);
     for (int s = 0; s < b->n_seqs; s++)
@@ -143,6 +144,12 @@ static comet_status ref_logits(comet_backend *be, const float *x, const int32_t 
 }
 
 static void ref_destroy(comet_backend *be) { free(be); }
+
+/* attention as the ops table sees it: the KV rotation (if any) around ref_attention_stored */
+static comet_status ref_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                  const comet_batch *b, const float *q, int H, float *out) {
+    return comet_cpu_attention_rotated(be, kv, layer, b, q, H, out, ref_attention_stored);
+}
 
 static const comet_backend_ops ref_ops = {
     .name = "cpu-ref",
