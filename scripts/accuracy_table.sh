@@ -29,7 +29,10 @@ q_opts="--model $MODEL --calib $CALIB --calib-windows $CALIB_WINDOWS --calib-cac
 declare -A Q P
 # name -> quantize options ("" = no quantization) ; perplexity extra options
 Q[fp]="";                                            P[fp]=""
-Q[fp_kv4]="";                                        P[fp_kv4]="--kv-bits 4"
+Q[fp_kv4]="";                                        P[fp_kv4]="--kv-bits 4"    # Hadamard rotation (default)
+Q[fp_kv4_norot]="";                                  P[fp_kv4_norot]="--kv-bits 4 --kv-rotation none"
+Q[fp_kv4g16]="";                                     P[fp_kv4g16]="--kv-bits 4 --kv-group 16"
+Q[fp_kv4g16_norot]="";                               P[fp_kv4g16_norot]="--kv-bits 4 --kv-group 16 --kv-rotation none"
 Q[w8a8]="--wbits 8 --abits 8 --block 0 --kv-bits 16 --wmethod rtn --no-reorder"
 Q[w4a16_rtn]="--abits 16 --kv-bits 16 --wmethod rtn --no-reorder"
 Q[w4a16_gptq]="--abits 16 --kv-bits 16 --wmethod gptq"
@@ -38,11 +41,11 @@ Q[w4a4_reorder]="--int8-budget 0 --kv-bits 16 --wmethod rtn"
 Q[w4ax_rtn]="--kv-bits 16 --wmethod rtn"
 Q[w4ax_gptq]="--kv-bits 16 --wmethod gptq"
 Q[w4axkv4_gptq]="--kv-bits 4 --wmethod gptq"
+Q[w4axkv4_norot_gptq]="--kv-bits 4 --kv-rotation none --wmethod gptq"
 Q[w4a16kv4_gptq]="--abits 16 --kv-bits 4 --wmethod gptq"
-Q[fp_kv4g16]="";                                     P[fp_kv4g16]="--kv-bits 4 --kv-group 16"
 Q[w4axkv4g16_gptq]="--kv-bits 4 --kv-group 16 --wmethod gptq"
 Q[w4axkv4g16_b32_gptq]="--block 32 --kv-bits 4 --kv-group 16 --wmethod gptq"
-ORDER="fp w4axkv4_gptq w4ax_gptq w4a16_gptq fp_kv4 w4a16_rtn w4ax_rtn w4a4_reorder w4a4_naive w8a8 w4a16kv4_gptq fp_kv4g16 w4axkv4g16_gptq w4axkv4g16_b32_gptq"
+ORDER="fp fp_kv4 w4axkv4_gptq w4a16_gptq w4ax_gptq w4a16_rtn w4ax_rtn w8a8 w4a16kv4_gptq w4a4_reorder w4a4_naive fp_kv4_norot fp_kv4g16 fp_kv4g16_norot w4axkv4_norot_gptq w4axkv4g16_gptq w4axkv4g16_b32_gptq"
 
 rows=${*:-$ORDER}
 for r in $rows; do

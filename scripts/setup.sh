@@ -164,6 +164,12 @@ gen_model="models/$MODEL_FILE"
 if [ "${COMET_FP:-0}" != "1" ]; then
     # The W4AxKV4 checkpoint (FMPQ, GPTQ), made once: tokenizer_config.json is written last.
     gen_model="models/smollm2-w4axkv4"
+    # A checkpoint from before format_version 2 (no "kv_rotation") still loads, but without
+    # the KV rotation that is now the default: made again once.
+    if [ -f "$gen_model/tokenizer_config.json" ] && ! grep -q '"kv_rotation"' "$gen_model/config.json"; then
+        say "quantize: $gen_model is from an older comet (no KV rotation); quantizing it again"
+        rm -f "$gen_model/tokenizer_config.json"
+    fi
     if [ ! -f "$gen_model/tokenizer_config.json" ]; then
         say "quantize: build/comet quantize --calib data/mobydick.txt --calib-windows 16 --out $gen_model (first use, a few minutes)"
         build/comet quantize --model "models/$MODEL_FILE" --calib data/mobydick.txt \

@@ -331,6 +331,25 @@ static void test_weight_rtn(void **st) {
         assert_true(fabsf(w[i] - wd[i]) <= 0.5f * comet_quant_f16_value(s8[i / K]) * 1.01f + 1e-6f);
     assert_int_equal(comet_quant_w_rtn(w, N, K, 48, 4, 0, q, s), COMET_ERR_INVALID_ARG);
     assert_int_equal(comet_quant_w_rtn(w, N, K, B, 3, 0, q, s), COMET_ERR_INVALID_ARG);
+    /* The weighted search: h = 1 everywhere is the plain one; a heavy weight on the
+     * largest entry (which the clipped scales cut) makes the search keep it exact
+     * enough: its weighted error is no larger than with the plain choice. */
+    float h[64], blk[64];
+    for (int i = 0; i < 64; i++)
+        h[i] = 1.0f, blk[i] = nrand();
+    blk[5] = 6.0f; /* an outlier: the plain search clips it */
+    assert_int_equal(comet_quant_w_block_scale_weighted(blk, h, 64, 7, 1),
+                     comet_quant_w_block_scale(blk, 64, 7, 1));
+    h[5] = 1e4f;
+    float sp = comet_quant_f16_value(comet_quant_w_block_scale(blk, 64, 7, 1));
+    float sw = comet_quant_f16_value(comet_quant_w_block_scale_weighted(blk, h, 64, 7, 1));
+    double ep = 0, ew = 0;
+    for (int i = 0; i < 64; i++) {
+        double dp = blk[i] - comet_quant_w_code(blk[i], sp, 7) * sp;
+        double dw = blk[i] - comet_quant_w_code(blk[i], sw, 7) * sw;
+        ep += h[i] * dp * dp, ew += h[i] * dw * dw;
+    }
+    assert_true(sw != sp && ew < ep);
 }
 
 /* Output error ||X Wᵀ - X Ŵᵀ||² / (T N) for codes q and scales s. */

@@ -8,7 +8,7 @@
  * order, each one's error spread over the not-yet-quantized columns; updates outside
  * the current batch of columns are deferred and applied as one SGEMM ("lazy batch").
  * Block scales are chosen when a block's first column is reached, from the weights as
- * updated by then. */
+ * updated by then, by the clipping search weighted with GPTQ's per-column loss 1/U_ii². */
 #include <cblas.h>
 #include <lapacke.h>
 #include <stdlib.h>
@@ -57,9 +57,9 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
     float *W = malloc((size_t)N * K * sizeof *W);
     float *U = malloc((size_t)K * K * sizeof *U);
     double *work = malloc((size_t)K * K * sizeof *work);
-    float *E = malloc((size_t)N * bs * sizeof *E);
-    if (!W || !U || !work || !E) {
-        free(W), free(U), free(work), free(E);
+    float *E = malloc((size_t)N * bs * sizeof *E), *hw = malloc((size_t)B * sizeof *hw);
+    if (!W || !U || !work || !E || !hw) {
+        free(W), free(U), free(work), free(E), free(hw);
         return comet_set_error(COMET_ERR_NOMEM, "gptq: out of memory for a %dx%d layer", N, K);
     }
     int info = -1;
@@ -68,7 +68,7 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
         info = inverse_cholesky(xtx, K, d, work, U);
     free(work);
     if (info) {
-        free(W), free(U), free(E);
+        free(W), free(U), free(E), free(hw);
         return comet_set_error(COMET_ERR_INTERNAL,
                                "gptq: the calibration Hessian (%dx%d) is not positive definite "
                                "even with damping %g (LAPACK info %d); more calibration data "
@@ -81,9 +81,13 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
         for (int i = i1; i < i2; i++) {
             if (i % B == 0) {
                 int b = i / B;
+                for (int j = 0; j < B; j++) { /* GPTQ's loss of column i+j: err² / U_jj² */
+                    float dj = U[(size_t)(i + j) * K + i + j];
+                    hw[j] = 1.0f / (dj * dj);
+                }
                 for (int n = 0; n < N; n++)
-                    s[(size_t)n * nb + b] =
-                        comet_quant_w_block_scale(W + (size_t)n * K + i, B, qmax, clip_search);
+                    s[(size_t)n * nb + b] = comet_quant_w_block_scale_weighted(
+                        W + (size_t)n * K + i, hw, B, qmax, clip_search);
             }
             const float *urow = U + (size_t)i * K;
             float dii = urow[i];
@@ -102,6 +106,6 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K - i2, i2 - i1, -1.0f, E,
                         bs, U + (size_t)i1 * K + i2, K, 1.0f, W + i2, K);
     }
-    free(W), free(U), free(E);
+    free(W), free(U), free(E), free(hw);
     return COMET_OK;
 }

@@ -177,6 +177,10 @@ comet_status comet_quant_w_rtn(const float *w, int N, int K, int B, int bits, in
  * An all-zero block gives 0. */
 uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_search);
 
+/* The same with the squared errors weighted: sum h[i] (w[i] - q[i]*s)^2 (h NULL: all 1). */
+uint16_t comet_quant_w_block_scale_weighted(const float *w, const float *h, int n, int qmax,
+                                            int clip_search);
+
 /* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 gives 0. */
 static inline int8_t comet_quant_w_code(float w, float s, int qmax) {
     if (s == 0.0f)
@@ -194,7 +198,8 @@ void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int
  * columns. Columns are quantized in order with lazy batch updates (batch of
  * max(B, 128) columns rounded to a multiple of B); each block's scales are chosen (with
  * the clipping search when clip_search) from the error-updated weights when the block's
- * first column is reached. Damping: damp * mean(diag) added to the diagonal (damp 0.01
+ * first column is reached; the search weighs column i's squared error by 1/U_ii² (U the
+ * upper Cholesky factor of H⁻¹), GPTQ's own loss for that column. Damping: damp * mean(diag) added to the diagonal (damp 0.01
  * is the usual choice), raised tenfold up to 3 times if the Cholesky factorization
  * (LAPACKE_dpotrf/dpotri) fails. Channels never seen (diag 0) get diag 1.
  * Writes q [N, K] and s [N, K/B] like comet_quant_w_rtn. Returns COMET_ERR_NOMEM,

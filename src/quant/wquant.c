@@ -5,6 +5,11 @@
 #include "quant/quant.h"
 
 uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_search) {
+    return comet_quant_w_block_scale_weighted(w, NULL, n, qmax, clip_search);
+}
+
+uint16_t comet_quant_w_block_scale_weighted(const float *w, const float *h, int n, int qmax,
+                                            int clip_search) {
     float amax = 0.0f;
     for (int i = 0; i < n; i++)
         if (fabsf(w[i]) > amax)
@@ -24,7 +29,7 @@ uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_sea
         double err = 0.0;
         for (int i = 0; i < n; i++) {
             float d = w[i] - (float)comet_quant_w_code(w[i], s, qmax) * s;
-            err += (double)d * d;
+            err += (h ? (double)h[i] : 1.0) * d * d;
         }
         if (err < best_err) {
             best_err = err;
