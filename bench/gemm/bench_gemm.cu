@@ -176,11 +176,14 @@ static void run_int8(void *p, int set)
                        &c->algo, c->ltws, c->ltws_bytes, 0));
 }
 
+static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force one */
+static int g_ablate = 0; /* --ablate: stages left out (profiling; results wrong) */
+
 static void run_ours(void *p, int set)
 {
     ctx_t *c = (ctx_t *)p;
     comet_cuda_w4ax_gemm g = {};
-    g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8;
+    g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel, g.ablate = g_ablate;
     g.qw = c->qw + (set % c->nsw) * c->wstride;
     g.sw = c->sw + (set % c->nsw) * c->swstride;
     g.qa = c->qa + (set % c->nsx) * c->xstride;
@@ -211,7 +214,8 @@ int main(int argc, char **argv)
 {
     bool quick = false;
     const char *out = NULL;
-    int one_m = 0, one_n = 0, one_k = 0, one_kernel = 0;
+    int one_m = 0, one_n = 0, one_k = 0, one_kernel = 0, n_shapes_arg = 0;
+    const char *ms_arg = NULL, *fr_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
@@ -220,6 +224,16 @@ int main(int argc, char **argv)
             one_kernel = atoi(argv[i + 4]), i += 4;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             out = argv[++i];
+        else if (!strcmp(argv[i], "--ms") && i + 1 < argc) /* --ms 1,16,256: only these M */
+            ms_arg = argv[++i];
+        else if (!strcmp(argv[i], "--fracs") && i + 1 < argc) /* --fracs 0.125: INT8 fractions */
+            fr_arg = argv[++i];
+        else if (!strcmp(argv[i], "--kernel") && i + 1 < argc) /* --kernel 4: force a kernel */
+            g_kernel = (comet_w4ax_kernel)atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ablate") && i + 1 < argc) /* --ablate 1|2|4: see gemm_w4ax.h */
+            g_ablate = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) /* --shapes 8: first 8 shapes */
+            n_shapes_arg = atoi(argv[++i]);
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -273,7 +287,18 @@ int main(int argc, char **argv)
     std::vector<int> Ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
     if (quick)
         Ms = {1, 16, 64, 256, 2048};
-    const double fracs[] = {0.0, 0.125, 0.25};
+    if (ms_arg) {
+        Ms.clear();
+        for (const char *q = ms_arg; *q; q += strcspn(q, ","), q += *q == ',')
+            Ms.push_back(atoi(q));
+        std::sort(Ms.begin(), Ms.end());
+    }
+    std::vector<double> fracs = {0.0, 0.125, 0.25};
+    if (fr_arg) {
+        fracs.clear();
+        for (const char *q = fr_arg; *q; q += strcspn(q, ","), q += *q == ',')
+            fracs.push_back(atof(q));
+    }
     const int B = 128;
     std::vector<row_t> rows;
 
@@ -286,7 +311,10 @@ int main(int argc, char **argv)
     printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer", "N",
            "K", "M", "int8%", "ours_us", "TOPS", "GB/s", "fp16_us", "int8_us", "x_fp16", "x_int8",
            "roofl", "plan");
+    int shape_i = 0;
     for (const shape_t &s : shapes) {
+        if (n_shapes_arg > 0 && shape_i++ >= n_shapes_arg)
+            break;
         const int N = s.N, K = s.K, nb = K / B, Mmax = Ms.back();
         c.N = N, c.K = K, c.B = B;
         /* weights: fp16, int8, packed int4 (random bytes are random codes in any layout) */
@@ -351,7 +379,7 @@ int main(int argc, char **argv)
                 c.wstride = w4b, c.swstride = swb / 2, c.nsw = ns4;
                 c.sastride = (size_t)M * nb;
                 comet_cuda_w4ax_gemm g = {};
-                g.M = M, g.N = N, g.K = K, g.B = B;
+                g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel;
                 size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
                 if (need > c.ws_bytes) {
                     cudaFree(c.ws);

@@ -12,8 +12,10 @@
  *    global memory straight into registers (16-byte loads, 4 k64 chunks ahead of use); the
  *    CTA's tokens for its K range sit in shared memory. K is split across CTAs so all SMs
  *    stream.
- *  - wgmma (M > 32, sm_90a): one warpgroup per 64 weight rows x 128 tokens, weights as the
- *    register A operand of wgmma.m64n128k32.s8, swizzled token tiles as B, cp.async ring.
+ *  - wgmma (M > 32, sm_90a): warp-specialized; a producer warp fills a ring of stages with
+ *    TMA (tokens, swizzled) and bulk copies (weights, scales) on mbarriers, two consumer
+ *    warpgroups own 64 weight rows each of a 128 x 128 tile, weights as the register A
+ *    operand of wgmma.m64n128k32.s8, tokens as B from shared memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
  *    pipeline of 64-deep K slices, activations read with ldmatrix.
  * Measured speeds and what limits each kernel: docs/gemm.md, bench/results/.
@@ -26,9 +28,11 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <cudaTypedefs.h>
 
 #include <mutex>
 #include <stdio.h>
+#include <string.h>
 
 namespace {
 
@@ -43,6 +47,8 @@ struct params {
     int32_t *bsum;
     float *part;       /* [S, M, N] split-K partials */
     unsigned *counter; /* one per (blockIdx.x, blockIdx.y) tile */
+    int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
+    int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
 };
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -130,6 +136,78 @@ __device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
     return v;
 }
 
+[[maybe_unused]] __device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_init(uint64_t *bar, unsigned count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, unsigned bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
+                 : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
+{
+    uint32_t done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done)
+                     : "r"(smem_u32(bar)), "r"(parity)
+                     : "memory");
+    } while (!done);
+}
+/* This thread's earlier cp.async copies arrive on `bar` when they land (no pending-count
+ * increment: the barrier's expected count includes these arrivals). */
+[[maybe_unused]] __device__ __forceinline__ void cp_async_mbar_arrive(uint64_t *bar)
+{
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, int x, int y,
+                                                             uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(smem_u32(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void bulk_load(void *dst, const void *src, unsigned bytes,
+                                                           uint64_t *bar)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                     smem_u32(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* Thread-block cluster primitives (sm_90): barrier over all threads of the cluster, this
+ * CTA's rank in it, and a 4-byte load from the same shared-memory offset in CTA `rank`. */
+[[maybe_unused]] __device__ __forceinline__ void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ unsigned cluster_rank()
+{
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+[[maybe_unused]] __device__ __forceinline__ float ld_dsmem(const float *p, int rank)
+{
+    uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
+    float v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
 /* Stream kernel. Grid (ceil(Np/16 / WARPS), ceil(M / (8*MI)), S); WARPS warps per CTA, warp
  * w owning weight rows [16*(blockIdx.x*WARPS + w), +16) and tokens
  * [8*MI*blockIdx.y, +8*MI). Split s covers activation blocks [s*nb/S, (s+1)*nb/S). The CTA
@@ -138,7 +216,7 @@ __device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
  * buffered loop over groups of G = 4 k64 chunks: issue the 16-byte loads of the next group
  * (and its weight scales), then 2*MI mma per chunk of the current group, promoting at each
  * block end. KPB = B/64 chunks per block. */
-template <int MI, int KPB, int WARPS, bool BSUM>
+template <int MI, int KPB, int WARPS, bool BSUM, bool CL>
 __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 {
     constexpr int G = 4, NBG = G / KPB, B = KPB * 64;
@@ -206,7 +284,9 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                     }
 #pragma unroll
             for (int j = 0; j < G; j++) {
-                if (c0 + j < nch) {
+                if (c0 + j < nch && (p.ablate & 16)) { /* profiling: weights loaded, not used */
+                    ci[0][0] ^= (int)(cur[j].x ^ cur[j].y ^ cur[j].z ^ cur[j].w);
+                } else if (c0 + j < nch) {
                     const uint8_t *ap = smem + (c0 + j) * 64 + tq * 4;
 #pragma unroll
                     for (int st = 0; st < 2; st++) {
@@ -261,6 +341,34 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
             }
         return;
     }
+    if (CL) {
+        /* The S splits of this tile are one thread-block cluster (dims 1 x 1 x S): each CTA
+         * leaves its partial tile in its own shared memory; CTA rank q sums rows
+         * [q*RT/S, (q+1)*RT/S) of the S partials through distributed shared memory, in split
+         * order (the same fp32 additions as the global-memory path, so the same bits). */
+#if __CUDA_ARCH__ >= 900
+        constexpr int TT = 8 * MI, RT = WARPS * 16;
+        const int rs_max = ((p.nb + p.S - 1) / p.S) * B + 16;
+        float *red = reinterpret_cast<float *>(smem + (8 * MI * rs_max + 15) / 16 * 16);
+#pragma unroll
+        for (int f = 0; f < MI; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                red[(warp * 16 + g + (r >> 1) * 8) * TT + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
+        cluster_sync();
+        const int q = (int)cluster_rank(), r0 = q * RT / p.S, r1 = (q + 1) * RT / p.S;
+        for (int i = threadIdx.x; i < (r1 - r0) * TT; i += WARPS * 32) {
+            const int row = r0 + i / TT, tt = i % TT, n = blockIdx.x * RT + row, t = t0 + tt;
+            float v = 0.0f;
+            for (int j = 0; j < p.S; j++)
+                v += ld_dsmem(red + row * TT + tt, j);
+            if (t < p.M && n < p.N)
+                store_out(p, t, n, v);
+        }
+        cluster_sync(); /* no CTA leaves while another still reads its shared memory */
+#endif
+        return;
+    }
     if (active)
 #pragma unroll
         for (int f = 0; f < MI; f++)
@@ -270,7 +378,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                 if (t < p.M && n < p.N)
                     p.part[((size_t)s * p.M + t) * p.N + n] = acc[f][r];
             }
-    if (!splitk_last(p) || !active)
+    if ((p.ablate & 8) || !splitk_last(p) || !active)
         return;
 #pragma unroll
     for (int f = 0; f < MI; f++)
@@ -423,34 +531,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 }
 
 
-/* wgmma kernel (sm_90a). WNWG warpgroups per CTA share one 128-token tile; each warpgroup
- * computes 64 weight rows x 128 tokens with wgmma.mma_async.m64n128k32.s32.s8.s8: operand
- * A (the weights)
- * comes from registers, each warp unpacking its own 16 rows from a packed 512-byte tile in
- * shared memory with the x16 trick (the register fragment of A is the m16n8k32 one); operand
- * B (the tokens) is read by the tensor cores from shared memory, K-major, swizzled (128-byte
- * swizzle when a stage holds 128 bytes of K per token, 64-byte when it holds 64): token row r
- * of a stage lives at r*KS, its 16-byte chunk kc at ((kc ^ f(r)) * 16), so that cp.async
- * writes and tensor-core reads are free of bank conflicts. One pipeline stage is one
- * activation block (KS = B bytes of K): the token tile, 4*KPB weight tiles and the block's
- * 128 activation scales, loaded with cp.async WSTAGES deep; global addresses are computed
- * once, a stage only adds its offset. Per stage: unpack A, 2*KPB wgmma into int32 (the first
- * with scale-d = 0 clears them), wait, promote into fp32 with the weight scale pre-divided by
- * 16. Several CTAs per SM overlap one CTA's promotion with another's tensor work. */
-constexpr int WBM = 128;
-/* Warpgroups per CTA sharing one token tile. 2 (128 weight rows) was measured no faster than
- * 1 on the H200 (fewer CTAs per SM offset the halved token traffic), so 1 is used. */
-constexpr int WG_NWG = 1;
-__host__ __device__ constexpr int wg_stages(int kpb) { return kpb == 1 ? 4 : 3; }
-__host__ __device__ constexpr int wg_stage_bytes(int kpb, int nwg)
-{
-    return (WBM * 64 * kpb + 4 * nwg * kpb * 512 + WBM * 4 + 1023) / 1024 * 1024;
-}
-__host__ __device__ constexpr int wg_smem_bytes(int kpb, int nwg)
-{
-    return wg_stages(kpb) * wg_stage_bytes(kpb, nwg) + 1024;
-}
-
+/* wgmma.mma_async.m64n128k32.s32.s8.s8 with A (the weights, m16n8k32 fragment per warp)
+ * from registers and B (128 tokens) from shared memory through a descriptor. */
 [[maybe_unused]] __device__ __forceinline__ void wgmma_128(int (&d)[64], uint32_t a0, uint32_t a1, uint32_t a2,
                                           uint32_t a3, uint64_t desc, int scale_d)
 {
@@ -478,145 +560,194 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
-template <int KPB, int WNWG, bool BSUM>
-__global__ void __launch_bounds__(128 * WNWG) w4ax_wgmma_kernel(params p)
+/* Warp-specialized wgmma kernel (sm_90a), the prefill path. CTA = 3 warpgroups: warpgroup 0
+ * is the producer (one warp issues all copies, the others leave), warpgroups 1 and 2 are
+ * consumers of 64 weight rows each, sharing one tile of WS_TOK = 128 tokens; the CTA's
+ * output tile is 128 weight rows x 128 tokens. One pipeline stage is one activation block:
+ *  - the token tile (128 rows x B bytes of codes), one TMA 2-D copy with the 128-byte (B=128)
+ *    or 64-byte (B=64) swizzle that the wgmma descriptor reads; rows past M are zero-filled;
+ *  - the 8 packed 16-row weight slices (KPB x 512 contiguous bytes each), 1-D bulk copies;
+ *  - the block's 128 activation scales, 4-byte cp.async (strided in sa).
+ * All three complete on the stage's `full` mbarrier (transaction bytes + 32 cp.async
+ * arrivals + the producer's own arrival); consumers release a stage on its `empty` mbarrier
+ * (one arrival per consumer warp) after promoting it. Consumers unpack A (x16 trick), issue
+ * 2*KPB wgmma.m64n128k32 into int32, wait, and promote into fp32. The two consumer
+ * warpgroups drift into alternation (one promotes while the other's wgmma runs), which hides
+ * most of the promotion; setmaxnreg moves registers from the producer to the consumers.
+ * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
+ * and tokens from L2. */
+constexpr int WS_TOK = 128, WS_ROWS = 128, WS_GROUP = 8, WS_THREADS = 384;
+__host__ __device__ constexpr int ws_stages(int kpb) { return kpb == 1 ? 8 : 5; }
+__host__ __device__ constexpr int ws_stage_bytes(int kpb)
+{
+    return (WS_TOK * 64 * kpb + (WS_ROWS / 16) * kpb * 512 + WS_TOK * 4 + 1023) / 1024 * 1024;
+}
+__host__ __device__ constexpr int ws_smem_bytes(int kpb)
+{
+    return ws_stages(kpb) * ws_stage_bytes(kpb) + 1024 + 2 * 8 * ws_stages(kpb);
+}
+
+/* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
+ * splitk_last, for kernels whose producer warps have already left. */
+[[maybe_unused]] __device__ __forceinline__ bool splitk_last_consumers(const params &p, int ctid)
+{
+    __shared__ int last;
+    __threadfence();
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (ctid == 0) {
+        unsigned old = atomicAdd(&p.counter[blockIdx.x], 1u);
+        last = old == (unsigned)p.S - 1;
+        if (last)
+            p.counter[blockIdx.x] = 0;
+    }
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (last)
+        __threadfence();
+    return last;
+}
+
+template <int KPB, bool BSUM, int ABL = 0>
+__global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_constant__ params p,
+                                                                const __grid_constant__ CUtensorMap tmap_a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int KS = 64 * KPB, KC = KS / 16, A_BYTES = WBM * KS, W_BYTES = 4 * WNWG * KPB * 512;
-    constexpr int NTH = 128 * WNWG, STAGE = wg_stage_bytes(KPB, WNWG), WSTAGES = wg_stages(KPB);
-    constexpr int AH = WBM * KC / NTH, AROWS = NTH / KC; /* token chunks per thread, rows per pass */
+    constexpr int KS = 64 * KPB, A_BYTES = WS_TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
+    constexpr int ST = ws_stages(KPB), STAGE = ws_stage_bytes(KPB);
     extern __shared__ uint8_t smem_raw[];
-    uint8_t *smem = smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
+    uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+    /* grouped raster: WS_GROUP token tiles x all weight tiles, token tile fastest */
+    const int id = blockIdx.x, group = id / (WS_GROUP * p.tiles_n), first_m = group * WS_GROUP;
+    const int gm = min(p.tiles_m - first_m, WS_GROUP), in = id % (WS_GROUP * p.tiles_n);
+    const int t0 = (first_m + in % gm) * WS_TOK, nt0 = (in / gm) * (WS_ROWS / 16);
+    const int np16 = p.Np / 16, k64 = p.K / 64;
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S, nblk = b1 - b0;
-    const int nt0 = blockIdx.x * 4 * WNWG, t0 = blockIdx.y * WBM, np16 = p.Np / 16, k64 = p.K / 64;
 
-    /* per-thread copy plan, fixed for the whole K loop */
-    const uint8_t *w_src[KPB];
-    int w_dst[KPB];
-    bool w_ok[KPB];
-#pragma unroll
-    for (int h = 0; h < KPB; h++) {
-        int j = warp + 4 * WNWG * h, w = j / KPB, c = j % KPB, nt = nt0 + w;
-        w_ok[h] = nt < np16;
-        w_src[h] = p.qw + ((size_t)(w_ok[h] ? nt : 0) * k64 + c) * 512 + lane * 16;
-        w_dst[h] = A_BYTES + (w * KPB + c) * 512 + lane * 16;
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++)
+            mbar_init(&full[i], 33), mbar_init(&empty[i], 8);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
-    const int a_row = tid / KC, a_kc = tid % KC;
-    const int a_f = KPB == 2 ? (a_row & 7) : ((a_row >> 1) & 3);
-    const int a_dst = a_row * KS + ((a_kc ^ a_f) * 16);
-    const int8_t *a_src = p.qa + (size_t)(t0 + a_row) * p.K + a_kc * 16;
-    const float *s_src = p.sa + (size_t)(t0 + tid) * p.nb;
+    __syncthreads();
 
-    auto load_stage = [&](int slot, int b) {
-        uint8_t *st = smem + slot * STAGE;
+    if (warp < 4) { /* producer warpgroup */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        if (warp != 0)
+            return;
+        const int nvalid = min(WS_ROWS / 16, np16 - nt0);
+        const unsigned tx = A_BYTES + nvalid * KPB * 512;
+        const uint8_t *wsrc = p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
+        for (int x = 0; x < nblk; x++) {
+            const int slot = x % ST;
+            if (x >= ST)
+                mbar_wait(&empty[slot], ((x / ST) - 1) & 1);
+            uint8_t *st = smem + slot * STAGE;
+            if (lane == 0) {
+                mbar_arrive_expect_tx(&full[slot], tx);
+                tma_load_2d(st, &tmap_a, (b0 + x) * KS, t0, &full[slot]);
+            }
+            __syncwarp();
+            if (lane < nvalid)
+                bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)x * KPB * 512, KPB * 512, &full[slot]);
 #pragma unroll
-        for (int h = 0; h < KPB; h++)
-            cp_async16(st + w_dst[h], w_src[h] + (size_t)b * KPB * 512, w_ok[h]);
-#pragma unroll
-        for (int h = 0; h < AH; h++) {
-            bool ok = t0 + a_row + h * AROWS < p.M;
-            const int8_t *src = a_src + (size_t)h * AROWS * p.K + (size_t)b * KS;
-            cp_async16(st + a_dst + h * AROWS * KS, src, ok); /* src-size 0: nothing read */
+            for (int j = 0; j < 4; j++) {
+                const int tt = lane * 4 + j, t = t0 + tt;
+                if (!(ABL & 4))
+                    cp_async4(st + A_BYTES + W_BYTES + tt * 4, p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b0 + x,
+                              t < p.M);
+            }
+            cp_async_mbar_arrive(&full[slot]);
         }
-        if (tid < WBM) {
-            bool ok = t0 + tid < p.M;
-            cp_async4(st + A_BYTES + W_BYTES + tid * 4, s_src + b, ok);
-        }
-    };
+        cp_async_wait<0>();
+        return;
+    }
 
+    /* consumers: warp cw (0..7) owns weight rows [16*(nt0 + cw), +16) */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    const int ctid = tid - 128, cw = ctid >> 5, g = lane >> 2, tq = lane & 3;
+    const int nrow = (nt0 + cw) * 16 + g;
+    const bool row_ok = nrow < p.Np;
+    const uint16_t *sw_src = p.sw + (row_ok ? nrow : 0);
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; i++)
         acc[i] = 0.0f;
-    const int nrow = (nt0 + warp) * 16 + g;
-    const bool row_ok = nrow < p.Np;
-    const uint16_t *sw_src = p.sw + (row_ok ? nrow : 0);
-
-    /* Stage x of the ring holds block b0 + x. Unpack A, issue the block's wgmma into dd and
-     * commit; the caller waits. */
-    auto issue = [&](int x, int (&dd)[64]) {
-        const uint8_t *st = smem + (x % WSTAGES) * STAGE;
-        uint32_t af[KPB][2][4];
+    /* Fold the int32 sums dd of block b0 + x into acc, then release the block's stage. */
+    auto promote = [&](const int (&dd)[64], int x, float sw0, float sw1) {
+        const uint8_t *st = smem + (x % ST) * STAGE;
+        const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
+        if (!(ABL & 1)) {
 #pragma unroll
-        for (int c = 0; c < KPB; c++) {
-            uint4 wf = *reinterpret_cast<const uint4 *>(st + A_BYTES + (warp * KPB + c) * 512 + lane * 16);
-            af[c][0][0] = lo16x(wf.x), af[c][0][1] = hi16x(wf.x), af[c][0][2] = lo16x(wf.y), af[c][0][3] = hi16x(wf.y);
-            af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
-        }
-        const uint32_t a_base = (uint32_t)__cvta_generic_to_shared(st);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+            for (int j = 0; j < 16; j++) {
+                float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
 #pragma unroll
-        for (int c = 0; c < KPB; c++)
-#pragma unroll
-            for (int q = 0; q < 2; q++)
-                wgmma_128(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                          smem_desc<KPB>(a_base + (c * 2 + q) * 32), c | q);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    };
-    /* Fold the int32 sums dd of block b0 + x into acc (sw0, sw1: weight scales / 16). */
-    auto promote = [&](int x, const int (&dd)[64], float sw0, float sw1) {
-        const float *ss = (const float *)(smem + (x % WSTAGES) * STAGE + A_BYTES + W_BYTES);
-#pragma unroll
-        for (int j = 0; j < 16; j++) {
-            float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                float sc = ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
-                acc[j * 4 + r] = fmaf((float)dd[j * 4 + r], sc, acc[j * 4 + r]);
-                if (BSUM) {
-                    int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
-                    if (t < p.M && n < p.N)
-                        p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
+                for (int r = 0; r < 4; r++) {
+                    float sc = ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
+                    acc[j * 4 + r] = fmaf((float)dd[j * 4 + r], sc, acc[j * 4 + r]);
+                    if (BSUM) {
+                        int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
+                        if (t < p.M && n < p.N)
+                            p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
+                    }
                 }
             }
         }
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&empty[x % ST]);
     };
-    auto ld_sw2 = [&](int x, float &s0, float &s1) {
-        s0 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np) * 0.0625f : 0.0f;
-        s1 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np + 8) * 0.0625f : 0.0f;
-    };
-
-    /* one block at a time: load ring WSTAGES - 1 ahead, issue, wait, promote. (Two int32
-     * accumulator sets, so that block x+1's wgmma runs while block x is promoted, made ptxas
-     * serialize the wgmma anyway (C7514); overlap has to come from several CTAs per SM.) */
+    /* one block at a time: A from registers, issue, wait, promote */
     int d[64];
+    for (int x = 0; x < nblk; x++) {
+        const int slot = x % ST;
+        const uint8_t *st = smem + slot * STAGE;
+        /* weight scales (/16 for the x16 trick), loaded before the wait hides their latency */
+        const float sw0 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np) * 0.0625f : 0.0f;
+        const float sw1 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np + 8) * 0.0625f : 0.0f;
+        mbar_wait(&full[slot], (x / ST) & 1);
+        uint32_t af[KPB][2][4];
 #pragma unroll
-    for (int i = 0; i < WSTAGES - 1; i++) {
-        if (i < nblk)
-            load_stage(i, b0 + i);
-        cp_async_commit();
+        for (int c = 0; c < KPB; c++) {
+            uint4 wf = *reinterpret_cast<const uint4 *>(st + A_BYTES + (cw * KPB + c) * 512 + lane * 16);
+            af[c][0][0] = lo16x(wf.x), af[c][0][1] = hi16x(wf.x), af[c][0][2] = lo16x(wf.y), af[c][0][3] = hi16x(wf.y);
+            af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
+        }
+        const uint32_t b_base = smem_u32(st);
+        if (!(ABL & 2)) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int c = 0; c < KPB; c++)
+#pragma unroll
+                for (int q = 0; q < 2; q++)
+                    wgmma_128(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                              smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        } else {
+#pragma unroll
+            for (int i = 0; i < 64; i++) /* stand-in sums that depend on the unpacked A */
+                d[i] = (int)(af[0][0][i & 3] >> (i >> 2));
+        }
+        promote(d, x, sw0, sw1);
     }
-    for (int it = 0; it < nblk; it++) {
-        cp_async_wait<WSTAGES - 2>();
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (it + WSTAGES - 1 < nblk)
-            load_stage((it + WSTAGES - 1) % WSTAGES, b0 + it + WSTAGES - 1);
-        cp_async_commit();
-        float s0, s1;
-        ld_sw2(it, s0, s1);
-        issue(it, d);
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        promote(it, d, s0, s1);
-    }
-    cp_async_wait<0>();
 
-#define W4AX_WG_FOR_EACH(BODY)                                                       \
+#define W4AX_WS_FOR_EACH(BODY)                                                       \
     _Pragma("unroll") for (int j = 0; j < 16; j++)                                   \
     _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
         int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;              \
         if (t < p.M && n < p.N) { BODY; }                                            \
     }
     if (p.S == 1) {
-        W4AX_WG_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
+        W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
         return;
     }
-    W4AX_WG_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
-    if (!splitk_last(p))
+    W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
+    if (!splitk_last_consumers(p, ctid))
         return;
-    W4AX_WG_FOR_EACH(store_out(p, t, n, splitk_sum(p, t, n)))
-#undef W4AX_WG_FOR_EACH
+    W4AX_WS_FOR_EACH(store_out(p, t, n, splitk_sum(p, t, n)))
+#undef W4AX_WS_FOR_EACH
 #endif
 }
 
@@ -624,10 +755,13 @@ __global__ void __launch_bounds__(128 * WNWG) w4ax_wgmma_kernel(params p)
 
 constexpr int STREAM_WARPS = 4;
 constexpr int STREAM_MAX_RANGE = 2048; /* bytes of K per CTA (bounds shared memory) */
+constexpr int STREAM_MAX_CLUSTER = 8;  /* portable cluster size */
 
 struct plan_t {
     comet_w4ax_kernel kernel;
     int MI, S;
+    int tiles_n, tiles_m;
+    bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
@@ -682,20 +816,35 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         int min_s = (nb + STREAM_MAX_RANGE / g->B - 1) / (STREAM_MAX_RANGE / g->B);
         S = g->splits > 0 ? g->splits : S;
         S = clampi(S < min_s ? min_s : S, 1, nb);
+        if (g->splits == 0 && has_wgmma() && g->M > 8 && S > 1 && min_s <= STREAM_MAX_CLUSTER) {
+            /* sm_90, M > 8: reduce the splits on chip, a power-of-two cluster of at most 8
+             * CTAs (measured: M = 16 1.15x -> 1.31x cuBLAS FP16, M = 32 0.75x -> 0.85x; at
+             * M <= 8 the global-memory reduction with unrounded S was faster, 2.17x vs 2.04x) */
+            int c = 2;
+            while (c < S && c < STREAM_MAX_CLUSTER)
+                c *= 2;
+            while (c > nb)
+                c /= 2;
+            S = c < min_s ? min_s : c;
+        }
         pl.S = S;
+        pl.cluster = S > 1 && has_wgmma() && S <= STREAM_MAX_CLUSTER && (S & (S - 1)) == 0;
         int range = (nb + S - 1) / S * g->B;
         pl.block = dim3(STREAM_WARPS * 32);
-        pl.smem = (size_t)8 * pl.MI * (range + 16);
+        pl.smem = ((size_t)8 * pl.MI * (range + 16) + 15) / 16 * 16;
+        if (pl.cluster)
+            pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        const int nwg = WG_NWG;
-        pl.MI = 16 * nwg;
-        pl.grid = dim3((np16 + 4 * nwg - 1) / (4 * nwg), (g->M + WBM - 1) / WBM, 1);
-        int ctas = (int)(pl.grid.x * pl.grid.y);
+        pl.MI = WS_TOK / 8;
+        pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
+        pl.tiles_m = (g->M + WS_TOK - 1) / WS_TOK;
+        int ctas = pl.tiles_n * pl.tiles_m;
         int S = ctas >= sms ? 1 : (sms + ctas - 1) / ctas;
         S = g->splits > 0 ? g->splits : S;
         pl.S = clampi(S, 1, nb);
-        pl.block = dim3(128 * nwg);
-        pl.smem = (size_t)wg_smem_bytes(g->B / 64, WG_NWG);
+        pl.grid = dim3(ctas, 1, 1);
+        pl.block = dim3(WS_THREADS);
+        pl.smem = (size_t)ws_smem_bytes(g->B / 64);
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
@@ -713,47 +862,103 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 }
 
 /* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
-constexpr int MAX_SMEM = 96 * 1024;
-static_assert(TSMEM_BYTES <= MAX_SMEM && 8 * 4 * (STREAM_MAX_RANGE + 16) <= MAX_SMEM &&
-                  wg_smem_bytes(2, WG_NWG) <= MAX_SMEM && wg_smem_bytes(1, WG_NWG) <= MAX_SMEM,
+constexpr int MAX_SMEM = 160 * 1024;
+static_assert(TSMEM_BYTES <= MAX_SMEM &&
+                  8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
+                  ws_smem_bytes(2) <= MAX_SMEM && ws_smem_bytes(1) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
 
-template <typename K> cudaError_t launch(K kernel, const plan_t &pl, const params &p, cudaStream_t st)
+/* Launch `kernel(args...)` with the plan's grid, allowing the shared memory it needs. */
+template <typename... KA, typename... A>
+cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
 {
     static std::mutex mu;
-    static const void *done[32];
+    static const void *done[64];
     static int n_done = 0;
-    std::lock_guard<std::mutex> lock(mu);
-    bool seen = false;
-    for (int i = 0; i < n_done; i++)
-        seen |= done[i] == (const void *)kernel;
-    if (!seen) {
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
-        if (e != cudaSuccess)
-            return e;
-        if (n_done < 32)
-            done[n_done++] = (const void *)kernel;
+    {
+        std::lock_guard<std::mutex> lock(mu);
+        bool seen = false;
+        for (int i = 0; i < n_done; i++)
+            seen |= done[i] == (const void *)kernel;
+        if (!seen) {
+            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
+            if (e != cudaSuccess)
+                return e;
+            if (n_done < 64)
+                done[n_done++] = (const void *)kernel;
+        }
     }
-    kernel<<<pl.grid, pl.block, pl.smem, st>>>(p);
-    return cudaGetLastError();
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = pl.grid, cfg.blockDim = pl.block, cfg.dynamicSmemBytes = pl.smem, cfg.stream = st;
+    cudaLaunchAttribute attr[1];
+    if (pl.cluster) { /* the S splits of a tile form one cluster (dims 1 x 1 x S) */
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)pl.S;
+        cfg.attrs = attr, cfg.numAttrs = 1;
+    }
+    return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-template <bool BSUM> cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, cudaStream_t st)
+/* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x WS_TOK rows,
+ * swizzled as the wgmma descriptor expects, rows past M read as zeros. cuTensorMapEncodeTiled
+ * is a host function of the driver, reached through the runtime (no -lcuda). */
+comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, CUtensorMap *map)
 {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    static std::once_flag once;
+    std::call_once(once, [] {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = nullptr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    });
+    if (!encode)
+        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: the driver has no cuTensorMapEncodeTiled");
+    cuuint64_t dims[2] = {(cuuint64_t)g->K, (cuuint64_t)g->M}, strides[1] = {(cuuint64_t)g->K};
+    cuuint32_t box[2] = {(cuuint32_t)g->B, (cuuint32_t)WS_TOK}, estr[2] = {1, 1};
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)g->qa, dims, strides, box, estr,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE,
+                        g->B == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
+                        CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: cuTensorMapEncodeTiled failed (%d) for M=%d K=%d",
+                               (int)r, g->M, g->K);
+    return COMET_OK;
+}
+
+template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st)
+{
+    return pl.cluster ? launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, true>, pl, st, p)
+                      : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false>, pl, st, p);
+}
+
+template <bool BSUM>
+cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
+{
+    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && p.ablate && !BSUM && kpb == 2)
+        switch (p.ablate & 7) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
+        case 1: return launch(w4ax_ws_kernel<2, false, 1>, pl, st, p, tmap);
+        case 2: return launch(w4ax_ws_kernel<2, false, 2>, pl, st, p, tmap);
+        case 3: return launch(w4ax_ws_kernel<2, false, 3>, pl, st, p, tmap);
+        case 4: return launch(w4ax_ws_kernel<2, false, 4>, pl, st, p, tmap);
+        default: break;
+        }
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        return kpb == 1 ? launch(w4ax_wgmma_kernel<1, WG_NWG, BSUM>, pl, p, st)
-                        : launch(w4ax_wgmma_kernel<2, WG_NWG, BSUM>, pl, p, st);
+        return kpb == 1 ? launch(w4ax_ws_kernel<1, BSUM>, pl, st, p, tmap)
+                        : launch(w4ax_ws_kernel<2, BSUM>, pl, st, p, tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
-        return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, p, st)
-                        : launch(w4ax_tiled_kernel<2, BSUM>, pl, p, st);
+        return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
+                        : launch(w4ax_tiled_kernel<2, BSUM>, pl, st, p);
     if (pl.MI == 1)
-        return kpb == 1 ? launch(w4ax_stream_kernel<1, 1, STREAM_WARPS, BSUM>, pl, p, st)
-                        : launch(w4ax_stream_kernel<1, 2, STREAM_WARPS, BSUM>, pl, p, st);
+        return kpb == 1 ? launch_stream<1, 1, BSUM>(pl, p, st)
+                        : launch_stream<1, 2, BSUM>(pl, p, st);
     if (pl.MI == 2)
-        return kpb == 1 ? launch(w4ax_stream_kernel<2, 1, STREAM_WARPS, BSUM>, pl, p, st)
-                        : launch(w4ax_stream_kernel<2, 2, STREAM_WARPS, BSUM>, pl, p, st);
-    return kpb == 1 ? launch(w4ax_stream_kernel<4, 1, STREAM_WARPS, BSUM>, pl, p, st)
-                    : launch(w4ax_stream_kernel<4, 2, STREAM_WARPS, BSUM>, pl, p, st);
+        return kpb == 1 ? launch_stream<2, 1, BSUM>(pl, p, st)
+                        : launch_stream<2, 2, BSUM>(pl, p, st);
+    return kpb == 1 ? launch_stream<4, 1, BSUM>(pl, p, st)
+                    : launch_stream<4, 2, BSUM>(pl, p, st);
 }
 
 comet_status check_args(const comet_cuda_w4ax_gemm *g)
@@ -799,12 +1004,11 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         return "invalid";
     }
     plan_t pl = make_plan(g);
-    snprintf(buf, sizeof buf, "%s MI=%d S=%d grid=%ux%ux%u",
-             pl.kernel == COMET_W4AX_KERNEL_STREAM  ? "stream"
-             : pl.kernel == COMET_W4AX_KERNEL_WGMMA ? "wgmma"
-                                                    : "tiled",
-             pl.MI, pl.S, pl.grid.x,
-             pl.grid.y, pl.grid.z);
+    snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
+             pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
+             : pl.kernel == COMET_W4AX_KERNEL_WGMMA    ? "wgmma"
+                                                       : "tiled",
+             pl.MI, pl.S, pl.cluster ? " cluster" : "", pl.grid.x, pl.grid.y, pl.grid.z);
     return buf;
 }
 
@@ -826,10 +1030,15 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.bsum = g->bsum;
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
+    p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
+    CUtensorMap tmap;
+    memset(&tmap, 0, sizeof tmap);
+    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
+        COMET_TRY(make_tmap_a(g, &tmap));
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;
-    e = g->bsum ? launch_variant<true>(pl, kpb, p, st) : launch_variant<false>(pl, kpb, p, st);
+    e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st) : launch_variant<false>(pl, kpb, p, tmap, st);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of %s failed: %s",
                                comet_cuda_gemm_w4ax_plan_name(g), cudaGetErrorString(e));

@@ -28,7 +28,9 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_AUTO = 0,
     COMET_W4AX_KERNEL_STREAM = 1, /* small M: warps stream weights from global, split-K */
     COMET_W4AX_KERNEL_TILED = 2,  /* larger M: cp.async multi-stage smem tiles, mma.sync */
-    COMET_W4AX_KERNEL_WGMMA = 3,  /* larger M on sm_90: wgmma, weights in registers (A) */
+    COMET_W4AX_KERNEL_WGMMA = 3,  /* larger M on sm_90: warp-specialized, TMA producer warp and
+                                   * two wgmma consumer warpgroups (128x128 tiles), weights
+                                   * in registers (A), tokens in shared memory (B) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
@@ -68,6 +70,13 @@ typedef struct comet_cuda_w4ax_gemm {
                           * leave the counters at zero again) */
     size_t workspace_bytes;
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
+    int ablate;               /* 0 in production. Profiling only, results are then WRONG:
+                               * bit mask of stages left out. wgmma kernel (B = 128; one of
+                               * 1, 2, 3, 4): 1 = the int32 -> fp32 promotion, 2 = the wgmma,
+                               * 4 = the activation-scale loads; stream kernel: 8 = the
+                               * split-K reduction, 16 = the
+                               * MMA and promotion (weights still streamed)
+                               * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
 } comet_cuda_w4ax_gemm;
 
