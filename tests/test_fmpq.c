@@ -257,6 +257,16 @@ static void test_cli_quantize_then_run(void **st) {
         saw_summary |= strstr(line, "INT8 block fraction") != NULL;
     assert_int_equal(pclose(p), 0);
     assert_true(saw_summary);
+    /* The default KV cache of a checkpoint: 4 bits with the Hadamard rotation. */
+    char cfg[512], buf[1 << 16];
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    FILE *f = fopen(cfg, "rb");
+    assert_non_null(f);
+    size_t nc = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[nc] = 0;
+    assert_non_null(strstr(buf, "\"kv_rotation\":\t\"hadamard\""));
+    assert_non_null(strstr(buf, "\"format_version\":\t2"));
     snprintf(cmd, sizeof cmd,
              "'%s' perplexity --model '%s' --text '%s/data/austen/prideprejudice.txt' --ctx 32 "
              "--max-windows 2 2>/dev/null",
