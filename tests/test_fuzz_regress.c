@@ -17,68 +17,78 @@
 #include "fuzz/fuzz_exercise.h"
 #include "test_util.h"
 
-/* Run every file in `rel` through `fn`; returns the count, *n_ok how many parsed. */
-static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), int must_parse,
-                  int *n_ok) {
+/* One replay: a check of the file at `path` that returns 1 when the input was accepted. */
+typedef int (*replay_check)(const char *path, void *ctx);
+
+/* Call `check` on every file in `rel`; returns the count, *n_ok how many were accepted. */
+static int replay_dir(const char *rel, replay_check check, void *ctx, int *n_ok) {
     const char *dir = src_path(rel);
     DIR *d = opendir(dir);
+    *n_ok = 0;
     if (!d)
         return 0;
     int n = 0;
-    *n_ok = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.')
             continue;
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        size_t sz = 0;
-        uint8_t *buf = read_file(path, &sz);
-        assert_non_null(buf);
-        comet_status st = fn(buf, sz);
-        if (must_parse && st != COMET_OK)
-            fail_msg("%s: seed does not parse: %s", path, comet_last_error());
-        if (st != COMET_OK && (st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0'))
-            fail_msg("%s: status %d without a message", path, st);
-        free(buf);
-        *n_ok += st == COMET_OK;
+        *n_ok += check(path, ctx);
         n++;
     }
     closedir(d);
     return n;
 }
 
-/* comet_model_load on every file in `rel` (fuzz_gguf_model's inputs); returns the count,
- * *n_ok how many loaded. A load must give a complete model or a status with a message. */
-static int replay_models(const char *rel, int must_load, int *n_ok) {
-    const char *dir = src_path(rel);
-    DIR *d = opendir(dir);
-    *n_ok = 0;
-    if (!d)
-        return 0;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        comet_model *m = NULL;
-        comet_status st = comet_model_load(path, &m);
-        if (st == COMET_OK) {
-            assert_non_null(m);
-            assert_non_null(m->tok);
-            comet_model_free(m);
-            ++*n_ok;
-        } else {
-            assert_null(m);
-            if (must_load || st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0')
-                fail_msg("%s: %s: %s", path, comet_status_name(st), comet_last_error());
-        }
-        n++;
+typedef struct {
+    comet_status (*fn)(const uint8_t *, size_t);
+    int must_parse;
+} parse_ctx;
+
+/* fn on the file's bytes: OK, or a status with a message (and OK for seeds). */
+static int check_parse(const char *path, void *ctx) {
+    const parse_ctx *c = ctx;
+    size_t sz = 0;
+    uint8_t *buf = read_file(path, &sz);
+    assert_non_null(buf);
+    comet_status st = c->fn(buf, sz);
+    if (c->must_parse && st != COMET_OK)
+        fail_msg("%s: seed does not parse: %s", path, comet_last_error());
+    if (st != COMET_OK && (st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0'))
+        fail_msg("%s: status %d without a message", path, st);
+    free(buf);
+    return st == COMET_OK;
+}
+
+/* Run every file in `rel` through `fn`; returns the count, *n_ok how many parsed. */
+static int replay(const char *rel, comet_status (*fn)(const uint8_t *, size_t), int must_parse,
+                  int *n_ok) {
+    parse_ctx c = {fn, must_parse};
+    return replay_dir(rel, check_parse, &c, n_ok);
+}
+
+/* comet_model_load on the file: a complete model or a status with a message. */
+static int check_model(const char *path, void *ctx) {
+    const int must_load = *(const int *)ctx;
+    comet_model *m = NULL;
+    comet_status st = comet_model_load(path, &m);
+    if (st == COMET_OK) {
+        assert_non_null(m);
+        assert_non_null(m->tok);
+        comet_model_free(m);
+        return 1;
     }
-    closedir(d);
-    return n;
+    assert_null(m);
+    if (must_load || st < COMET_ERR_INTERNAL || comet_last_error()[0] == '\0')
+        fail_msg("%s: %s: %s", path, comet_status_name(st), comet_last_error());
+    return 0;
+}
+
+/* comet_model_load on every file in `rel` (fuzz_gguf_model's inputs); returns the count,
+ * *n_ok how many loaded. */
+static int replay_models(const char *rel, int must_load, int *n_ok) {
+    return replay_dir(rel, check_model, &must_load, n_ok);
 }
 
 static void test_model_inputs(void **state) {
