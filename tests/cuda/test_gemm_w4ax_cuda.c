@@ -299,6 +299,10 @@ static void test_shape(const shape *s, int quick)
             n_fail += run_case(s, (comet_w4ax_kernel)k, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
                            nb > 3 ? 3 : nb, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+        /* more splits than a cluster holds: the global-memory split-K path of each kernel */
+        if (nb >= 10)
+            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10,
+                               dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
     }
     cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);
     free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa), free(y_ref), free(bs_ref), free(mag);

@@ -127,15 +127,6 @@ __device__ __forceinline__ bool splitk_last(const params &p)
     return last;
 }
 
-/* Sum of the S partials of element (t, n), in split order. */
-__device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
-{
-    float v = 0.0f;
-    for (int s = 0; s < p.S; s++)
-        v += __ldcg(&p.part[((size_t)s * p.M + t) * p.N + n]);
-    return v;
-}
-
 [[maybe_unused]] __device__ __forceinline__ uint32_t smem_u32(const void *p)
 {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -207,6 +198,17 @@ __device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
     asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(remote) : "memory");
     return v;
 }
+[[maybe_unused]] __device__ __forceinline__ float4 ld_dsmem4(const float *p, int rank)
+{
+    uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(remote) : "r"(local), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(remote)
+                 : "memory");
+    return v;
+}
 
 /* Stream kernel. Grid (ceil(Np/16 / WARPS), ceil(M / (8*MI)), S); WARPS warps per CTA, warp
  * w owning weight rows [16*(blockIdx.x*WARPS + w), +16) and tokens
@@ -216,10 +218,10 @@ __device__ __forceinline__ float splitk_sum(const params &p, int t, int n)
  * buffered loop over groups of G = 4 k64 chunks: issue the 16-byte loads of the next group
  * (and its weight scales), then 2*MI mma per chunk of the current group, promoting at each
  * block end. KPB = B/64 chunks per block. */
-template <int MI, int KPB, int WARPS, bool BSUM, bool CL>
+template <int MI, int KPB, int WARPS, bool BSUM, bool CL, int G>
 __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 {
-    constexpr int G = 4, NBG = G / KPB, B = KPB * 64;
+    constexpr int NBG = G / KPB, B = KPB * 64;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S;
@@ -380,13 +382,29 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
             }
     if ((p.ablate & 8) || !splitk_last(p) || !active)
         return;
+    /* split-outer: all of one split's loads are in flight together; each element still sums
+     * its partials in split order from 0.0f */
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            acc[f][r] = 0.0f;
+    for (int j = 0; j < p.S; j++)
+#pragma unroll
+        for (int f = 0; f < MI; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
+                if (t < p.M && n < p.N)
+                    acc[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]);
+            }
 #pragma unroll
     for (int f = 0; f < MI; f++)
 #pragma unroll
         for (int r = 0; r < 4; r++) {
             int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
             if (t < p.M && n < p.N)
-                store_out(p, t, n, splitk_sum(p, t, n));
+                store_out(p, t, n, acc[f][r]);
         }
 }
 
@@ -526,7 +544,34 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     W4AX_TILED_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[i][f][r])
     if (!splitk_last(p))
         return;
-    W4AX_TILED_FOR_EACH(store_out(p, t, n, splitk_sum(p, t, n)))
+    /* one m16 fragment (16 elements) at a time, split-outer: 16 loads in flight, each
+     * element still summed in split order from 0.0f */
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float v[4][4];
+#pragma unroll
+        for (int f = 0; f < 4; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                v[f][r] = 0.0f;
+        for (int j = 0; j < p.S; j++)
+#pragma unroll
+            for (int f = 0; f < 4; f++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1), n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;
+                    if (t < p.M && n < p.N)
+                        v[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]);
+                }
+#pragma unroll
+        for (int f = 0; f < 4; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1), n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;
+                if (t < p.M && n < p.N)
+                    store_out(p, t, n, v[f][r]);
+            }
+    }
 #undef W4AX_TILED_FOR_EACH
 }
 
@@ -577,6 +622,7 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
 constexpr int WS_TOK = 128, WS_ROWS = 128, WS_GROUP = 8, WS_THREADS = 384;
+constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
 __host__ __device__ constexpr int ws_stages(int kpb) { return kpb == 1 ? 8 : 5; }
 __host__ __device__ constexpr int ws_stage_bytes(int kpb)
 {
@@ -606,7 +652,7 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb)
     return last;
 }
 
-template <int KPB, bool BSUM, int ABL = 0>
+template <int KPB, bool BSUM, int ABL = 0, bool CL = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
 {
@@ -634,8 +680,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 
     if (warp < 4) { /* producer warpgroup */
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
-        if (warp != 0)
+        if (warp != 0) {
+            if (CL && p.S > 1) {
+                cluster_sync();
+                cluster_sync();
+            }
             return;
+        }
         const int nvalid = min(WS_ROWS / 16, np16 - nt0);
         const unsigned tx = A_BYTES + nvalid * KPB * 512;
         const uint8_t *wsrc = p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
@@ -661,6 +712,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             cp_async_mbar_arrive(&full[slot]);
         }
         cp_async_wait<0>();
+        __syncwarp();
+        if (CL && p.S > 1) { /* every thread of the cluster takes part in its two barriers */
+            cluster_sync();
+            cluster_sync();
+        }
         return;
     }
 
@@ -743,10 +799,63 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
         return;
     }
+    if (CL) {
+        /* The S splits of this tile are one cluster (dims 1 x 1 x S). Each CTA leaves its
+         * fp32 tile in its own (now idle) stage memory, token-major with rows of WS_RED_LD
+         * floats (conflict-free stores); CTA rank q then sums token rows [q*rv/S, (q+1)*rv/S)
+         * of the S tiles through distributed shared memory, four columns per load, in split
+         * order from 0.0f (the additions of the global path, so the same bits). */
+        float *red = reinterpret_cast<float *>(smem);
+        asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
+#pragma unroll
+        for (int j = 0; j < 16; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
+        cluster_sync();
+        const int q = (int)cluster_rank(), rv = min(WS_TOK, p.M - t0);
+        const int r0 = q * rv / p.S, r1 = (q + 1) * rv / p.S, n0 = nt0 * 16;
+        for (int i = ctid; i < (r1 - r0) * (WS_ROWS / 4); i += 256) {
+            const int row = r0 + i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
+            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            for (int j = 0; j < p.S; j++) {
+                float4 x = ld_dsmem4(red + row * WS_RED_LD + c, j);
+                v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+            }
+            const float vv[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < 4; e++)
+                if (n0 + c + e < p.N)
+                    store_out(p, t0 + row, n0 + c + e, vv[e]);
+        }
+        cluster_sync(); /* no CTA leaves while another still reads its shared memory */
+        return;
+    }
     W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
     if (!splitk_last_consumers(p, ctid))
         return;
-    W4AX_WS_FOR_EACH(store_out(p, t, n, splitk_sum(p, t, n)))
+    /* 16 elements at a time, split-outer: 16 loads in flight, each element still summed in
+     * split order from 0.0f */
+#pragma unroll
+    for (int jc = 0; jc < 16; jc += 4) {
+        float v[16];
+#pragma unroll
+        for (int e = 0; e < 16; e++)
+            v[e] = 0.0f;
+        for (int j2 = 0; j2 < p.S; j2++)
+#pragma unroll
+            for (int e = 0; e < 16; e++) {
+                int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
+                if (t < p.M && n < p.N)
+                    v[e] += __ldcg(&p.part[((size_t)j2 * p.M + t) * p.N + n]);
+            }
+#pragma unroll
+        for (int e = 0; e < 16; e++) {
+            int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
+            if (t < p.M && n < p.N)
+                store_out(p, t, n, v[e]);
+        }
+    }
 #undef W4AX_WS_FOR_EACH
 #endif
 }
@@ -756,6 +865,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 constexpr int STREAM_WARPS = 4;
 constexpr int STREAM_MAX_RANGE = 2048; /* bytes of K per CTA (bounds shared memory) */
 constexpr int STREAM_MAX_CLUSTER = 8;  /* portable cluster size */
+constexpr int WS_MAX_CLUSTER = 8;
 
 struct plan_t {
     comet_w4ax_kernel kernel;
@@ -800,6 +910,8 @@ bool has_wgmma()
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+int ws_cluster_capacity(int kpb, int S);
+
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
@@ -839,9 +951,18 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
         pl.tiles_m = (g->M + WS_TOK - 1) / WS_TOK;
         int ctas = pl.tiles_n * pl.tiles_m;
-        int S = ctas >= sms ? 1 : (sms + ctas - 1) / ctas;
+        /* as many splits as fit in one wave (one CTA per SM): 8B o at M = 128, 32 tiles:
+         * S = 4, 128 CTAs, rather than 5 in two waves */
+        int S = ctas >= sms ? 1 : sms / ctas;
+        S = clampi(S, 1, WS_MAX_CLUSTER);
+        /* ... and whose clusters of S CTAs can all be resident at once (a GPC holds whole
+         * clusters only; measured: 8B o at M = 64 ran S = 4 at 3 us per block) */
+        while (g->splits == 0 && S > 1 && ws_cluster_capacity(g->B / 64, S) < ctas)
+            S--;
         S = g->splits > 0 ? g->splits : S;
         pl.S = clampi(S, 1, nb);
+        /* sm_90: the splits of a tile reduce on chip in a cluster (no workspace) */
+        pl.cluster = pl.S > 1 && pl.S <= WS_MAX_CLUSTER;
         pl.grid = dim3(ctas, 1, 1);
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64);
@@ -856,7 +977,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.smem = TSMEM_BYTES;
     }
     pl.grid.z = pl.S;
-    if (pl.S > 1)
+    if (pl.S > 1 && !pl.cluster)
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.S * g->M * g->N * sizeof(float);
     return pl;
 }
@@ -867,6 +988,37 @@ static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
                   ws_smem_bytes(2) <= MAX_SMEM && ws_smem_bytes(1) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
+static_assert(WS_TOK * WS_RED_LD * 4 <= ws_stages(1) * ws_stage_bytes(1) &&
+                  WS_TOK * WS_RED_LD * 4 <= ws_stages(2) * ws_stage_bytes(2),
+              "the cluster reduction tile must fit in the stage memory");
+
+/* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
+ * at once on this device; cached. A failed query counts as "enough". */
+int ws_cluster_capacity(int kpb, int S)
+{
+    static std::mutex mu;
+    static int cap[3][WS_MAX_CLUSTER + 1];
+    std::lock_guard<std::mutex> lock(mu);
+    int &c = cap[kpb][S];
+    if (c == 0) {
+        void (*kern)(params, CUtensorMap) =
+            kpb == 1 ? w4ax_ws_kernel<1, false, 0, true> : w4ax_ws_kernel<2, false, 0, true>;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)S;
+        cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS), cfg.dynamicSmemBytes = ws_smem_bytes(kpb);
+        cfg.attrs = attr, cfg.numAttrs = 1;
+        int n = 0;
+        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM) != cudaSuccess ||
+            cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess || n < 1) {
+            cudaGetLastError(); /* clear */
+            n = 1 << 30;
+        }
+        c = n;
+    }
+    return c;
+}
 
 /* Launch `kernel(args...)` with the plan's grid, allowing the shared memory it needs. */
 template <typename... KA, typename... A>
@@ -930,14 +1082,16 @@ comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, CUtensorMap *map)
 
 template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st)
 {
-    return pl.cluster ? launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, true>, pl, st, p)
-                      : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false>, pl, st, p);
+    constexpr int G = 4; /* k64 chunks per round of loads (registers: 2 x G x 16 B); G = 8 measured
+                          * slower at M = 1 (168 registers: the grid no longer fits one wave) */
+    return pl.cluster ? launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, true, G>, pl, st, p)
+                      : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
 template <bool BSUM>
 cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
-    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && p.ablate && !BSUM && kpb == 2)
+    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && p.ablate && !BSUM && kpb == 2 && !pl.cluster)
         switch (p.ablate & 7) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
         case 1: return launch(w4ax_ws_kernel<2, false, 1>, pl, st, p, tmap);
         case 2: return launch(w4ax_ws_kernel<2, false, 2>, pl, st, p, tmap);
@@ -945,6 +1099,9 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
         case 4: return launch(w4ax_ws_kernel<2, false, 4>, pl, st, p, tmap);
         default: break;
         }
+    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && pl.cluster)
+        return kpb == 1 ? launch(w4ax_ws_kernel<1, BSUM, 0, true>, pl, st, p, tmap)
+                        : launch(w4ax_ws_kernel<2, BSUM, 0, true>, pl, st, p, tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         return kpb == 1 ? launch(w4ax_ws_kernel<1, BSUM>, pl, st, p, tmap)
                         : launch(w4ax_ws_kernel<2, BSUM>, pl, st, p, tmap);
@@ -1004,11 +1161,16 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         return "invalid";
     }
     plan_t pl = make_plan(g);
+    char cl[24] = "";
+    if (pl.cluster && pl.kernel == COMET_W4AX_KERNEL_WGMMA)
+        snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.S));
+    else if (pl.cluster)
+        snprintf(cl, sizeof cl, " cluster");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_WGMMA    ? "wgmma"
                                                        : "tiled",
-             pl.MI, pl.S, pl.cluster ? " cluster" : "", pl.grid.x, pl.grid.y, pl.grid.z);
+             pl.MI, pl.S, cl, pl.grid.x, pl.grid.y, pl.grid.z);
     return buf;
 }
 
@@ -1019,6 +1181,10 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     plan_t pl = make_plan(g);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
         return comet_set_error(COMET_ERR_UNSUPPORTED, "gemm_w4ax: the wgmma kernel needs an sm_90 GPU");
+    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA && (pl.cluster || g->B != 128))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128 and a plan without "
+                               "a split-K cluster (%s)", comet_cuda_gemm_w4ax_plan_name(g));
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
