@@ -151,7 +151,7 @@ typedef struct {
 } shape;
 
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, const uint8_t *dqw,
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, const uint8_t *dqw,
                     const uint16_t *dsw, const int8_t *dqa, const float *dsa, const float *y_ref,
                     const int32_t *bs_ref, const double *mag)
 {
@@ -159,7 +159,8 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, const 
     size_t ny = (size_t)M * N, nbs = ny * nb;
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
     comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = dqw,
-                              .sw = dsw, .qa = dqa, .sa = dsa, .kernel = kernel, .splits = splits};
+                              .sw = dsw, .qa = dqa, .sa = dsa, .kernel = kernel, .splits = splits,
+                              .tile_tokens = tok};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
     if (wsb) {
@@ -292,16 +293,19 @@ static void test_shape(const shape *s, int quick)
     CUDA_OK(cudaMemcpy(dqa, qa, (size_t)M * K, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dsa, sa, (size_t)M * nb * 4, cudaMemcpyHostToDevice));
 
-    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
         /* every kernel on the same inputs, and a forced split count */
         for (int k = COMET_W4AX_KERNEL_STREAM; k < COMET_W4AX_KERNEL_COUNT; k++)
-            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
-                           nb > 3 ? 3 : nb, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+                           nb > 3 ? 3 : nb, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+        /* the wgmma kernel with the token tile that its automatic plan does not pick here */
+        n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, M <= 64 ? 128 : 64, dqw, dsw, dqa, dsa, y_ref,
+                           bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel */
         if (nb >= 10)
-            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10,
+            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0,
                                dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
     }
     cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);

@@ -72,10 +72,14 @@ __device__ __forceinline__ uint4 ld_stream(const void *p)
     return v;
 }
 
-__device__ __forceinline__ float ld_sw(const uint16_t *p)
+/* Weight scales are loaded as raw fp16 bits and converted where they are used: converting
+ * right after the load makes the thread wait for the load there (ncu: the HADD2.F32 of the
+ * conversion was the top stall of the wgmma kernel, 28 % of samples). */
+__device__ __forceinline__ unsigned short ld_sw(const uint16_t *p)
 {
-    return __half2float(__ushort_as_half(__ldg(reinterpret_cast<const unsigned short *>(p))));
+    return __ldg(reinterpret_cast<const unsigned short *>(p));
 }
+__device__ __forceinline__ float f16f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
 {
@@ -242,7 +246,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
     const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
     const uint16_t *swp = p.sw + (size_t)b0 * p.Np + (active ? nt : 0) * 16 + g;
     uint4 cur[G], nxt[G];
-    float swc[NBG][2], swn[NBG][2];
+    unsigned short swc[NBG][2], swn[NBG][2];
     if (active) {
 #pragma unroll
         for (int j = 0; j < G; j++)
@@ -305,11 +309,12 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                     }
                     if ((j + 1) % KPB == 0) {
                         const int jb = j / KPB, b = b0 + (c0 + j) / KPB;
+                        const float swf[2] = {f16f(swc[jb][0]), f16f(swc[jb][1])};
 #pragma unroll
                         for (int f = 0; f < MI; f++)
 #pragma unroll
                             for (int r = 0; r < 4; r++) {
-                                float sc = sac[jb][f][r & 1] * swc[jb][r >> 1];
+                                float sc = sac[jb][f][r & 1] * swf[r >> 1];
                                 acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, sc, acc[f][r]);
                                 if (BSUM) {
                                     int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
@@ -455,7 +460,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 ci[i][f][r] = 0, acc[i][f][r] = 0.0f;
-    float swr[4][2], sar[4][2];
+    unsigned short swr[4][2];
+    float sar[4][2];
 
 #pragma unroll
     for (int i = 0; i < TSTAGES - 1; i++) {
@@ -477,8 +483,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int n = (nt0 + wn * 4 + i) * 16 + g;
-                swr[i][0] = n < p.Np ? ld_sw(p.sw + (size_t)b * p.Np + n) : 0.0f;
-                swr[i][1] = n < p.Np ? ld_sw(p.sw + (size_t)b * p.Np + n + 8) : 0.0f;
+                swr[i][0] = n < p.Np ? ld_sw(p.sw + (size_t)b * p.Np + n) : 0;
+                swr[i][1] = n < p.Np ? ld_sw(p.sw + (size_t)b * p.Np + n + 8) : 0;
             }
 #pragma unroll
             for (int f = 0; f < 4; f++)
@@ -515,7 +521,7 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
                 for (int f = 0; f < 4; f++)
 #pragma unroll
                     for (int r = 0; r < 4; r++) {
-                        float sc = sar[f][r & 1] * swr[i][r >> 1];
+                        float sc = sar[f][r & 1] * f16f(swr[i][r >> 1]);
                         acc[i][f][r] = fmaf((float)ci[i][f][r] * 0.0625f, sc, acc[i][f][r]);
                         if (BSUM) {
                             int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1);
@@ -589,6 +595,18 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 #endif
 }
 
+/* The same with 64 tokens (wgmma.mma_async.m64n64k32): 32 accumulators per thread. */
+[[maybe_unused]] __device__ __forceinline__ void wgmma_64(int (&d)[32], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint64_t desc, int scale_d)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]), "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+#endif
+}
+
 /* Shared-memory matrix descriptor: K-major, swizzle 128 B (KPB 2) or 64 B (KPB 1); the
  * leading byte offset is unused in swizzled K-major layouts, the stride byte offset is the
  * distance between 8-row groups. */
@@ -607,30 +625,35 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
 
 /* Warp-specialized wgmma kernel (sm_90a), the prefill path. CTA = 3 warpgroups: warpgroup 0
  * is the producer (one warp issues all copies, the others leave), warpgroups 1 and 2 are
- * consumers of 64 weight rows each, sharing one tile of WS_TOK = 128 tokens; the CTA's
- * output tile is 128 weight rows x 128 tokens. One pipeline stage is one activation block:
- *  - the token tile (128 rows x B bytes of codes), one TMA 2-D copy with the 128-byte (B=128)
+ * consumers of 64 weight rows each, sharing one tile of TOK = 128 or 64 tokens (64 for
+ * M <= 64: no half-empty tiles, half the promotion, more stages); the CTA's output tile is
+ * 128 weight rows x TOK tokens. One pipeline stage is one activation block:
+ *  - the token tile (TOK rows x B bytes of codes), one TMA 2-D copy with the 128-byte (B=128)
  *    or 64-byte (B=64) swizzle that the wgmma descriptor reads; rows past M are zero-filled;
  *  - the 8 packed 16-row weight slices (KPB x 512 contiguous bytes each), 1-D bulk copies;
- *  - the block's 128 activation scales, 4-byte cp.async (strided in sa).
+ *  - the block's TOK activation scales, 4-byte cp.async (strided in sa).
  * All three complete on the stage's `full` mbarrier (transaction bytes + 32 cp.async
  * arrivals + the producer's own arrival); consumers release a stage on its `empty` mbarrier
  * (one arrival per consumer warp) after promoting it. Consumers unpack A (x16 trick), issue
- * 2*KPB wgmma.m64n128k32 into int32, wait, and promote into fp32. The two consumer
+ * 2*KPB wgmma.m64nTOKk32 into int32, wait, and promote into fp32. The two consumer
  * warpgroups drift into alternation (one promotes while the other's wgmma runs), which hides
  * most of the promotion; setmaxnreg moves registers from the producer to the consumers.
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
-constexpr int WS_TOK = 128, WS_ROWS = 128, WS_GROUP = 8, WS_THREADS = 384;
+constexpr int WS_ROWS = 128, WS_GROUP = 8, WS_THREADS = 384;
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
-__host__ __device__ constexpr int ws_stages(int kpb) { return kpb == 1 ? 8 : 5; }
-__host__ __device__ constexpr int ws_stage_bytes(int kpb)
+/* Pipeline depth by block size (kpb = B/64) and token-tile height: as many stages as fit. */
+__host__ __device__ constexpr int ws_stages(int kpb, int tok)
 {
-    return (WS_TOK * 64 * kpb + (WS_ROWS / 16) * kpb * 512 + WS_TOK * 4 + 1023) / 1024 * 1024;
+    return tok == 128 ? (kpb == 1 ? 8 : 5) : (kpb == 1 ? 12 : 8);
 }
-__host__ __device__ constexpr int ws_smem_bytes(int kpb)
+__host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok)
 {
-    return ws_stages(kpb) * ws_stage_bytes(kpb) + 1024 + 2 * 8 * ws_stages(kpb);
+    return (tok * 64 * kpb + (WS_ROWS / 16) * kpb * 512 + tok * 4 + 1023) / 1024 * 1024;
+}
+__host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
+{
+    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 1024 + 2 * 8 * ws_stages(kpb, tok);
 }
 
 /* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
@@ -652,13 +675,13 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb)
     return last;
 }
 
-template <int KPB, bool BSUM, int ABL = 0, bool CL = false>
+template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false>
 __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int KS = 64 * KPB, A_BYTES = WS_TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
-    constexpr int ST = ws_stages(KPB), STAGE = ws_stage_bytes(KPB);
+    constexpr int KS = 64 * KPB, A_BYTES = TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
+    constexpr int ST = ws_stages(KPB, TOK), STAGE = ws_stage_bytes(KPB, TOK), NACC = TOK / 2;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
@@ -667,7 +690,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     /* grouped raster: WS_GROUP token tiles x all weight tiles, token tile fastest */
     const int id = blockIdx.x, group = id / (WS_GROUP * p.tiles_n), first_m = group * WS_GROUP;
     const int gm = min(p.tiles_m - first_m, WS_GROUP), in = id % (WS_GROUP * p.tiles_n);
-    const int t0 = (first_m + in % gm) * WS_TOK, nt0 = (in / gm) * (WS_ROWS / 16);
+    const int t0 = (first_m + in % gm) * TOK, nt0 = (in / gm) * (WS_ROWS / 16);
     const int np16 = p.Np / 16, k64 = p.K / 64;
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S, nblk = b1 - b0;
 
@@ -703,8 +726,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             if (lane < nvalid)
                 bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)x * KPB * 512, KPB * 512, &full[slot]);
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int tt = lane * 4 + j, t = t0 + tt;
+            for (int j = 0; j < TOK / 32; j++) {
+                const int tt = lane * (TOK / 32) + j, t = t0 + tt;
                 if (!(ABL & 4))
                     cp_async4(st + A_BYTES + W_BYTES + tt * 4, p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b0 + x,
                               t < p.M);
@@ -726,17 +749,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     const int nrow = (nt0 + cw) * 16 + g;
     const bool row_ok = nrow < p.Np;
     const uint16_t *sw_src = p.sw + (row_ok ? nrow : 0);
-    float acc[64];
+    float acc[NACC];
 #pragma unroll
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < NACC; i++)
         acc[i] = 0.0f;
     /* Fold the int32 sums dd of block b0 + x into acc, then release the block's stage. */
-    auto promote = [&](const int (&dd)[64], int x, float sw0, float sw1) {
+    auto promote = [&](const int (&dd)[NACC], int x, float sw0, float sw1) {
         const uint8_t *st = smem + (x % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
         if (!(ABL & 1)) {
 #pragma unroll
-            for (int j = 0; j < 16; j++) {
+            for (int j = 0; j < TOK / 8; j++) {
                 float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
@@ -754,14 +777,30 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         if (lane == 0)
             mbar_arrive(&empty[x % ST]);
     };
+    /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
+     * loaded SWD blocks ahead of its use. Loaded in the step itself, the scale's DRAM latency
+     * was exposed once per block (the sw rows of successive blocks are Np apart). */
+    constexpr int SWD = 4;
+    unsigned short swq[SWD][2];
+    auto load_sw = [&](int x, unsigned short (&w)[2]) {
+        const bool ok = row_ok && x < nblk;
+        const uint16_t *q = sw_src + (size_t)(b0 + (ok ? x : 0)) * p.Np;
+        w[0] = ok ? ld_sw(q) : 0;
+        w[1] = ok ? ld_sw(q + 8) : 0;
+    };
+#pragma unroll
+    for (int i = 0; i < SWD; i++)
+        load_sw(i, swq[i]);
     /* one block at a time: A from registers, issue, wait, promote */
-    int d[64];
+    int d[NACC];
     for (int x = 0; x < nblk; x++) {
         const int slot = x % ST;
         const uint8_t *st = smem + slot * STAGE;
-        /* weight scales (/16 for the x16 trick), loaded before the wait hides their latency */
-        const float sw0 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np) * 0.0625f : 0.0f;
-        const float sw1 = row_ok ? ld_sw(sw_src + (size_t)(b0 + x) * p.Np + 8) * 0.0625f : 0.0f;
+        const unsigned short sw0 = swq[0][0], sw1 = swq[0][1];
+#pragma unroll
+        for (int i = 0; i + 1 < SWD; i++)
+            swq[i][0] = swq[i + 1][0], swq[i][1] = swq[i + 1][1];
+        load_sw(x + SWD, swq[SWD - 1]);
         mbar_wait(&full[slot], (x / ST) & 1);
         uint32_t af[KPB][2][4];
 #pragma unroll
@@ -777,20 +816,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             for (int c = 0; c < KPB; c++)
 #pragma unroll
                 for (int q = 0; q < 2; q++)
-                    wgmma_128(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                              smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                    if constexpr (TOK == 128)
+                        wgmma_128(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                    else
+                        wgmma_64(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         } else {
 #pragma unroll
-            for (int i = 0; i < 64; i++) /* stand-in sums that depend on the unpacked A */
+            for (int i = 0; i < NACC; i++) /* stand-in sums that depend on the unpacked A */
                 d[i] = (int)(af[0][0][i & 3] >> (i >> 2));
         }
-        promote(d, x, sw0, sw1);
+        promote(d, x, f16f(sw0) * 0.0625f, f16f(sw1) * 0.0625f);
     }
 
 #define W4AX_WS_FOR_EACH(BODY)                                                       \
-    _Pragma("unroll") for (int j = 0; j < 16; j++)                                   \
+    _Pragma("unroll") for (int j = 0; j < TOK / 8; j++)                              \
     _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
         int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;              \
         if (t < p.M && n < p.N) { BODY; }                                            \
@@ -808,12 +851,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         float *red = reinterpret_cast<float *>(smem);
         asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
 #pragma unroll
-        for (int j = 0; j < 16; j++)
+        for (int j = 0; j < TOK / 8; j++)
 #pragma unroll
             for (int r = 0; r < 4; r++)
                 red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
         cluster_sync();
-        const int q = (int)cluster_rank(), rv = min(WS_TOK, p.M - t0);
+        const int q = (int)cluster_rank(), rv = min(TOK, p.M - t0);
         const int r0 = q * rv / p.S, r1 = (q + 1) * rv / p.S, n0 = nt0 * 16;
         for (int i = ctid; i < (r1 - r0) * (WS_ROWS / 4); i += 256) {
             const int row = r0 + i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
@@ -837,7 +880,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     /* 16 elements at a time, split-outer: 16 loads in flight, each element still summed in
      * split order from 0.0f */
 #pragma unroll
-    for (int jc = 0; jc < 16; jc += 4) {
+    for (int jc = 0; jc < TOK / 8; jc += 4) {
         float v[16];
 #pragma unroll
         for (int e = 0; e < 16; e++)
@@ -870,6 +913,7 @@ constexpr int WS_MAX_CLUSTER = 8;
 struct plan_t {
     comet_w4ax_kernel kernel;
     int MI, S;
+    int tok; /* wgmma: tokens per CTA tile (64 or 128) */
     int tiles_n, tiles_m;
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     dim3 grid, block;
@@ -910,15 +954,17 @@ bool has_wgmma()
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-int ws_cluster_capacity(int kpb, int S);
+int ws_cluster_capacity(int kpb, int tok, int S);
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
+    /* sm_90: the wgmma kernel from M = 17 (at M = 32 it beat the stream kernel on 7 of the 8
+     * LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
+                : has_wgmma()                       ? (g->M <= 16 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA)
                 : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
-                : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
                                                     : COMET_W4AX_KERNEL_TILED;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
@@ -947,9 +993,10 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         if (pl.cluster)
             pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        pl.MI = WS_TOK / 8;
+        pl.tok = g->tile_tokens ? g->tile_tokens : g->M <= 64 ? 64 : 128;
+        pl.MI = pl.tok / 8;
         pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
-        pl.tiles_m = (g->M + WS_TOK - 1) / WS_TOK;
+        pl.tiles_m = (g->M + pl.tok - 1) / pl.tok;
         int ctas = pl.tiles_n * pl.tiles_m;
         /* as many splits as fit in one wave (one CTA per SM): 8B o at M = 128, 32 tiles:
          * S = 4, 128 CTAs, rather than 5 in two waves */
@@ -957,7 +1004,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         S = clampi(S, 1, WS_MAX_CLUSTER);
         /* ... and whose clusters of S CTAs can all be resident at once (a GPC holds whole
          * clusters only; measured: 8B o at M = 64 ran S = 4 at 3 us per block) */
-        while (g->splits == 0 && S > 1 && ws_cluster_capacity(g->B / 64, S) < ctas)
+        while (g->splits == 0 && S > 1 && ws_cluster_capacity(g->B / 64, pl.tok, S) < ctas)
             S--;
         S = g->splits > 0 ? g->splits : S;
         pl.S = clampi(S, 1, nb);
@@ -965,7 +1012,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.cluster = pl.S > 1 && pl.S <= WS_MAX_CLUSTER;
         pl.grid = dim3(ctas, 1, 1);
         pl.block = dim3(WS_THREADS);
-        pl.smem = (size_t)ws_smem_bytes(g->B / 64);
+        pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
@@ -986,28 +1033,32 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 constexpr int MAX_SMEM = 160 * 1024;
 static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
-                  ws_smem_bytes(2) <= MAX_SMEM && ws_smem_bytes(1) <= MAX_SMEM,
+                  ws_smem_bytes(2, 128) <= MAX_SMEM && ws_smem_bytes(1, 128) <= MAX_SMEM &&
+                  ws_smem_bytes(2, 64) <= MAX_SMEM && ws_smem_bytes(1, 64) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
-static_assert(WS_TOK * WS_RED_LD * 4 <= ws_stages(1) * ws_stage_bytes(1) &&
-                  WS_TOK * WS_RED_LD * 4 <= ws_stages(2) * ws_stage_bytes(2),
+static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) &&
+                  128 * WS_RED_LD * 4 <= ws_stages(2, 128) * ws_stage_bytes(2, 128) &&
+                  64 * WS_RED_LD * 4 <= ws_stages(1, 64) * ws_stage_bytes(1, 64) &&
+                  64 * WS_RED_LD * 4 <= ws_stages(2, 64) * ws_stage_bytes(2, 64),
               "the cluster reduction tile must fit in the stage memory");
 
 /* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
  * at once on this device; cached. A failed query counts as "enough". */
-int ws_cluster_capacity(int kpb, int S)
+int ws_cluster_capacity(int kpb, int tok, int S)
 {
     static std::mutex mu;
-    static int cap[3][WS_MAX_CLUSTER + 1];
+    static int cap[3][2][WS_MAX_CLUSTER + 1];
     std::lock_guard<std::mutex> lock(mu);
-    int &c = cap[kpb][S];
+    int &c = cap[kpb][tok == 128][S];
     if (c == 0) {
         void (*kern)(params, CUtensorMap) =
-            kpb == 1 ? w4ax_ws_kernel<1, false, 0, true> : w4ax_ws_kernel<2, false, 0, true>;
+            kpb == 1 ? (tok == 64 ? w4ax_ws_kernel<1, 64, false, 0, true> : w4ax_ws_kernel<1, 128, false, 0, true>)
+                     : (tok == 64 ? w4ax_ws_kernel<2, 64, false, 0, true> : w4ax_ws_kernel<2, 128, false, 0, true>);
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
         attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)S;
-        cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS), cfg.dynamicSmemBytes = ws_smem_bytes(kpb);
+        cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS), cfg.dynamicSmemBytes = ws_smem_bytes(kpb, tok);
         cfg.attrs = attr, cfg.numAttrs = 1;
         int n = 0;
         if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM) != cudaSuccess ||
@@ -1051,10 +1102,10 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
-/* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x WS_TOK rows,
+/* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x tok rows,
  * swizzled as the wgmma descriptor expects, rows past M read as zeros. cuTensorMapEncodeTiled
  * is a host function of the driver, reached through the runtime (no -lcuda). */
-comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, CUtensorMap *map)
+comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, int tok, CUtensorMap *map)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     static std::once_flag once;
@@ -1069,7 +1120,7 @@ comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, CUtensorMap *map)
     if (!encode)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: the driver has no cuTensorMapEncodeTiled");
     cuuint64_t dims[2] = {(cuuint64_t)g->K, (cuuint64_t)g->M}, strides[1] = {(cuuint64_t)g->K};
-    cuuint32_t box[2] = {(cuuint32_t)g->B, (cuuint32_t)WS_TOK}, estr[2] = {1, 1};
+    cuuint32_t box[2] = {(cuuint32_t)g->B, (cuuint32_t)tok}, estr[2] = {1, 1};
     CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)g->qa, dims, strides, box, estr,
                         CU_TENSOR_MAP_INTERLEAVE_NONE,
                         g->B == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
@@ -1088,23 +1139,28 @@ template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl
                       : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
+template <int KPB, int TOK, bool BSUM>
+cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st)
+{
+    if constexpr (KPB == 2 && !BSUM)
+        if (p.ablate && !pl.cluster)
+            switch (p.ablate & 7) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
+            case 1: return launch(w4ax_ws_kernel<2, TOK, false, 1>, pl, st, p, tmap);
+            case 2: return launch(w4ax_ws_kernel<2, TOK, false, 2>, pl, st, p, tmap);
+            case 3: return launch(w4ax_ws_kernel<2, TOK, false, 3>, pl, st, p, tmap);
+            case 4: return launch(w4ax_ws_kernel<2, TOK, false, 4>, pl, st, p, tmap);
+            default: break;
+            }
+    return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, true>, pl, st, p, tmap)
+                      : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
+}
+
 template <bool BSUM>
 cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
-    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && p.ablate && !BSUM && kpb == 2 && !pl.cluster)
-        switch (p.ablate & 7) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
-        case 1: return launch(w4ax_ws_kernel<2, false, 1>, pl, st, p, tmap);
-        case 2: return launch(w4ax_ws_kernel<2, false, 2>, pl, st, p, tmap);
-        case 3: return launch(w4ax_ws_kernel<2, false, 3>, pl, st, p, tmap);
-        case 4: return launch(w4ax_ws_kernel<2, false, 4>, pl, st, p, tmap);
-        default: break;
-        }
-    if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && pl.cluster)
-        return kpb == 1 ? launch(w4ax_ws_kernel<1, BSUM, 0, true>, pl, st, p, tmap)
-                        : launch(w4ax_ws_kernel<2, BSUM, 0, true>, pl, st, p, tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        return kpb == 1 ? launch(w4ax_ws_kernel<1, BSUM>, pl, st, p, tmap)
-                        : launch(w4ax_ws_kernel<2, BSUM>, pl, st, p, tmap);
+        return kpb == 1 ? (pl.tok == 64 ? launch_ws<1, 64, BSUM>(pl, p, tmap, st) : launch_ws<1, 128, BSUM>(pl, p, tmap, st))
+                        : (pl.tok == 64 ? launch_ws<2, 64, BSUM>(pl, p, tmap, st) : launch_ws<2, 128, BSUM>(pl, p, tmap, st));
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
                         : launch(w4ax_tiled_kernel<2, BSUM>, pl, st, p);
@@ -1126,9 +1182,11 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
-    if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: kernel %d / splits %d out of range",
-                               (int)g->kernel, g->splits);
+    if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
+        (g->tile_tokens != 0 && g->tile_tokens != 64 && g->tile_tokens != 128))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
+                               (int)g->kernel, g->splits, g->tile_tokens);
     return COMET_OK;
 }
 
@@ -1163,7 +1221,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     plan_t pl = make_plan(g);
     char cl[24] = "";
     if (pl.cluster && pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.S));
+        snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
@@ -1200,7 +1258,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        COMET_TRY(make_tmap_a(g, &tmap));
+        COMET_TRY(make_tmap_a(g, pl.tok, &tmap));
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;

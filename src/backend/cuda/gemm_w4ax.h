@@ -28,8 +28,9 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_AUTO = 0,
     COMET_W4AX_KERNEL_STREAM = 1, /* small M: warps stream weights from global, split-K */
     COMET_W4AX_KERNEL_TILED = 2,  /* larger M: cp.async multi-stage smem tiles, mma.sync */
-    COMET_W4AX_KERNEL_WGMMA = 3,  /* larger M on sm_90: warp-specialized, TMA producer warp and
-                                   * two wgmma consumer warpgroups (128x128 tiles), weights
+    COMET_W4AX_KERNEL_WGMMA = 3,  /* M > 16 on sm_90: warp-specialized, TMA producer warp and
+                                   * two wgmma consumer warpgroups (128 x 64 or 128 x 128
+                                   * tiles, split-K reduced in a cluster), weights
                                    * in registers (A), tokens in shared memory (B) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
@@ -78,6 +79,8 @@ typedef struct comet_cuda_w4ax_gemm {
                                * MMA and promotion (weights still streamed)
                                * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
+    int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (64 for
+                               * M <= 64, else 128), or 64 / 128 (tests force both) */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan (0 if none). */
