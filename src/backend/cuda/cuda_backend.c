@@ -101,8 +101,13 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
         what = "w4ax_load: cudaMalloc of the packed codes";
     } else if ((e = cudaMalloc((void **)&w->sw, sw_bytes)) != cudaSuccess) {
         what = "w4ax_load: cudaMalloc of the packed scales";
-    } else if ((e = cudaMemcpy(w->qw, qw_host, qw_bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
-               (e = cudaMemcpy(w->sw, sw_host, sw_bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+    } else if ((e = cudaMemcpyAsync(w->qw, qw_host, qw_bytes, cudaMemcpyHostToDevice,
+                                    im->stream)) != cudaSuccess ||
+               (e = cudaMemcpyAsync(w->sw, sw_host, sw_bytes, cudaMemcpyHostToDevice,
+                                    im->stream)) != cudaSuccess ||
+               (e = cudaStreamSynchronize(im->stream)) != cudaSuccess) {
+        /* on the backend's stream, not the legacy default one, which a non-blocking stream
+         * does not wait for; synchronized before the host buffers are freed */
         what = "w4ax_load: copying the weights to the device";
     }
     if (e != cudaSuccess)
