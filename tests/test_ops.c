@@ -517,6 +517,22 @@ static void test_gemm_w4ax(void **state) {
                     }
                 }
     assert_int_equal(n_cases, 6 * 3 * 4 * 3); /* (K, B): (64, 64) (576, 64) (1536, 64|128) */
+    /* N not a multiple of the fast path's 4-row groups nor of its 64-channel items */
+    const int odd[][5] = {{5, 67, 128, 64, 1}, {40, 3, 192, 64, 2}, {2, 1, 128, 128, 0},
+                          {33, 131, 256, 128, 2}};
+    for (int i = 0; i < 4; i++) {
+        w4ax_case c = w4ax_case_make(odd[i][0], odd[i][1], odd[i][2], odd[i][3], odd[i][4]);
+        size_t ny = (size_t)c.M * c.N;
+        float *ya = tu_guarded_alloc(ny), *yb = tu_guarded_alloc(ny);
+        w4ax_run(f->ref, &c, ya);
+        w4ax_run(f->fast, &c, yb);
+        assert_memory_equal(ya, yb, ny * sizeof(float));
+        assert_true(tu_guard_ok(ya, ny) && tu_guard_ok(yb, ny));
+        assert_true(w4ax_independent_check(&c, yb) <= 1.0);
+        tu_guarded_free(ya);
+        tu_guarded_free(yb);
+        w4ax_case_free(&c);
+    }
     fprintf(stderr, "gemm_w4ax: %d cases bit-equal; worst err/tol against double %.3f\n", n_cases,
             worst);
 }
