@@ -19,6 +19,10 @@ if(COMET_HAVE_CUDA)
   endif()
   enable_language(CUDA)
   find_package(CUDAToolkit REQUIRED)
+  # Kernels (.cu) go into comet_cuda. The plain-C files of src/backend/cuda (gemm_w4ax_pack.c,
+  # cuda_backend.c) are compiled into comet_lib by the top-level src/*.c glob, with or without
+  # CUDA: cuda_backend.c sees COMET_HAVE_CUDA (set on comet_lib below) and the CUDA runtime
+  # headers (through comet_cuda's public CUDA::cudart), and is a failing stub without them.
   file(GLOB COMET_CU_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/src/backend/cuda/*.cu)
   if(COMET_CU_SOURCES)
     add_library(comet_cuda STATIC ${COMET_CU_SOURCES})

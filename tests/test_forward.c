@@ -2,11 +2,13 @@
  * prefill then decode, and (b) all together in mixed steps with chunked prefill and
  * decode tokens of other sequences, give the same logits at every position (1e-4
  * relative), on the fast backend and against the scalar reference. Also checks the KV
- * page pool's statuses. A tiny random model stands in for a real one. */
+ * page pool's statuses, and that a backend lacking an op of the layer loop is refused
+ * (the CUDA backend's state today). A tiny random model stands in for a real one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -246,11 +248,90 @@ static void test_forward_bad_token(void **state) {
     tu_model_free(m);
 }
 
+/* A backend whose table lacks an op the layer loop calls is refused at init, naming the
+ * backend and the op: a copy of the CPU table with one op NULLed at a time. */
+static void test_forward_missing_op(void **state) {
+    comet_model *m = tu_tiny_model(7);
+    comet_backend *be = comet_backend_cpu_init(1);
+    const comet_backend_ops *orig = be->ops;
+    comet_forward_ctx *fc = comet_forward_init(m, be, 4);
+    assert_non_null(fc); /* the full table passes */
+    comet_forward_free(fc);
+    static const struct {
+        const char *name;
+        size_t offset;
+    } ops[] = {
+        {"embed", offsetof(comet_backend_ops, embed)},
+        {"rmsnorm", offsetof(comet_backend_ops, rmsnorm)},
+        {"linear", offsetof(comet_backend_ops, linear)},
+        {"rope", offsetof(comet_backend_ops, rope)},
+        {"kv_append", offsetof(comet_backend_ops, kv_append)},
+        {"attention", offsetof(comet_backend_ops, attention)},
+        {"silu_mul", offsetof(comet_backend_ops, silu_mul)},
+        {"residual_add", offsetof(comet_backend_ops, residual_add)},
+        {"logits", offsetof(comet_backend_ops, logits)},
+    };
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
+        comet_backend_ops copy = *orig;
+        memset((char *)&copy + ops[i].offset, 0, sizeof(void (*)(void)));
+        be->ops = &copy;
+        comet_clear_error();
+        assert_null(comet_forward_init(m, be, 4));
+        char want[96];
+        snprintf(want, sizeof want, "backend 'cpu' has no '%s' op yet", ops[i].name);
+        if (!strstr(comet_last_error(), want))
+            fprintf(stderr, "message: %s\nwanted: %s\n", comet_last_error(), want);
+        assert_non_null(strstr(comet_last_error(), want));
+    }
+    /* the W4Ax ops are not needed by the forward pass */
+    comet_backend_ops copy = *orig;
+    copy.gemm_w4ax = NULL;
+    be->ops = &copy;
+    fc = comet_forward_init(m, be, 4);
+    assert_non_null(fc);
+    comet_forward_free(fc);
+    be->ops = orig;
+    comet_backend_free(be);
+    tu_model_free(m);
+}
+
+/* The CUDA backend: this machine has no GPU (CI) or the build has no CUDA, so init fails
+ * with a message; where it does start (a GPU machine running this test), it is refused by
+ * the forward pass, naming its first missing op. comet_backend_cuda_sync refuses a CPU
+ * backend. */
+static void test_cuda_backend_state(void **state) {
+    comet_clear_error();
+    comet_backend *cu = comet_backend_cuda_init(0);
+    if (!cu) {
+        assert_non_null(strstr(comet_last_error(), "cuda backend"));
+#ifndef COMET_HAVE_CUDA
+        assert_non_null(strstr(comet_last_error(), "this build has no CUDA"));
+#endif
+    } else {
+        comet_model *m = tu_tiny_model(7);
+        assert_string_equal(cu->ops->name, "cuda");
+        assert_null(comet_forward_init(m, cu, 4));
+        assert_non_null(strstr(comet_last_error(), "backend 'cuda' has no 'embed' op yet"));
+        assert_int_equal(comet_backend_cuda_sync(cu), COMET_OK);
+        tu_model_free(m);
+        comet_backend_free(cu);
+    }
+    comet_clear_error();
+    assert_null(comet_backend_cuda_init(-1));
+    assert_non_null(strstr(comet_last_error(), "cuda backend"));
+    comet_backend *cpu = comet_backend_cpu_init(1);
+    assert_int_equal(comet_backend_cuda_sync(cpu), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "not a CUDA backend"));
+    comet_backend_free(cpu);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),
         cmocka_unit_test(test_kv_pool_full),
         cmocka_unit_test(test_forward_bad_token),
+        cmocka_unit_test(test_forward_missing_op),
+        cmocka_unit_test(test_cuda_backend_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

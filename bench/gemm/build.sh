@@ -1,5 +1,6 @@
 #!/bin/bash
-# build.sh OUTDIR — build the W4Ax GEMM GPU test and benchmark with nvcc/gcc alone (no CMake,
+# build.sh OUTDIR — build the W4Ax GEMM GPU tests (the kernel's, test_gemm_w4ax_cuda, and the
+# CUDA backend's op table, test_backend_cuda) and the benchmark with nvcc/gcc alone (no CMake,
 # none of comet_lib's other dependencies), for sm_90a. Used on the GPU machine, whose image
 # lacks PCRE2/cJSON/OpenBLAS, and locally to check SASS and registers.
 set -euo pipefail
@@ -14,12 +15,16 @@ p1=$!
 nvcc -std=c++17 -O3 $inc $arch -c bench/gemm/bench_gemm.cu -o "$out/bench_gemm.o" &
 p2=$!
 for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/core/status.c \
-         tests/cuda/test_gemm_w4ax_cuda.c; do
-    gcc -std=gnu11 -O2 -Wall -Wextra $inc -I/usr/local/cuda/include -c "$f" -o "$out/$(basename "$f" .c).o"
+         src/backend/backend.c src/backend/cuda/cuda_backend.c \
+         tests/cuda/test_gemm_w4ax_cuda.c tests/cuda/test_backend_cuda.c; do
+    gcc -std=gnu11 -O2 -Wall -Wextra -DCOMET_HAVE_CUDA=1 $inc -I/usr/local/cuda/include -c "$f" \
+        -o "$out/$(basename "$f" .c).o"
 done
 wait $p1 || { cat "$out/ptxas.log"; exit 1; }
 wait $p2
 common="$out/gemm_w4ax.o $out/gemm_w4ax_pack.o $out/ref_gemm_w4ax.o $out/status.o"
 nvcc $arch -o "$out/test_gemm_w4ax_cuda" "$out/test_gemm_w4ax_cuda.o" $common -lpthread -lm
+nvcc $arch -o "$out/test_backend_cuda" "$out/test_backend_cuda.o" "$out/cuda_backend.o" \
+    "$out/backend.o" $common -lpthread -lm
 nvcc $arch -o "$out/bench_gemm" "$out/bench_gemm.o" $common -lcublas -lcublasLt
-echo "built $out/test_gemm_w4ax_cuda $out/bench_gemm"
+echo "built $out/test_gemm_w4ax_cuda $out/test_backend_cuda $out/bench_gemm"

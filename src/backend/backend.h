@@ -5,7 +5,12 @@
  * the CUDA backend each fill one table. Tests run every op on two implementations and
  * compare (ARCHITECTURE.md "The op table"). Pointers passed to ops live in the backend's
  * memory space (host for CPU, device for CUDA). Ops return COMET_OK or a negative status
- * (never abort on a runtime failure); shape violations are bugs and assert.
+ * (never abort on a runtime failure); shape violations are bugs and assert, except in the
+ * W4Ax ops, which check their shapes and pointers and return COMET_ERR_INVALID_ARG (they
+ * are the GEMM's public launcher).
+ *
+ * A backend may leave an op NULL when it does not implement it yet (the CUDA backend has
+ * only the W4Ax GEMM so far); comet_forward_init refuses such a backend, naming the op.
  *
  * Shape letters: T tokens in the step, C hidden, F FFN, H/Hkv heads, D head dim, V vocab.
  * Activations are row-major [T, width] fp32.
@@ -19,6 +24,11 @@
 #include "model/batch.h"
 
 typedef struct comet_backend comet_backend;
+
+/* W4Ax GEMM weights in one backend's own layout and memory, made by its w4ax_load. Opaque:
+ * each backend defines the struct (CPU: src/backend/cpu/cpu_common.h, CUDA:
+ * src/backend/cuda/cuda_backend.c). */
+typedef struct comet_w4ax_weight comet_w4ax_weight;
 
 typedef struct comet_rope_params {
     int head_dim;        /* D (rotary over all D channels, rotate-half / NeoX pairing) */
@@ -70,6 +80,46 @@ typedef struct comet_backend_ops {
     comet_status (*logits)(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
                            const float *lm_head, int C, int V, float *logits);
 
+    /* ---- The W4Ax GEMM (NUMERICS.md "The W4Ax GEMM") ----
+     *
+     *   y[t, n] = sum_b (float)S[t, n, b] * (sa[t, b] * sw[n, b]),  b = 0, 1, ... K/B - 1
+     *   S[t, n, b] = sum_{k in block b} qa[t, k] * qw[n, k]           (exact, int32)
+     *
+     * N output channels, K input channels (a multiple of 64), B the block size (64 or 128),
+     * n8 the number of leading blocks holding INT8 activation codes (blocks n8..K/B-1 hold
+     * INT4 codes in [-8, 7]). The int32 block sums are the same on every backend; the fp32
+     * outer sum runs over b in increasing order (CPU backends: bit for bit the scalar oracle
+     * comet_ref_gemm_w4ax; CUDA: equal up to fp32 rounding of the outer sum).
+     *
+     * w4ax_load: copy host weights in the plain layout of quant/w4_plain.h — qw_plain
+     * [N, K/2] INT4 codes, sw_plain [N, K/B] fp16 scale bits, both borrowed for the call —
+     * into the backend's own layout and memory (CPU: a host copy, plain layout; CUDA:
+     * comet_cuda_w4ax_pack'ed, in device memory). *out receives a weight owned by the
+     * caller, released with w4ax_free of the same backend; it must not outlive the backend.
+     * Returns COMET_OK; COMET_ERR_INVALID_ARG (N < 1, K not a positive multiple of 64, B
+     * not 64 or 128, K % B != 0, a NULL pointer), with the problem named; COMET_ERR_NOMEM
+     * (host or device allocation); COMET_ERR_CUDA (another CUDA failure). *out is NULL on
+     * failure. */
+    comet_status (*w4ax_load)(comet_backend *be, int N, int K, int B, const uint8_t *qw_plain,
+                              const uint16_t *sw_plain, comet_w4ax_weight **out);
+
+    /* Release a weight made by this backend's w4ax_load. NULL is a no-op. CUDA: waits for
+     * the backend's stream first, so a GEMM still reading w finishes. */
+    void (*w4ax_free)(comet_backend *be, comet_w4ax_weight *w);
+
+    /* y = the GEMM above for M tokens. In the backend's memory space (CUDA: device memory),
+     * caller-owned: qa [M, K] int8 activation codes (CUDA: 16-byte aligned), sa [M, K/B]
+     * fp32 activation scales, y [M, N] fp32 output (every element written). w's N, K, B
+     * are those given to w4ax_load.
+     * Returns COMET_OK, or COMET_ERR_INVALID_ARG (M < 1, n8 outside [0, K/B], a NULL
+     * pointer, w made by another kind of backend; CPU: an INT4 block holding a code outside
+     * [-8, 7] — the CUDA backend does not scan qa and multiplies such codes as they are),
+     * COMET_ERR_NOMEM / COMET_ERR_CUDA (CUDA: growing the workspace or the launch failed).
+     * CPU: synchronous. CUDA: asynchronous on the backend's stream — y is ready, and
+     * errors inside the kernel surface, at comet_backend_cuda_sync. */
+    comet_status (*gemm_w4ax)(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
+                              const int8_t *qa, const float *sa, float *y);
+
     /* Release the backend's private state (be->impl) and be itself. */
     void (*destroy)(comet_backend *be);
 } comet_backend_ops;
@@ -89,5 +139,31 @@ comet_backend *comet_backend_cpu_ref_init(void);
 comet_backend *comet_backend_cpu_init(int n_threads);
 /* Release a backend through its ops->destroy. NULL is a no-op. */
 void comet_backend_free(comet_backend *be);
+
+/* The CUDA backend on GPU `device` (0-based), with its own non-blocking cudaStream and a
+ * GEMM workspace it owns (allocated and zero-filled on first need, grown when a call needs
+ * more). Ops run on that stream, which does not wait for the legacy default stream: device
+ * inputs written elsewhere (cudaMemcpy, other streams) must be complete before the call. It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other
+ * ops are NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when
+ * this build has no CUDA (COMET_ERR_UNSUPPORTED), no CUDA device is usable
+ * (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory runs out.
+ * Always linkable: without CUDA it is a stub that fails. */
+comet_backend *comet_backend_cuda_init(int device);
+
+/* Wait for the work queued on a CUDA backend's stream. Returns COMET_OK, COMET_ERR_CUDA
+ * with the CUDA error named when a kernel failed, or COMET_ERR_INVALID_ARG when `be` is
+ * not a CUDA backend. */
+comet_status comet_backend_cuda_sync(comet_backend *be);
+
+/* Argument checks shared by every backend's W4Ax ops (the messages name the backend, the
+ * op and the problem). comet_w4ax_check_load: N >= 1, K a positive multiple of 64, B 64 or
+ * 128 dividing K, non-NULL pointers. comet_w4ax_check_gemm: w, qa, sa, y non-NULL, M >= 1,
+ * 0 <= n8 <= K/B, with N, K, B those of the weight. COMET_OK or COMET_ERR_INVALID_ARG. */
+comet_status comet_w4ax_check_load(const comet_backend *be, int N, int K, int B,
+                                   const uint8_t *qw_plain, const uint16_t *sw_plain,
+                                   comet_w4ax_weight **out);
+comet_status comet_w4ax_check_gemm(const comet_backend *be, const comet_w4ax_weight *w, int K,
+                                   int B, int M, int n8, const int8_t *qa, const float *sa,
+                                   const float *y);
 
 #endif

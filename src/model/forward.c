@@ -45,9 +45,33 @@ void comet_forward_free(comet_forward_ctx *fc) {
     free(fc);
 }
 
+/* Every op the layer loop calls must be there: a backend may leave ops it does not have
+ * yet NULL (the CUDA backend has only the W4Ax GEMM so far). */
+static comet_status check_ops(const comet_backend *be) {
+    const comet_backend_ops *op = be->ops;
+    const struct {
+        const char *name;
+        int present;
+    } need[] = {
+        {"embed", op->embed != NULL},         {"rmsnorm", op->rmsnorm != NULL},
+        {"linear", op->linear != NULL},       {"rope", op->rope != NULL},
+        {"kv_append", op->kv_append != NULL}, {"attention", op->attention != NULL},
+        {"silu_mul", op->silu_mul != NULL},   {"residual_add", op->residual_add != NULL},
+        {"logits", op->logits != NULL},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (!need[i].present)
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "forward: backend '%s' has no '%s' op yet; the forward pass "
+                                   "needs it", op->name, need[i].name);
+    return COMET_OK;
+}
+
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
                                       int max_batch_tokens) {
     const comet_model_config *c = &m->cfg;
+    if (check_ops(be) < 0)
+        return NULL;
     if (max_batch_tokens <= 0) {
         comet_set_error(COMET_ERR_INVALID_ARG, "forward: max_batch_tokens must be positive");
         return NULL;

@@ -16,7 +16,9 @@
 typedef struct comet_forward_ctx comet_forward_ctx;
 
 /* Bind a model to a backend with workspace for steps of up to max_batch_tokens tokens.
- * Both are borrowed and must outlive the context. NULL + comet_last_error() on failure. */
+ * Both are borrowed and must outlive the context. NULL + comet_last_error() on failure:
+ * COMET_ERR_UNSUPPORTED when the backend lacks an op of the layer loop ("backend 'cuda'
+ * has no 'embed' op yet"), COMET_ERR_INVALID_ARG, COMET_ERR_NOMEM. */
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
                                       int max_batch_tokens);
 void comet_forward_free(comet_forward_ctx *fc);

@@ -83,6 +83,10 @@ static comet_status c_logits(comet_backend *be, const float *x, const int32_t *r
     return in->ops->logits(in, x, rows, n_rows, lm_head, C, V, logits);
 }
 
+/* The wrapping table forwards the ops of the forward pass. The W4Ax ops stay NULL:
+ * calibration runs the fp32 (or simulated) model through `linear` to collect salience of
+ * the linear inputs before any W4Ax weight exists, and the forward pass never calls them.
+ * destroy stays NULL too: the wrapper lives on comet_calib_run's stack. */
 static const comet_backend_ops calib_ops = {
     .name = "calibration",
     .embed = c_embed,

@@ -237,8 +237,8 @@ int cmd_generate(int argc, char **argv) {
     }
     if (strcmp(device, "cpu") != 0) {
         if (!strcmp(device, "cuda"))
-            fprintf(stderr, "comet generate: --device cuda: this build has no CUDA backend for "
-                            "the forward pass yet; use --device cpu\n");
+            fprintf(stderr, "comet generate: --device cuda: the CUDA backend runs only the "
+                            "W4Ax GEMM so far, not the forward pass; use --device cpu\n");
         else
             fprintf(stderr, "comet generate: --device '%s' is not one of cpu, cuda\n", device);
         return 1;

@@ -9,6 +9,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/ref_gemm_w4ax.h"
 #include "quant/qlinear.h"
 #include "quant/quant.h"
 
@@ -143,6 +144,13 @@ static comet_status ref_logits(comet_backend *be, const float *x, const int32_t 
     return COMET_OK;
 }
 
+/* gemm_w4ax: the scalar oracle itself (ref_gemm_w4ax.c), which also scans the INT4 blocks */
+static comet_status ref_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
+                                  const int8_t *qa, const float *sa, float *y) {
+    COMET_TRY(comet_cpu_w4ax_check(be, w, M, n8, qa, sa, y, 0));
+    return comet_ref_gemm_w4ax(M, w->N, w->K, w->B, n8, w->qw, w->sw, qa, sa, y, NULL);
+}
+
 static void ref_destroy(comet_backend *be) { free(be); }
 
 /* attention as the ops table sees it: the KV rotation (if any) around ref_attention_stored */
@@ -162,6 +170,9 @@ static const comet_backend_ops ref_ops = {
     .silu_mul = ref_silu_mul,
     .residual_add = ref_residual_add,
     .logits = ref_logits,
+    .w4ax_load = comet_cpu_w4ax_load,
+    .w4ax_free = comet_cpu_w4ax_free,
+    .gemm_w4ax = ref_gemm_w4ax,
     .destroy = ref_destroy,
 };
 

@@ -1,0 +1,264 @@
+/* cuda_backend.c — the CUDA backend's op table (backend.h). So far it holds the W4Ax GEMM
+ * only: w4ax_load packs plain weights (comet_cuda_w4ax_pack) into device memory, gemm_w4ax
+ * launches comet_cuda_gemm_w4ax (kernel AUTO, fp32 output) on the backend's own stream;
+ * the other ops are NULL until their kernels exist, and comet_forward_init refuses the
+ * backend, naming the first op missing.
+ *
+ * Plain C against the CUDA runtime. It depends only on gemm_w4ax.h (+ the kernels),
+ * gemm_w4ax_pack.c, backend.c and core/status.c, so the GPU machine, which cannot build
+ * comet_lib, builds it with gcc in bench/gemm/build.sh. Without COMET_HAVE_CUDA this file
+ * compiles to stubs that fail with a message, so that callers always link.
+ */
+#include "backend/backend.h"
+
+#ifdef COMET_HAVE_CUDA
+
+#include <stdlib.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/cuda/gemm_w4ax.h"
+#include "quant/w4_plain.h"
+
+#define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
+
+typedef struct cuda_impl {
+    int device;
+    cudaStream_t stream;
+    void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
+    size_t workspace_bytes;
+} cuda_impl;
+
+struct comet_w4ax_weight {
+    uint32_t magic;
+    int device; /* the GPU holding qw and sw */
+    int N, K, B;
+    uint8_t *qw;  /* device, comet_cuda_w4ax_packed_qw_bytes(N, K) */
+    uint16_t *sw; /* device, comet_cuda_w4ax_packed_sw_bytes(N, K, B) */
+};
+
+static const comet_backend_ops cuda_ops;
+
+/* A failed CUDA call as a status: COMET_ERR_NOMEM for an allocation that did not fit
+ * (cleared, the context stays usable), COMET_ERR_CUDA otherwise. */
+static comet_status cuda_fail(cudaError_t e, const char *what) {
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: %s: out of device memory", what);
+    }
+    return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: %s (%s)", what, cudaGetErrorString(e),
+                           cudaGetErrorName(e));
+}
+
+#define CUDA_TRY(call, what)                     \
+    do {                                         \
+        cudaError_t cuda_try_e_ = (call);        \
+        if (cuda_try_e_ != cudaSuccess)          \
+            return cuda_fail(cuda_try_e_, what); \
+    } while (0)
+
+static cuda_impl *impl_of(comet_backend *be) { return be->impl; }
+
+static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
+    if (!w)
+        return;
+    cudaSetDevice(w->device);
+    cudaStreamSynchronize(impl_of(be)->stream); /* a queued GEMM may still read w */
+    cudaFree(w->qw);
+    cudaFree(w->sw);
+    w->magic = 0;
+    free(w);
+}
+
+static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
+                                   const uint8_t *qw_plain, const uint16_t *sw_plain,
+                                   comet_w4ax_weight **out) {
+    COMET_TRY(comet_w4ax_check_load(be, N, K, B, qw_plain, sw_plain, out));
+    cuda_impl *im = impl_of(be);
+    size_t qw_bytes = comet_cuda_w4ax_packed_qw_bytes(N, K);
+    size_t sw_bytes = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
+    uint8_t *qw_host = malloc(qw_bytes);
+    uint16_t *sw_host = malloc(sw_bytes);
+    comet_w4ax_weight *w = calloc(1, sizeof *w);
+    comet_status st = COMET_OK;
+    cudaError_t e = cudaSuccess;
+    const char *what = "";
+    if (!qw_host || !sw_host || !w) {
+        st = comet_set_error(COMET_ERR_NOMEM,
+                             "w4ax_load (backend 'cuda'): out of host memory packing an N=%d "
+                             "K=%d weight", N, K);
+        goto done;
+    }
+    w->magic = CUDA_W4AX_MAGIC;
+    w->device = im->device;
+    w->N = N, w->K = K, w->B = B;
+    st = comet_cuda_w4ax_pack(N, K, B, qw_plain, sw_plain, qw_host, sw_host);
+    if (st < 0)
+        goto done;
+    if ((e = cudaSetDevice(im->device)) != cudaSuccess) {
+        what = "w4ax_load: cudaSetDevice";
+    } else if ((e = cudaMalloc((void **)&w->qw, qw_bytes)) != cudaSuccess) {
+        what = "w4ax_load: cudaMalloc of the packed codes";
+    } else if ((e = cudaMalloc((void **)&w->sw, sw_bytes)) != cudaSuccess) {
+        what = "w4ax_load: cudaMalloc of the packed scales";
+    } else if ((e = cudaMemcpyAsync(w->qw, qw_host, qw_bytes, cudaMemcpyHostToDevice,
+                                    im->stream)) != cudaSuccess ||
+               (e = cudaMemcpyAsync(w->sw, sw_host, sw_bytes, cudaMemcpyHostToDevice,
+                                    im->stream)) != cudaSuccess ||
+               (e = cudaStreamSynchronize(im->stream)) != cudaSuccess) {
+        /* on the backend's stream, not the legacy default one, which a non-blocking stream
+         * does not wait for; synchronized before the host buffers are freed */
+        what = "w4ax_load: copying the weights to the device";
+    }
+    if (e != cudaSuccess)
+        st = cuda_fail(e, what);
+done:
+    free(qw_host);
+    free(sw_host);
+    if (st < 0) {
+        if (w) {
+            cudaFree(w->qw); /* cudaFree(NULL) is a no-op */
+            cudaFree(w->sw);
+            free(w);
+        }
+        return st;
+    }
+    *out = w;
+    return COMET_OK;
+}
+
+/* Make the workspace at least `need` bytes, zero-filled (the kernels leave the tile counters
+ * at zero after each call, so zeroing once per allocation is enough). Growing waits for
+ * the stream: a queued GEMM may still use the old workspace. */
+static comet_status ensure_workspace(cuda_impl *im, size_t need) {
+    if (need <= im->workspace_bytes)
+        return COMET_OK;
+    CUDA_TRY(cudaStreamSynchronize(im->stream), "waiting for the stream before growing the workspace");
+    cudaFree(im->workspace);
+    im->workspace = NULL;
+    im->workspace_bytes = 0;
+    CUDA_TRY(cudaMalloc(&im->workspace, need), "allocating the GEMM workspace");
+    cudaError_t e = cudaMemsetAsync(im->workspace, 0, need, im->stream);
+    if (e != cudaSuccess) {
+        cudaFree(im->workspace);
+        im->workspace = NULL;
+        return cuda_fail(e, "zero-filling the GEMM workspace");
+    }
+    im->workspace_bytes = need;
+    return COMET_OK;
+}
+
+static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
+                                   const int8_t *qa, const float *sa, float *y) {
+    cuda_impl *im = impl_of(be);
+    if (w && w->magic != CUDA_W4AX_MAGIC)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax (backend 'cuda'): the weight was not made by a CUDA "
+                               "backend's w4ax_load");
+    COMET_TRY(comet_w4ax_check_gemm(be, w, w ? w->K : 0, w ? w->B : 0, M, n8, qa, sa, y));
+    if (w->device != im->device)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
+                               "backend runs on device %d", w->device, im->device);
+    CUDA_TRY(cudaSetDevice(im->device), "gemm_w4ax: cudaSetDevice");
+    comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
+                              .sw = w->sw, .qa = qa, .sa = sa, .y = y,
+                              .kernel = COMET_W4AX_KERNEL_AUTO};
+    COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
+    g.workspace = im->workspace;
+    g.workspace_bytes = im->workspace_bytes;
+    return comet_cuda_gemm_w4ax(&g, im->stream);
+}
+
+static void cuda_destroy(comet_backend *be) {
+    cuda_impl *im = impl_of(be);
+    if (im) {
+        cudaSetDevice(im->device);
+        if (im->stream) {
+            cudaStreamSynchronize(im->stream);
+            cudaStreamDestroy(im->stream);
+        }
+        cudaFree(im->workspace);
+        free(im);
+    }
+    free(be);
+}
+
+static const comet_backend_ops cuda_ops = {
+    .name = "cuda",
+    .w4ax_load = cuda_w4ax_load,
+    .w4ax_free = cuda_w4ax_free,
+    .gemm_w4ax = cuda_gemm_w4ax,
+    .destroy = cuda_destroy,
+};
+
+comet_backend *comet_backend_cuda_init(int device) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n == 0) {
+        if (e != cudaSuccess)
+            comet_set_error(COMET_ERR_CUDA, "cuda backend: no usable CUDA device: %s (%s)",
+                            cudaGetErrorString(e), cudaGetErrorName(e));
+        else
+            comet_set_error(COMET_ERR_CUDA, "cuda backend: no CUDA device on this machine");
+        cudaGetLastError();
+        return NULL;
+    }
+    if (device < 0 || device >= n) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "cuda backend: device index %d out of range; this machine has %d CUDA "
+                        "device(s), 0..%d", device, n, n - 1);
+        return NULL;
+    }
+    comet_backend *be = calloc(1, sizeof *be);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        comet_set_error(COMET_ERR_NOMEM, "cuda backend: out of memory");
+        return NULL;
+    }
+    im->device = device;
+    be->ops = &cuda_ops;
+    be->n_threads = 1;
+    be->impl = im;
+    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+        (e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
+        cuda_fail(e, "creating the stream");
+        im->stream = NULL;
+        cuda_destroy(be);
+        return NULL;
+    }
+    return be;
+}
+
+comet_status comet_backend_cuda_sync(comet_backend *be) {
+    if (!be || be->ops != &cuda_ops)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "comet_backend_cuda_sync: backend '%s' is "
+                               "not a CUDA backend", be ? be->ops->name : "(NULL)");
+    cuda_impl *im = impl_of(be);
+    CUDA_TRY(cudaSetDevice(im->device), "sync: cudaSetDevice");
+    cudaError_t e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",
+                               cudaGetErrorString(e), cudaGetErrorName(e));
+    return COMET_OK;
+}
+
+#else /* no CUDA in this build: stubs, so that callers link and fail with a message */
+
+comet_backend *comet_backend_cuda_init(int device) {
+    (void)device;
+    comet_set_error(COMET_ERR_UNSUPPORTED,
+                    "cuda backend: this build has no CUDA (configure with -DCOMET_CUDA=ON on a "
+                    "machine with the CUDA toolkit)");
+    return NULL;
+}
+
+comet_status comet_backend_cuda_sync(comet_backend *be) {
+    return comet_set_error(COMET_ERR_INVALID_ARG,
+                           "comet_backend_cuda_sync: backend '%s' is not a CUDA backend (this "
+                           "build has no CUDA)", be ? be->ops->name : "(NULL)");
+}
+
+#endif

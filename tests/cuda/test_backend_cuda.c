@@ -1,0 +1,419 @@
+/* test_backend_cuda.c — GPU test of the CUDA backend's op table (src/backend/cuda/
+ * cuda_backend.c): random plain weights go through w4ax_load, gemm_w4ax runs on the
+ * backend's stream, comet_backend_cuda_sync waits, and y is compared with the scalar oracle
+ * comet_ref_gemm_w4ax (called directly) within fp32 rounding of the outer sum (the bound of
+ * test_gemm_w4ax_cuda.c). Shapes: M in {1, 3, 16, 33, 100, 256} x N in {8, 136, 4096} x
+ * K in {64, 576, 4096} x B in {64, 128} (B dividing K) x n8 in {0, 1, all}. Outputs are
+ * poisoned before each call (every element must be written) and have guard words on both
+ * sides. Also: the error statuses (bad M, n8, NULLs, bad load shapes, a foreign weight,
+ * misaligned qa, device out of range) and the workspace grow path (a small call, then one
+ * needing a larger workspace, on a fresh backend).
+ * Usage: test_backend_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
+ * Prints one line per check, "FAIL ..." for failures, then "N/N checks passed"; exit status
+ * 0 when every check passes. */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/ref_gemm_w4ax.h"
+#include "backend/cuda/gemm_w4ax.h"
+#include "quant/w4_plain.h"
+
+#define GUARD 64 /* guard words on each side of y */
+#define GUARD_WORD 0x5A5A5A5Au
+
+static int n_fail = 0, n_check = 0;
+
+#define CUDA_OK(call)                                                                        \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
+                    __LINE__, #call);                                                        \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* Record one check: prints "ok"/"FAIL" and the description. Returns ok. */
+static int check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int check(int ok, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    printf("%-4s ", ok ? "ok" : "FAIL");
+    vprintf(fmt, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    n_check++;
+    n_fail += !ok;
+    return ok;
+}
+
+static uint64_t rng = 0x2545F4914F6CDD1Dull;
+static uint32_t rnd(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+/* ---- the oracle, threaded over token rows ---- */
+
+typedef struct {
+    int M, N, K, B, n8;
+    const uint8_t *qw;
+    const uint16_t *sw;
+    const int8_t *qa;
+    const float *sa;
+    float *y;
+    int32_t *bs;
+    int t0, t1;
+    comet_status st;
+} ref_job;
+
+static void *ref_worker(void *arg)
+{
+    ref_job *j = arg;
+    int nb = j->K / j->B;
+    j->st = j->t1 > j->t0 ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
+                                                j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
+                                                j->y + (size_t)j->t0 * j->N,
+                                                j->bs + (size_t)j->t0 * j->N * nb)
+                          : COMET_OK;
+    return NULL;
+}
+
+static void ref_threaded(ref_job proto)
+{
+    enum { NT = 16 };
+    pthread_t th[NT];
+    ref_job jobs[NT];
+    for (int i = 0; i < NT; i++) {
+        jobs[i] = proto;
+        jobs[i].t0 = (int)((long)proto.M * i / NT);
+        jobs[i].t1 = (int)((long)proto.M * (i + 1) / NT);
+        pthread_create(&th[i], NULL, ref_worker, &jobs[i]);
+    }
+    for (int i = 0; i < NT; i++) {
+        pthread_join(th[i], NULL);
+        if (jobs[i].st != COMET_OK) {
+            fprintf(stderr, "oracle failed: %s\n", comet_last_error());
+            exit(2);
+        }
+    }
+}
+
+/* ---- inputs ---- */
+
+typedef struct {
+    int N, K, B;
+    uint8_t *qw;  /* [N, K/2] plain codes */
+    uint16_t *sw; /* [N, K/B] fp16 bits */
+    comet_w4ax_weight *w;
+} weight;
+
+static weight weight_make(comet_backend *be, int N, int K, int B)
+{
+    weight w = {N, K, B, malloc(comet_w4_plain_bytes(N, K)), malloc((size_t)N * (K / B) * 2), NULL};
+    for (size_t i = 0; i < comet_w4_plain_bytes(N, K); i++)
+        w.qw[i] = (uint8_t)rnd();
+    for (int i = 0; i < N * (K / B); i++) /* fp16 of both signs, magnitude in [2^-9, 2^-2) */
+        w.sw[i] = (uint16_t)(((rnd() & 1) << 15) | ((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
+    comet_status st = be->ops->w4ax_load(be, N, K, B, w.qw, w.sw, &w.w);
+    if (st != COMET_OK) {
+        fprintf(stderr, "w4ax_load N=%d K=%d B=%d failed: %s\n", N, K, B, comet_last_error());
+        exit(2);
+    }
+    return w;
+}
+
+static void weight_free(comet_backend *be, weight *w)
+{
+    be->ops->w4ax_free(be, w->w);
+    free(w->qw);
+    free(w->sw);
+}
+
+/* Activations for M tokens: INT8 codes in blocks < n8, INT4 codes after; host and device
+ * copies. */
+typedef struct {
+    int M, K, B, n8;
+    int8_t *qa, *dqa; /* [M, K] */
+    float *sa, *dsa;  /* [M, K/B] */
+} acts;
+
+static acts acts_make(int M, int K, int B, int n8)
+{
+    int nb = K / B;
+    acts a = {M, K, B, n8, malloc((size_t)M * K), NULL, malloc((size_t)M * nb * 4), NULL};
+    for (int t = 0; t < M; t++)
+        for (int k = 0; k < K; k++)
+            a.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
+    for (int i = 0; i < M * nb; i++)
+        a.sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
+    CUDA_OK(cudaMalloc((void **)&a.dqa, (size_t)M * K + 16)); /* +16: room for a misaligned view */
+    CUDA_OK(cudaMalloc((void **)&a.dsa, (size_t)M * nb * 4));
+    CUDA_OK(cudaMemcpy(a.dqa, a.qa, (size_t)M * K, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(a.dsa, a.sa, (size_t)M * nb * 4, cudaMemcpyHostToDevice));
+    return a;
+}
+
+static void acts_free(acts *a)
+{
+    free(a->qa), free(a->sa);
+    cudaFree(a->dqa), cudaFree(a->dsa);
+}
+
+/* Device y [M, N] with guard words around it. */
+typedef struct {
+    uint32_t *raw;
+    float *y;
+    size_t n;
+} gout;
+
+static gout gout_make(size_t n)
+{
+    gout g = {NULL, NULL, n};
+    size_t words = n + 2 * GUARD;
+    CUDA_OK(cudaMalloc((void **)&g.raw, words * 4));
+    uint32_t *h = malloc(words * 4);
+    for (size_t i = 0; i < words; i++)
+        h[i] = GUARD_WORD;
+    CUDA_OK(cudaMemcpy(g.raw, h, words * 4, cudaMemcpyHostToDevice));
+    free(h);
+    g.y = (float *)(g.raw + GUARD);
+    return g;
+}
+
+static int gout_guards_ok(const gout *g)
+{
+    uint32_t h[GUARD];
+    int ok = 1;
+    CUDA_OK(cudaMemcpy(h, g->raw, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        ok &= h[i] == GUARD_WORD;
+    CUDA_OK(cudaMemcpy(h, g->raw + GUARD + g->n, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        ok &= h[i] == GUARD_WORD;
+    return ok;
+}
+
+/* ---- one GEMM through the backend against the oracle ---- */
+
+/* Run gemm_w4ax for (w, a) and compare with the oracle; hy receives y. Returns 1 when y is
+ * within tolerance everywhere, the guards are intact and every status was COMET_OK. */
+static int run_and_compare(comet_backend *be, const weight *w, const acts *a, float *hy,
+                           const char *label)
+{
+    const int M = a->M, N = w->N, K = w->K, B = w->B, nb = K / B;
+    size_t ny = (size_t)M * N;
+    float *y_ref = malloc(ny * 4);
+    int32_t *bs = malloc(ny * nb * 4);
+    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = a->n8, .qw = w->qw, .sw = w->sw,
+                   .qa = a->qa, .sa = a->sa, .y = y_ref, .bs = bs};
+    ref_threaded(job);
+    gout g = gout_make(ny);
+    CUDA_OK(cudaMemset(g.y, 0xFF, ny * 4)); /* NaN: every element must be written */
+    /* the setup copies and memsets ran on the legacy default stream, which the backend's
+     * non-blocking stream does not wait for */
+    CUDA_OK(cudaDeviceSynchronize());
+    comet_status st = be->ops->gemm_w4ax(be, w->w, M, a->n8, a->dqa, a->dsa, g.y);
+    comet_status st_sync = st == COMET_OK ? comet_backend_cuda_sync(be) : st;
+    int ok = st == COMET_OK && st_sync == COMET_OK;
+    size_t bad = 0, first = 0;
+    double worst = 0;
+    if (ok) {
+        CUDA_OK(cudaMemcpy(hy, g.y, ny * 4, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < ny; i++) {
+            size_t t = i / N, n = i % N;
+            double mag = 0;
+            for (int b = 0; b < nb; b++)
+                mag += fabs((double)bs[i * nb + b] * a->sa[t * nb + b] *
+                            comet_ref_f16_to_f32(w->sw[n * nb + b]));
+            /* outer sum over nb blocks in fp32: error <= ~nb * 2^-23 * sum |terms| */
+            double tol = (nb + 2) * 1.2e-7 * mag + 1e-30;
+            double err = fabs((double)hy[i] - (double)y_ref[i]);
+            if (!(err <= tol) && bad++ == 0)
+                first = i;
+            if (err / tol > worst)
+                worst = err / tol;
+        }
+        ok = bad == 0;
+    }
+    int guards = gout_guards_ok(&g);
+    ok &= guards;
+    if (st != COMET_OK || st_sync != COMET_OK)
+        check(0, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d status %s / sync %s: %s", label, M, N, K, B,
+              a->n8, comet_status_name(st), comet_status_name(st_sync), comet_last_error());
+    else if (bad)
+        check(0, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d %zu of %zu out of tolerance; first "
+              "y[%zu, %zu] = %.9g want %.9g", label, M, N, K, B, a->n8, bad, ny, first / N,
+              first % N, hy[first], y_ref[first]);
+    else
+        check(guards, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d err/tol %.3f%s", label, M, N, K, B,
+              a->n8, worst, guards ? "" : " guard words overwritten");
+    cudaFree(g.raw);
+    free(y_ref), free(bs);
+    return ok;
+}
+
+static void test_shapes(comet_backend *be, int quick)
+{
+    static const int Ms[] = {1, 3, 16, 33, 100, 256}, Ns[] = {8, 136, 4096}, Ks[] = {64, 576, 4096};
+    if (quick) {
+        const int q[][5] = {{1, 136, 576, 64, 1}, {16, 8, 4096, 128, 32}, {33, 136, 576, 64, 0},
+                            {256, 4096, 64, 64, 1}, {100, 4096, 4096, 128, 1}};
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
+            weight w = weight_make(be, q[i][1], q[i][2], q[i][3]);
+            acts a = acts_make(q[i][0], q[i][2], q[i][3], q[i][4]);
+            float *hy = malloc((size_t)q[i][0] * q[i][1] * 4);
+            run_and_compare(be, &w, &a, hy, "gemm");
+            free(hy);
+            acts_free(&a);
+            weight_free(be, &w);
+        }
+        return;
+    }
+    for (int ni = 0; ni < 3; ni++)
+        for (int ki = 0; ki < 3; ki++)
+            for (int B = 64; B <= 128; B += 64) {
+                int N = Ns[ni], K = Ks[ki], nb = K / B;
+                if (K % B)
+                    continue;
+                weight w = weight_make(be, N, K, B); /* loaded once, used by every M and n8 */
+                for (int mi = 0; mi < 6; mi++) {
+                    const int n8s[] = {0, 1, nb};
+                    for (int i = 0; i < (nb > 1 ? 3 : 2); i++) {
+                        acts a = acts_make(Ms[mi], K, B, n8s[i]);
+                        float *hy = malloc((size_t)Ms[mi] * N * 4);
+                        run_and_compare(be, &w, &a, hy, "gemm");
+                        free(hy);
+                        acts_free(&a);
+                    }
+                }
+                weight_free(be, &w);
+            }
+}
+
+/* A fresh backend: a call with a small (or no) workspace, then one whose plan needs more,
+ * then the small one again and the large one twice more (reuse; deterministic bits). */
+static void test_workspace_grow(int device)
+{
+    comet_backend *be = comet_backend_cuda_init(device);
+    if (!check(be != NULL, "grow: fresh backend (%s)", be ? "" : comet_last_error()))
+        return;
+    weight ws = weight_make(be, 8, 64, 64), wl = weight_make(be, 4096, 4096, 128);
+    acts as = acts_make(1, 64, 64, 1), al = acts_make(1, 4096, 4096, 2);
+    comet_cuda_w4ax_gemm gs = {.M = 1, .N = 8, .K = 64, .B = 64, .n8 = 1};
+    comet_cuda_w4ax_gemm gl = {.M = 1, .N = 4096, .K = 4096, .B = 128, .n8 = 2};
+    size_t need_s = comet_cuda_gemm_w4ax_workspace_bytes(&gs);
+    size_t need_l = comet_cuda_gemm_w4ax_workspace_bytes(&gl);
+    check(need_l > need_s, "grow: the second call's plan needs more workspace (%zu > %zu bytes)",
+          need_l, need_s);
+    float *hs = malloc(8 * 4), *hl = malloc(4096 * 4), *hl2 = malloc(4096 * 4);
+    run_and_compare(be, &ws, &as, hs, "grow small");
+    run_and_compare(be, &wl, &al, hl, "grow large");
+    run_and_compare(be, &ws, &as, hs, "grow small again");
+    run_and_compare(be, &wl, &al, hl2, "grow large again");
+    check(!memcmp(hl, hl2, 4096 * 4), "grow: the large call gives the same bits twice");
+    free(hs), free(hl), free(hl2);
+    acts_free(&as), acts_free(&al);
+    weight_free(be, &ws), weight_free(be, &wl);
+    comet_backend_free(be);
+}
+
+/* Bad arguments come back as statuses naming the problem; nothing is launched. */
+static void test_errors(comet_backend *be, int device)
+{
+    const comet_backend_ops *op = be->ops;
+    weight w = weight_make(be, 136, 576, 64);
+    acts a = acts_make(3, 576, 64, 1);
+    gout g = gout_make((size_t)3 * 136);
+    CUDA_OK(cudaDeviceSynchronize());
+    const int nb = 576 / 64;
+    struct {
+        int M, n8;
+        int null_w, null_qa, null_sa, null_y, misalign;
+        const char *says;
+    } bad[] = {
+        {0, 1, 0, 0, 0, 0, 0, "M = 0"},       {-5, 1, 0, 0, 0, 0, 0, "M = -5"},
+        {3, -1, 0, 0, 0, 0, 0, "n8 = -1"},    {3, nb + 1, 0, 0, 0, 0, 0, "n8 = 10"},
+        {3, 1, 1, 0, 0, 0, 0, "non-NULL"},    {3, 1, 0, 1, 0, 0, 0, "non-NULL"},
+        {3, 1, 0, 0, 1, 0, 0, "non-NULL"},    {3, 1, 0, 0, 0, 1, 0, "non-NULL"},
+        {3, 1, 0, 0, 0, 0, 1, "aligned"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        comet_clear_error();
+        comet_status st = op->gemm_w4ax(be, bad[i].null_w ? NULL : w.w, bad[i].M, bad[i].n8,
+                                        bad[i].null_qa ? NULL : a.dqa + bad[i].misalign,
+                                        bad[i].null_sa ? NULL : a.dsa, bad[i].null_y ? NULL : g.y);
+        check(st == COMET_ERR_INVALID_ARG && strstr(comet_last_error(), bad[i].says),
+              "error: gemm_w4ax M=%d n8=%d NULL w/qa/sa/y %d%d%d%d misaligned %d -> %s \"%s\"",
+              bad[i].M, bad[i].n8, bad[i].null_w, bad[i].null_qa, bad[i].null_sa, bad[i].null_y,
+              bad[i].misalign, comet_status_name(st), comet_last_error());
+    }
+    uint32_t foreign[32] = {0x34415743u}; /* a CPU backend's tag */
+    comet_status st = op->gemm_w4ax(be, (const comet_w4ax_weight *)foreign, 3, 1, a.dqa, a.dsa, g.y);
+    check(st == COMET_ERR_INVALID_ARG, "error: a weight not made by a CUDA backend -> %s \"%s\"",
+          comet_status_name(st), comet_last_error());
+
+    const struct {
+        int N, K, B;
+        const char *says;
+    } bad_load[] = {{0, 128, 64, "N = 0"}, {8, 96, 64, "K = 96"}, {8, 128, 32, "B = 32"},
+                    {8, 192, 128, "K = 192 is not a multiple"}};
+    for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
+        comet_w4ax_weight *out = (comet_w4ax_weight *)foreign;
+        st = op->w4ax_load(be, bad_load[i].N, bad_load[i].K, bad_load[i].B, w.qw, w.sw, &out);
+        check(st == COMET_ERR_INVALID_ARG && out == NULL && strstr(comet_last_error(), bad_load[i].says),
+              "error: w4ax_load N=%d K=%d B=%d -> %s \"%s\"", bad_load[i].N, bad_load[i].K,
+              bad_load[i].B, comet_status_name(st), comet_last_error());
+    }
+    comet_w4ax_weight *out = NULL;
+    st = op->w4ax_load(be, 8, 128, 64, NULL, w.sw, &out);
+    check(st == COMET_ERR_INVALID_ARG, "error: w4ax_load with NULL codes -> %s", comet_status_name(st));
+    op->w4ax_free(be, NULL);
+    check(gout_guards_ok(&g), "error: nothing was written by the refused calls' y");
+    check(comet_backend_cuda_sync(be) == COMET_OK, "error: the stream is healthy after the refused calls");
+
+    int n_dev = 0;
+    CUDA_OK(cudaGetDeviceCount(&n_dev));
+    comet_backend *none = comet_backend_cuda_init(n_dev);
+    check(none == NULL && strstr(comet_last_error(), "out of range"),
+          "error: comet_backend_cuda_init(%d) on %d device(s) -> \"%s\"", n_dev, n_dev,
+          comet_last_error());
+    comet_backend_free(none);
+    (void)device;
+    cudaFree(g.raw);
+    acts_free(&a);
+    weight_free(be, &w);
+}
+
+int main(int argc, char **argv)
+{
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const int device = 0;
+    comet_backend *be = comet_backend_cuda_init(device);
+    if (!check(be != NULL, "comet_backend_cuda_init(%d)%s%s", device, be ? "" : ": ",
+               be ? "" : comet_last_error())) {
+        printf("%d/%d checks passed\n", n_check - n_fail, n_check);
+        return 1;
+    }
+    check(!strcmp(be->ops->name, "cuda") && !be->ops->embed && be->ops->gemm_w4ax,
+          "the table: name 'cuda', gemm_w4ax set, embed not yet");
+    test_errors(be, device);
+    test_shapes(be, quick);
+    test_workspace_grow(device);
+    comet_backend_free(be);
+    printf("%d/%d checks passed\n", n_check - n_fail, n_check);
+    return n_fail ? 1 : 0;
+}
