@@ -8,21 +8,24 @@
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Three kernels, chosen by M and the device at run time (make_plan()):
- *  - stream (M <= 32): each warp owns 16 weight rows and streams their packed codes from
- *    global memory straight into registers (16-byte loads, 4 k64 chunks ahead of use); the
- *    CTA's tokens for its K range sit in shared memory. K is split across CTAs so all SMs
- *    stream.
- *  - wgmma (M > 32, sm_90a): warp-specialized; a producer warp fills a ring of stages with
- *    TMA (tokens, swizzled) and bulk copies (weights, scales) on mbarriers, two consumer
- *    warpgroups own 64 weight rows each of a 128 x 128 tile, weights as the register A
- *    operand of wgmma.m64n128k32.s8, tokens as B from shared memory.
+ *  - stream (M <= 16 on sm_90, M <= 32 on sm_80): each warp owns 16 weight rows and streams
+ *    their packed codes from global memory straight into registers (16-byte loads, 4 k64
+ *    chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is split
+ *    across CTAs so all SMs stream.
+ *  - wgmma (M > 16, sm_90a): warp-specialized; a producer warp fills a ring of stages with
+ *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
+ *    own 64 weight rows each of a 128 x TOK tile (TOK = 64 tokens for M <= 64, else 128),
+ *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
+ *    memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
  *    pipeline of 64-deep K slices, activations read with ldmatrix.
  * Measured speeds and what limits each kernel: docs/gemm.md, bench/results/.
  * All accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
- * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials go to a workspace; the last
- * CTA of each tile (atomic counter) sums them in split order, so results are deterministic,
- * and resets the counter.
+ * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials are summed in split order, so
+ * results are deterministic: on sm_90 the splits of a tile form a thread-block cluster and
+ * reduce through distributed shared memory (wgmma always, stream for M > 8); otherwise they
+ * go to a workspace and the last CTA of each tile (atomic counter, reset by that CTA) sums
+ * them.
  */
 #include "backend/cuda/gemm_w4ax.h"
 
