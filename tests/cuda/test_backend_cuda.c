@@ -106,7 +106,8 @@ static void ref_threaded(ref_job proto)
     for (int i = 0; i < NT; i++) {
         pthread_join(th[i], NULL);
         if (jobs[i].st != COMET_OK) {
-            fprintf(stderr, "oracle failed: %s\n", comet_last_error());
+            fprintf(stderr, "oracle failed on token rows [%d, %d): status %d (bad shape or an INT4 "
+                            "code out of range)\n", jobs[i].t0, jobs[i].t1, (int)jobs[i].st);
             exit(2);
         }
     }
@@ -312,7 +313,7 @@ static void test_workspace_grow(int device)
     if (!check(be != NULL, "grow: fresh backend (%s)", be ? "" : comet_last_error()))
         return;
     weight ws = weight_make(be, 8, 64, 64), wl = weight_make(be, 4096, 4096, 128);
-    acts as = acts_make(1, 64, 64, 1), al = acts_make(1, 4096, 4096, 2);
+    acts as = acts_make(1, 64, 64, 1), al = acts_make(1, 4096, 128, 2);
     comet_cuda_w4ax_gemm gs = {.M = 1, .N = 8, .K = 64, .B = 64, .n8 = 1};
     comet_cuda_w4ax_gemm gl = {.M = 1, .N = 4096, .K = 4096, .B = 128, .n8 = 2};
     size_t need_s = comet_cuda_gemm_w4ax_workspace_bytes(&gs);

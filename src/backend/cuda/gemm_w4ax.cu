@@ -643,7 +643,8 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * most of the promotion; setmaxnreg moves registers from the producer to the consumers.
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
-constexpr int WS_ROWS = 128, WS_GROUP = 8, WS_THREADS = 384;
+constexpr int WS_ROWS = 128, WS_THREADS = 384;
+[[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
 /* Pipeline depth by block size (kpb = B/64) and token-tile height: as many stages as fit. */
 __host__ __device__ constexpr int ws_stages(int kpb, int tok)
@@ -845,7 +846,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
         return;
     }
-    if (CL) {
+    if constexpr (CL) {
         /* The S splits of this tile are one cluster (dims 1 x 1 x S). Each CTA leaves its
          * fp32 tile in its own (now idle) stage memory, token-major with rows of WS_RED_LD
          * floats (conflict-free stores); CTA rank q then sums token rows [q*rv/S, (q+1)*rv/S)
@@ -875,31 +876,31 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                     store_out(p, t0 + row, n0 + c + e, vv[e]);
         }
         cluster_sync(); /* no CTA leaves while another still reads its shared memory */
-        return;
-    }
-    W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
-    if (!splitk_last_consumers(p, ctid))
-        return;
-    /* 16 elements at a time, split-outer: 16 loads in flight, each element still summed in
-     * split order from 0.0f */
+    } else {
+        W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
+        if (!splitk_last_consumers(p, ctid))
+            return;
+        /* 16 elements at a time, split-outer: 16 loads in flight, each element still summed in
+         * split order from 0.0f */
 #pragma unroll
-    for (int jc = 0; jc < TOK / 8; jc += 4) {
-        float v[16];
+        for (int jc = 0; jc < TOK / 8; jc += 4) {
+            float v[16];
 #pragma unroll
-        for (int e = 0; e < 16; e++)
-            v[e] = 0.0f;
-        for (int j2 = 0; j2 < p.S; j2++)
+            for (int e = 0; e < 16; e++)
+                v[e] = 0.0f;
+            for (int j2 = 0; j2 < p.S; j2++)
+#pragma unroll
+                for (int e = 0; e < 16; e++) {
+                    int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
+                    if (t < p.M && n < p.N)
+                        v[e] += __ldcg(&p.part[((size_t)j2 * p.M + t) * p.N + n]);
+                }
 #pragma unroll
             for (int e = 0; e < 16; e++) {
                 int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
                 if (t < p.M && n < p.N)
-                    v[e] += __ldcg(&p.part[((size_t)j2 * p.M + t) * p.N + n]);
+                    store_out(p, t, n, v[e]);
             }
-#pragma unroll
-        for (int e = 0; e < 16; e++) {
-            int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
-            if (t < p.M && n < p.N)
-                store_out(p, t, n, v[e]);
         }
     }
 #undef W4AX_WS_FOR_EACH
