@@ -143,8 +143,9 @@ void comet_backend_free(comet_backend *be);
 /* The CUDA backend on GPU `device` (0-based), with its own non-blocking cudaStream and a
  * GEMM workspace it owns (allocated and zero-filled on first need, grown when a call needs
  * more). Ops run on that stream, which does not wait for the legacy default stream: device
- * inputs written elsewhere (cudaMemcpy, other streams) must be complete before the call. It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other
- * ops are NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when
+ * inputs written elsewhere (cudaMemcpy, other streams) must be complete before the call.
+ * It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other ops are
+ * NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when
  * this build has no CUDA (COMET_ERR_UNSUPPORTED), no CUDA device is usable
  * (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory runs out.
  * Always linkable: without CUDA it is a stub that fails. */
