@@ -338,17 +338,16 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         }
     }
 
+#define W4AX_STREAM_FOR_EACH(BODY)                                                   \
+    _Pragma("unroll") for (int f = 0; f < MI; f++)                                   \
+    _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
+        int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;       \
+        if (t < p.M && n < p.N) { BODY; }                                            \
+    }
     if (p.S == 1) {
         if (!active)
             return;
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-                if (t < p.M && n < p.N)
-                    store_out(p, t, n, acc[f][r]);
-            }
+        W4AX_STREAM_FOR_EACH(store_out(p, t, n, acc[f][r]))
         return;
     }
     if (CL) {
@@ -380,14 +379,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         return;
     }
     if (active)
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-                if (t < p.M && n < p.N)
-                    p.part[((size_t)s * p.M + t) * p.N + n] = acc[f][r];
-            }
+        W4AX_STREAM_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[f][r])
     if ((p.ablate & 8) || !splitk_last(p) || !active)
         return;
     /* split-outer: all of one split's loads are in flight together; each element still sums
@@ -398,22 +390,9 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         for (int r = 0; r < 4; r++)
             acc[f][r] = 0.0f;
     for (int j = 0; j < p.S; j++)
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-                if (t < p.M && n < p.N)
-                    acc[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]);
-            }
-#pragma unroll
-    for (int f = 0; f < MI; f++)
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-            if (t < p.M && n < p.N)
-                store_out(p, t, n, acc[f][r]);
-        }
+        W4AX_STREAM_FOR_EACH(acc[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]))
+    W4AX_STREAM_FOR_EACH(store_out(p, t, n, acc[f][r]))
+#undef W4AX_STREAM_FOR_EACH
 }
 
 /* Tiled kernel. CTA tile 128 weight rows x 128 tokens, 8 warps as 2 (rows) x 4 (tokens),
