@@ -26,20 +26,13 @@
 #include "backend/cuda/gemm_w4ax.h"
 #include "quant/w4_plain.h"
 
+#define CUDA_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "cuda_test_util.h"
+
 #define GUARD 64 /* guard words on each side of y */
 #define GUARD_WORD 0x5A5A5A5Au
 
 static int n_fail = 0, n_check = 0;
-
-#define CUDA_OK(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                        \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
 
 /* Record one check: prints "ok"/"FAIL" and the description. Returns ok. */
 static int check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -55,62 +48,6 @@ static int check(int ok, const char *fmt, ...)
     n_check++;
     n_fail += !ok;
     return ok;
-}
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-/* ---- the oracle, threaded over token rows ---- */
-
-typedef struct {
-    int M, N, K, B, n8;
-    const uint8_t *qw;
-    const uint16_t *sw;
-    const int8_t *qa;
-    const float *sa;
-    float *y;
-    int32_t *bs;
-    int t0, t1;
-    comet_status st;
-} ref_job;
-
-static void *ref_worker(void *arg)
-{
-    ref_job *j = arg;
-    int nb = j->K / j->B;
-    j->st = j->t1 > j->t0 ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
-                                                j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
-                                                j->y + (size_t)j->t0 * j->N,
-                                                j->bs + (size_t)j->t0 * j->N * nb)
-                          : COMET_OK;
-    return NULL;
-}
-
-static void ref_threaded(ref_job proto)
-{
-    enum { NT = 16 };
-    pthread_t th[NT];
-    ref_job jobs[NT];
-    for (int i = 0; i < NT; i++) {
-        jobs[i] = proto;
-        jobs[i].t0 = (int)((long)proto.M * i / NT);
-        jobs[i].t1 = (int)((long)proto.M * (i + 1) / NT);
-        pthread_create(&th[i], NULL, ref_worker, &jobs[i]);
-    }
-    for (int i = 0; i < NT; i++) {
-        pthread_join(th[i], NULL);
-        if (jobs[i].st != COMET_OK) {
-            fprintf(stderr, "oracle failed on token rows [%d, %d): status %d (bad shape or an INT4 "
-                            "code out of range)\n", jobs[i].t0, jobs[i].t1, (int)jobs[i].st);
-            exit(2);
-        }
-    }
 }
 
 /* ---- inputs ---- */

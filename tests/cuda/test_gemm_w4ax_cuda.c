@@ -21,74 +21,13 @@
 #include "backend/cuda/gemm_w4ax.h"
 #include "quant/w4_plain.h"
 
+#define CUDA_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "cuda_test_util.h"
+
 #define GUARD 64 /* guard words on each side of each output */
 #define GUARD_WORD 0x5A5A5A5Au
 
 static int n_fail = 0, n_check = 0;
-
-#define CUDA_OK(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                        \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
-
-static uint64_t rng = 0x9E3779B97F4A7C15ull;
-static uint32_t rnd(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-/* The oracle, threaded over token rows (it is plain per-row independent). */
-typedef struct {
-    int M, N, K, B, n8;
-    const uint8_t *qw;
-    const uint16_t *sw;
-    const int8_t *qa;
-    const float *sa;
-    float *y;
-    int32_t *bs;
-    int t0, t1;
-    comet_status st;
-} ref_job;
-
-static void *ref_worker(void *arg)
-{
-    ref_job *j = arg;
-    int nb = j->K / j->B;
-    j->st = j->t1 > j->t0 ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
-                                                j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
-                                                j->y + (size_t)j->t0 * j->N,
-                                                j->bs + (size_t)j->t0 * j->N * nb)
-                          : COMET_OK;
-    return NULL;
-}
-
-static void ref_threaded(ref_job proto)
-{
-    enum { NT = 16 };
-    pthread_t th[NT];
-    ref_job jobs[NT];
-    for (int i = 0; i < NT; i++) {
-        jobs[i] = proto;
-        jobs[i].t0 = (int)((long)proto.M * i / NT);
-        jobs[i].t1 = (int)((long)proto.M * (i + 1) / NT);
-        pthread_create(&th[i], NULL, ref_worker, &jobs[i]);
-    }
-    for (int i = 0; i < NT; i++) {
-        pthread_join(th[i], NULL);
-        if (jobs[i].st != COMET_OK) {
-            fprintf(stderr, "oracle failed: %s\n", comet_last_error());
-            exit(2);
-        }
-    }
-}
 
 static float f16_round(float x)
 {
