@@ -517,14 +517,16 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     }
     cp_async_wait<0>();
 
-#define W4AX_TILED_FOR_EACH(BODY)                                                    \
-    _Pragma("unroll") for (int i = 0; i < 4; i++)                                    \
+/* BODY for each live element (t, n) of m16 fragment i, then of all four fragments */
+#define W4AX_TILED_FRAG(BODY)                                                        \
     _Pragma("unroll") for (int f = 0; f < 4; f++)                                    \
     _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
         int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1);                             \
         int n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;                          \
         if (t < p.M && n < p.N) { BODY; }                                            \
     }
+#define W4AX_TILED_FOR_EACH(BODY)                                                    \
+    _Pragma("unroll") for (int i = 0; i < 4; i++) { W4AX_TILED_FRAG(BODY) }
     if (p.S == 1) {
         W4AX_TILED_FOR_EACH(store_out(p, t, n, acc[i][f][r]))
         return;
@@ -543,24 +545,11 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
             for (int r = 0; r < 4; r++)
                 v[f][r] = 0.0f;
         for (int j = 0; j < p.S; j++)
-#pragma unroll
-            for (int f = 0; f < 4; f++)
-#pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1), n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;
-                    if (t < p.M && n < p.N)
-                        v[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]);
-                }
-#pragma unroll
-        for (int f = 0; f < 4; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1), n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;
-                if (t < p.M && n < p.N)
-                    store_out(p, t, n, v[f][r]);
-            }
+            W4AX_TILED_FRAG(v[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]))
+        W4AX_TILED_FRAG(store_out(p, t, n, v[f][r]))
     }
 #undef W4AX_TILED_FOR_EACH
+#undef W4AX_TILED_FRAG
 }
 
 
