@@ -37,6 +37,41 @@ static uint32_t rnd(void)
     return (uint32_t)(rng >> 16);
 }
 
+/* Device buffers with GUARD words of GUARD_WORD on each side of a payload of `words`
+ * 32-bit words: guarded_raw_alloc returns the raw allocation (payload at raw + GUARD, also
+ * GUARD_WORD-filled); guards_intact returns 1 while no guard word has changed. */
+#define GUARD 64
+#define GUARD_WORD 0x5A5A5A5Au
+
+static uint32_t *guarded_raw_alloc(size_t words)
+{
+    size_t all = words + 2 * GUARD;
+    uint32_t *raw, *h = malloc(all * 4);
+    if (!h) {
+        fprintf(stderr, "out of host memory\n");
+        exit(2);
+    }
+    CUDA_OK(cudaMalloc((void **)&raw, all * 4));
+    for (size_t i = 0; i < all; i++)
+        h[i] = GUARD_WORD;
+    CUDA_OK(cudaMemcpy(raw, h, all * 4, cudaMemcpyHostToDevice));
+    free(h);
+    return raw;
+}
+
+static int guards_intact(const uint32_t *raw, size_t words)
+{
+    uint32_t h[GUARD];
+    int ok = 1;
+    CUDA_OK(cudaMemcpy(h, raw, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        ok &= h[i] == GUARD_WORD;
+    CUDA_OK(cudaMemcpy(h, raw + GUARD + words, sizeof h, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < GUARD; i++)
+        ok &= h[i] == GUARD_WORD;
+    return ok;
+}
+
 /* One slice of token rows [t0, t1) of an oracle call. */
 typedef struct {
     int M, N, K, B, n8;

@@ -29,8 +29,6 @@
 #define CUDA_TEST_SEED 0x2545F4914F6CDD1Dull
 #include "cuda_test_util.h"
 
-#define GUARD 64 /* guard words on each side of y */
-#define GUARD_WORD 0x5A5A5A5Au
 
 static int n_fail = 0, n_check = 0;
 
@@ -120,30 +118,12 @@ typedef struct {
 
 static gout gout_make(size_t n)
 {
-    gout g = {NULL, NULL, n};
-    size_t words = n + 2 * GUARD;
-    CUDA_OK(cudaMalloc((void **)&g.raw, words * 4));
-    uint32_t *h = malloc(words * 4);
-    for (size_t i = 0; i < words; i++)
-        h[i] = GUARD_WORD;
-    CUDA_OK(cudaMemcpy(g.raw, h, words * 4, cudaMemcpyHostToDevice));
-    free(h);
+    gout g = {guarded_raw_alloc(n), NULL, n};
     g.y = (float *)(g.raw + GUARD);
     return g;
 }
 
-static int gout_guards_ok(const gout *g)
-{
-    uint32_t h[GUARD];
-    int ok = 1;
-    CUDA_OK(cudaMemcpy(h, g->raw, sizeof h, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < GUARD; i++)
-        ok &= h[i] == GUARD_WORD;
-    CUDA_OK(cudaMemcpy(h, g->raw + GUARD + g->n, sizeof h, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < GUARD; i++)
-        ok &= h[i] == GUARD_WORD;
-    return ok;
-}
+static int gout_guards_ok(const gout *g) { return guards_intact(g->raw, g->n); }
 
 /* ---- one GEMM through the backend against the oracle ---- */
 

@@ -24,8 +24,6 @@
 #define CUDA_TEST_SEED 0x9E3779B97F4A7C15ull
 #include "cuda_test_util.h"
 
-#define GUARD 64 /* guard words on each side of each output */
-#define GUARD_WORD 0x5A5A5A5Au
 
 static int n_fail = 0, n_check = 0;
 
@@ -53,13 +51,7 @@ static guarded galloc(size_t bytes)
 {
     guarded g = {0};
     g.bytes = bytes;
-    size_t words = (bytes + 3) / 4 + 2 * GUARD;
-    CUDA_OK(cudaMalloc((void **)&g.raw, words * 4));
-    uint32_t *h = malloc(words * 4);
-    for (size_t i = 0; i < words; i++)
-        h[i] = GUARD_WORD;
-    CUDA_OK(cudaMemcpy(g.raw, h, words * 4, cudaMemcpyHostToDevice));
-    free(h);
+    g.raw = guarded_raw_alloc((bytes + 3) / 4);
     g.p = g.raw + GUARD;
     return g;
 }
@@ -69,15 +61,7 @@ static void gpoison(guarded *g) { CUDA_OK(cudaMemset(g->p, 0xFF, g->bytes)); }
 
 static int gcheck(const guarded *g, const char *what)
 {
-    uint32_t h[GUARD];
-    int bad = 0;
-    CUDA_OK(cudaMemcpy(h, g->raw, sizeof h, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < GUARD; i++)
-        bad |= h[i] != GUARD_WORD;
-    size_t words = (g->bytes + 3) / 4;
-    CUDA_OK(cudaMemcpy(h, g->raw + GUARD + words, sizeof h, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < GUARD; i++)
-        bad |= h[i] != GUARD_WORD;
+    int bad = !guards_intact(g->raw, (g->bytes + 3) / 4);
     if (bad)
         fprintf(stderr, "  guard words around %s overwritten\n", what);
     return bad;
