@@ -1,6 +1,7 @@
 /* test_gemm_w4ax.c — CPU checks of the W4Ax GEMM oracle (backend/cpu/ref_gemm_w4ax.c) and of
  * the CUDA weight packing round trip (backend/cuda/gemm_w4ax_pack.c, plain C). The GPU
  * kernels themselves are tested in tests/cuda/ on the GPU machine. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -114,6 +115,13 @@ static void test_pack_round_trip(void **state)
     uint16_t ds[4];
     assert_int_equal(comet_cuda_w4ax_pack(8, 96, 64, dummy, ds, dummy, ds), COMET_ERR_INVALID_ARG);
     assert_int_equal(comet_cuda_w4ax_pack(8, 128, 32, dummy, ds, dummy, ds), COMET_ERR_INVALID_ARG);
+    /* N past COMET_CUDA_W4AX_MAX_DIM (rounding N up to 16 would overflow an int near INT_MAX):
+     * refused, and the size helpers say 0 instead of wrapping */
+    assert_int_equal(comet_cuda_w4ax_pack(INT_MAX, 128, 64, dummy, ds, dummy, ds), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(INT_MAX, 128), 0);
+    assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(INT_MAX, 128, 64), 0);
+    assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(COMET_CUDA_W4AX_MAX_DIM, 64),
+                     (size_t)COMET_CUDA_W4AX_MAX_DIM * 32);
 }
 
 int main(void)

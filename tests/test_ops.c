@@ -3,6 +3,7 @@
  * ragged batches; partly filled, shuffled pages), compared by normalized error, with
  * canaries around every output. The W4Ax GEMM is compared bit for bit (the fast path
  * promises the oracle's exact result) and against an independent double-precision sum. */
+#include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -595,7 +596,11 @@ static void test_gemm_w4ax_errors(void **state) {
             const char *says;
         } bad[] = {{0, 128, 64, "N = 0"},    {8, 96, 64, "K = 96"},  {8, 0, 64, "K = 0"},
                    {8, 128, 32, "B = 32"},   {8, 192, 128, "K = 192 is not a multiple"},
-                   {-3, 128, 64, "N = -3"}};
+                   {-3, 128, 64, "N = -3"},
+                   /* above COMET_W4AX_MAX_DIM: refused before any allocation */
+                   {COMET_W4AX_MAX_DIM + 1, 128, 64, "N = 1073741825"},
+                   {INT_MAX, 128, 64, "N = 2147483647"},
+                   {8, COMET_W4AX_MAX_DIM + 64, 64, "K = 1073741888"}};
         for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
             assert_int_equal(op->w4ax_load(be, bad[i].N, bad[i].K, bad[i].B, c.qw, c.sw, &w),
                              COMET_ERR_INVALID_ARG);
@@ -612,6 +617,8 @@ static void test_gemm_w4ax_errors(void **state) {
         assert_int_equal(op->gemm_w4ax(be, w, 0, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "M = 0"));
         assert_int_equal(op->gemm_w4ax(be, w, -1, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+        assert_int_equal(op->gemm_w4ax(be, w, INT_MAX - 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+        assert_non_null(strstr(comet_last_error(), "M <= 1073741824"));
         assert_int_equal(op->gemm_w4ax(be, w, 3, -1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "n8 = -1"));
         assert_int_equal(op->gemm_w4ax(be, w, 3, 3, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
@@ -625,6 +632,7 @@ static void test_gemm_w4ax_errors(void **state) {
         c.qa[2 * 128 + 64 + 5] = 8;
         assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "[-8, 7]"));
+        assert_non_null(strstr(comet_last_error(), op->name)); /* the same words on both */
         assert_int_equal(op->gemm_w4ax(be, w, 3, 2, c.qa, c.sa, y), COMET_OK); /* INT8 block */
         c.qa[2 * 128 + 64 + 5] = 7;
         assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, c.sa, y), COMET_OK);

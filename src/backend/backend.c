@@ -21,14 +21,14 @@ comet_status comet_w4ax_check_load(const comet_backend *be, int N, int K, int B,
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): qw_plain, sw_plain and out must be "
                                "non-NULL", name);
-    if (N < 1)
+    if (N < 1 || N > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_load (backend '%s'): N = %d output channels; need N >= 1",
-                               name, N);
-    if (K < 64 || K % 64)
+                               "w4ax_load (backend '%s'): N = %d output channels; need 1 <= N <= "
+                               "%d", name, N, COMET_W4AX_MAX_DIM);
+    if (K < 64 || K % 64 || K > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): K = %d input channels; need a positive "
-                               "multiple of 64", name, K);
+                               "multiple of 64, at most %d", name, K, COMET_W4AX_MAX_DIM);
     if (B != 64 && B != 128)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): block size B = %d; need 64 or 128",
@@ -49,9 +49,10 @@ comet_status comet_w4ax_check_gemm(const comet_backend *be, const comet_w4ax_wei
                                "gemm_w4ax (backend '%s'): w, qa, sa and y must be non-NULL "
                                "(got w=%p qa=%p sa=%p y=%p)", name, (const void *)w,
                                (const void *)qa, (const void *)sa, (const void *)y);
-    if (M < 1)
+    if (M < 1 || M > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax (backend '%s'): M = %d tokens; need M >= 1", name, M);
+                               "gemm_w4ax (backend '%s'): M = %d tokens; need 1 <= M <= %d", name,
+                               M, COMET_W4AX_MAX_DIM);
     if (n8 < 0 || n8 > (B > 0 ? K / B : 0))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): n8 = %d INT8 blocks is outside "

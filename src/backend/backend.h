@@ -30,6 +30,10 @@ typedef struct comet_backend comet_backend;
  * src/backend/cuda/cuda_backend.c). */
 typedef struct comet_w4ax_weight comet_w4ax_weight;
 
+/* Largest M, N and K the W4Ax ops accept (2^30): index arithmetic that rounds them up to
+ * tile multiples in int cannot overflow. */
+#define COMET_W4AX_MAX_DIM (1 << 30)
+
 typedef struct comet_rope_params {
     int head_dim;        /* D (rotary over all D channels, rotate-half / NeoX pairing) */
     float theta;
@@ -97,7 +101,8 @@ typedef struct comet_backend_ops {
      * comet_cuda_w4ax_pack'ed, in device memory). *out receives a weight owned by the
      * caller, released with w4ax_free of the same backend; it must not outlive the backend.
      * Returns COMET_OK; COMET_ERR_INVALID_ARG (N < 1, K not a positive multiple of 64, B
-     * not 64 or 128, K % B != 0, a NULL pointer), with the problem named; COMET_ERR_NOMEM
+     * not 64 or 128, K % B != 0, N or K above COMET_W4AX_MAX_DIM, a NULL pointer), with the
+     * problem named; COMET_ERR_NOMEM
      * (host or device allocation); COMET_ERR_CUDA (another CUDA failure). *out is NULL on
      * failure. */
     comet_status (*w4ax_load)(comet_backend *be, int N, int K, int B, const uint8_t *qw_plain,
@@ -111,7 +116,10 @@ typedef struct comet_backend_ops {
      * caller-owned: qa [M, K] int8 activation codes (CUDA: 16-byte aligned), sa [M, K/B]
      * fp32 activation scales, y [M, N] fp32 output (every element written). w's N, K, B
      * are those given to w4ax_load.
-     * Returns COMET_OK, or COMET_ERR_INVALID_ARG (M < 1, n8 outside [0, K/B], a NULL
+     * Scales are used as given: an inf or NaN scale propagates into the outputs it touches
+     * (NUMERICS.md has the quantizer produce finite, positive scales).
+     * Returns COMET_OK, or COMET_ERR_INVALID_ARG (M < 1 or above COMET_W4AX_MAX_DIM, n8
+     * outside [0, K/B], a NULL
      * pointer, w made by another kind of backend; CPU: an INT4 block holding a code outside
      * [-8, 7] — the CUDA backend does not scan qa and multiplies such codes as they are),
      * COMET_ERR_NOMEM / COMET_ERR_CUDA (CUDA: growing the workspace or the launch failed).

@@ -1149,10 +1149,12 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
 comet_status check_args(const comet_cuda_w4ax_gemm *g)
 {
     if (!g || g->M < 1 || g->N < 1 || g->K < 64 || g->K % 64 || (g->B != 64 && g->B != 128) ||
-        g->K % g->B || g->n8 < 0 || g->n8 > g->K / g->B)
+        g->K % g->B || g->n8 < 0 || g->n8 > g->K / g->B || g->M > COMET_CUDA_W4AX_MAX_DIM ||
+        g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
-                               "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B",
+                               "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B, "
+                               "M, N, K <= 2^30",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 64 && g->tile_tokens != 128))

@@ -35,17 +35,21 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
+/* Largest M, N, K accepted (2^30): the plans round them up to tile multiples in int. */
+#define COMET_CUDA_W4AX_MAX_DIM (1 << 30)
+
 /* Packed layout (docs/gemm.md): N is padded to Np = roundup(N, 16); K % 64 == 0.
  * Codes: (Np/16) x (K/64) tiles of 512 bytes, tile (nt, kt) at byte (nt*(K/64) + kt)*512;
  * lane l of a warp reads bytes [16l, 16l+16) of a tile and gets its m16n8k32 A fragments
  * for two k32 steps, each nibble pair (low = row g, high = row g+8) expanding to INT8
  * with the x16 trick. Scales: fp16 [K/B, Np] (block-major), padded rows are 0. */
-size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K);
+size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K); /* 0 for shapes pack refuses */
 size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B);
 
 /* Host-side repacking. qw_plain [N, K/2] and sw_plain [N, K/B] fp16 bits in, qw_packed
  * (packed_qw_bytes) and sw_packed (packed_sw_bytes) out; caller-owned host buffers.
- * Returns COMET_ERR_INVALID_ARG unless N >= 1, K % 64 == 0, B in {64, 128}, K % B == 0. */
+ * Returns COMET_ERR_INVALID_ARG unless 1 <= N, K <= COMET_CUDA_W4AX_MAX_DIM, K % 64 == 0,
+ * B in {64, 128}, K % B == 0. */
 comet_status comet_cuda_w4ax_pack(int N, int K, int B, const uint8_t *qw_plain,
                                   const uint16_t *sw_plain, uint8_t *qw_packed,
                                   uint16_t *sw_packed);

@@ -7,21 +7,30 @@
 
 #include "quant/w4_plain.h"
 
-static int round16(int n) { return (n + 15) / 16 * 16; }
+static int dims_ok(int N, int K)
+{
+    return N >= 1 && N <= COMET_CUDA_W4AX_MAX_DIM && K >= 64 && K <= COMET_CUDA_W4AX_MAX_DIM;
+}
 
-size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K) { return (size_t)round16(N) * (size_t)(K / 2); }
+static size_t round16(int n) { return ((size_t)n + 15) / 16 * 16; }
+
+size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K)
+{
+    return dims_ok(N, K) ? round16(N) * (size_t)(K / 2) : 0;
+}
 
 size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B)
 {
-    return (size_t)(K / B) * (size_t)round16(N) * sizeof(uint16_t);
+    return dims_ok(N, K) && (B == 64 || B == 128) ? (size_t)(K / B) * round16(N) * sizeof(uint16_t) : 0;
 }
 
 static comet_status check_shape(int N, int K, int B)
 {
-    if (N < 1 || K < 64 || K % 64 || (B != 64 && B != 128) || K % B)
+    if (!dims_ok(N, K) || K % 64 || (B != 64 && B != 128) || K % B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_pack: N=%d K=%d B=%d; need N >= 1, K a multiple of 64, "
-                               "B 64 or 128 dividing K", N, K, B);
+                               "w4ax_pack: N=%d K=%d B=%d; need 1 <= N <= %d, K a multiple of 64 "
+                               "(at most %d), B 64 or 128 dividing K", N, K, B,
+                               COMET_CUDA_W4AX_MAX_DIM, COMET_CUDA_W4AX_MAX_DIM);
     return COMET_OK;
 }
 
