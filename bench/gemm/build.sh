@@ -27,4 +27,8 @@ nvcc $arch -o "$out/test_gemm_w4ax_cuda" "$out/test_gemm_w4ax_cuda.o" $common -l
 nvcc $arch -o "$out/test_backend_cuda" "$out/test_backend_cuda.o" "$out/cuda_backend.o" \
     "$out/backend.o" $common -lpthread -lm
 nvcc $arch -o "$out/bench_gemm" "$out/bench_gemm.o" $common -lcublas -lcublasLt
+# the source these binaries were built from (gpu_run.sh reports it: the GPU machine's own
+# checkout may lag behind the files copied to it)
+{ git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/COMMIT"
+git diff --quiet HEAD -- src bench tests 2>/dev/null || echo "+ uncommitted changes" >> "$out/COMMIT"
 echo "built $out/test_gemm_w4ax_cuda $out/test_backend_cuda $out/bench_gemm"

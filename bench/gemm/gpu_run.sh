@@ -14,7 +14,7 @@ if [ ! -x $bin/bench_gemm ] || [ ! -x $bin/test_backend_cuda ] || ldd $bin/bench
     bench/gemm/build.sh $bin > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 fi
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; \
-  git log -1 --format='commit %H %cd' 2>/dev/null; date -u; } > "$out/env.txt" 2>&1
+  echo "binaries built from commit $(tr '\n' ' ' < $bin/COMMIT 2>/dev/null)"; date -u; } > "$out/env.txt" 2>&1
 t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- b_rc=-
 if [ "$what" != bench ]; then
     timeout 240 $bin/test_gemm_w4ax_cuda > "$out/test.log" 2>&1; t_rc=$?
