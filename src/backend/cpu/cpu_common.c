@@ -129,15 +129,14 @@ void comet_cpu_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
 }
 
 comet_status comet_cpu_w4ax_check(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
-                                  const int8_t *qa, const float *sa, const float *y,
-                                  int scan_int4) {
+                                  const int8_t *qa, const float *sa, const float *y) {
     if (w && w->magic != COMET_CPU_W4AX_MAGIC)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): the weight was not made by a CPU "
                                "backend's w4ax_load", be->ops->name);
     COMET_TRY(comet_w4ax_check_gemm(be, w, w ? w->K : 0, w ? w->B : 0, M, n8, qa, sa, y));
     const int K = w->K;
-    for (int t = 0; scan_int4 && t < M; t++) {
+    for (int t = 0; t < M; t++) {
         const int8_t *row = qa + (size_t)t * K;
         int bad = 0;
         for (int k = n8 * w->B; k < K; k++) /* no early exit: the loop vectorizes */

@@ -53,10 +53,9 @@ comet_status comet_cpu_w4ax_load(comet_backend *be, int N, int K, int B, const u
 void comet_cpu_w4ax_free(comet_backend *be, comet_w4ax_weight *w);
 
 /* The argument checks of a CPU gemm_w4ax: comet_w4ax_check_gemm, w made by a CPU backend,
- * and (when scan_int4) every code of the INT4 blocks n8..K/B-1 of qa in [-8, 7].
+ * and every code of the INT4 blocks n8..K/B-1 of qa in [-8, 7].
  * COMET_OK or COMET_ERR_INVALID_ARG naming the problem. */
 comet_status comet_cpu_w4ax_check(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
-                                  const int8_t *qa, const float *sa, const float *y,
-                                  int scan_int4);
+                                  const int8_t *qa, const float *sa, const float *y);
 
 #endif

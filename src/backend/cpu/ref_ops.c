@@ -148,7 +148,7 @@ static comet_status ref_logits(comet_backend *be, const float *x, const int32_t 
  * shared check first, so both CPU backends refuse out-of-range codes with the same words. */
 static comet_status ref_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
                                   const int8_t *qa, const float *sa, float *y) {
-    COMET_TRY(comet_cpu_w4ax_check(be, w, M, n8, qa, sa, y, 1));
+    COMET_TRY(comet_cpu_w4ax_check(be, w, M, n8, qa, sa, y));
     return comet_ref_gemm_w4ax(M, w->N, w->K, w->B, n8, w->qw, w->sw, qa, sa, y, NULL);
 }
 

@@ -18,7 +18,6 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/gemm_w4ax.h"
-#include "quant/w4_plain.h"
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
 
