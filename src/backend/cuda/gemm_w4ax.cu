@@ -7,11 +7,14 @@
  * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact. The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
- * Three kernels, chosen by M and the device at run time (make_plan()):
+ * Four kernels, chosen by M, N, K and the device at run time (make_plan()):
  *  - stream (M <= 16 on sm_90, M <= 32 on sm_80): each warp owns 16 weight rows and streams
  *    their packed codes from global memory straight into registers (16-byte loads, 4 k64
  *    chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is split
  *    across CTAs so all SMs stream.
+ *  - pipe (M <= 16 on sm_90 where it measured faster: N/16 between 1x and 3x the SM count,
+ *    K <= 4096): persistent CTAs own whole 16-row weight tiles over all of K (no split-K);
+ *    each warp streams its share of K through its own cp.async ring in shared memory.
  *  - wgmma (M > 16, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 64 tokens for M <= 64, else 128),
@@ -52,6 +55,7 @@ struct params {
     unsigned *counter; /* one per (blockIdx.x, blockIdx.y) tile */
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
+    int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
 };
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
@@ -89,6 +93,12 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
+{
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    int n = valid ? 4 : 0;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N> __device__ __forceinline__ void cp_async_wait()
@@ -395,6 +405,217 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
+/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count), the decode path. A work item is
+ * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
+ * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
+ * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
+ * owns every PP_WARPS-th 128-channel stage of an item and streams it through its own ring of
+ * p.pp_depth shared-memory slots with cp.async (codes, weight scales and token codes in 16-byte
+ * pieces, activation scales in 4-byte ones): the warp issues position q + depth - 1 of its
+ * (item, stage) sequence before it computes position q, runs ahead across item boundaries,
+ * and meets the other warps only once per item, when their partial tiles are summed through
+ * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
+ * set by the rings, not by registers (the stream kernel's loads are latency bound: three
+ * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
+ * limit is issue: at 8 warps per CTA and 1-3 CTAs per SM it runs at ~12 % occupancy with
+ * fixed-latency stalls, so it wins only where each CTA has one short item (PP_AUTO_MAX_K).
+ * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
+ * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
+ * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
+#ifndef COMET_PP_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_WARPS=4 */
+#define COMET_PP_WARPS 8
+#endif
+constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8;
+constexpr int PP_MAX_CTAS = PP_WARPS == 4 ? 5 : 3; /* CTAs per SM (__launch_bounds__: 102 / 85 registers) */
+/* The automatic plan uses the pipe kernel only where it measured faster than the stream
+ * kernel (H200, bench/results/2026-12-01-h200-gemm-s4.md): at most one item per CTA
+ * (N/16 <= PP_MAX_CTAS x SMs) and K <= PP_AUTO_MAX_K. With several items per CTA or long
+ * K one CTA's 8 warps stream too slowly (issue-bound: 12 % occupancy, fixed-latency stalls)
+ * and the stream kernel, with ~4x the warps per SM, wins: LLaMA-3-70B gate_up at M = 1 took
+ * 94 us here and 76 us there; LLaMA-3-8B o 8.7 us here and 11.7 us there. */
+constexpr int PP_AUTO_MAX_K = 4096;
+/* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
+ * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
+constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
+__host__ __device__ constexpr int pp_slot_bytes(int rows) { return PP_A_OFF + rows * PP_RS; }
+__host__ __device__ constexpr int pp_red_bytes(int mi) { return 2 * PP_WARPS * 16 * 8 * mi * 4; }
+
+__device__ __forceinline__ void cp_async_wait_upto(int n) /* n in [0, PP_MAX_DEPTH) */
+{
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    case 6: cp_async_wait<6>(); break;
+    default: cp_async_wait<7>(); break;
+    }
+}
+
+template <int MI, int KPB, bool BSUM>
+__global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(const __grid_constant__ params p)
+{
+    constexpr int TT = 8 * MI, BPS = 2 / KPB; /* blocks per stage */
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int depth = p.pp_depth, slot_bytes = pp_slot_bytes(p.pp_rows);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    uint8_t *ring = smem + (size_t)warp * depth * slot_bytes;
+    float *red = reinterpret_cast<float *>(smem + (size_t)PP_WARPS * depth * slot_bytes);
+    const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2, n_items = np16 * p.tiles_m;
+
+    /* Copy position (item, s) of this warp's sequence into ring slot `slot` (one commit
+     * group, empty past the last item), and step to the next position. */
+    /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
+     * group, empty past the last item) and step on. Written without loops or divisions per
+     * stage: the first version's per-stage index arithmetic (divisions by runtime values in
+     * copy loops) made the kernel issue-bound at ~700 instructions per 1 KB stage. */
+    int l_item = warp < nstage ? (int)blockIdx.x : n_items, l_s = warp, l_slot = 0;
+    const uint8_t *l_w = nullptr, *l_a = nullptr;
+    const uint16_t *l_sw = nullptr;
+    const float *l_sa = nullptr;
+    int l_rows = 0, l_t0 = 0;
+    auto start_item = [&]() { /* pointers at stage l_s of item l_item */
+        if (l_item >= n_items)
+            return;
+        const int nt = l_item % np16, t0 = l_item / np16 * TT, ta = t0 + (lane & (TT - 1));
+        l_rows = min(TT, p.M - t0), l_t0 = t0;
+        l_w = p.qw + ((size_t)nt * k64 + 2 * (size_t)l_s) * 512 + lane * 16;
+        l_sw = p.sw + (size_t)(l_s * BPS + lane / 2) * p.Np + nt * 16 + (lane & 1) * 8;
+        l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
+        l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)t0 * p.K + (size_t)l_s * 128;
+    };
+    start_item();
+    auto issue_next = [&]() {
+        if (l_item < n_items) {
+            uint8_t *st = ring + l_slot * slot_bytes;
+            const int nch = min(2, k64 - 2 * l_s), nblk = nch / KPB;
+            cp_async16(st + lane * 16, l_w, true);
+            if (nch == 2)
+                cp_async16(st + 512 + lane * 16, l_w + 512, true);
+            if (lane < 2 * nblk)
+                cp_async16(st + PP_SW_OFF + lane * 16, l_sw, true);
+            if (lane < nblk * TT) /* tokens past M read as 0 */
+                cp_async4(st + PP_SA_OFF + lane * 4, l_sa, l_t0 + (lane & (TT - 1)) < p.M);
+#pragma unroll
+            for (int k = 0; k < TT / 4; k++) { /* token row r, 16-byte piece c16 */
+                const int i = lane + 32 * k, r = i >> 3, c16 = i & 7;
+                if (r < l_rows && c16 < nch * 4)
+                    cp_async16(st + PP_A_OFF + r * PP_RS + c16 * 16, l_a + (size_t)r * p.K + c16 * 16, true);
+            }
+            l_s += PP_WARPS;
+            if (l_s < nstage) {
+                l_w += PP_WARPS * 1024, l_a += PP_WARPS * 128, l_sa += PP_WARPS * BPS;
+                l_sw += (size_t)PP_WARPS * BPS * p.Np;
+            } else {
+                l_item += gridDim.x, l_s = warp;
+                start_item();
+            }
+            l_slot = l_slot + 1 == depth ? 0 : l_slot + 1;
+        }
+        cp_async_commit();
+    };
+    for (int d = 0; d < depth - 1; d++)
+        issue_next();
+
+    int slot = 0, par = 0;
+    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+        const int nt = item % np16, t0 = item / np16 * TT, rows = min(TT, p.M - t0);
+        float acc[MI][4];
+#pragma unroll
+        for (int f = 0; f < MI; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                acc[f][r] = 0.0f;
+        for (int s = warp; s < nstage; s += PP_WARPS) {
+            issue_next();
+            cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
+            __syncwarp();                  /* ... and every lane's */
+            const uint8_t *st = ring + slot * slot_bytes;
+            const uint8_t *act = st + PP_A_OFF + tq * 4;
+            const int nblk = min(2, k64 - 2 * s) / KPB;
+#pragma unroll
+            for (int j = 0; j < BPS; j++) {
+                if (j >= nblk)
+                    break;
+                /* one accumulator per k32 step: 2*KPB independent mma chains instead of one
+                 * chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly */
+                int cs[2 * KPB][MI][4];
+#pragma unroll
+                for (int c = 0; c < KPB; c++) {
+                    const uint4 w = *reinterpret_cast<const uint4 *>(st + (j * KPB + c) * 512 + lane * 16);
+#pragma unroll
+                    for (int k2 = 0; k2 < 2; k2++) {
+                        const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
+#pragma unroll
+                        for (int f = 0; f < MI; f++) {
+                            const uint8_t *a = act + (f * 8 + g) * PP_RS + (j * KPB + c) * 64 + k2 * 32;
+                            const bool live = f * 8 + g < rows;
+                            const uint32_t b0 = live ? *reinterpret_cast<const uint32_t *>(a) : 0u;
+                            const uint32_t b1 = live ? *reinterpret_cast<const uint32_t *>(a + 16) : 0u;
+#pragma unroll
+                            for (int r = 0; r < 4; r++)
+                                cs[c * 2 + k2][f][r] = 0;
+                            mma_s8(cs[c * 2 + k2][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), b0, b1);
+                        }
+                    }
+                }
+                int ci[MI][4];
+#pragma unroll
+                for (int f = 0; f < MI; f++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        ci[f][r] = cs[0][f][r];
+#pragma unroll
+                        for (int x = 1; x < 2 * KPB; x++)
+                            ci[f][r] += cs[x][f][r];
+                    }
+                const unsigned short *swp = reinterpret_cast<const unsigned short *>(st + PP_SW_OFF + j * 32);
+                const float swf[2] = {f16f(swp[g]), f16f(swp[g + 8])};
+                const float *sas = reinterpret_cast<const float *>(st + PP_SA_OFF) + j * TT + tq * 2;
+                const int b = s * BPS + j;
+#pragma unroll
+                for (int f = 0; f < MI; f++) {
+                    const float2 sa2 = *reinterpret_cast<const float2 *>(sas + f * 8);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, ((r & 1) ? sa2.y : sa2.x) * swf[r >> 1], acc[f][r]);
+                        if (BSUM) {
+                            const int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
+                            if (t < p.M && n < p.N)
+                                p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                        }
+                    }
+                }
+            }
+            __syncwarp(); /* the slot is refilled by the next issue */
+            slot = slot + 1 == depth ? 0 : slot + 1;
+        }
+        /* sum the warps' partial tiles in warp order; red is double-buffered by item so one
+         * barrier per item suffices (a warp reaches the next item's barrier only after every
+         * warp has read this item's buffer) */
+        float *rb = red + par * (PP_WARPS * 16 * TT);
+#pragma unroll
+        for (int f = 0; f < MI; f++)
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                rb[(warp * 16 + g + (r >> 1) * 8) * TT + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
+        __syncthreads();
+        for (int i = threadIdx.x; i < 16 * TT; i += PP_WARPS * 32) {
+            const int row = i / TT, tt = i % TT, t = t0 + tt, n = nt * 16 + row;
+            float v = 0.0f;
+#pragma unroll
+            for (int w = 0; w < PP_WARPS; w++)
+                v += rb[(w * 16 + row) * TT + tt];
+            if (t < p.M && n < p.N)
+                store_out(p, t, n, v);
+        }
+        par ^= 1;
+    }
+    cp_async_wait<0>();
+}
+
 /* Tiled kernel. CTA tile 128 weight rows x 128 tokens, 8 warps as 2 (rows) x 4 (tokens),
  * warp tile 64 x 32 = 4 m16 fragments x 4 n8 fragments. Each pipeline stage holds one k64
  * slice: 8 packed 512-byte weight tiles (4 KB, read back as one 16-byte LDS per lane per
@@ -585,13 +806,6 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
 {
     const uint64_t layout = KPB == 2 ? 1 : 2, sbo = 8 * 64 * KPB;
     return ((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((sbo >> 4) << 32) | (layout << 62);
-}
-
-[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 4 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
 
 /* Warp-specialized wgmma kernel (sm_90a), the prefill path. CTA = 3 warpgroups: warpgroup 0
@@ -887,6 +1101,7 @@ struct plan_t {
     int MI, S;
     int tok; /* wgmma: tokens per CTA tile (64 or 128) */
     int tiles_n, tiles_m;
+    int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     dim3 grid, block;
     size_t smem, ws_bytes;
@@ -926,6 +1141,59 @@ bool has_wgmma()
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
+/* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
+constexpr int MAX_SMEM = 160 * 1024;
+
+/* Shared memory of one SM (bytes), for sizing the pipe kernel's rings. */
+int sm_smem_bytes()
+{
+    static int n = 0;
+    if (!n) {
+        int dev = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess ||
+            cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess || n < 1)
+            n = 228 * 1024;
+    }
+    return n;
+}
+
+
+/* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
+ * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is the
+ * smallest value that gives every SM the fewest items (ceil(items / SMs)) when that fits,
+ * else the value that minimizes the largest share. Each warp's ring then gets its part of the
+ * SM's shared memory split c ways (at most PP_MAX_DEPTH slots). */
+void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
+{
+    pl.MI = g->M <= 8 ? 1 : 2;
+    const int tt = 8 * pl.MI;
+    pl.tiles_m = (g->M + tt - 1) / tt;
+    pl.pp_rows = g->M < tt ? g->M : tt;
+    const long items = (long)np16 * pl.tiles_m;
+    const int slot = PP_WARPS * pp_slot_bytes(pl.pp_rows), fixed = pp_red_bytes(pl.MI), reserve = 1024;
+    int cmax = PP_MAX_CTAS;
+    while (cmax > 1 && sm_smem_bytes() / cmax - reserve < fixed + 2 * slot)
+        cmax--;
+    const long need = (items + sms - 1) / sms;
+    int c = (int)need;
+    if (c > cmax) {
+        long best = -1;
+        for (int k = 2; k <= cmax; k++) {
+            long share = (items + (long)sms * k - 1) / ((long)sms * k) * k;
+            if (best < 0 || share <= best) /* ties: more CTAs, more warps streaming */
+                best = share, c = k;
+        }
+    }
+    int budget = sm_smem_bytes() / c - reserve;
+    budget = budget < MAX_SMEM ? budget : MAX_SMEM;
+    pl.pp_depth = clampi((budget - fixed) / slot, 2, PP_MAX_DEPTH);
+    pl.pp_ctas = c;
+    pl.grid = dim3((unsigned)(items < (long)sms * c ? items : (long)sms * c), 1, 1);
+    pl.block = dim3(PP_WARPS * 32);
+    pl.smem = (size_t)pl.pp_depth * slot + fixed;
+    pl.S = 1;
+}
+
 int ws_cluster_capacity(int kpb, int tok, int S);
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
@@ -935,7 +1203,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     /* sm_90: the wgmma kernel from M = 17 (at M = 32 it beat the stream kernel on 7 of the 8
      * LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
-                : has_wgmma()                       ? (g->M <= 16 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA)
+                : has_wgmma() && g->M <= 16         ? (np16 >= sms && np16 <= PP_MAX_CTAS * sms && g->K <= PP_AUTO_MAX_K
+                                                           ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM)
+                : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
                 : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
                                                     : COMET_W4AX_KERNEL_TILED;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
@@ -964,6 +1234,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.smem = ((size_t)8 * pl.MI * (range + 16) + 15) / 16 * 16;
         if (pl.cluster)
             pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
+    } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
+        plan_pipe(pl, g, np16, sms);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
         pl.tok = g->tile_tokens ? g->tile_tokens : g->M <= 64 ? 64 : 128;
         pl.MI = pl.tok / 8;
@@ -1001,8 +1273,6 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     return pl;
 }
 
-/* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
-constexpr int MAX_SMEM = 160 * 1024;
 static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
                   ws_smem_bytes(2, 128) <= MAX_SMEM && ws_smem_bytes(1, 128) <= MAX_SMEM &&
@@ -1133,6 +1403,11 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         return kpb == 1 ? (pl.tok == 64 ? launch_ws<1, 64, BSUM>(pl, p, tmap, st) : launch_ws<1, 128, BSUM>(pl, p, tmap, st))
                         : (pl.tok == 64 ? launch_ws<2, 64, BSUM>(pl, p, tmap, st) : launch_ws<2, 128, BSUM>(pl, p, tmap, st));
+    if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
+        return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_pipe_kernel<1, 1, BSUM>, pl, st, p)
+                                      : launch(w4ax_pipe_kernel<1, 2, BSUM>, pl, st, p))
+                          : (kpb == 1 ? launch(w4ax_pipe_kernel<2, 1, BSUM>, pl, st, p)
+                                      : launch(w4ax_pipe_kernel<2, 2, BSUM>, pl, st, p));
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
                         : launch(w4ax_tiled_kernel<2, BSUM>, pl, st, p);
@@ -1198,8 +1473,11 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
+    else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
+        snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
+             : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"
              : pl.kernel == COMET_W4AX_KERNEL_WGMMA    ? "wgmma"
                                                        : "tiled",
              pl.MI, pl.S, cl, pl.grid.x, pl.grid.y, pl.grid.z);
@@ -1229,6 +1507,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
     p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
+    p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)

@@ -32,6 +32,10 @@ typedef enum comet_w4ax_kernel {
                                    * two wgmma consumer warpgroups (128 x 64 or 128 x 128
                                    * tiles, split-K reduced in a cluster), weights
                                    * in registers (A), tokens in shared memory (B) */
+    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 when N/16 >= the SM count: persistent
+                                   * CTAs own 16-row weight tiles over all of K (no split-K);
+                                   * each warp streams its share of K through its own
+                                   * cp.async ring in shared memory; any M when forced */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
