@@ -1250,6 +1250,16 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * clusters only; measured: 8B o at M = 64 ran S = 4 at 3 us per block) */
         while (g->splits == 0 && S > 1 && ws_cluster_capacity(g->B / 64, pl.tok, S) < ctas)
             S--;
+        /* Past one wave, 2 splits when the last wave is nearly empty: S = 2 takes
+         * ceil(tiles / resident pairs) rounds of half the work; used when that saves >= 20 %
+         * of the rounds (measured: 70B qkv at M = 256, 160 tiles, 2 rounds -> 3 half rounds:
+         * 115 -> 99 us; at a 12-17 % saving, 8B gate_up M = 256 and 70B qkv M = 512, it lost
+         * or tied; 8 splits at 15 resident clusters ran 8B qkv M = 256 at half speed) */
+        if (g->splits == 0 && ctas >= sms && nb >= 2) {
+            const int cap = clampi(ws_cluster_capacity(g->B / 64, pl.tok, 2), 1, sms / 2);
+            if (10 * ((ctas + cap - 1) / cap) <= 16 * ((ctas + sms - 1) / sms))
+                S = 2;
+        }
         S = g->splits > 0 ? g->splits : S;
         pl.S = clampi(S, 1, nb);
         /* sm_90: the splits of a tile reduce on chip in a cluster (no workspace) */
