@@ -8,12 +8,13 @@
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Four kernels, chosen by M, N, K and the device at run time (make_plan()):
- *  - stream (M <= 16 on sm_90, M <= 32 on sm_80): each warp owns 16 weight rows and streams
+ *  - stream (M <= 16 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and streams
  *    their packed codes from global memory straight into registers (16-byte loads, 4 k64
  *    chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is split
  *    across CTAs so all SMs stream.
- *  - pipe (M <= 16 on sm_90 where it measured faster: N/16 between 1x and 3x the SM count,
- *    K <= 4096): persistent CTAs own whole 16-row weight tiles over all of K (no split-K);
+ *  - pipe (M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
+ *    M <= 8, to 3x with K <= 4096 at M <= 16): persistent CTAs own whole 16-row weight
+ *    tiles over all of K (no split-K);
  *    each warp streams its share of K through its own cp.async ring in shared memory.
  *  - wgmma (M > 16, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
@@ -99,6 +100,15 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     int n = valid ? 4 : 0;
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
+}
+/* The same with a shared-memory (.shared window) address. */
+__device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, bool valid)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N> __device__ __forceinline__ void cp_async_wait()
@@ -417,8 +427,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
- * limit is issue: at 8 warps per CTA and 1-3 CTAs per SM it runs at ~12 % occupancy with
- * fixed-latency stalls, so it wins only where each CTA has one short item (PP_AUTO_MAX_K).
+ * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12-25 % occupancy), so it wins only
+ * up to a few items per SM (pipe_auto).
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -427,13 +437,6 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #endif
 constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8;
 constexpr int PP_MAX_CTAS = PP_WARPS == 4 ? 5 : 3; /* CTAs per SM (__launch_bounds__: 102 / 85 registers) */
-/* The automatic plan uses the pipe kernel only where it measured faster than the stream
- * kernel (H200, bench/results/2026-12-01-h200-gemm-s4.md): at most one item per CTA
- * (N/16 <= PP_MAX_CTAS x SMs) and K <= PP_AUTO_MAX_K. With several items per CTA or long
- * K one CTA's 8 warps stream too slowly (issue-bound: 12 % occupancy, fixed-latency stalls)
- * and the stream kernel, with ~4x the warps per SM, wins: LLaMA-3-70B gate_up at M = 1 took
- * 94 us here and 76 us there; LLaMA-3-8B o 8.7 us here and 11.7 us there. */
-constexpr int PP_AUTO_MAX_K = 4096;
 /* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
  * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
 constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
@@ -468,42 +471,55 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     /* Copy position (item, s) of this warp's sequence into ring slot `slot` (one commit
      * group, empty past the last item), and step to the next position. */
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
-     * group, empty past the last item) and step on. Written without loops or divisions per
-     * stage: the first version's per-stage index arithmetic (divisions by runtime values in
-     * copy loops) made the kernel issue-bound at ~700 instructions per 1 KB stage. */
-    int l_item = warp < nstage ? (int)blockIdx.x : n_items, l_s = warp, l_slot = 0;
+     * group, empty past the last item) and step on. Everything that depends only on the lane
+     * or the item is computed outside the per-stage path, which is 5-8 cp.async and pointer
+     * increments: the issue cost per byte decides this kernel's speed (ncu, 70B down at
+     * M = 1: 78 % of issue slots busy, 255 instructions per KB of weights before this). */
+    int l_item = warp < nstage ? (int)blockIdx.x : n_items, l_s = warp;
+    const uint32_t ring_s = smem_u32(ring), ring_end = ring_s + depth * slot_bytes;
+    uint32_t l_slot = ring_s;
     const uint8_t *l_w = nullptr, *l_a = nullptr;
     const uint16_t *l_sw = nullptr;
     const float *l_sa = nullptr;
-    int l_rows = 0, l_t0 = 0;
+    bool l_sa_ok = false, l_a_ok[TT / 4];
+    uint32_t d_a[TT / 4];  /* per lane: shared-memory offset of its token-code pieces ... */
+    size_t g_a[TT / 4];    /* ... and their global offsets from the stage's first token row */
+#pragma unroll
+    for (int k = 0; k < TT / 4; k++) {
+        const int i = lane + 32 * k, r = i >> 3, c16 = i & 7;
+        d_a[k] = PP_A_OFF + r * PP_RS + c16 * 16, g_a[k] = (size_t)r * p.K + c16 * 16;
+        l_a_ok[k] = false;
+    }
     auto start_item = [&]() { /* pointers at stage l_s of item l_item */
         if (l_item >= n_items)
             return;
         const int nt = l_item % np16, t0 = l_item / np16 * TT, ta = t0 + (lane & (TT - 1));
-        l_rows = min(TT, p.M - t0), l_t0 = t0;
+        const int rows = min(TT, p.M - t0);
         l_w = p.qw + ((size_t)nt * k64 + 2 * (size_t)l_s) * 512 + lane * 16;
         l_sw = p.sw + (size_t)(l_s * BPS + lane / 2) * p.Np + nt * 16 + (lane & 1) * 8;
         l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
+        l_sa_ok = ta < p.M; /* tokens past M read as 0 */
         l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)t0 * p.K + (size_t)l_s * 128;
+#pragma unroll
+        for (int k = 0; k < TT / 4; k++)
+            l_a_ok[k] = (lane + 32 * k) >> 3 < rows;
     };
     start_item();
     auto issue_next = [&]() {
         if (l_item < n_items) {
-            uint8_t *st = ring + l_slot * slot_bytes;
-            const int nch = min(2, k64 - 2 * l_s), nblk = nch / KPB;
-            cp_async16(st + lane * 16, l_w, true);
-            if (nch == 2)
-                cp_async16(st + 512 + lane * 16, l_w + 512, true);
-            if (lane < 2 * nblk)
-                cp_async16(st + PP_SW_OFF + lane * 16, l_sw, true);
-            if (lane < nblk * TT) /* tokens past M read as 0 */
-                cp_async4(st + PP_SA_OFF + lane * 4, l_sa, l_t0 + (lane & (TT - 1)) < p.M);
+            /* a half stage (one k64 chunk) only at the end of K with B = 64 */
+            const bool two = KPB == 2 || 2 * l_s + 2 <= k64;
+            cp_async16_s(l_slot + lane * 16, l_w);
+            if (two)
+                cp_async16_s(l_slot + 512 + lane * 16, l_w + 512);
+            if (lane < (two ? 2 * BPS : 2))
+                cp_async16_s(l_slot + PP_SW_OFF + lane * 16, l_sw);
+            if (lane < (two ? BPS * TT : TT))
+                cp_async4_s(l_slot + PP_SA_OFF + lane * 4, l_sa, l_sa_ok);
 #pragma unroll
-            for (int k = 0; k < TT / 4; k++) { /* token row r, 16-byte piece c16 */
-                const int i = lane + 32 * k, r = i >> 3, c16 = i & 7;
-                if (r < l_rows && c16 < nch * 4)
-                    cp_async16(st + PP_A_OFF + r * PP_RS + c16 * 16, l_a + (size_t)r * p.K + c16 * 16, true);
-            }
+            for (int k = 0; k < TT / 4; k++)
+                if (l_a_ok[k] && (two || (lane & 7) < 4))
+                    cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
             l_s += PP_WARPS;
             if (l_s < nstage) {
                 l_w += PP_WARPS * 1024, l_a += PP_WARPS * 128, l_sa += PP_WARPS * BPS;
@@ -512,7 +528,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
                 l_item += gridDim.x, l_s = warp;
                 start_item();
             }
-            l_slot = l_slot + 1 == depth ? 0 : l_slot + 1;
+            l_slot += slot_bytes;
+            if (l_slot == ring_end)
+                l_slot = ring_s;
         }
         cp_async_commit();
     };
@@ -534,7 +552,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             __syncwarp();                  /* ... and every lane's */
             const uint8_t *st = ring + slot * slot_bytes;
             const uint8_t *act = st + PP_A_OFF + tq * 4;
-            const int nblk = min(2, k64 - 2 * s) / KPB;
+            const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
             for (int j = 0; j < BPS; j++) {
                 if (j >= nblk)
@@ -1158,6 +1176,23 @@ int sm_smem_bytes()
 }
 
 
+/* Where the automatic plan uses the pipe kernel instead of the stream kernel, measured on the
+ * H200 (same-run A/B of both kernels forced, 8 LLaMA-3 shapes, M = 1-16; results file
+ * 2026-12-01-h200-gemm-s4.md). At M <= 8 the pipe kernel wins up to about 5 items (16-row
+ * tiles) per SM whatever K (70B down at M = 1: 41.2 vs 43.5 us) and loses beyond (70B
+ * gate_up, 27 per SM: 90 vs 76 us: one CTA's warps issue too slowly for many items); at
+ * M = 9-16 (twice the token rows per stage, shallower rings) only up to 3 items per SM with
+ * K <= 4096 (8B qkv and o). Below one item per SM the stream kernel's split-K is needed. */
+constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M16 = 3, PP_AUTO_MAX_K_M16 = 4096;
+bool pipe_auto(int M, int K, int np16, int sms)
+{
+    if (np16 < sms)
+        return false;
+    if (M <= 8)
+        return np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
+    return M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms && K <= PP_AUTO_MAX_K_M16;
+}
+
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
  * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is the
  * smallest value that gives every SM the fewest items (ceil(items / SMs)) when that fits,
@@ -1203,8 +1238,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     /* sm_90: the wgmma kernel from M = 17 (at M = 32 it beat the stream kernel on 7 of the 8
      * LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
-                : has_wgmma() && g->M <= 16         ? (np16 >= sms && np16 <= PP_MAX_CTAS * sms && g->K <= PP_AUTO_MAX_K
-                                                           ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM)
+                : has_wgmma() && g->M <= 16         ? (pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE
+                                                                                       : COMET_W4AX_KERNEL_STREAM)
                 : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
                 : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
                                                     : COMET_W4AX_KERNEL_TILED;
