@@ -1,15 +1,22 @@
 #!/bin/bash
 # build_variant.sh OUTDIR NVCC_FLAGS... — bench_gemm alone, with extra compile flags on the
-# kernel file (experiments: e.g. -DCOMET_BK_CH=16); objects other than the kernel come from
+# kernel file (experiments: e.g. -DCOMET_PP_WARPS=4); objects other than the kernel come from
 # build-gemm-dev (bench/gemm/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=$1; shift
+out=$1; shift   # relative to the repository root
+b=build-gemm-dev
+for f in bench_gemm.o gemm_w4ax_pack.o ref_gemm_w4ax.o status.o COMMIT; do
+    [ -e "$b/$f" ] || { echo "build_variant.sh: $b/$f missing; run bench/gemm/build.sh first" >&2; exit 1; }
+done
+if [ "$(head -1 $b/COMMIT)" != "$(git rev-parse --short HEAD)" ]; then
+    echo "build_variant.sh: $b was built from $(head -1 $b/COMMIT), HEAD is $(git rev-parse --short HEAD); rebuild it" >&2
+    exit 1
+fi
 mkdir -p "$out"
 arch="-gencode=arch=compute_90a,code=sm_90a"
 nvcc -std=c++17 -O3 -Iinclude -Isrc $arch -lineinfo -Xptxas -v "$@" -c src/backend/cuda/gemm_w4ax.cu \
     -o "$out/gemm_w4ax.o" > "$out/ptxas.log" 2>&1 || { cat "$out/ptxas.log"; exit 1; }
-b=build-gemm-dev
 nvcc $arch -o "$out/bench_gemm" $b/bench_gemm.o "$out/gemm_w4ax.o" $b/gemm_w4ax_pack.o $b/ref_gemm_w4ax.o \
     $b/status.o -lcublas -lcublasLt
 echo "built $out/bench_gemm ($*)"

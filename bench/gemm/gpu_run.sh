@@ -19,9 +19,9 @@ t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- b_rc=-
 if [ "$what" != bench ]; then
     timeout 240 $bin/test_gemm_w4ax_cuda > "$out/test.log" 2>&1; t_rc=$?
     timeout 240 $bin/test_backend_cuda > "$out/test_backend.log" 2>&1; o_rc=$?
-    timeout 100 compute-sanitizer --tool memcheck $bin/test_gemm_w4ax_cuda --quick > "$out/sanitizer.log" 2>&1; s_rc=$?
-    timeout 100 compute-sanitizer --tool racecheck $bin/test_gemm_w4ax_cuda --quick >> "$out/sanitizer.log" 2>&1; r_rc=$?
-    timeout 100 compute-sanitizer --tool memcheck $bin/test_backend_cuda --quick >> "$out/sanitizer.log" 2>&1; m_rc=$?
+    timeout 100 compute-sanitizer --error-exitcode 3 --tool memcheck $bin/test_gemm_w4ax_cuda --quick > "$out/sanitizer.log" 2>&1; s_rc=$?
+    timeout 100 compute-sanitizer --error-exitcode 3 --tool racecheck $bin/test_gemm_w4ax_cuda --quick >> "$out/sanitizer.log" 2>&1; r_rc=$?
+    timeout 100 compute-sanitizer --error-exitcode 3 --tool memcheck $bin/test_backend_cuda --quick >> "$out/sanitizer.log" 2>&1; m_rc=$?
 fi
 if [ "$what" != tests ]; then
     timeout 300 $bin/bench_gemm --out "$out/gemm.md" $BENCH_ARGS > "$out/bench.log" 2>&1; b_rc=$?

@@ -427,8 +427,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
- * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12-25 % occupancy), so it wins only
- * up to a few items per SM (pipe_auto).
+ * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), so it wins
+ * only up to a few items per SM (pipe_auto).
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -437,6 +437,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #endif
 constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8;
 constexpr int PP_MAX_CTAS = PP_WARPS == 4 ? 5 : 3; /* CTAs per SM (__launch_bounds__: 102 / 85 registers) */
+static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or 8 warps");
 /* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
  * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
 constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
@@ -468,8 +469,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     float *red = reinterpret_cast<float *>(smem + (size_t)PP_WARPS * depth * slot_bytes);
     const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2, n_items = np16 * p.tiles_m;
 
-    /* Copy position (item, s) of this warp's sequence into ring slot `slot` (one commit
-     * group, empty past the last item), and step to the next position. */
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
      * group, empty past the last item) and step on. Everything that depends only on the lane
      * or the item is computed outside the per-stage path, which is 5-8 cp.async and pointer
@@ -1126,17 +1125,37 @@ struct plan_t {
 };
 
 
-int sm_count()
+/* An attribute of the current device (SM count, compute capability major, shared memory per
+ * SM), cached per device (the plans ask for them on every call); `fallback` when the query
+ * fails. */
+int device_attr(cudaDeviceAttr attr, int fallback)
 {
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || n < 1)
-            n = 132;
+    constexpr int MAX_DEV = 16;
+    static const cudaDeviceAttr kinds[3] = {cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
+                                            cudaDevAttrMaxSharedMemoryPerMultiprocessor};
+    static std::mutex mu;
+    static int cache[MAX_DEV][3];
+    int dev = 0, v = 0, k = 0;
+    while (k < 2 && kinds[k] != attr)
+        k++;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError(); /* clear */
+        return fallback;
     }
-    return n;
+    if (dev >= 0 && dev < MAX_DEV && kinds[k] == attr) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (cache[dev][k] == 0 && cudaDeviceGetAttribute(&v, attr, dev) == cudaSuccess && v > 0)
+            cache[dev][k] = v;
+        v = cache[dev][k];
+    } else if (cudaDeviceGetAttribute(&v, attr, dev) != cudaSuccess) {
+        v = 0;
+    }
+    if (v < 1)
+        cudaGetLastError();
+    return v > 0 ? v : fallback;
 }
+
+int sm_count() { return device_attr(cudaDevAttrMultiProcessorCount, 132); }
 
 /* Tile counters at the start of the workspace, rounded up to 256 bytes; partials follow. */
 size_t counter_bytes(const plan_t &pl)
@@ -1145,17 +1164,7 @@ size_t counter_bytes(const plan_t &pl)
 }
 
 /* wgmma needs sm_90 (this file is built for sm_90a there). */
-bool has_wgmma()
-{
-    static int major = -1;
-    if (major < 0) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
-            major = 0;
-    }
-    return major == 9;
-}
+bool has_wgmma() { return device_attr(cudaDevAttrComputeCapabilityMajor, 0) == 9; }
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
@@ -1163,24 +1172,16 @@ int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 constexpr int MAX_SMEM = 160 * 1024;
 
 /* Shared memory of one SM (bytes), for sizing the pipe kernel's rings. */
-int sm_smem_bytes()
-{
-    static int n = 0;
-    if (!n) {
-        int dev = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess ||
-            cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess || n < 1)
-            n = 228 * 1024;
-    }
-    return n;
-}
+int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024); }
 
 
 /* Where the automatic plan uses the pipe kernel instead of the stream kernel, measured on the
  * H200 (same-run A/B of both kernels forced, 8 LLaMA-3 shapes, M = 1-16; results file
- * 2026-12-01-h200-gemm-s4.md). At M <= 8 the pipe kernel wins up to about 5 items (16-row
- * tiles) per SM whatever K (70B down at M = 1: 41.2 vs 43.5 us) and loses beyond (70B
- * gate_up, 27 per SM: 90 vs 76 us: one CTA's warps issue too slowly for many items); at
+ * 2026-12-01-h200-gemm-s4.md). At M <= 8, up to 5 items (16-row tiles) per SM whatever K,
+ * it won at 15 of the 18 measured points (70B down at M = 1: 41.2 vs 43.5 us) and lost at 3,
+ * all 512-tile shapes at 2 CTAs per SM (70B o at M = 1 by 10 %, at M = 8 by 6 %; 70B down at
+ * M = 8 by 2 %); beyond 5 per SM it loses (70B gate_up, 27 per SM: 90 vs 76 us: one CTA's
+ * warps issue too slowly for many items); at
  * M = 9-16 (twice the token rows per stage, shallower rings) only up to 3 items per SM with
  * K <= 4096 (8B qkv and o). Below one item per SM the stream kernel's split-K is needed. */
 constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M16 = 3, PP_AUTO_MAX_K_M16 = 4096;
@@ -1194,9 +1195,9 @@ bool pipe_auto(int M, int K, int np16, int sms)
 }
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
- * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is the
- * smallest value that gives every SM the fewest items (ceil(items / SMs)) when that fits,
- * else the value that minimizes the largest share. Each warp's ring then gets its part of the
+ * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is
+ * ceil(items / SMs) (one item per CTA) when that many CTAs fit on an SM, else the value up
+ * to the limit that minimizes the largest share (ties: more CTAs). Each warp's ring then gets its part of the
  * SM's shared memory split c ways (at most PP_MAX_DEPTH slots). */
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
@@ -1210,8 +1211,10 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     while (cmax > 1 && sm_smem_bytes() / cmax - reserve < fixed + 2 * slot)
         cmax--;
     const long need = (items + sms - 1) / sms;
-    int c = (int)need;
-    if (c > cmax) {
+    int c = cmax;
+    if (need <= cmax) {
+        c = (int)need;
+    } else {
         long best = -1;
         for (int k = 2; k <= cmax; k++) {
             long share = (items + (long)sms * k - 1) / ((long)sms * k) * k;
@@ -1238,8 +1241,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     /* sm_90: the wgmma kernel from M = 17 (at M = 32 it beat the stream kernel on 7 of the 8
      * LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
-                : has_wgmma() && g->M <= 16         ? (pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE
-                                                                                       : COMET_W4AX_KERNEL_STREAM)
+                : has_wgmma() && g->M <= 16         ? (g->splits == 0 && g->ablate == 0 && pipe_auto(g->M, g->K, np16, sms)
+                                                           ? COMET_W4AX_KERNEL_PIPE
+                                                           : COMET_W4AX_KERNEL_STREAM)
                 : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
                 : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
                                                     : COMET_W4AX_KERNEL_TILED;
@@ -1288,7 +1292,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         /* Past one wave, 2 splits when the last wave is nearly empty: S = 2 takes
          * ceil(tiles / resident pairs) rounds of half the work; used when that saves >= 20 %
          * of the rounds (measured: 70B qkv at M = 256, 160 tiles, 2 rounds -> 3 half rounds:
-         * 115 -> 99 us; at a 12-17 % saving, 8B gate_up M = 256 and 70B qkv M = 512, it lost
+         * 113 -> 99 us; at a 12-17 % saving, 8B gate_up M = 256 and 70B qkv M = 512, it lost
          * or tied; 8 splits at 15 resident clusters ran 8B qkv M = 256 at half speed) */
         if (g->splits == 0 && ctas >= sms && nb >= 2) {
             const int cap = clampi(ws_cluster_capacity(g->B / 64, pl.tok, 2), 1, sms / 2);
@@ -1363,7 +1367,7 @@ template <typename... KA, typename... A>
 cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
 {
     static std::mutex mu;
-    static const void *done[64];
+    static const void *done[128]; /* 60 kernel instances today */
     static int n_done = 0;
     {
         std::lock_guard<std::mutex> lock(mu);
@@ -1374,7 +1378,7 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
             cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
             if (e != cudaSuccess)
                 return e;
-            if (n_done < 64)
+            if (n_done < 128)
                 done[n_done++] = (const void *)kernel;
         }
     }
@@ -1470,11 +1474,12 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
 {
     if (!g || g->M < 1 || g->N < 1 || g->K < 64 || g->K % 64 || (g->B != 64 && g->B != 128) ||
         g->K % g->B || g->n8 < 0 || g->n8 > g->K / g->B || g->M > COMET_CUDA_W4AX_MAX_DIM ||
-        g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_DIM)
+        g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_DIM ||
+        (int64_t)g->M * g->N > COMET_CUDA_W4AX_MAX_OUTPUT)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B, "
-                               "M, N, K <= 2^30",
+                               "M, N, K <= 2^30, M * N <= 2^36",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 64 && g->tile_tokens != 128))
@@ -1489,8 +1494,8 @@ comet_status check_pointers(const comet_cuda_w4ax_gemm *g)
     if (!g->qw || !g->sw || !g->qa || !g->sa || (!g->y && !g->y_f16))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: qw, sw, qa, sa and one of y, y_f16 must be non-NULL");
-    if ((uintptr_t)g->qw % 16 || (uintptr_t)g->qa % 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: qw and qa must be 16-byte aligned");
+    if ((uintptr_t)g->qw % 16 || (uintptr_t)g->qa % 16 || (uintptr_t)g->sw % 16)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: qw, sw and qa must be 16-byte aligned");
     return COMET_OK;
 }
 

@@ -32,7 +32,9 @@ typedef enum comet_w4ax_kernel {
                                    * two wgmma consumer warpgroups (128 x 64 or 128 x 128
                                    * tiles, split-K reduced in a cluster), weights
                                    * in registers (A), tokens in shared memory (B) */
-    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 when N/16 >= the SM count: persistent
+    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 where measured faster than stream
+                                   * (N/16 from 1x to 5x the SM count at M <= 8; to 3x with
+                                   * K <= 4096 at M <= 16; see pipe_auto): persistent
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
@@ -41,6 +43,9 @@ typedef enum comet_w4ax_kernel {
 
 /* Largest M, N, K accepted (2^30): the plans round them up to tile multiples in int. */
 #define COMET_CUDA_W4AX_MAX_DIM (1 << 30)
+/* Largest M * N accepted (2^36 outputs, far past any GPU's memory): the plans count output
+ * tiles (16 x 8 at the smallest) in int. */
+#define COMET_CUDA_W4AX_MAX_OUTPUT ((int64_t)1 << 36)
 
 /* Packed layout (docs/gemm.md): N is padded to Np = roundup(N, 16); K % 64 == 0.
  * Codes: (Np/16) x (K/64) tiles of 512 bytes, tile (nt, kt) at byte (nt*(K/64) + kt)*512;
@@ -63,11 +68,12 @@ comet_status comet_cuda_w4ax_unpack(int N, int K, int B, const uint8_t *qw_packe
                                     const uint16_t *sw_packed, uint8_t *qw_plain,
                                     uint16_t *sw_plain);
 
-/* One GEMM call. Pointers are device memory owned by the caller. */
+/* One GEMM call. Pointers are device memory owned by the caller. Shape limits:
+ * COMET_CUDA_W4AX_MAX_DIM per dimension, COMET_CUDA_W4AX_MAX_OUTPUT for M * N. */
 typedef struct comet_cuda_w4ax_gemm {
     int M, N, K, B, n8;  /* M >= 1 tokens, N >= 1, K % 64 == 0, B in {64,128}, 0<=n8<=K/B */
-    const uint8_t *qw;   /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K) */
-    const uint16_t *sw;  /* packed fp16 scales [K/B, roundup(N,16)] */
+    const uint8_t *qw;   /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K), 16-byte aligned */
+    const uint16_t *sw;  /* packed fp16 scales [K/B, roundup(N,16)], 16-byte aligned */
     const int8_t *qa;    /* [M, K] activation codes, 16-byte aligned */
     const float *sa;     /* [M, K/B] fp32 activation scales */
     float *y;            /* [M, N] fp32 output, or NULL */
