@@ -134,6 +134,18 @@ __device__ __forceinline__ void store_out(const params &p, int t, int n, float v
         p.y16[i] = __half_as_ushort(__float2half_rn(v));
 }
 
+/* A warp's m16n8k32 accumulators acc[MI][4] (weight rows row0 + g, + 8; tokens f*8 + 2*tq,
+ * + 1) into a row-major float tile with `ld` tokens per row (shared memory). */
+template <int MI>
+__device__ __forceinline__ void store_acc_tile(float *tile, int row0, int ld, const float (&acc)[MI][4], int g, int tq)
+{
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            tile[(row0 + g + (r >> 1) * 8) * ld + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
+}
+
 /* Split-K hand-off: every thread has written its partials; returns true in the one CTA
  * that arrives last for this tile, after which it may read all partials. */
 __device__ __forceinline__ bool splitk_last(const params &p)
@@ -379,11 +391,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         constexpr int TT = 8 * MI, RT = WARPS * 16;
         const int rs_max = ((p.nb + p.S - 1) / p.S) * B + 16;
         float *red = reinterpret_cast<float *>(smem + (8 * MI * rs_max + 15) / 16 * 16);
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                red[(warp * 16 + g + (r >> 1) * 8) * TT + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
+        store_acc_tile<MI>(red, warp * 16, TT, acc, g, tq);
         cluster_sync();
         const int q = (int)cluster_rank(), r0 = q * RT / p.S, r1 = (q + 1) * RT / p.S;
         for (int i = threadIdx.x; i < (r1 - r0) * TT; i += WARPS * 32) {
@@ -613,11 +621,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
          * barrier per item suffices (a warp reaches the next item's barrier only after every
          * warp has read this item's buffer) */
         float *rb = red + par * (PP_WARPS * 16 * TT);
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                rb[(warp * 16 + g + (r >> 1) * 8) * TT + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
+        store_acc_tile<MI>(rb, warp * 16, TT, acc, g, tq);
         __syncthreads();
         for (int i = threadIdx.x; i < 16 * TT; i += PP_WARPS * 32) {
             const int row = i / TT, tt = i % TT, t = t0 + tt, n = nt * 16 + row;
