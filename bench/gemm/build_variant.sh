@@ -1,12 +1,13 @@
 #!/bin/bash
-# build_variant.sh OUTDIR NVCC_FLAGS... — bench_gemm alone, with extra compile flags on the
-# kernel file (experiments: e.g. -DCOMET_PP_WARPS=4); objects other than the kernel come from
-# build-gemm-dev (bench/gemm/build.sh).
+# build_variant.sh OUTDIR NVCC_FLAGS... — bench_gemm and test_gemm_w4ax_cuda with extra
+# compile flags on the kernel file (experiments: -DCOMET_PP_WARPS=4,
+# -DCOMET_WS_RELEASE_ALL_LANES); the other objects come from build-gemm-dev
+# (bench/gemm/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$1; shift   # relative to the repository root
 b=build-gemm-dev
-for f in bench_gemm.o gemm_w4ax_pack.o ref_gemm_w4ax.o status.o COMMIT; do
+for f in bench_gemm.o test_gemm_w4ax_cuda.o gemm_w4ax_pack.o ref_gemm_w4ax.o status.o COMMIT; do
     [ -e "$b/$f" ] || { echo "build_variant.sh: $b/$f missing; run bench/gemm/build.sh first" >&2; exit 1; }
 done
 if [ "$(head -1 $b/COMMIT)" != "$(git rev-parse --short HEAD)" ]; then
@@ -19,4 +20,6 @@ nvcc -std=c++17 -O3 -Iinclude -Isrc $arch -lineinfo -Xptxas -v "$@" -c src/backe
     -o "$out/gemm_w4ax.o" > "$out/ptxas.log" 2>&1 || { cat "$out/ptxas.log"; exit 1; }
 nvcc $arch -o "$out/bench_gemm" $b/bench_gemm.o "$out/gemm_w4ax.o" $b/gemm_w4ax_pack.o $b/ref_gemm_w4ax.o \
     $b/status.o -lcublas -lcublasLt
-echo "built $out/bench_gemm ($*)"
+nvcc $arch -o "$out/test_gemm_w4ax_cuda" $b/test_gemm_w4ax_cuda.o "$out/gemm_w4ax.o" $b/gemm_w4ax_pack.o \
+    $b/ref_gemm_w4ax.o $b/status.o -lpthread -lm
+echo "built $out/bench_gemm $out/test_gemm_w4ax_cuda ($*)"

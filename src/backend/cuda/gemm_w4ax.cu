@@ -847,6 +847,15 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
+/* Arrivals that release a stage: one lane per consumer warp after __syncwarp (8, the default,
+ * as CUTLASS's pipelines do), or every consumer thread (256; experiment: racecheck reports
+ * hazards on stage reuse with one lane, docs/gemm.md "Tests"; build it with
+ * bench/gemm/build_variant.sh OUT -DCOMET_WS_RELEASE_ALL_LANES). */
+#ifdef COMET_WS_RELEASE_ALL_LANES
+constexpr int WS_RELEASE_ARRIVALS = 256;
+#else
+constexpr int WS_RELEASE_ARRIVALS = 8;
+#endif
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
 /* Pipeline depth by block size (kpb = B/64) and token-tile height: as many stages as fit. */
@@ -903,7 +912,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
-            mbar_init(&full[i], 33), mbar_init(&empty[i], 8);
+            mbar_init(&full[i], 33), mbar_init(&empty[i], WS_RELEASE_ARRIVALS);
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
@@ -981,7 +990,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             }
         }
         __syncwarp();
-        if (lane == 0)
+        if (WS_RELEASE_ARRIVALS == 256 || lane == 0)
             mbar_arrive(&empty[x % ST]);
     };
     /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
