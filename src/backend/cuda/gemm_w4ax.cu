@@ -852,9 +852,9 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
  * hazards on stage reuse with one lane, docs/gemm.md "Tests"; build it with
  * bench/gemm/build_variant.sh OUT -DCOMET_WS_RELEASE_ALL_LANES). */
 #ifdef COMET_WS_RELEASE_ALL_LANES
-constexpr int WS_RELEASE_ARRIVALS = 256;
+[[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256;
 #else
-constexpr int WS_RELEASE_ARRIVALS = 8;
+[[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 8; /* used by the sm_90a kernel body only */
 #endif
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
