@@ -95,13 +95,7 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
-[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 4 : 0;
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-/* The same with a shared-memory (.shared window) address. */
+/* Copies addressed by a shared-memory (.shared window) address; zero-filled when !valid. */
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
@@ -109,6 +103,10 @@ __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 __device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, bool valid)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
+}
+[[maybe_unused]] __device__ __forceinline__ void cp_async4(void *smem, const void *gmem, bool valid)
+{
+    cp_async4_s((uint32_t)__cvta_generic_to_shared(smem), gmem, valid);
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N> __device__ __forceinline__ void cp_async_wait()
