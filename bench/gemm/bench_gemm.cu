@@ -255,6 +255,7 @@ int main(int argc, char **argv)
         comet_cuda_w4ax_gemm g = {};
         g.M = one_m, g.N = one_n, g.K = one_k, g.B = 128, g.n8 = one_k / 128 / 8;
         g.kernel = (comet_w4ax_kernel)one_kernel;
+        g.ablate = g_ablate; /* --ablate applies to --one as well (ncu of a stage left out) */
         g.qw = (uint8_t *)dmalloc(comet_cuda_w4ax_packed_qw_bytes(one_n, one_k));
         g.sw = (uint16_t *)dmalloc(comet_cuda_w4ax_packed_sw_bytes(one_n, one_k, 128));
         g.qa = (int8_t *)dmalloc((size_t)one_m * one_k);

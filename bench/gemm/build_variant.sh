@@ -1,7 +1,7 @@
 #!/bin/bash
 # build_variant.sh OUTDIR NVCC_FLAGS... — bench_gemm and test_gemm_w4ax_cuda with extra
-# compile flags on the kernel file (experiments: -DCOMET_PP_WARPS=4,
-# -DCOMET_WS_RELEASE_ALL_LANES); the other objects come from build-gemm-dev
+# compile flags on the kernel file (experiments, e.g. -DCOMET_PP_WARPS=4); the other
+# objects come from build-gemm-dev
 # (bench/gemm/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -223,9 +223,11 @@ static void test_shape(const shape *s, int quick)
             n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
                            nb > 3 ? 3 : nb, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
-        /* the wgmma kernel with the token tile that its automatic plan does not pick here */
-        n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, M <= 64 ? 128 : 64, dqw, dsw, dqa, dsa, y_ref,
-                           bs_ref, mag) > 0;
+        /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
+        const int auto_tok = M <= 32 ? 32 : M <= 64 ? 64 : 128;
+        for (int tok = 32; tok <= 128; tok *= 2)
+            if (tok != auto_tok)
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel */
         if (nb >= 10)
             n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0,

@@ -18,7 +18,8 @@
  *    each warp streams its share of K through its own cp.async ring in shared memory.
  *  - wgmma (M > 16, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
- *    own 64 weight rows each of a 128 x TOK tile (TOK = 64 tokens for M <= 64, else 128),
+ *    own 64 weight rows each of a 128 x TOK tile (TOK = 32 / 64 / 128 tokens for M <= 32 /
+ *    M <= 64 / larger),
  *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
  *    memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
@@ -818,6 +819,18 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 #endif
 }
 
+/* The same with 32 tokens (wgmma.mma_async.m64n32k32): 16 accumulators per thread. */
+[[maybe_unused]] __device__ __forceinline__ void wgmma_32(int (&d)[16], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint64_t desc, int scale_d)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+#endif
+}
+
 /* Shared-memory matrix descriptor: K-major, swizzle 128 B (KPB 2) or 64 B (KPB 1); the
  * leading byte offset is unused in swizzled K-major layouts, the stride byte offset is the
  * distance between 8-row groups. */
@@ -829,9 +842,9 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
 
 /* Warp-specialized wgmma kernel (sm_90a), the prefill path. CTA = 3 warpgroups: warpgroup 0
  * is the producer (one warp issues all copies, the others leave), warpgroups 1 and 2 are
- * consumers of 64 weight rows each, sharing one tile of TOK = 128 or 64 tokens (64 for
- * M <= 64: no half-empty tiles, half the promotion, more stages); the CTA's output tile is
- * 128 weight rows x TOK tokens. One pipeline stage is one activation block:
+ * consumers of 64 weight rows each, sharing one tile of TOK = 128, 64 or 32 tokens (64 for
+ * M <= 64 and 32 for M <= 32: no half-empty tiles, less promotion, more stages); the CTA's
+ * output tile is 128 weight rows x TOK tokens. One pipeline stage is one activation block:
  *  - the token tile (TOK rows x B bytes of codes), one TMA 2-D copy with the 128-byte (B=128)
  *    or 64-byte (B=64) swizzle that the wgmma descriptor reads; rows past M are zero-filled;
  *  - the 8 packed 16-row weight slices (KPB x 512 contiguous bytes each), 1-D bulk copies;
@@ -845,21 +858,18 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
-/* Arrivals that release a stage: one lane per consumer warp after __syncwarp (8, the default,
- * as CUTLASS's pipelines do), or every consumer thread (256; experiment: racecheck reports
- * hazards on stage reuse with one lane, docs/gemm.md "Tests"; build it with
- * bench/gemm/build_variant.sh OUT -DCOMET_WS_RELEASE_ALL_LANES). */
-#ifdef COMET_WS_RELEASE_ALL_LANES
-[[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256;
-#else
-[[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 8; /* used by the sm_90a kernel body only */
-#endif
+/* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
+ * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
+ * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern, sessions
+ * 1-4) compute-sanitizer's racecheck reported hazards on stage reuse; 256 arrivals cost
+ * nothing measurable (same-run A/B, 32 prefill shapes: +0.5 %, within noise). */
+[[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256; /* used by the sm_90a kernel body only */
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
 /* Pipeline depth by block size (kpb = B/64) and token-tile height: as many stages as fit. */
 __host__ __device__ constexpr int ws_stages(int kpb, int tok)
 {
-    return tok == 128 ? (kpb == 1 ? 8 : 5) : (kpb == 1 ? 12 : 8);
+    return tok == 128 ? (kpb == 1 ? 8 : 5) : tok == 64 ? (kpb == 1 ? 12 : 8) : (kpb == 1 ? 16 : 10);
 }
 __host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok)
 {
@@ -967,7 +977,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
     for (int i = 0; i < NACC; i++)
         acc[i] = 0.0f;
-    /* Fold the int32 sums dd of block b0 + x into acc, then release the block's stage. */
+    /* Fold the int32 sums dd of block b0 + x into acc. */
     auto promote = [&](const int (&dd)[NACC], int x, float sw0, float sw1) {
         const uint8_t *st = smem + (x % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
@@ -987,10 +997,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                 }
             }
         }
-        __syncwarp();
-        if (WS_RELEASE_ARRIVALS == 256 || lane == 0)
-            mbar_arrive(&empty[x % ST]);
     };
+    /* every consumer thread is done with block x's stage */
+    auto release = [&](int x) { mbar_arrive(&empty[x % ST]); };
     /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
      * loaded SWD blocks ahead of its use. Loaded in the step itself, the scale's DRAM latency
      * was exposed once per block (the sw rows of successive blocks are Np apart). */
@@ -1005,25 +1014,29 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    /* one block at a time: A from registers, issue, wait, promote */
-    int d[NACC];
-    for (int x = 0; x < nblk; x++) {
-        const int slot = x % ST;
-        const uint8_t *st = smem + slot * STAGE;
-        const unsigned short sw0 = swq[0][0], sw1 = swq[0][1];
+    /* the weight scales of block x (/16), advancing the look-ahead queue */
+    auto next_sw = [&](int x, float &sw0, float &sw1) {
+        sw0 = f16f(swq[0][0]) * 0.0625f, sw1 = f16f(swq[0][1]) * 0.0625f;
 #pragma unroll
         for (int i = 0; i + 1 < SWD; i++)
             swq[i][0] = swq[i + 1][0], swq[i][1] = swq[i + 1][1];
         load_sw(x + SWD, swq[SWD - 1]);
+    };
+    /* wait for block x's stage and unpack its weight fragments (A, x16 trick) */
+    auto load_a = [&](int x, uint32_t (&af)[KPB][2][4]) {
+        const int slot = x % ST;
+        const uint8_t *st = smem + slot * STAGE;
         mbar_wait(&full[slot], (x / ST) & 1);
-        uint32_t af[KPB][2][4];
 #pragma unroll
         for (int c = 0; c < KPB; c++) {
             uint4 wf = *reinterpret_cast<const uint4 *>(st + A_BYTES + (cw * KPB + c) * 512 + lane * 16);
             af[c][0][0] = lo16x(wf.x), af[c][0][1] = hi16x(wf.x), af[c][0][2] = lo16x(wf.y), af[c][0][3] = hi16x(wf.y);
             af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
         }
-        const uint32_t b_base = smem_u32(st);
+    };
+    /* block x's 2*KPB wgmma into dd, one commit group */
+    auto issue = [&](int x, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
+        const uint32_t b_base = smem_u32(smem + (x % ST) * STAGE);
         if (!(ABL & 2)) {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -1031,19 +1044,32 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
                 for (int q = 0; q < 2; q++)
                     if constexpr (TOK == 128)
-                        wgmma_128(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                        wgmma_128(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
                                   smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                    else if constexpr (TOK == 64)
+                        wgmma_64(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
                     else
-                        wgmma_64(d, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                        wgmma_32(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
         } else {
 #pragma unroll
             for (int i = 0; i < NACC; i++) /* stand-in sums that depend on the unpacked A */
-                d[i] = (int)(af[0][0][i & 3] >> (i >> 2));
+                dd[i] = (int)(af[0][0][i & 3] >> (i >> 2));
         }
-        promote(d, x, f16f(sw0) * 0.0625f, f16f(sw1) * 0.0625f);
+    };
+    /* one block at a time: A from registers, issue, wait, promote, release */
+    int d[NACC];
+    for (int x = 0; x < nblk; x++) {
+        float sw0, sw1;
+        next_sw(x, sw0, sw1);
+        uint32_t af[KPB][2][4];
+        load_a(x, af);
+        issue(x, af, d);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        promote(d, x, sw0, sw1);
+        release(x);
     }
 
 #define W4AX_WS_FOR_EACH(BODY)                                                       \
@@ -1287,7 +1313,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         plan_pipe(pl, g, np16, sms);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        pl.tok = g->tile_tokens ? g->tile_tokens : g->M <= 64 ? 64 : 128;
+        pl.tok = g->tile_tokens ? g->tile_tokens : g->M <= 32 ? 32 : g->M <= 64 ? 64 : 128;
         pl.MI = pl.tok / 8;
         pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
         pl.tiles_m = (g->M + pl.tok - 1) / pl.tok;
@@ -1336,12 +1362,15 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
                   ws_smem_bytes(2, 128) <= MAX_SMEM && ws_smem_bytes(1, 128) <= MAX_SMEM &&
-                  ws_smem_bytes(2, 64) <= MAX_SMEM && ws_smem_bytes(1, 64) <= MAX_SMEM,
+                  ws_smem_bytes(2, 64) <= MAX_SMEM && ws_smem_bytes(1, 64) <= MAX_SMEM &&
+                  ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
 static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) &&
                   128 * WS_RED_LD * 4 <= ws_stages(2, 128) * ws_stage_bytes(2, 128) &&
                   64 * WS_RED_LD * 4 <= ws_stages(1, 64) * ws_stage_bytes(1, 64) &&
-                  64 * WS_RED_LD * 4 <= ws_stages(2, 64) * ws_stage_bytes(2, 64),
+                  64 * WS_RED_LD * 4 <= ws_stages(2, 64) * ws_stage_bytes(2, 64) &&
+                  32 * WS_RED_LD * 4 <= ws_stages(1, 32) * ws_stage_bytes(1, 32) &&
+                  32 * WS_RED_LD * 4 <= ws_stages(2, 32) * ws_stage_bytes(2, 32),
               "the cluster reduction tile must fit in the stage memory");
 
 /* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
@@ -1349,13 +1378,17 @@ static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) 
 int ws_cluster_capacity(int kpb, int tok, int S)
 {
     static std::mutex mu;
-    static int cap[3][2][WS_MAX_CLUSTER + 1];
+    static int cap[3][3][WS_MAX_CLUSTER + 1];
     std::lock_guard<std::mutex> lock(mu);
-    int &c = cap[kpb][tok == 128][S];
+    int &c = cap[kpb][tok == 32 ? 0 : tok == 64 ? 1 : 2][S];
     if (c == 0) {
         void (*kern)(params, CUtensorMap) =
-            kpb == 1 ? (tok == 64 ? w4ax_ws_kernel<1, 64, false, 0, true> : w4ax_ws_kernel<1, 128, false, 0, true>)
-                     : (tok == 64 ? w4ax_ws_kernel<2, 64, false, 0, true> : w4ax_ws_kernel<2, 128, false, 0, true>);
+            kpb == 1 ? (tok == 32   ? w4ax_ws_kernel<1, 32, false, 0, true>
+                        : tok == 64 ? w4ax_ws_kernel<1, 64, false, 0, true>
+                                    : w4ax_ws_kernel<1, 128, false, 0, true>)
+                     : (tok == 32   ? w4ax_ws_kernel<2, 32, false, 0, true>
+                        : tok == 64 ? w4ax_ws_kernel<2, 64, false, 0, true>
+                                    : w4ax_ws_kernel<2, 128, false, 0, true>);
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -1461,8 +1494,12 @@ template <bool BSUM>
 cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        return kpb == 1 ? (pl.tok == 64 ? launch_ws<1, 64, BSUM>(pl, p, tmap, st) : launch_ws<1, 128, BSUM>(pl, p, tmap, st))
-                        : (pl.tok == 64 ? launch_ws<2, 64, BSUM>(pl, p, tmap, st) : launch_ws<2, 128, BSUM>(pl, p, tmap, st));
+        return kpb == 1 ? (pl.tok == 32   ? launch_ws<1, 32, BSUM>(pl, p, tmap, st)
+                           : pl.tok == 64 ? launch_ws<1, 64, BSUM>(pl, p, tmap, st)
+                                          : launch_ws<1, 128, BSUM>(pl, p, tmap, st))
+                        : (pl.tok == 32   ? launch_ws<2, 32, BSUM>(pl, p, tmap, st)
+                           : pl.tok == 64 ? launch_ws<2, 64, BSUM>(pl, p, tmap, st)
+                                          : launch_ws<2, 128, BSUM>(pl, p, tmap, st));
     if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_pipe_kernel<1, 1, BSUM>, pl, st, p)
                                       : launch(w4ax_pipe_kernel<1, 2, BSUM>, pl, st, p))
@@ -1493,7 +1530,7 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "M, N, K <= 2^30, M * N <= 2^36",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
-        (g->tile_tokens != 0 && g->tile_tokens != 64 && g->tile_tokens != 128))
+        (g->tile_tokens != 0 && g->tile_tokens != 32 && g->tile_tokens != 64 && g->tile_tokens != 128))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
                                (int)g->kernel, g->splits, g->tile_tokens);

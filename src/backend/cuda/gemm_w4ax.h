@@ -93,8 +93,9 @@ typedef struct comet_cuda_w4ax_gemm {
                                * MMA and promotion (weights still streamed)
                                * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
-    int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (64 for
-                               * M <= 64, else 128), or 64 / 128 (tests force both) */
+    int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (32 for
+                               * M <= 32, 64 for M <= 64, else 128), or 32 / 64 / 128
+                               * (tests force each) */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan (0 if none). */
