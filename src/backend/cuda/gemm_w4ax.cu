@@ -178,28 +178,20 @@ __device__ __forceinline__ bool splitk_last(const params &p)
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes)
                  : "memory");
 }
-/* Arrive on / wait for a barrier given by its shared-memory address (hot loops keep the
- * addresses as integers: no generic-to-shared conversion per call) ... */
-[[maybe_unused]] __device__ __forceinline__ void mbar_arrive_s(uint32_t bar)
+[[maybe_unused]] __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
 {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
 }
-[[maybe_unused]] __device__ __forceinline__ void mbar_wait_s(uint32_t bar, unsigned parity)
+[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
 {
     uint32_t done;
     do {
         asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
                      "selp.u32 %0, 1, 0, p;\n}\n"
                      : "=r"(done)
-                     : "r"(bar), "r"(parity)
+                     : "r"(smem_u32(bar)), "r"(parity)
                      : "memory");
     } while (!done);
-}
-/* ... or by its generic pointer */
-[[maybe_unused]] __device__ __forceinline__ void mbar_arrive(uint64_t *bar) { mbar_arrive_s(smem_u32(bar)); }
-[[maybe_unused]] __device__ __forceinline__ void mbar_wait(uint64_t *bar, unsigned parity)
-{
-    mbar_wait_s(smem_u32(bar), parity);
 }
 /* This thread's earlier cp.async copies arrive on `bar` when they land (no pending-count
  * increment: the barrier's expected count includes these arrivals). */
@@ -985,13 +977,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
     for (int i = 0; i < NACC; i++)
         acc[i] = 0.0f;
-    /* Ring position of the current block: slot and phase advance by counters, the stage and
-     * barrier addresses are shared-space integers computed once (the loop's per-block
-     * overhead instructions compete with the promotion for issue slots). */
-    const uint32_t smem_s = smem_u32(smem), full_s = smem_u32(full), empty_s = smem_u32(empty);
-    /* Fold the int32 sums dd of block b0 + x (in ring slot `slot`) into acc. */
-    auto promote = [&](const int (&dd)[NACC], int x, int slot, float sw0, float sw1) {
-        const uint8_t *st = smem + slot * STAGE;
+    /* Fold the int32 sums dd of block b0 + x into acc. */
+    auto promote = [&](const int (&dd)[NACC], int x, float sw0, float sw1) {
+        const uint8_t *st = smem + (x % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
         if (!(ABL & 1)) {
 #pragma unroll
@@ -1010,8 +998,8 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             }
         }
     };
-    /* every consumer thread is done with the stage in `slot` */
-    auto release = [&](int slot) { mbar_arrive_s(empty_s + 8 * slot); };
+    /* every consumer thread is done with block x's stage */
+    auto release = [&](int x) { mbar_arrive(&empty[x % ST]); };
     /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
      * loaded SWD blocks ahead of its use. Loaded in the step itself, the scale's DRAM latency
      * was exposed once per block (the sw rows of successive blocks are Np apart). */
@@ -1034,10 +1022,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             swq[i][0] = swq[i + 1][0], swq[i][1] = swq[i + 1][1];
         load_sw(x + SWD, swq[SWD - 1]);
     };
-    /* wait for the stage in `slot` and unpack its weight fragments (A, x16 trick) */
-    auto load_a = [&](int slot, unsigned phase, uint32_t (&af)[KPB][2][4]) {
+    /* wait for block x's stage and unpack its weight fragments (A, x16 trick) */
+    auto load_a = [&](int x, uint32_t (&af)[KPB][2][4]) {
+        const int slot = x % ST;
         const uint8_t *st = smem + slot * STAGE;
-        mbar_wait_s(full_s + 8 * slot, phase);
+        mbar_wait(&full[slot], (x / ST) & 1);
 #pragma unroll
         for (int c = 0; c < KPB; c++) {
             uint4 wf = *reinterpret_cast<const uint4 *>(st + A_BYTES + (cw * KPB + c) * 512 + lane * 16);
@@ -1045,10 +1034,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
         }
     };
-    /* the 2*KPB wgmma of the stage in `slot` into dd, one commit group; the descriptors of
-     * the k32 steps differ from the first one by their byte offset / 16 in the address field */
-    auto issue = [&](int slot, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
-        const uint64_t desc0 = smem_desc<KPB>(smem_s + slot * STAGE);
+    /* block x's 2*KPB wgmma into dd, one commit group */
+    auto issue = [&](int x, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
+        const uint32_t b_base = smem_u32(smem + (x % ST) * STAGE);
         if (!(ABL & 2)) {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
@@ -1057,13 +1045,13 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                 for (int q = 0; q < 2; q++)
                     if constexpr (TOK == 128)
                         wgmma_128(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                  desc0 + 2 * (c * 2 + q), c | q);
+                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
                     else if constexpr (TOK == 64)
                         wgmma_64(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                 desc0 + 2 * (c * 2 + q), c | q);
+                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
                     else
                         wgmma_32(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                 desc0 + 2 * (c * 2 + q), c | q);
+                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         } else {
 #pragma unroll
@@ -1073,19 +1061,15 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     };
     /* one block at a time: A from registers, issue, wait, promote, release */
     int d[NACC];
-    int slot = 0;
-    unsigned phase = 0;
     for (int x = 0; x < nblk; x++) {
         float sw0, sw1;
         next_sw(x, sw0, sw1);
         uint32_t af[KPB][2][4];
-        load_a(slot, phase, af);
-        issue(slot, af, d);
+        load_a(x, af);
+        issue(x, af, d);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        promote(d, x, slot, sw0, sw1);
-        release(slot);
-        if (++slot == ST)
-            slot = 0, phase ^= 1;
+        promote(d, x, sw0, sw1);
+        release(x);
     }
 
 #define W4AX_WS_FOR_EACH(BODY)                                                       \
