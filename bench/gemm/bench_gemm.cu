@@ -179,7 +179,7 @@ static void run_int8(void *p, int set)
 static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force one */
 static int g_ablate = 0; /* --ablate: stages left out (profiling; results wrong) */
 static int g_splits = 0; /* --splits: force the split-K count */
-static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (64 or 128) */
+static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
 
 static void run_ours(void *p, int set)
 {
@@ -388,6 +388,7 @@ int main(int argc, char **argv)
                 c.sastride = (size_t)M * nb;
                 comet_cuda_w4ax_gemm g = {};
                 g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel, g.splits = g_splits, g.tile_tokens = g_tok;
+                g.ablate = g_ablate; /* the plan (and its workspace) depends on it */
                 size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
                 if (need > c.ws_bytes) {
                     cudaFree(c.ws);
