@@ -977,6 +977,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
     for (int i = 0; i < NACC; i++)
         acc[i] = 0.0f;
+    int sink = 0; /* ablate & 1 only */
     /* Fold the int32 sums dd of block b0 + x into acc. */
     auto promote = [&](const int (&dd)[NACC], int x, float sw0, float sw1) {
         const uint8_t *st = smem + (x % ST) * STAGE;
@@ -996,6 +997,12 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                     }
                 }
             }
+        } else {
+            /* no promotion: an XOR fold keeps the sums live (~NACC/2 LOP3), else ptxas drops
+             * the wgmma that produce them as well (it did until session 5) */
+#pragma unroll
+            for (int i = 0; i < NACC; i++)
+                sink ^= dd[i];
         }
     };
     /* every consumer thread is done with block x's stage */
@@ -1071,6 +1078,9 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         promote(d, x, sw0, sw1);
         release(x);
     }
+
+    if (ABL & 1)
+        acc[0] += (float)sink;
 
 #define W4AX_WS_FOR_EACH(BODY)                                                       \
     _Pragma("unroll") for (int j = 0; j < TOK / 8; j++)                              \

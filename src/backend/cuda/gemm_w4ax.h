@@ -87,7 +87,8 @@ typedef struct comet_cuda_w4ax_gemm {
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
     int ablate;               /* 0 in production. Profiling only, results are then WRONG:
                                * bit mask of stages left out. wgmma kernel (B = 128, plans
-                               * without a split-K cluster; one of 1, 2, 3, 4): 1 = the int32 -> fp32 promotion, 2 = the wgmma,
+                               * without a split-K cluster; one of 1, 2, 3, 4): 1 = the int32 -> fp32
+                               * promotion (the sums are XOR-folded instead), 2 = the wgmma,
                                * 4 = the activation-scale loads; stream kernel: 8 = the
                                * split-K reduction, 16 = the
                                * MMA and promotion (weights still streamed)
