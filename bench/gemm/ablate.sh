@@ -3,25 +3,27 @@
 # stages of the kernels left out (comet_cuda_w4ax_gemm.ablate; results are then wrong, only
 # times matter) and prints one markdown table per regime. Logs go to $LOGS (default $OUT, or ./out).
 #   prefill (wgmma kernel), LLaMA-3-8B shapes, M = 2048, 8192: 0 = full kernel, 1 = no
-#     int32 -> fp32 promotion, 2 = no wgmma, 3 = neither (data movement only), 4 = no
-#     activation-scale loads;
-#   decode (stream kernel), LLaMA-3-8B shapes, M = 1, 16: 0 = full, 8 = no split-K
-#     reduction, 16 = no MMA/promotion (weights still streamed), 24 = neither.
+#     int32 -> fp32 promotion (the sums are XOR-folded so that the wgmma stay), 2 = no wgmma
+#     (stand-in sums), 3 = neither (data movement only), 4 = no activation-scale loads;
+#   decode (the stream kernel, forced in every column: the automatic plan takes the pipe
+#     kernel for some of these shapes, which has no ablations), LLaMA-3-8B shapes, M = 1, 16:
+#     0 = full, 8 = no split-K reduction, 16 = no MMA/promotion (weights still streamed),
+#     24 = neither.
 set -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out}
 bin=${BIN:-build-gemm-dev}
 logs=${LOGS:-$out}
 mkdir -p "$out" "$logs"
-table() { # regime Ms ablations...
-    local regime=$1 ms=$2; shift 2
+table() { # regime Ms "extra bench_gemm args" ablations...
+    local regime=$1 ms=$2 extra=$3; shift 3
     echo "### $regime: µs (ratio vs the full kernel), 12.5 % INT8 blocks"
     echo
     local hdr="| shape | M |" sep="|---|---|"
     for a in "$@"; do hdr+=" ablate=$a |"; sep+="---|"; done
     echo "$hdr"; echo "$sep"
     for a in "$@"; do
-        timeout 120 $bin/bench_gemm --shapes 4 --ms "$ms" --fracs 0.125 --ablate "$a" > "$logs/ablate_${regime}_$a.log" 2>&1
+        timeout 120 $bin/bench_gemm --shapes 4 --ms "$ms" --fracs 0.125 $extra --ablate "$a" > "$logs/ablate_${regime}_$a.log" 2>&1
     done
     awk '$1 ~ /^LLaMA/ {print $2, $5}' "$logs/ablate_${regime}_0.log" | while read -r layer m; do
         local row="| LLaMA-3-8B $layer | $m |" base=""
@@ -34,5 +36,5 @@ table() { # regime Ms ablations...
     done
     echo
 }
-table prefill 2048,8192 0 1 2 3 4
-table decode 1,16 0 8 16 24
+table prefill 2048,8192 "" 0 1 2 3 4
+table decode 1,16 "--kernel 1" 0 8 16 24
