@@ -235,7 +235,7 @@ int main(int argc, char **argv)
             g_kernel = (comet_w4ax_kernel)atoi(argv[++i]);
         else if (!strcmp(argv[i], "--splits") && i + 1 < argc) /* --splits S: force split-K */
             g_splits = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--tok") && i + 1 < argc) /* --tok 64|128: wgmma token tile */
+        else if (!strcmp(argv[i], "--tok") && i + 1 < argc) /* --tok 32|64|128: wgmma token tile */
             g_tok = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ablate") && i + 1 < argc) /* --ablate 1|2|4: see gemm_w4ax.h */
             g_ablate = atoi(argv[++i]);

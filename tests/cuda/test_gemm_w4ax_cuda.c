@@ -228,10 +228,14 @@ static void test_shape(const shape *s, int quick)
         for (int tok = 32; tok <= 128; tok *= 2)
             if (tok != auto_tok)
                 n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
-        /* more splits than a cluster holds: the global-memory split-K path of each kernel */
-        if (nb >= 10)
+        /* more splits than a cluster holds: the global-memory split-K path of each kernel
+         * (for M <= 32 also the wgmma kernel's, with its 32-token tile) */
+        if (nb >= 10) {
             n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0,
                                dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+            if (M <= 32)
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+        }
     }
     cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);
     free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa), free(y_ref), free(bs_ref), free(mag);
