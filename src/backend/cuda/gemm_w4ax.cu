@@ -39,6 +39,7 @@
 #include <cudaTypedefs.h>
 
 #include <mutex>
+#include <type_traits>
 #include <stdio.h>
 #include <string.h>
 
@@ -1407,6 +1408,21 @@ static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) 
                   32 * WS_RED_LD * 4 <= ws_stages(2, 32) * ws_stage_bytes(2, 32),
               "the cluster reduction tile must fit in the stage memory");
 
+/* f(KPB, TOK) with the wgmma kernel's compile-time parameters -- kpb = B / 64 in {1, 2}, the
+ * token tile in {32, 64, 128} -- as std::integral_constant values: the one place where the
+ * run-time values select template instances. */
+template <typename F> auto with_ws_config(int kpb, int tok, F &&f)
+{
+    using k1 = std::integral_constant<int, 1>;
+    using k2 = std::integral_constant<int, 2>;
+    using t32 = std::integral_constant<int, 32>;
+    using t64 = std::integral_constant<int, 64>;
+    using t128 = std::integral_constant<int, 128>;
+    if (kpb == 1)
+        return tok == 32 ? f(k1{}, t32{}) : tok == 64 ? f(k1{}, t64{}) : f(k1{}, t128{});
+    return tok == 32 ? f(k2{}, t32{}) : tok == 64 ? f(k2{}, t64{}) : f(k2{}, t128{});
+}
+
 /* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
  * at once on this device; cached. A failed query counts as "enough". */
 int ws_cluster_capacity(int kpb, int tok, int S)
@@ -1416,13 +1432,9 @@ int ws_cluster_capacity(int kpb, int tok, int S)
     std::lock_guard<std::mutex> lock(mu);
     int &c = cap[kpb][tok == 32 ? 0 : tok == 64 ? 1 : 2][S];
     if (c == 0) {
-        void (*kern)(params, CUtensorMap) =
-            kpb == 1 ? (tok == 32   ? w4ax_ws_kernel<1, 32, false, 0, true>
-                        : tok == 64 ? w4ax_ws_kernel<1, 64, false, 0, true>
-                                    : w4ax_ws_kernel<1, 128, false, 0, true>)
-                     : (tok == 32   ? w4ax_ws_kernel<2, 32, false, 0, true>
-                        : tok == 64 ? w4ax_ws_kernel<2, 64, false, 0, true>
-                                    : w4ax_ws_kernel<2, 128, false, 0, true>);
+        void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
+            return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
+        });
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -1528,12 +1540,9 @@ template <bool BSUM>
 cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        return kpb == 1 ? (pl.tok == 32   ? launch_ws<1, 32, BSUM>(pl, p, tmap, st)
-                           : pl.tok == 64 ? launch_ws<1, 64, BSUM>(pl, p, tmap, st)
-                                          : launch_ws<1, 128, BSUM>(pl, p, tmap, st))
-                        : (pl.tok == 32   ? launch_ws<2, 32, BSUM>(pl, p, tmap, st)
-                           : pl.tok == 64 ? launch_ws<2, 64, BSUM>(pl, p, tmap, st)
-                                          : launch_ws<2, 128, BSUM>(pl, p, tmap, st));
+        return with_ws_config(kpb, pl.tok, [&](auto k, auto t) {
+            return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, st);
+        });
     if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_pipe_kernel<1, 1, BSUM>, pl, st, p)
                                       : launch(w4ax_pipe_kernel<1, 2, BSUM>, pl, st, p))
