@@ -229,26 +229,27 @@ static void test_workspace_grow(int device)
     comet_backend *be = comet_backend_cuda_init(device);
     if (!check(be != NULL, "grow: fresh backend (%s)", be ? "" : comet_last_error()))
         return;
-    /* the large call: the stream kernel with global split-K -- N/16 half the SM count, so
-     * that the pipe kernel (no workspace) is not chosen and the split count (~32) is past
-     * what a cluster reduces */
+    /* the large call: the stream kernel with global split-K -- M = 2 (at M = 1 the decode
+     * kernel, which has no split-K, is chosen) and N/16 half the SM count, so that the pipe
+     * kernel (no workspace) is not chosen either and the split count (~32) is past what a
+     * cluster reduces */
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int NL = 16 * (sms / 2 > 1 ? sms / 2 : 1);
     weight ws = weight_make(be, 8, 64, 64), wl = weight_make(be, NL, 4096, 128);
-    acts as = acts_make(1, 64, 64, 1), al = acts_make(1, 4096, 128, 2);
+    acts as = acts_make(1, 64, 64, 1), al = acts_make(2, 4096, 128, 2);
     comet_cuda_w4ax_gemm gs = {.M = 1, .N = 8, .K = 64, .B = 64, .n8 = 1};
-    comet_cuda_w4ax_gemm gl = {.M = 1, .N = NL, .K = 4096, .B = 128, .n8 = 2};
+    comet_cuda_w4ax_gemm gl = {.M = 2, .N = NL, .K = 4096, .B = 128, .n8 = 2};
     size_t need_s = comet_cuda_gemm_w4ax_workspace_bytes(&gs);
     size_t need_l = comet_cuda_gemm_w4ax_workspace_bytes(&gl);
     check(need_l > need_s, "grow: the second call's plan needs more workspace (%zu > %zu bytes)",
           need_l, need_s);
-    float *hs = malloc(8 * 4), *hl = malloc((size_t)NL * 4), *hl2 = malloc((size_t)NL * 4);
+    float *hs = malloc(8 * 4), *hl = malloc((size_t)2 * NL * 4), *hl2 = malloc((size_t)2 * NL * 4);
     run_and_compare(be, &ws, &as, hs, "grow small");
     run_and_compare(be, &wl, &al, hl, "grow large");
     run_and_compare(be, &ws, &as, hs, "grow small again");
     run_and_compare(be, &wl, &al, hl2, "grow large again");
-    check(!memcmp(hl, hl2, (size_t)NL * 4), "grow: the large call gives the same bits twice");
+    check(!memcmp(hl, hl2, (size_t)2 * NL * 4), "grow: the large call gives the same bits twice");
     free(hs), free(hl), free(hl2);
     acts_free(&as), acts_free(&al);
     weight_free(be, &ws), weight_free(be, &wl);

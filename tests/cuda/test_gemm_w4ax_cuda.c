@@ -258,6 +258,10 @@ static void test_bad_args(void)
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.sw = (const uint16_t *)((char *)buf + 4096);
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK; /* the same call, aligned */
+    a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 2; /* the decode kernel has no split-K */
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    a.splits = 0;
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel

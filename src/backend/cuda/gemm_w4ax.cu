@@ -7,12 +7,15 @@
  * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact. The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
- * Four kernels, chosen by M, N, K and the device at run time (make_plan()):
+ * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
+ *  - decode (M = 1 on sm_90): CTAs own 16-row weight tiles over all of K; their 8 warps split
+ *    K and issue the 16-byte loads of their share, 8 k64 chunks at a time, before anything
+ *    waits; partial tiles summed in shared memory (no split-K).
  *  - stream (M <= 16 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and streams
  *    their packed codes from global memory straight into registers (16-byte loads, 4 k64
  *    chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is split
  *    across CTAs so all SMs stream.
- *  - pipe (M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
+ *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
  *    M <= 8, to 3x with K <= 4096 at M <= 16): persistent CTAs own whole 16-row weight
  *    tiles over all of K (no split-K);
  *    each warp streams its share of K through its own cp.async ring in shared memory.
@@ -637,6 +640,175 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     cp_async_wait<0>();
 }
 
+/* Decode kernel (M = 1 on sm_90: make_plan), built to what a kernel that only reads the
+ * weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns wt 16-row weight tiles
+ * (dk_wt) x all of K x 8*MI tokens (blockIdx.y); the DK_WARPS / wt warps of a tile split its
+ * blocks evenly. Each warp issues the 16-byte loads of DK_U k64 chunks of its share at once,
+ * straight into registers, before anything waits (then the CTA copies its tokens' codes and
+ * scales and its tiles' weight scales into shared memory); a longer share goes in rounds of
+ * DK_U. The warps' partial tiles are summed in shared memory in K order (deterministic).
+ * Measured and dropped (bench/results/2026-12-01-h200-gemm-s6.md): split-K through a cluster
+ * (DSMEM reduction; 10-50 % slower at M = 1), two buffers of 4 chunks refilled in turn (up
+ * to 9 % slower than one of 8), a CTA of 1 tile at M = 9-16 (copying the token rows cost more
+ * than loading the weights). */
+constexpr int DK_WARPS = 8, DK_U = 8;
+
+/* Shared memory of the decode kernel, in bytes from the start: token codes [rows x (K + 16)],
+ * activation scales [rows x nb] fp32, weight scales [nb x wt*16] fp16, then the warps'
+ * partial tiles [DK_WARPS x 16 x tt] fp32; rows = min(M, tt). */
+struct dk_layout {
+    int sa, sw, red, bytes;
+    __host__ __device__ dk_layout(int rows, int tt, int K, int nb, int wt)
+    {
+        sa = (rows * (K + 16) + 15) / 16 * 16;
+        sw = sa + (rows * nb * 4 + 15) / 16 * 16;
+        red = sw + (nb * wt * 32 + 15) / 16 * 16;
+        bytes = red + DK_WARPS * 16 * tt * 4;
+    }
+};
+
+/* 16-row tiles per CTA: 1 for one token group of 8 (the CTA's warps all split K), 4 for 16
+ * (the token slice in shared memory then serves 4 tiles: with 1, copying it cost more than
+ * the weights' load, measured) */
+template <int MI> __host__ __device__ constexpr int dk_wt() { return MI == 1 ? 1 : 4; }
+
+template <int MI, int KPB, bool BSUM>
+__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? 3 : 2) w4ax_decode_kernel(const __grid_constant__ params p)
+{
+    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt<MI>(), WK = DK_WARPS / WT;
+    extern __shared__ __align__(16) uint8_t smem[];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+    const int nt = blockIdx.x * WT + warp % WT, kw = warp / WT, np16 = p.Np / 16;
+    const int b0 = kw * p.nb / WK, nbw = (kw + 1) * p.nb / WK - b0; /* this warp's blocks */
+    const bool active = nt < np16;
+    const int nch = active ? nbw * KPB : 0;
+
+    /* first, the weight loads: the first DK_U chunks of the share in flight from here on */
+    const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
+    uint4 w[DK_U];
+    auto issue = [&](int c0) { /* chunks [c0, c0 + DK_U) of this warp's share */
+#pragma unroll
+        for (int j = 0; j < DK_U; j++)
+            if (c0 + j < nch)
+                w[j] = ld_stream(wp + (size_t)(c0 + j) * 512);
+    };
+    issue(0);
+
+    /* then the CTA's token codes, activation scales and its tiles' weight scales */
+    const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), RS = p.K + 16;
+    const dk_layout L(min(TT, p.M), TT, p.K, p.nb, WT);
+    if (!(p.ablate & 32)) { /* profiling: 32 = no copies */
+        const int8_t *qa = p.qa + (size_t)t0 * p.K;
+        for (int row = 0; row < rows; row++)
+            for (int col = threadIdx.x * 16; col < p.K; col += DK_WARPS * 32 * 16)
+                cp_async16(smem + row * RS + col, qa + (size_t)row * p.K + col, true);
+        const float *sa = p.sa + (size_t)t0 * p.nb;
+        for (int row = 0; row < rows; row++)
+            for (int b = threadIdx.x; b < p.nb; b += DK_WARPS * 32)
+                cp_async4(smem + L.sa + (row * p.nb + b) * 4, sa + (size_t)row * p.nb + b, true);
+        const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
+        const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
+        for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
+            const int b = i / (WT * 2), piece = i % (WT * 2);
+            if (piece < live)
+                cp_async16(smem + L.sw + i * 16, sw + (size_t)b * p.Np + piece * 8, true);
+        }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc[MI][4];
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            acc[f][r] = 0.0f;
+    const uint8_t *act = smem + (size_t)b0 * B + tq * 4;
+    const float *sas = reinterpret_cast<const float *>(smem + L.sa) + b0;
+    const unsigned short *sws =
+        reinterpret_cast<const unsigned short *>(smem + L.sw) + b0 * WT * 16 + (warp % WT) * 16 + g;
+    /* chunks [c0, c0 + DK_U): MMA per k32 step, promotion per block */
+    auto compute = [&](int c0) {
+        if (p.ablate & 16) { /* profiling: the weights are loaded and folded, no MMA */
+#pragma unroll
+            for (int j = 0; j < DK_U; j++)
+                if (c0 + j < nch)
+                    acc[0][0] = __int_as_float(__float_as_int(acc[0][0]) ^ (int)(w[j].x ^ w[j].y ^ w[j].z ^ w[j].w));
+            return;
+        }
+#pragma unroll
+        for (int jb = 0; jb < NBU; jb++) {
+            if (c0 + jb * KPB >= nch)
+                break;
+            /* two independent mma chains per block (k32 steps alternate), summed exactly */
+            int cs[2][MI][4];
+#pragma unroll
+            for (int f = 0; f < MI; f++)
+#pragma unroll
+                for (int r = 0; r < 4; r++)
+                    cs[0][f][r] = 0, cs[1][f][r] = 0;
+#pragma unroll
+            for (int c = 0; c < KPB; c++) {
+                const int j = jb * KPB + c;
+#pragma unroll
+                for (int st = 0; st < 2; st++) {
+                    const uint32_t w0 = st ? w[j].z : w[j].x, w1 = st ? w[j].w : w[j].y;
+                    const uint32_t a0 = lo16x(w0), a1 = hi16x(w0), a2 = lo16x(w1), a3 = hi16x(w1);
+#pragma unroll
+                    for (int f = 0; f < MI; f++) {
+                        const uint8_t *q = act + (f * 8 + g) * RS + (size_t)(c0 + j) * 64 + st * 32;
+                        const bool live = f * 8 + g < rows;
+                        const uint32_t bb0 = live ? *reinterpret_cast<const uint32_t *>(q) : 0u;
+                        const uint32_t bb1 = live ? *reinterpret_cast<const uint32_t *>(q + 16) : 0u;
+                        mma_s8(cs[st][f], a0, a1, a2, a3, bb0, bb1);
+                    }
+                }
+            }
+            const int bl = c0 / KPB + jb; /* block index within the warp's share */
+            const float swf[2] = {f16f(sws[bl * WT * 16]), f16f(sws[bl * WT * 16 + 8])};
+#pragma unroll
+            for (int f = 0; f < MI; f++)
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const int ci = cs[0][f][r] + cs[1][f][r], tt = f * 8 + tq * 2 + (r & 1);
+                    const float sa = tt < rows ? sas[tt * p.nb + bl] : 0.0f;
+                    acc[f][r] = fmaf((float)ci * 0.0625f, sa * swf[r >> 1], acc[f][r]);
+                    if (BSUM) {
+                        const int t = t0 + tt, n = nt * 16 + g + (r >> 1) * 8;
+                        if (t < p.M && n < p.N)
+                            p.bsum[((size_t)t * p.N + n) * p.nb + b0 + bl] = ci >> 4;
+                    }
+                }
+        }
+    };
+    for (int c0 = 0; c0 < nch; c0 += DK_U) {
+        if (c0 > 0)
+            issue(c0);
+        compute(c0);
+    }
+    if (p.ablate & 8) { /* profiling: no reduction; the sums stay live through this store */
+        if (acc[0][0] == 1.2345e-30f)
+            store_out(p, 0, 0, acc[0][1]);
+        return;
+    }
+
+    /* the warps' partial tiles, summed over the WK warps of each tile in K order */
+    float *red = reinterpret_cast<float *>(smem + L.red);
+    store_acc_tile<MI>(red, warp * 16, TT, acc, g, tq);
+    __syncthreads();
+    for (int i = threadIdx.x; i < WT * 16 * TT; i += DK_WARPS * 32) {
+        const int ti = i / (16 * TT), row = i / TT % 16, tt = i % TT;
+        float v = 0.0f;
+#pragma unroll
+        for (int k = 0; k < WK; k++)
+            v += red[((k * WT + ti) * 16 + row) * TT + tt];
+        const int n = (blockIdx.x * WT + ti) * 16 + row, t = t0 + tt;
+        if (t < p.M && n < p.N)
+            store_out(p, t, n, v);
+    }
+}
+
 /* Tiled kernel. CTA tile 128 weight rows x 128 tokens, 8 warps as 2 (rows) x 4 (tokens),
  * warp tile 64 x 32 = 4 m16 fragments x 4 n8 fragments. Each pipeline stage holds one k64
  * slice: 8 packed 512-byte weight tiles (4 KB, read back as one 16-byte LDS per lane per
@@ -1171,6 +1343,7 @@ struct plan_t {
     int tok; /* wgmma: tokens per CTA tile (32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
+    int dk_wt;                      /* decode: 16-row tiles per CTA */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     dim3 grid, block;
     size_t smem, ws_bytes;
@@ -1284,21 +1457,45 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     pl.S = 1;
 }
 
+/* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
+ * memory (K past ~20 K at M >= 8, ~160 K at M = 1): the caller then runs the stream kernel. */
+bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
+{
+    pl.MI = g->M <= 8 ? 1 : 2;
+    const int tt = 8 * pl.MI, wt = pl.MI == 1 ? dk_wt<1>() : dk_wt<2>();
+    pl.tiles_m = (g->M + tt - 1) / tt;
+    pl.S = 1;
+    pl.dk_wt = wt;
+    pl.grid = dim3((np16 + wt - 1) / wt, pl.tiles_m, 1);
+    pl.block = dim3(DK_WARPS * 32);
+    if (g->K > MAX_SMEM) /* dk_layout counts in int */
+        return false;
+    const dk_layout L(g->M < tt ? g->M : tt, tt, g->K, g->K / g->B, wt);
+    pl.smem = (g->ablate & 40) == 40 ? 0 : (size_t)L.bytes;
+    return (size_t)L.bytes <= (size_t)MAX_SMEM;
+}
+
 int ws_cluster_capacity(int kpb, int tok, int S);
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
-    /* sm_90: the wgmma kernel from M = 17 (at M = 32 it beat the stream kernel on 7 of the 8
-     * LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the tiled one */
+    /* sm_90: the decode kernel at M = 1 (faster than pipe / stream on all 12 LLaMA shapes,
+     * 0.83-0.98x their time; at M = 2-8 it lost on most: bench/results/2026-12-01-h200-gemm-s6.md),
+     * pipe or stream up to M = 16, the wgmma kernel from M = 17 (at M = 32 it beat the stream
+     * kernel on 7 of the 8 LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the
+     * tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
+                : has_wgmma() && g->M == 1 && g->splits == 0 && g->ablate == 0 ? COMET_W4AX_KERNEL_DECODE
                 : has_wgmma() && g->M <= 16         ? (g->splits == 0 && g->ablate == 0 && pipe_auto(g->M, g->K, np16, sms)
                                                            ? COMET_W4AX_KERNEL_PIPE
                                                            : COMET_W4AX_KERNEL_STREAM)
                 : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
                 : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
                                                     : COMET_W4AX_KERNEL_TILED;
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
+        pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
         pl.grid = dim3((np16 + STREAM_WARPS - 1) / STREAM_WARPS, (g->M + 8 * pl.MI - 1) / (8 * pl.MI), 1);
@@ -1325,6 +1522,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.smem = ((size_t)8 * pl.MI * (range + 16) + 15) / 16 * 16;
         if (pl.cluster)
             pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
+    } else if (pl.kernel == COMET_W4AX_KERNEL_DECODE) {
+        /* planned above */
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         plan_pipe(pl, g, np16, sms);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
@@ -1548,6 +1747,11 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
                                       : launch(w4ax_pipe_kernel<1, 2, BSUM>, pl, st, p))
                           : (kpb == 1 ? launch(w4ax_pipe_kernel<2, 1, BSUM>, pl, st, p)
                                       : launch(w4ax_pipe_kernel<2, 2, BSUM>, pl, st, p));
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
+        return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_decode_kernel<1, 1, BSUM>, pl, st, p)
+                                      : launch(w4ax_decode_kernel<1, 2, BSUM>, pl, st, p))
+                          : (kpb == 1 ? launch(w4ax_decode_kernel<2, 1, BSUM>, pl, st, p)
+                                      : launch(w4ax_decode_kernel<2, 2, BSUM>, pl, st, p));
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
                         : launch(w4ax_tiled_kernel<2, BSUM>, pl, st, p);
@@ -1616,10 +1820,13 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " cluster");
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", pl.dk_wt);
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"
              : pl.kernel == COMET_W4AX_KERNEL_WGMMA    ? "wgmma"
+             : pl.kernel == COMET_W4AX_KERNEL_DECODE   ? "decode"
                                                        : "tiled",
              pl.MI, pl.S, cl, pl.grid.x, pl.grid.y, pl.grid.z);
     return buf;
@@ -1636,6 +1843,9 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: ablate on the wgmma kernel needs B = 128 and a plan without "
                                "a split-K cluster (%s)", comet_cuda_gemm_w4ax_plan_name(g));
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
+                               g->splits);
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
