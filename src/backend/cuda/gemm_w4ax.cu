@@ -452,7 +452,13 @@ static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or
 /* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
  * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
 constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
-__host__ __device__ constexpr int pp_slot_bytes(int rows) { return PP_A_OFF + rows * PP_RS; }
+#ifndef COMET_PP_SLOT_ALIGN /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_SLOT_ALIGN=128 */
+#define COMET_PP_SLOT_ALIGN 16
+#endif
+__host__ __device__ constexpr int pp_slot_bytes(int rows)
+{
+    return (PP_A_OFF + rows * PP_RS + COMET_PP_SLOT_ALIGN - 1) / COMET_PP_SLOT_ALIGN * COMET_PP_SLOT_ALIGN;
+}
 __host__ __device__ constexpr int pp_red_bytes(int mi) { return 2 * PP_WARPS * 16 * 8 * mi * 4; }
 
 __device__ __forceinline__ void cp_async_wait_upto(int n) /* n in [0, PP_MAX_DEPTH) */
@@ -725,7 +731,17 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? 3 : 2) w4ax_decode_ke
         for (int r = 0; r < 4; r++)
             acc[f][r] = 0.0f;
     const uint8_t *act = smem + (size_t)b0 * B + tq * 4;
-    const float *sas = reinterpret_cast<const float *>(smem + L.sa) + b0;
+    /* this lane's activation-scale rows (tokens f*8 + tq*2 + e; rows past M read as 0) */
+    const float *sap[MI][2];
+    bool sa_ok[MI][2];
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int tt = f * 8 + tq * 2 + e;
+            sa_ok[f][e] = tt < rows;
+            sap[f][e] = reinterpret_cast<const float *>(smem + L.sa) + (sa_ok[f][e] ? tt : 0) * p.nb + b0;
+        }
     const unsigned short *sws =
         reinterpret_cast<const unsigned short *>(smem + L.sw) + b0 * WT * 16 + (warp % WT) * 16 + g;
     /* chunks [c0, c0 + DK_U): MMA per k32 step, promotion per block */
@@ -766,14 +782,15 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? 3 : 2) w4ax_decode_ke
                 }
             }
             const int bl = c0 / KPB + jb; /* block index within the warp's share */
-            const float swf[2] = {f16f(sws[bl * WT * 16]), f16f(sws[bl * WT * 16 + 8])};
+            /* x 1/16 (exact) for the x16 weight codes */
+            const float swf[2] = {f16f(sws[bl * WT * 16]) * 0.0625f, f16f(sws[bl * WT * 16 + 8]) * 0.0625f};
 #pragma unroll
             for (int f = 0; f < MI; f++)
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     const int ci = cs[0][f][r] + cs[1][f][r], tt = f * 8 + tq * 2 + (r & 1);
-                    const float sa = tt < rows ? sas[tt * p.nb + bl] : 0.0f;
-                    acc[f][r] = fmaf((float)ci * 0.0625f, sa * swf[r >> 1], acc[f][r]);
+                    const float sa = sa_ok[f][r & 1] ? sap[f][r & 1][bl] : 0.0f;
+                    acc[f][r] = fmaf((float)ci, sa * swf[r >> 1], acc[f][r]);
                     if (BSUM) {
                         const int t = t0 + tt, n = nt * 16 + g + (r >> 1) * 8;
                         if (t < p.M && n < p.N)
