@@ -452,12 +452,13 @@ static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or
 /* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
  * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
 constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
-#ifndef COMET_PP_SLOT_ALIGN /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_SLOT_ALIGN=128 */
-#define COMET_PP_SLOT_ALIGN 16
-#endif
+/* Slots start on 128-byte boundaries: with 16-byte ones (token rows 2, 3, 5, 7) the kernel
+ * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
+ * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
+constexpr int PP_SLOT_ALIGN = 128;
 __host__ __device__ constexpr int pp_slot_bytes(int rows)
 {
-    return (PP_A_OFF + rows * PP_RS + COMET_PP_SLOT_ALIGN - 1) / COMET_PP_SLOT_ALIGN * COMET_PP_SLOT_ALIGN;
+    return (PP_A_OFF + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
 }
 __host__ __device__ constexpr int pp_red_bytes(int mi) { return 2 * PP_WARPS * 16 * 8 * mi * 4; }
 
