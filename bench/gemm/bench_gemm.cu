@@ -27,22 +27,7 @@
 
 #include "backend/cuda/gemm_w4ax.h"
 
-#define CK(x)                                                                                \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
-#define CKB(x)                                                                               \
-    do {                                                                                     \
-        cublasStatus_t s_ = (x);                                                             \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
-            fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
-            exit(2);                                                                         \
-        }                                                                                    \
-    } while (0)
+#include "timing.cuh"
 
 static const double BW = 4.3e12, PEAK = 1.94e15; /* HOPPER.md ceilings */
 static const size_t ROT = 256ull << 20;           /* bytes of distinct inputs per rotation */
@@ -84,54 +69,11 @@ __global__ void fill_codes(int8_t *p, size_t n, int K, int B, int n8, uint32_t s
     }
 }
 
-/* Holds the GPU for about `ns` nanoseconds so that the host can queue the timed calls and
- * their events behind it: the events then time back-to-back GPU work, not launch gaps. */
-__global__ void spin(long long ns)
-{
-    long long t0;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    for (;;) {
-        long long t;
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-        if (t - t0 > ns)
-            break;
-    }
-}
-
 static void *dmalloc(size_t b)
 {
     void *p;
     CK(cudaMalloc(&p, b));
     return p;
-}
-
-typedef void (*run_fn)(void *ctx, int set);
-
-/* Median time in microseconds of `iters` timed calls after `warm` untimed ones. */
-static double time_us(run_fn fn, void *ctx, int nsets, int warm = 5, int iters = 30)
-{
-    static cudaEvent_t ev[2 * 64];
-    static bool init = false;
-    if (!init) {
-        for (auto &e : ev)
-            CK(cudaEventCreate(&e));
-        init = true;
-    }
-    for (int i = 0; i < warm; i++)
-        fn(ctx, i % nsets);
-    std::vector<float> t(iters);
-    spin<<<1, 1>>>(3000000);
-    for (int i = 0; i < iters; i++) {
-        CK(cudaEventRecord(ev[2 * i], 0));
-        fn(ctx, (i + warm) % nsets);
-        CK(cudaEventRecord(ev[2 * i + 1], 0));
-    }
-    CK(cudaEventSynchronize(ev[2 * iters - 1]));
-    CK(cudaGetLastError());
-    for (int i = 0; i < iters; i++)
-        CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
-    std::sort(t.begin(), t.end());
-    return 1000.0 * (iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]));
 }
 
 struct ctx_t {
@@ -378,9 +320,9 @@ int main(int argc, char **argv)
             c.xstride = (size_t)M * K;
             c.nsx = (int)std::min<size_t>(64, std::max<size_t>(1, xpool / 2 / c.xstride));
             c.nsw = ns16;
-            double t16 = time_us(run_fp16, &c, 64);
+            double t16 = time_us([&](int set) { run_fp16(&c, set); }, 64);
             c.nsw = ns8;
-            double t8 = c.algo_ok ? time_us(run_int8, &c, 64) : NAN;
+            double t8 = c.algo_ok ? time_us([&](int set) { run_int8(&c, set); }, 64) : NAN;
             for (double fr : fracs) {
                 c.n8 = (int)std::lround(fr * nb);
                 fill_codes<<<1024, 256>>>(c.qa, xpool / 2, K, B, c.n8, 8);
@@ -397,7 +339,7 @@ int main(int argc, char **argv)
                 }
                 if (c.ws)
                     CK(cudaMemset(c.ws, 0, c.ws_bytes));
-                double t4 = time_us(run_ours, &c, 64);
+                double t4 = time_us([&](int set) { run_ours(&c, set); }, 64);
                 row_t r;
                 r.s = s, r.M = M, r.frac = fr, r.us = t4, r.fp16_us = t16, r.int8_us = t8;
                 r.ops = 2.0 * M * N * K;

@@ -1,6 +1,7 @@
 #!/bin/bash
 # build.sh OUTDIR — build the W4Ax GEMM GPU tests (the kernel's, test_gemm_w4ax_cuda, and the
-# CUDA backend's op table, test_backend_cuda) and the benchmark with nvcc/gcc alone (no CMake,
+# CUDA backend's op table, test_backend_cuda), the benchmark and the decode floor (floor.cu)
+# with nvcc/gcc alone (no CMake,
 # none of comet_lib's other dependencies), for sm_90a. Used on the GPU machine, whose image
 # lacks PCRE2/cJSON/OpenBLAS, and locally to check SASS and registers.
 set -euo pipefail
@@ -14,6 +15,8 @@ nvcc -std=c++17 -O3 $inc $arch -lineinfo -Xptxas -v -c src/backend/cuda/gemm_w4a
 p1=$!
 nvcc -std=c++17 -O3 $inc $arch -c bench/gemm/bench_gemm.cu -o "$out/bench_gemm.o" &
 p2=$!
+nvcc -std=c++17 -O3 $inc $arch -o "$out/floor" bench/gemm/floor.cu -lcublas &
+p3=$!
 for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/core/status.c \
          src/backend/backend.c src/backend/cuda/cuda_backend.c \
          tests/cuda/test_gemm_w4ax_cuda.c tests/cuda/test_backend_cuda.c; do
@@ -22,6 +25,7 @@ for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/c
 done
 wait $p1 || { cat "$out/ptxas.log"; exit 1; }
 wait $p2
+wait $p3
 common="$out/gemm_w4ax.o $out/gemm_w4ax_pack.o $out/ref_gemm_w4ax.o $out/status.o"
 nvcc $arch -o "$out/test_gemm_w4ax_cuda" "$out/test_gemm_w4ax_cuda.o" $common -lpthread -lm
 nvcc $arch -o "$out/test_backend_cuda" "$out/test_backend_cuda.o" "$out/cuda_backend.o" \
@@ -31,4 +35,4 @@ nvcc $arch -o "$out/bench_gemm" "$out/bench_gemm.o" $common -lcublas -lcublasLt
 # checkout may lag behind the files copied to it)
 { git rev-parse --short HEAD 2>/dev/null || echo unknown; } > "$out/COMMIT"
 git diff --quiet HEAD -- src bench tests 2>/dev/null || echo "+ uncommitted changes" >> "$out/COMMIT"
-echo "built $out/test_gemm_w4ax_cuda $out/test_backend_cuda $out/bench_gemm"
+echo "built $out/test_gemm_w4ax_cuda $out/test_backend_cuda $out/bench_gemm $out/floor"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # gpu_run.sh [tests|bench|all] — on the GPU machine: GPU tests of the W4Ax GEMM (the kernels,
 # then the CUDA backend's op table), both (quick sets) under compute-sanitizer, then the
-# benchmark. Logs go to $OUT (or ./out); a summary is printed last. Uses binaries carried in
+# benchmark and the decode floor (floor.md; plot: bench/gemm/plot.py gemm.md OUT.png floor.md).
+# Logs go to $OUT (or ./out); a summary is printed last. Uses binaries carried in
 # build-gemm-dev/ when they load there, else builds them (bench/gemm/build.sh).
 set -o pipefail
 cd "$(dirname "$0")/../.."
@@ -9,13 +10,13 @@ what=${1:-all}
 out=${OUT:-out}
 mkdir -p "$out"
 bin=build-gemm-dev
-if [ ! -x $bin/bench_gemm ] || [ ! -x $bin/test_backend_cuda ] || ldd $bin/bench_gemm | grep -q "not found" || ! $bin/test_gemm_w4ax_cuda --load-check; then
+if [ ! -x $bin/bench_gemm ] || [ ! -x $bin/test_backend_cuda ] || [ ! -x $bin/floor ] || ldd $bin/bench_gemm | grep -q "not found" || ! $bin/test_gemm_w4ax_cuda --load-check; then
     echo "building on this machine"
     bench/gemm/build.sh $bin > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 fi
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; \
   echo "binaries built from commit $(tr '\n' ' ' < $bin/COMMIT 2>/dev/null)"; date -u; } > "$out/env.txt" 2>&1
-t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- b_rc=-
+t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- b_rc=- f_rc=-
 if [ "$what" != bench ]; then
     timeout 240 $bin/test_gemm_w4ax_cuda > "$out/test.log" 2>&1; t_rc=$?
     timeout 240 $bin/test_backend_cuda > "$out/test_backend.log" 2>&1; o_rc=$?
@@ -25,6 +26,7 @@ if [ "$what" != bench ]; then
 fi
 if [ "$what" != tests ]; then
     timeout 300 $bin/bench_gemm --out "$out/gemm.md" $BENCH_ARGS > "$out/bench.log" 2>&1; b_rc=$?
+    timeout 120 $bin/floor > "$out/floor.md" 2>&1; f_rc=$?
 fi
 echo "==== env"; cat "$out/env.txt"
 if [ "$what" != bench ]; then
@@ -34,5 +36,6 @@ if [ "$what" != bench ]; then
     echo "==== sanitizer memcheck rc=$s_rc racecheck rc=$r_rc backend memcheck rc=$m_rc"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks failed|checks passed" "$out/sanitizer.log"
 fi
 if [ "$what" != tests ]; then
+    echo "==== decode floor rc=$f_rc (bench/gemm/floor.cu)"; grep "geomean" "$out/floor.md" || tail -5 "$out/floor.md"
     echo "==== bench rc=$b_rc"; grep -A40 "^Summary" "$out/bench.log" || tail -20 "$out/bench.log"
 fi

@@ -36,6 +36,7 @@
  * them.
  */
 #include "backend/cuda/gemm_w4ax.h"
+#include "backend/cuda/ptx_load.cuh"
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -76,13 +77,13 @@ __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, ui
 __device__ __forceinline__ uint32_t lo16x(uint32_t w) { return (w << 4) & 0xF0F0F0F0u; }
 __device__ __forceinline__ uint32_t hi16x(uint32_t w) { return w & 0xF0F0F0F0u; }
 
-__device__ __forceinline__ uint4 ld_stream(const void *p)
+template <int MI> __device__ __forceinline__ void zero_acc(float (&acc)[MI][4])
 {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            acc[f][r] = 0.0f;
 }
 
 /* Weight scales are loaded as raw fp16 bits and converted where they are used: converting
@@ -415,11 +416,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         return;
     /* split-outer: all of one split's loads are in flight together; each element still sums
      * its partials in split order from 0.0f */
-#pragma unroll
-    for (int f = 0; f < MI; f++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            acc[f][r] = 0.0f;
+    zero_acc<MI>(acc);
     for (int j = 0; j < p.S; j++)
         W4AX_STREAM_FOR_EACH(acc[f][r] += __ldcg(&p.part[((size_t)j * p.M + t) * p.N + n]))
     W4AX_STREAM_FOR_EACH(store_out(p, t, n, acc[f][r]))
@@ -558,11 +555,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         const int nt = item % np16, t0 = item / np16 * TT, rows = min(TT, p.M - t0);
         float acc[MI][4];
-#pragma unroll
-        for (int f = 0; f < MI; f++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                acc[f][r] = 0.0f;
+        zero_acc<MI>(acc);
         for (int s = warp; s < nstage; s += PP_WARPS) {
             issue_next();
             cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
@@ -726,11 +719,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? 3 : 2) w4ax_decode_ke
     __syncthreads();
 
     float acc[MI][4];
-#pragma unroll
-    for (int f = 0; f < MI; f++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            acc[f][r] = 0.0f;
+    zero_acc<MI>(acc);
     const uint8_t *act = smem + (size_t)b0 * B + tq * 4;
     /* this lane's activation-scale rows (tokens f*8 + tq*2 + e; rows past M read as 0) */
     const float *sap[MI][2];
@@ -1499,8 +1488,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
-    /* sm_90: the decode kernel at M = 1 (faster than pipe / stream on all 12 LLaMA shapes,
-     * 0.83-0.98x their time; at M = 2-8 it lost on most: bench/results/2026-12-01-h200-gemm-s6.md),
+    /* sm_90: the decode kernel at M = 1 (faster than pipe / stream on every LLaMA shape
+     * measured, 0.78-0.96x their time; at M = 2-4 it lost on most and the pipe kernel has
+     * since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md),
      * pipe or stream up to M = 16, the wgmma kernel from M = 17 (at M = 32 it beat the stream
      * kernel on 7 of the 8 LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the
      * tiled one */

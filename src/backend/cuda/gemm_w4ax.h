@@ -38,12 +38,11 @@ typedef enum comet_w4ax_kernel {
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* M <= 8 on sm_90 where measured faster (make_plan):
-                                   * CTAs own 16-row tiles over all of K, their warps split K
-                                   * and stream it into registers, two buffers in flight;
-                                   * no split-K (splits > 1 is refused); any M when forced
-                                   * (the stream kernel where the token rows would not fit
-                                   * in shared memory) */
+    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 (make_plan): CTAs own 16-row tiles over
+                                   * all of K, their 8 warps split K and load 8 k64 chunks
+                                   * each into registers before waiting; no split-K (splits
+                                   * > 1 is refused); any M when forced (the stream kernel
+                                   * where the token rows would not fit in shared memory) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 

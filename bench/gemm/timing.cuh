@@ -1,0 +1,71 @@
+/* timing.cuh — the timing harness shared by bench_gemm.cu and floor.cu: error checks, the
+ * spin kernel and the per-call median (CUDA events around each call, queued behind the spin
+ * kernel so that host launch gaps stay out of the events). Benchmark tooling, not engine. */
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#define CK(x)                                                                                \
+    do {                                                                                     \
+        cudaError_t e_ = (x);                                                                \
+        if (e_ != cudaSuccess) {                                                             \
+            fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+#define CKB(x)                                                                               \
+    do {                                                                                     \
+        cublasStatus_t s_ = (x);                                                             \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                   \
+            fprintf(stderr, "%s:%d %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_); \
+            exit(2);                                                                         \
+        }                                                                                    \
+    } while (0)
+
+/* Holds the GPU for about `ns` nanoseconds so that the host can queue the timed calls and
+ * their events behind it: the events then time back-to-back GPU work, not launch gaps. */
+__global__ void spin(long long ns)
+{
+    long long t0;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    for (;;) {
+        long long t;
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        if (t - t0 > ns)
+            break;
+    }
+}
+
+/* Median time in microseconds of `iters` (<= 64) timed calls call(set) after `warm` untimed
+ * ones; set cycles through [0, nsets) (the caller's rotated input copies). */
+template <typename F> double time_us(F &&call, int nsets, int warm = 5, int iters = 30)
+{
+    static cudaEvent_t ev[2 * 64];
+    static bool init = false;
+    if (!init) {
+        for (auto &e : ev)
+            CK(cudaEventCreate(&e));
+        init = true;
+    }
+    for (int i = 0; i < warm; i++)
+        call(i % nsets);
+    std::vector<float> t(iters);
+    spin<<<1, 1>>>(3000000);
+    for (int i = 0; i < iters; i++) {
+        CK(cudaEventRecord(ev[2 * i], 0));
+        call((i + warm) % nsets);
+        CK(cudaEventRecord(ev[2 * i + 1], 0));
+    }
+    CK(cudaEventSynchronize(ev[2 * iters - 1]));
+    CK(cudaGetLastError());
+    for (int i = 0; i < iters; i++)
+        CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
+    std::sort(t.begin(), t.end());
+    return 1000.0 * (iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]));
+}
