@@ -30,7 +30,7 @@
 
 /* Holds the GPU for about `ns` nanoseconds so that the host can queue the timed calls and
  * their events behind it: the events then time back-to-back GPU work, not launch gaps. */
-__global__ void spin(long long ns)
+static __global__ void spin(long long ns)
 {
     long long t0;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));

@@ -260,6 +260,8 @@ static void test_bad_args(void)
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK; /* the same call, aligned */
     a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 2; /* the decode kernel has no split-K */
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    bad |= comet_cuda_gemm_w4ax_workspace_bytes(&a) != 0;
+    bad |= strcmp(comet_cuda_gemm_w4ax_plan_name(&a), "invalid") != 0;
     a.splits = 0;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
     CUDA_OK(cudaDeviceSynchronize());

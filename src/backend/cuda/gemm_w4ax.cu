@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count), the decode path. A work item is
+/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count: pipe_auto). A work item is
  * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
  * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
@@ -449,7 +449,7 @@ static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or
 /* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
  * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
 constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
-/* Slots start on 128-byte boundaries: with 16-byte ones (token rows 2, 3, 5, 7) the kernel
+/* Slots start on 128-byte boundaries: with 16- or 32-byte ones (token rows 2, 3, 5, 7) the kernel
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
 constexpr int PP_SLOT_ALIGN = 128;
@@ -1465,7 +1465,8 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 }
 
 /* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
- * memory (K past ~20 K at M >= 8, ~160 K at M = 1): the caller then runs the stream kernel. */
+ * memory (K past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on): the caller then runs
+ * the stream kernel. */
 bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
 {
     pl.MI = g->M <= 8 ? 1 : 2;
@@ -1478,7 +1479,7 @@ bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
     if (g->K > MAX_SMEM) /* dk_layout counts in int */
         return false;
     const dk_layout L(g->M < tt ? g->M : tt, tt, g->K, g->K / g->B, wt);
-    pl.smem = (g->ablate & 40) == 40 ? 0 : (size_t)L.bytes;
+    pl.smem = (g->ablate & 56) == 56 ? 0 : (size_t)L.bytes; /* profiling: loads only */
     return (size_t)L.bytes <= (size_t)MAX_SMEM;
 }
 
@@ -1488,14 +1489,17 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
-    /* sm_90: the decode kernel at M = 1 (faster than pipe / stream on every LLaMA shape
-     * measured, 0.78-0.96x their time; at M = 2-4 it lost on most and the pipe kernel has
-     * since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md),
+    /* sm_90: the decode kernel at M = 1 when its 16-row tiles (one CTA each, no split-K) at
+     * least fill the SMs (faster than pipe / stream on every LLaMA shape measured, all N/16 >=
+     * 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the pipe kernel has since
+     * gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below one tile per SM
+     * the stream kernel's split-K keeps every SM streaming,
      * pipe or stream up to M = 16, the wgmma kernel from M = 17 (at M = 32 it beat the stream
      * kernel on 7 of the 8 LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the
      * tiled one */
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
-                : has_wgmma() && g->M == 1 && g->splits == 0 && g->ablate == 0 ? COMET_W4AX_KERNEL_DECODE
+                : has_wgmma() && g->M == 1 && g->splits == 0 && g->ablate == 0 && np16 >= sms
+                                                    ? COMET_W4AX_KERNEL_DECODE
                 : has_wgmma() && g->M <= 16         ? (g->splits == 0 && g->ablate == 0 && pipe_auto(g->M, g->K, np16, sms)
                                                            ? COMET_W4AX_KERNEL_PIPE
                                                            : COMET_W4AX_KERNEL_STREAM)
@@ -1664,7 +1668,7 @@ template <typename... KA, typename... A>
 cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
 {
     static std::mutex mu;
-    static const void *done[128]; /* 72 kernel instances today */
+    static const void *done[128]; /* 80 kernel instances today */
     static int n_done = 0;
     {
         std::lock_guard<std::mutex> lock(mu);
@@ -1789,6 +1793,9 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
                                (int)g->kernel, g->splits, g->tile_tokens);
+    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
+                               g->splits);
     return COMET_OK;
 }
 
@@ -1851,9 +1858,6 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: ablate on the wgmma kernel needs B = 128 and a plan without "
                                "a split-K cluster (%s)", comet_cuda_gemm_w4ax_plan_name(g));
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
-                               g->splits);
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "

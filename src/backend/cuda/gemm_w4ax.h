@@ -38,11 +38,12 @@ typedef enum comet_w4ax_kernel {
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 (make_plan): CTAs own 16-row tiles over
-                                   * all of K, their 8 warps split K and load 8 k64 chunks
-                                   * each into registers before waiting; no split-K (splits
-                                   * > 1 is refused); any M when forced (the stream kernel
-                                   * where the token rows would not fit in shared memory) */
+    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 with N/16 >= the SM count (make_plan):
+                                   * CTAs own 16-row tiles over all of K, their 8 warps
+                                   * split K and load 8 k64 chunks each into registers
+                                   * before waiting; no split-K (splits > 1 is refused);
+                                   * any M when forced (the stream kernel where the token
+                                   * rows would not fit in shared memory) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
@@ -98,7 +99,8 @@ typedef struct comet_cuda_w4ax_gemm {
                                * split-K reduction, 16 = the
                                * MMA and promotion (weights still streamed); decode kernel:
                                * 8 = the reduction epilogue, 16 = the MMA and promotion,
-                               * 32 = the token and scale copies (with 8: no shared memory)
+                               * 32 = the token and scale copies (56 = loads only, no
+                               * shared memory)
                                * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (32 for
