@@ -651,7 +651,14 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
  * (DSMEM reduction; 10-50 % slower at M = 1), two buffers of 4 chunks refilled in turn (up
  * to 9 % slower than one of 8), a CTA of 1 tile at M = 9-16 (copying the token rows cost more
  * than loading the weights). */
-constexpr int DK_WARPS = 8, DK_U = 8;
+#ifndef COMET_DK_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_DK_WARPS=16 -DCOMET_DK_U=4 */
+#define COMET_DK_WARPS 8
+#define COMET_DK_U 8
+#endif
+#ifndef COMET_DK_MINB1 /* CTAs per SM the MI = 1 instances are built for (registers) */
+#define COMET_DK_MINB1 3
+#endif
+constexpr int DK_WARPS = COMET_DK_WARPS, DK_U = COMET_DK_U;
 
 /* Shared memory of the decode kernel, in bytes from the start: token codes [rows x (K + 16)],
  * activation scales [rows x nb] fp32, weight scales [nb x wt*16] fp16, then the warps'
@@ -673,7 +680,7 @@ struct dk_layout {
 template <int MI> __host__ __device__ constexpr int dk_wt() { return MI == 1 ? 1 : 4; }
 
 template <int MI, int KPB, bool BSUM>
-__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? 3 : 2) w4ax_decode_kernel(const __grid_constant__ params p)
+__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
 {
     constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt<MI>(), WK = DK_WARPS / WT;
     extern __shared__ __align__(16) uint8_t smem[];
