@@ -27,24 +27,11 @@
 
 #include "backend/cuda/gemm_w4ax.h"
 
-#include "timing.cuh"
+#include "harness.cuh"
 
 static const double BW = 4.3e12, PEAK = 1.94e15; /* HOPPER.md ceilings */
 static const size_t ROT = 256ull << 20;           /* bytes of distinct inputs per rotation */
 
-__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed)
-{
-    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
-    x ^= x >> 31;
-    x *= 0x94D049BB133111EBull;
-    x ^= x >> 29;
-    return (uint32_t)x;
-}
-__global__ void fill_bytes(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        p[i] = (uint8_t)hash32(i, seed);
-}
 __global__ void fill_half(__half *p, size_t n, uint32_t seed)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)

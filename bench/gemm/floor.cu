@@ -28,19 +28,9 @@
 #include <vector>
 
 #include "backend/cuda/ptx_load.cuh"
-#include "timing.cuh"
-
-__global__ void fill(uint32_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
-        p[i] = h;
-    }
-}
+#include "harness.cuh"
 
 __global__ void empty_kernel(unsigned *sink) { (void)sink; }
-
 
 /* Reads n16 16-byte vectors, each CTA a contiguous range, U loads in flight per thread; the
  * XOR of everything is written only if it equals a value it will not take, so the loads stay. */
@@ -127,7 +117,7 @@ int main(int argc, char **argv)
         unsigned *sk;
         CK(cudaMalloc(&p, bytes));
         CK(cudaMalloc(&sk, 65536 * sizeof(unsigned)));
-        fill<<<1024, 256>>>(reinterpret_cast<uint32_t *>(p), bytes / 4, 1u);
+        fill_bytes<<<1024, 256>>>(p, bytes, 1u);
         for (int i = 0; i < 5; i++)
             ld_kernel<4><<<atoi(argv[3]), atoi(argv[4])>>>(reinterpret_cast<const uint4 *>(p), bytes / 16, sk);
         CK(cudaDeviceSynchronize());
@@ -149,7 +139,7 @@ int main(int argc, char **argv)
     const size_t pool = (size_t)256 << 20, total = (size_t)2 << 30; /* 2 GB: two fp16 70B gate_up */
     uint8_t *buf;
     CK(cudaMalloc(&buf, total));
-    fill<<<1024, 256>>>(reinterpret_cast<uint32_t *>(buf), total / 4, 12345u);
+    fill_bytes<<<1024, 256>>>(buf, total, 12345u);
     unsigned *sink;
     CK(cudaMalloc(&sink, 4096 * sizeof(unsigned)));
     CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));

@@ -101,7 +101,8 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
-/* Copies addressed by a shared-memory (.shared window) address; zero-filled when !valid. */
+/* Copies addressed by a shared-memory (.shared window) address (the 4-byte one zero-filled
+ * when !valid). */
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
@@ -641,8 +642,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
 }
 
 /* Decode kernel (M = 1 on sm_90: make_plan), built to what a kernel that only reads the
- * weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns wt 16-row weight tiles
- * (dk_wt) x all of K x 8*MI tokens (blockIdx.y); the DK_WARPS / wt warps of a tile split its
+ * weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns dk_wt(MI) 16-row weight
+ * tiles x all of K x 8*MI tokens (blockIdx.y); the DK_WARPS / wt warps of a tile split its
  * blocks evenly. Each warp issues the 16-byte loads of DK_U k64 chunks of its share at once,
  * straight into registers, before anything waits (then the CTA copies its tokens' codes and
  * scales and its tiles' weight scales into shared memory); a longer share goes in rounds of
@@ -677,12 +678,12 @@ struct dk_layout {
 /* 16-row tiles per CTA: 1 for one token group of 8 (the CTA's warps all split K), 4 for 16
  * (the token slice in shared memory then serves 4 tiles: with 1, copying it cost more than
  * the weights' load, measured) */
-template <int MI> __host__ __device__ constexpr int dk_wt() { return MI == 1 ? 1 : 4; }
+__host__ __device__ constexpr int dk_wt(int mi) { return mi == 1 ? 1 : 4; }
 
 template <int MI, int KPB, bool BSUM>
 __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
 {
-    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt<MI>(), WK = DK_WARPS / WT;
+    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI), WK = DK_WARPS / WT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int nt = blockIdx.x * WT + warp % WT, kw = warp / WT, np16 = p.Np / 16;
@@ -1357,7 +1358,6 @@ struct plan_t {
     int tok; /* wgmma: tokens per CTA tile (32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
-    int dk_wt;                      /* decode: 16-row tiles per CTA */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     dim3 grid, block;
     size_t smem, ws_bytes;
@@ -1477,10 +1477,9 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
 {
     pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI, wt = pl.MI == 1 ? dk_wt<1>() : dk_wt<2>();
+    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI);
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.S = 1;
-    pl.dk_wt = wt;
     pl.grid = dim3((np16 + wt - 1) / wt, pl.tiles_m, 1);
     pl.block = dim3(DK_WARPS * 32);
     if (g->K > MAX_SMEM) /* dk_layout counts in int */
@@ -1641,6 +1640,17 @@ template <typename F> auto with_ws_config(int kpb, int tok, F &&f)
     return tok == 32 ? f(k2{}, t32{}) : tok == 64 ? f(k2{}, t64{}) : f(k2{}, t128{});
 }
 
+/* f(MI, KPB) for the pipe and decode kernels' instances: MI (token groups of 8) and kpb =
+ * B / 64, each 1 or 2, as std::integral_constant values. */
+template <typename F> auto with_mi_kpb(int mi, int kpb, F &&f)
+{
+    using one = std::integral_constant<int, 1>;
+    using two = std::integral_constant<int, 2>;
+    if (mi == 1)
+        return kpb == 1 ? f(one{}, one{}) : f(one{}, two{});
+    return kpb == 1 ? f(two{}, one{}) : f(two{}, two{});
+}
+
 /* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
  * at once on this device; cached. A failed query counts as "enough". */
 int ws_cluster_capacity(int kpb, int tok, int S)
@@ -1761,16 +1771,12 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
         return with_ws_config(kpb, pl.tok, [&](auto k, auto t) {
             return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, st);
         });
-    if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
-        return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_pipe_kernel<1, 1, BSUM>, pl, st, p)
-                                      : launch(w4ax_pipe_kernel<1, 2, BSUM>, pl, st, p))
-                          : (kpb == 1 ? launch(w4ax_pipe_kernel<2, 1, BSUM>, pl, st, p)
-                                      : launch(w4ax_pipe_kernel<2, 2, BSUM>, pl, st, p));
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
-        return pl.MI == 1 ? (kpb == 1 ? launch(w4ax_decode_kernel<1, 1, BSUM>, pl, st, p)
-                                      : launch(w4ax_decode_kernel<1, 2, BSUM>, pl, st, p))
-                          : (kpb == 1 ? launch(w4ax_decode_kernel<2, 1, BSUM>, pl, st, p)
-                                      : launch(w4ax_decode_kernel<2, 2, BSUM>, pl, st, p));
+    if (pl.kernel == COMET_W4AX_KERNEL_PIPE || pl.kernel == COMET_W4AX_KERNEL_DECODE)
+        return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
+            constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
+            return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch(w4ax_pipe_kernel<MI, KPB, BSUM>, pl, st, p)
+                                                       : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
+        });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
                         : launch(w4ax_tiled_kernel<2, BSUM>, pl, st, p);
@@ -1843,7 +1849,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
-        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", pl.dk_wt);
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"

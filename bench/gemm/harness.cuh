@@ -1,12 +1,14 @@
-/* timing.cuh — the timing harness shared by bench_gemm.cu and floor.cu: error checks, the
- * spin kernel and the per-call median (CUDA events around each call, queued behind the spin
- * kernel so that host launch gaps stay out of the events). Benchmark tooling, not engine. */
+/* harness.cuh — the benchmark harness shared by bench_gemm.cu and floor.cu: error checks,
+ * random fills, the spin kernel and the per-call median (CUDA events around each call,
+ * queued behind the spin kernel so that host launch gaps stay out of the events). Benchmark
+ * tooling, not engine. */
 #pragma once
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
@@ -27,6 +29,21 @@
             exit(2);                                                                         \
         }                                                                                    \
     } while (0)
+
+__device__ __forceinline__ uint32_t hash32(uint64_t i, uint32_t seed)
+{
+    uint64_t x = i * 0x9E3779B97F4A7C15ull + seed * 0xBF58476D1CE4E5B9ull;
+    x ^= x >> 31;
+    x *= 0x94D049BB133111EBull;
+    x ^= x >> 29;
+    return (uint32_t)x;
+}
+/* n random bytes (grid-stride) */
+static __global__ void fill_bytes(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = (uint8_t)hash32(i, seed);
+}
 
 /* Holds the GPU for about `ns` nanoseconds so that the host can queue the timed calls and
  * their events behind it: the events then time back-to-back GPU work, not launch gaps. */
