@@ -4,7 +4,9 @@
 # times matter) and prints one markdown table per regime. Logs go to $LOGS (default $OUT, or ./out).
 #   prefill (wgmma kernel), LLaMA-3-8B shapes, M = 2048, 8192: 0 = full kernel, 1 = no
 #     int32 -> fp32 promotion (the sums are XOR-folded so that the wgmma stay), 2 = no wgmma
-#     (stand-in sums), 3 = neither (data movement only), 4 = no activation-scale loads;
+#     (stand-in sums), 3 = neither, 4 = no activation-scale loads, 8 = half the token bytes,
+#     16 = no token or weight copies (compute only), 17 = compute only without promotion,
+#     32 = no int32 -> fp32 conversion, 64 = no scale product, 96 = neither of those two;
 #   decode (the stream kernel, forced in every column: the automatic plan takes the pipe
 #     kernel for some of these shapes, which has no ablations), LLaMA-3-8B shapes, M = 1, 16:
 #     0 = full, 8 = no split-K reduction, 16 = no MMA/promotion (weights still streamed),
@@ -36,5 +38,5 @@ table() { # regime Ms "extra bench_gemm args" ablations...
     done
     echo
 }
-table prefill 2048,8192 "" 0 1 2 3 4
+table prefill 2048,8192 "" 0 1 2 3 4 8 16 17 32 64 96
 table decode 1,16 "--kernel 1" 0 8 16 24

@@ -1124,7 +1124,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             return;
         }
         const int nvalid = min(WS_ROWS / 16, np16 - nt0);
-        const unsigned tx = A_BYTES + nvalid * KPB * 512;
+        /* ablate & 8: the first TOK / 2 token rows only (the tensor map's box is halved);
+         * ablate & 16: no token or weight copies (the consumers compute on stale stages) */
+        constexpr bool HALF_A = ABL & 8, NO_COPY = ABL & 16;
+        const unsigned tx = NO_COPY ? 0u : (HALF_A ? A_BYTES / 2 : A_BYTES) + nvalid * KPB * 512;
         const uint8_t *wsrc = p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
         for (int x = 0; x < nblk; x++) {
             const int slot = x % ST;
@@ -1133,10 +1136,11 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
             uint8_t *st = smem + slot * STAGE;
             if (lane == 0) {
                 mbar_arrive_expect_tx(&full[slot], tx);
-                tma_load_2d(st, &tmap_a, (b0 + x) * KS, t0, &full[slot]);
+                if (!NO_COPY)
+                    tma_load_2d(st, &tmap_a, (b0 + x) * KS, t0, &full[slot]);
             }
             __syncwarp();
-            if (lane < nvalid)
+            if (!NO_COPY && lane < nvalid)
                 bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)x * KPB * 512, KPB * 512, &full[slot]);
 #pragma unroll
             for (int j = 0; j < TOK / 32; j++) {
@@ -1177,8 +1181,10 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                 float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
-                    float sc = ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
-                    acc[j * 4 + r] = fmaf((float)dd[j * 4 + r], sc, acc[j * 4 + r]);
+                    /* ablate & 64: no scale product; & 32: no int32 -> fp32 conversion (a bit cast) */
+                    float sc = (ABL & 64) ? ((r & 1) ? sa2.y : sa2.x) : ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
+                    const float df = (ABL & 32) ? __int_as_float(dd[j * 4 + r]) : (float)dd[j * 4 + r];
+                    acc[j * 4 + r] = fmaf(df, sc, acc[j * 4 + r]);
                     if (BSUM) {
                         int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
                         if (t < p.M && n < p.N)
@@ -1187,11 +1193,17 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
                 }
             }
         } else {
-            /* no promotion: an XOR fold keeps the sums live (~NACC/2 LOP3), else ptxas drops
-             * the wgmma that produce them as well (it did until session 5) */
+            /* no promotion: an XOR fold keeps the sums live (NACC LOP3), else ptxas drops the
+             * wgmma that produce them as well (it did until session 5). Eight chains: the
+             * single NACC-long chain of sessions 5-6 cost ~300 cycles of latency per block and
+             * made the data-only instance look like the floor of the kernel (session 7). */
+            int fold[8] = {};
 #pragma unroll
             for (int i = 0; i < NACC; i++)
-                sink ^= dd[i];
+                fold[i & 7] ^= dd[i];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+                sink ^= fold[i];
         }
     };
     /* every consumer thread is done with block x's stage */
@@ -1753,7 +1765,14 @@ cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap
 {
     if constexpr (KPB == 2 && !BSUM)
         if (p.ablate && !pl.cluster)
-            switch (p.ablate & 7) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
+            switch (p.ablate & 127) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
+            case 8: return launch(w4ax_ws_kernel<2, TOK, false, 8>, pl, st, p, tmap);
+            case 11: return launch(w4ax_ws_kernel<2, TOK, false, 11>, pl, st, p, tmap);
+            case 16: return launch(w4ax_ws_kernel<2, TOK, false, 16>, pl, st, p, tmap);
+            case 17: return launch(w4ax_ws_kernel<2, TOK, false, 17>, pl, st, p, tmap);
+            case 32: return launch(w4ax_ws_kernel<2, TOK, false, 32>, pl, st, p, tmap);
+            case 64: return launch(w4ax_ws_kernel<2, TOK, false, 64>, pl, st, p, tmap);
+            case 96: return launch(w4ax_ws_kernel<2, TOK, false, 96>, pl, st, p, tmap);
             case 1: return launch(w4ax_ws_kernel<2, TOK, false, 1>, pl, st, p, tmap);
             case 2: return launch(w4ax_ws_kernel<2, TOK, false, 2>, pl, st, p, tmap);
             case 3: return launch(w4ax_ws_kernel<2, TOK, false, 3>, pl, st, p, tmap);
@@ -1887,7 +1906,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        COMET_TRY(make_tmap_a(g, pl.tok, &tmap));
+        COMET_TRY(make_tmap_a(g, (g->ablate & 8) ? pl.tok / 2 : pl.tok, &tmap));
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;

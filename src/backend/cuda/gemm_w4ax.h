@@ -93,14 +93,17 @@ typedef struct comet_cuda_w4ax_gemm {
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
     int ablate;               /* 0 in production. Profiling only, results are then WRONG:
                                * bit mask of stages left out. wgmma kernel (B = 128, plans
-                               * without a split-K cluster; one of 1, 2, 3, 4): 1 = the int32 -> fp32
-                               * promotion (the sums are XOR-folded instead), 2 = the wgmma,
-                               * 4 = the activation-scale loads; stream kernel: 8 = the
-                               * split-K reduction, 16 = the
-                               * MMA and promotion (weights still streamed); decode kernel:
-                               * 8 = the reduction epilogue, 16 = the MMA and promotion,
-                               * 32 = the token and scale copies (56 = loads only, no
-                               * shared memory)
+                               * without a split-K cluster; one of 1, 2, 3, 4, 8, 11, 16, 17,
+                               * 32, 64, 96): 1 = the int32 -> fp32 promotion (the sums are
+                               * XOR-folded instead), 2 = the wgmma, 4 = the activation-scale
+                               * loads, 8 = half of the token tile's rows (the bytes of packed
+                               * INT4 codes), 16 = the token and weight copies (compute only),
+                               * 32 = the int32 -> fp32 conversion (a bit cast), 64 = the
+                               * scale product (sa only); stream kernel: 8 = the split-K
+                               * reduction, 16 = the MMA and promotion (weights still
+                               * streamed); decode kernel: 8 = the reduction epilogue, 16 =
+                               * the MMA and promotion, 32 = the token and scale copies (56 =
+                               * loads only, no shared memory)
                                * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (32 for
