@@ -264,6 +264,13 @@ static void test_bad_args(void)
     bad |= strcmp(comet_cuda_gemm_w4ax_plan_name(&a), "invalid") != 0;
     a.splits = 0;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
+    /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
+     * than run as the full kernel */
+    a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5;
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    a.ablate = 16;
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
+    a.ablate = 0, a.B = 64;
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel

@@ -1760,12 +1760,19 @@ template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl
                       : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
+/* The ablate values that launch_ws has an instance for (profiling; gemm_w4ax.h). */
+bool ws_ablation_instance(int a)
+{
+    return a == 1 || a == 2 || a == 3 || a == 4 || a == 8 || a == 11 || a == 16 || a == 17 || a == 32 ||
+           a == 64 || a == 96;
+}
+
 template <int KPB, int TOK, bool BSUM>
 cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
     if constexpr (KPB == 2 && !BSUM)
         if (p.ablate && !pl.cluster)
-            switch (p.ablate & 127) { /* profiling instances (bench/gemm/ablate.sh), B = 128 only */
+            switch (p.ablate) { /* profiling instances (bench/gemm/ablate.sh, ws_ablation_instance) */
             case 8: return launch(w4ax_ws_kernel<2, TOK, false, 8>, pl, st, p, tmap);
             case 11: return launch(w4ax_ws_kernel<2, TOK, false, 11>, pl, st, p, tmap);
             case 16: return launch(w4ax_ws_kernel<2, TOK, false, 16>, pl, st, p, tmap);
@@ -1890,6 +1897,10 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: ablate on the wgmma kernel needs B = 128 and a plan without "
                                "a split-K cluster (%s)", comet_cuda_gemm_w4ax_plan_name(g));
+    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA && !ws_ablation_instance(g->ablate))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: the wgmma kernel has no ablate=%d instance (1, 2, 3, 4, 8, 11, "
+                               "16, 17, 32, 64, 96)", g->ablate);
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
