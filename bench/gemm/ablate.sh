@@ -11,6 +11,7 @@
 #     kernel for some of these shapes, which has no ablations), LLaMA-3-8B shapes, M = 1, 16:
 #     0 = full, 8 = no split-K reduction, 16 = no MMA/promotion (weights still streamed),
 #     24 = neither.
+# Plot of the prefill table: python3 bench/gemm/plot_ablate.py ABLATE.md docs/gemm_prefill_ablation.png
 set -o pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-out}
