@@ -44,6 +44,7 @@
 
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <stdio.h>
 #include <string.h>
 
@@ -1182,7 +1183,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
 #pragma unroll
                 for (int r = 0; r < 4; r++) {
                     /* ablate & 64: no scale product; & 32: no int32 -> fp32 conversion (a bit cast) */
-                    float sc = (ABL & 64) ? ((r & 1) ? sa2.y : sa2.x) : ((r & 1) ? sa2.y : sa2.x) * ((r >> 1) ? sw1 : sw0);
+                    const float sa = (r & 1) ? sa2.y : sa2.x, sc = (ABL & 64) ? sa : sa * ((r >> 1) ? sw1 : sw0);
                     const float df = (ABL & 32) ? __int_as_float(dd[j * 4 + r]) : (float)dd[j * 4 + r];
                     acc[j * 4 + r] = fmaf(df, sc, acc[j * 4 + r]);
                     if (BSUM) {
@@ -1760,11 +1761,28 @@ template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl
                       : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
-/* The ablate values that launch_ws has an instance for (profiling; gemm_w4ax.h). */
+/* The ablate values that the wgmma kernel has a profiling instance for (gemm_w4ax.h says what
+ * each leaves out; bench/gemm/ablate.sh runs them), B = 128 only. */
+constexpr int WS_ABLATIONS[] = {1, 2, 3, 4, 8, 11, 16, 17, 32, 64, 96};
+
 bool ws_ablation_instance(int a)
 {
-    return a == 1 || a == 2 || a == 3 || a == 4 || a == 8 || a == 11 || a == 16 || a == 17 || a == 32 ||
-           a == 64 || a == 96;
+    for (int v : WS_ABLATIONS)
+        if (v == a)
+            return true;
+    return false;
+}
+
+/* the instance for p.ablate (checked by the caller: ws_ablation_instance) */
+template <int TOK, size_t... I>
+cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st,
+                               std::index_sequence<I...>)
+{
+    cudaError_t e = cudaErrorInvalidValue;
+    (void)((p.ablate == WS_ABLATIONS[I] &&
+            (e = launch(w4ax_ws_kernel<2, TOK, false, WS_ABLATIONS[I]>, pl, st, p, tmap), true)) ||
+           ...);
+    return e;
 }
 
 template <int KPB, int TOK, bool BSUM>
@@ -1772,20 +1790,8 @@ cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap
 {
     if constexpr (KPB == 2 && !BSUM)
         if (p.ablate && !pl.cluster)
-            switch (p.ablate) { /* profiling instances (bench/gemm/ablate.sh, ws_ablation_instance) */
-            case 8: return launch(w4ax_ws_kernel<2, TOK, false, 8>, pl, st, p, tmap);
-            case 11: return launch(w4ax_ws_kernel<2, TOK, false, 11>, pl, st, p, tmap);
-            case 16: return launch(w4ax_ws_kernel<2, TOK, false, 16>, pl, st, p, tmap);
-            case 17: return launch(w4ax_ws_kernel<2, TOK, false, 17>, pl, st, p, tmap);
-            case 32: return launch(w4ax_ws_kernel<2, TOK, false, 32>, pl, st, p, tmap);
-            case 64: return launch(w4ax_ws_kernel<2, TOK, false, 64>, pl, st, p, tmap);
-            case 96: return launch(w4ax_ws_kernel<2, TOK, false, 96>, pl, st, p, tmap);
-            case 1: return launch(w4ax_ws_kernel<2, TOK, false, 1>, pl, st, p, tmap);
-            case 2: return launch(w4ax_ws_kernel<2, TOK, false, 2>, pl, st, p, tmap);
-            case 3: return launch(w4ax_ws_kernel<2, TOK, false, 3>, pl, st, p, tmap);
-            case 4: return launch(w4ax_ws_kernel<2, TOK, false, 4>, pl, st, p, tmap);
-            default: break;
-            }
+            return launch_ws_ablation<TOK>(pl, p, tmap, st,
+                                           std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
     return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, true>, pl, st, p, tmap)
                       : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
 }
@@ -1893,14 +1899,16 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     plan_t pl = make_plan(g);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
         return comet_set_error(COMET_ERR_UNSUPPORTED, "gemm_w4ax: the wgmma kernel needs an sm_90 GPU");
-    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA && (pl.cluster || g->B != 128))
+    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
+        (pl.cluster || g->B != 128 || !ws_ablation_instance(g->ablate))) {
+        char vals[64] = "";
+        for (int v : WS_ABLATIONS)
+            snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "", v);
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128 and a plan without "
-                               "a split-K cluster (%s)", comet_cuda_gemm_w4ax_plan_name(g));
-    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA && !ws_ablation_instance(g->ablate))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: the wgmma kernel has no ablate=%d instance (1, 2, 3, 4, 8, 11, "
-                               "16, 17, 32, 64, 96)", g->ablate);
+                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a plan without a "
+                               "split-K cluster and one of %s (ablate %d, %s)",
+                               vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
+    }
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
