@@ -11,18 +11,18 @@
  *  - decode (M = 1 on sm_90): CTAs own 16-row weight tiles over all of K; their 8 warps split
  *    K and issue the 16-byte loads of their share, 8 k64 chunks at a time, before anything
  *    waits; partial tiles summed in shared memory (no split-K).
- *  - stream (M <= 16 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and streams
- *    their packed codes from global memory straight into registers (16-byte loads, 4 k64
- *    chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is split
- *    across CTAs so all SMs stream.
- *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
- *    M <= 8, to 3x with K <= 4096 at M <= 16): persistent CTAs own whole 16-row weight
+ *  - stream (M <= 8 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and
+ *    streams their packed codes from global memory straight into registers (16-byte loads, 4
+ *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
+ *    split across CTAs so all SMs stream.
+ *  - pipe (2 <= M <= 12 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
+ *    M <= 8, to 2x with K <= 4096 at M = 9-12): persistent CTAs own whole 16-row weight
  *    tiles over all of K (no split-K);
  *    each warp streams its share of K through its own cp.async ring in shared memory.
- *  - wgmma (M > 16, sm_90a): warp-specialized; a producer warp fills a ring of stages with
+ *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 32 / 64 / 128 tokens for M <= 32 /
- *    M <= 64 / larger),
+ *    M <= 64 / larger; two CTAs per SM at 32 and 64),
  *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
  *    memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
@@ -425,7 +425,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count: pipe_auto). A work item is
+/* Pipe kernel (2 <= M <= 12 on sm_90 when N/16 >= the SM count: auto_kernel). A work item is
  * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
  * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
@@ -438,7 +438,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
  * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), so it wins
- * only up to a few items per SM (pipe_auto).
+ * only up to a few items per SM (pipe_auto, pipe_auto_m12).
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -1041,9 +1041,15 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * All three complete on the stage's `full` mbarrier (transaction bytes + 32 cp.async
  * arrivals + the producer's own arrival); consumers release a stage on its `empty` mbarrier
  * (every consumer thread arrives) after promoting it. Consumers unpack A (x16 trick), issue
- * 2*KPB wgmma.m64nTOKk32 into int32, wait, and promote into fp32. The two consumer
- * warpgroups drift into alternation (one promotes while the other's wgmma runs), which hides
- * most of the promotion; setmaxnreg moves registers from the producer to the consumers.
+ * 2*KPB wgmma.m64nTOKk32 into int32, wait, and promote into fp32; setmaxnreg moves
+ * registers from the producer to the consumers. Each consumer warpgroup's chain per block
+ * (wait for the stage, unpack, wgmma, wait for them, promote, release) is latency-bound: a
+ * CTA takes ~1200 cycles per block at 32 tokens, ~1700 at 128, whatever the tile. So 32- and
+ * 64-token tiles run two CTAs per SM (ws_ctas_per_sm: 80 registers at launch, consumers 104,
+ * half the ring), four chains per SM instead of two: 0.68-0.96x the time of one CTA per SM
+ * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64 (session 8). 128-token tiles
+ * need ~170 registers per consumer thread, so one CTA per SM there (64-token tiles at two
+ * per SM were 1.04-1.23x slower at M = 96-512).
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
  * and tokens from L2. */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
@@ -1055,11 +1061,21 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 [[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256; /* used by the sm_90a kernel body only */
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
+#ifndef COMET_WS_SMALL_CTAS
+#define COMET_WS_SMALL_CTAS 2
+#endif
+/* CTAs per SM of the wgmma kernel by token tile: 32- and 64-token tiles can run two per SM
+ * (consumers within 104 registers, half the ring each). */
+__host__ __device__ constexpr int ws_ctas_per_sm(int tok) { return tok <= 64 ? COMET_WS_SMALL_CTAS : 1; }
 /* Pipeline depth by block size (kpb = B/64) and token-tile height (deeper rings measured no
- * faster at 128 tokens; the 32-token depths are untuned). */
+ * faster at 128 tokens; the 32-token depths are untuned); at two CTAs per SM, what fits in
+ * half an SM's 228 KB (each CTA also reserves 1 KB). */
 __host__ __device__ constexpr int ws_stages(int kpb, int tok)
 {
-    return tok == 128 ? (kpb == 1 ? 8 : 5) : tok == 64 ? (kpb == 1 ? 12 : 8) : (kpb == 1 ? 16 : 10);
+    return ws_ctas_per_sm(tok) == 2 ? (tok == 64 ? (kpb == 1 ? 12 : 6) : (kpb == 1 ? 15 : 8))
+           : tok == 128             ? (kpb == 1 ? 8 : 5)
+           : tok == 64              ? (kpb == 1 ? 12 : 8)
+                                    : (kpb == 1 ? 16 : 10);
 }
 __host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok)
 {
@@ -1090,12 +1106,16 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
 }
 
 template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false>
-__global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_constant__ params p,
+__global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int KS = 64 * KPB, A_BYTES = TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
     constexpr int ST = ws_stages(KPB, TOK), STAGE = ws_stage_bytes(KPB, TOK), NACC = TOK / 2;
+    /* registers per thread after setmaxnreg: at one CTA per SM 168 at launch, 128 x 40 + 256 x
+     * 232 <= 65536; at two, 80 at launch (384 x 80 per CTA), 128 x 24 + 256 x 104 <= 30720 */
+    constexpr int PRODUCER_REGS = ws_ctas_per_sm(TOK) == 2 ? 24 : 40;
+    constexpr int CONSUMER_REGS = ws_ctas_per_sm(TOK) == 2 ? 104 : 232;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
@@ -1116,7 +1136,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     __syncthreads();
 
     if (warp < 4) { /* producer warpgroup */
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PRODUCER_REGS));
         if (warp != 0) {
             if (CL && p.S > 1) {
                 cluster_sync();
@@ -1162,7 +1182,7 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
     }
 
     /* consumers: warp cw (0..7) owns weight rows [16*(nt0 + cw), +16) */
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
     const int ctid = tid - 128, cw = ctid >> 5, g = lane >> 2, tq = lane & 3;
     const int nrow = (nt0 + cw) * 16 + g;
     const bool row_ok = nrow < p.Np;
@@ -1328,23 +1348,24 @@ __global__ void __launch_bounds__(WS_THREADS, 1) w4ax_ws_kernel(const __grid_con
         W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
         if (!splitk_last_consumers(p, ctid))
             return;
-        /* 16 elements at a time, split-outer: 16 loads in flight, each element still summed in
-         * split order from 0.0f */
+        /* EB elements at a time, split-outer: EB loads in flight, each element still summed in
+         * split order from 0.0f (8 at two CTAs per SM: 16 spilled at 104 registers) */
+        constexpr int EB = ws_ctas_per_sm(TOK) == 2 ? 8 : 16;
 #pragma unroll
-        for (int jc = 0; jc < TOK / 8; jc += 4) {
-            float v[16];
+        for (int jc = 0; jc < TOK / 8; jc += EB / 4) {
+            float v[EB];
 #pragma unroll
-            for (int e = 0; e < 16; e++)
+            for (int e = 0; e < EB; e++)
                 v[e] = 0.0f;
             for (int j2 = 0; j2 < p.S; j2++)
 #pragma unroll
-                for (int e = 0; e < 16; e++) {
+                for (int e = 0; e < EB; e++) {
                     int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
                     if (t < p.M && n < p.N)
                         v[e] += __ldcg(&p.part[((size_t)j2 * p.M + t) * p.N + n]);
                 }
 #pragma unroll
-            for (int e = 0; e < 16; e++) {
+            for (int e = 0; e < EB; e++) {
                 int t = t0 + 8 * (jc + e / 4) + 2 * tq + (e & 1), n = nrow + ((e >> 1) & 1) * 8;
                 if (t < p.M && n < p.N)
                     store_out(p, t, n, v[e]);
@@ -1364,6 +1385,9 @@ constexpr int WS_MAX_CLUSTER = 8;
 /* Wave-filling global split-K (make_plan): the per-CTA fixed cost (start-up, pipeline fill,
  * epilogue) in units of one block's time, and the most splits considered. */
 constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
+#ifndef COMET_WS_GLOBAL_GAIN /* percent of the cluster plan's modelled time (experiments) */
+#define COMET_WS_GLOBAL_GAIN 85
+#endif
 
 struct plan_t {
     comet_w4ax_kernel kernel;
@@ -1433,17 +1457,20 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * it won at 15 of the 18 measured points (70B down at M = 1: 41.2 vs 43.5 us) and lost at 3,
  * all 512-tile shapes at 2 CTAs per SM (70B o at M = 1 by 10 %, at M = 8 by 6 %; 70B down at
  * M = 8 by 2 %); beyond 5 per SM it loses (70B gate_up, 27 per SM: 90 vs 76 us: one CTA's
- * warps issue too slowly for many items); at
- * M = 9-16 (twice the token rows per stage, shallower rings) only up to 3 items per SM with
- * K <= 4096 (8B qkv and o). Below one item per SM the stream kernel's split-K is needed. */
-constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M16 = 3, PP_AUTO_MAX_K_M16 = 4096;
-bool pipe_auto(int M, int K, int np16, int sms)
+ * warps issue too slowly for many items). Below one item per SM the stream kernel's split-K
+ * is needed. At M = 9-16 the wgmma kernel (32-token tiles, two CTAs per SM) beats both on
+ * every LLaMA-3 shape (0.75-0.98x their time, session 8) except LLaMA-3-8B o (N/16 = 256,
+ * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster: pipe_auto_m12. */
+constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5;
+bool pipe_auto(int M, int np16, int sms)
 {
-    if (np16 < sms)
-        return false;
-    if (M <= 8)
-        return np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
-    return M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms && K <= PP_AUTO_MAX_K_M16;
+    return M <= 8 && np16 >= sms && np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
+}
+/* M = 9-12 on sm_90: the pipe kernel for at most 2 items per SM with K <= 4096 (above) */
+constexpr int PP_AUTO_ITEMS_PER_SM_M12 = 2, PP_AUTO_MAX_K_M12 = 4096;
+bool pipe_auto_m12(int M, int K, int np16, int sms)
+{
+    return M <= 12 && np16 >= sms && np16 <= PP_AUTO_ITEMS_PER_SM_M12 * sms && K <= PP_AUTO_MAX_K_M12;
 }
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
@@ -1504,27 +1531,33 @@ bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
 
 int ws_cluster_capacity(int kpb, int tok, int S);
 
+/* The kernel of the automatic plan. sm_90: the decode kernel at M = 1 when its 16-row tiles
+ * (one CTA each, no split-K) at least fill the SMs (faster than pipe / stream on every LLaMA
+ * shape measured, all N/16 >= 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the
+ * pipe kernel has since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below
+ * one tile per SM the stream kernel's split-K keeps every SM streaming; pipe or stream up to
+ * M = 8 (pipe_auto); from M = 9 the wgmma kernel (pipe_auto_m12 excepted; profiling ablations
+ * at M <= 16 run the stream kernel's instances). sm_80: the stream kernel up to M = 32, then
+ * the tiled one. */
+comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
+{
+    if (!has_wgmma())
+        return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
+    const bool plain = g->splits == 0 && g->ablate == 0;
+    if (g->M == 1 && plain && np16 >= sms)
+        return COMET_W4AX_KERNEL_DECODE;
+    if (g->M <= 8)
+        return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
+    if (g->M <= 16 && g->ablate)
+        return COMET_W4AX_KERNEL_STREAM;
+    return plain && pipe_auto_m12(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
+}
+
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
-    /* sm_90: the decode kernel at M = 1 when its 16-row tiles (one CTA each, no split-K) at
-     * least fill the SMs (faster than pipe / stream on every LLaMA shape measured, all N/16 >=
-     * 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the pipe kernel has since
-     * gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below one tile per SM
-     * the stream kernel's split-K keeps every SM streaming,
-     * pipe or stream up to M = 16, the wgmma kernel from M = 17 (at M = 32 it beat the stream
-     * kernel on 7 of the 8 LLaMA-3 shapes); sm_80: the stream kernel up to M = 32, then the
-     * tiled one */
-    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel
-                : has_wgmma() && g->M == 1 && g->splits == 0 && g->ablate == 0 && np16 >= sms
-                                                    ? COMET_W4AX_KERNEL_DECODE
-                : has_wgmma() && g->M <= 16         ? (g->splits == 0 && g->ablate == 0 && pipe_auto(g->M, g->K, np16, sms)
-                                                           ? COMET_W4AX_KERNEL_PIPE
-                                                           : COMET_W4AX_KERNEL_STREAM)
-                : has_wgmma()                       ? COMET_W4AX_KERNEL_WGMMA
-                : g->M <= 32                        ? COMET_W4AX_KERNEL_STREAM
-                                                    : COMET_W4AX_KERNEL_TILED;
+    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
@@ -1563,9 +1596,12 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
         pl.tiles_m = (g->M + pl.tok - 1) / pl.tok;
         int ctas = pl.tiles_n * pl.tiles_m;
-        /* as many splits as fit in one wave (one CTA per SM): 8B o at M = 128, 32 tiles:
-         * S = 4, 128 CTAs, rather than 5 in two waves */
-        int S = ctas >= sms ? 1 : sms / ctas;
+        const int slots = sms * ws_ctas_per_sm(pl.tok); /* CTAs resident at once */
+        /* as many splits as fit in one wave (ws_ctas_per_sm CTAs per SM): 8B o at M = 128, 32
+         * tiles: S = 4, 128 CTAs, rather than 5 in two waves; at two CTAs per SM the wave
+         * counts both (8B down at M = 64: S = 7, 224 CTAs, 0.78x the time of S = 3 at one
+         * CTA per SM; 70B o: S = 3, 1.06x that of S = 2 -- measured, not modelled) */
+        int S = ctas >= slots ? 1 : slots / ctas;
         S = clampi(S, 1, WS_MAX_CLUSTER);
         /* ... and whose clusters of S CTAs can all be resident at once (a GPC holds whole
          * clusters only; measured: 8B o at M = 64 ran S = 4 at 3 us per block) */
@@ -1576,9 +1612,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * of the rounds (measured: 70B qkv at M = 256, 160 tiles, 2 rounds -> 3 half rounds:
          * 113 -> 99 us; at a 12-17 % saving, 8B gate_up M = 256 and 70B qkv M = 512, it lost
          * or tied; 8 splits at 15 resident clusters ran 8B qkv M = 256 at half speed) */
-        if (g->splits == 0 && ctas >= sms && nb >= 2) {
-            const int cap = clampi(ws_cluster_capacity(g->B / 64, pl.tok, 2), 1, sms / 2);
-            if (10 * ((ctas + cap - 1) / cap) <= 16 * ((ctas + sms - 1) / sms))
+        if (g->splits == 0 && ctas >= slots && nb >= 2) {
+            const int cap = clampi(ws_cluster_capacity(g->B / 64, pl.tok, 2), 1, slots / 2);
+            if (10 * ((ctas + cap - 1) / cap) <= 16 * ((ctas + slots - 1) / slots))
                 S = 2;
         }
         /* Below one wave, the cluster splits are capped by the clusters that fit (LLaMA-3-70B
@@ -1589,16 +1625,16 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * 70B qkv M = 24 / 48 / 64 -15 / -11 / -9 %, 8B down M = 24 -12 %; without the
          * reduction term it also split 8B o (+7..+52 %) and every such shape at 128 tokens. */
         bool global_splits = false;
-        if (g->splits == 0 && ctas < sms && nb >= 2) {
+        if (g->splits == 0 && ctas < slots && nb >= 2) {
             const int cur = (nb + S - 1) / S + WS_CTA_COST;
             int best = cur, best_s = 0;
             for (int sg = 2; sg <= nb && sg <= WS_MAX_GLOBAL_SPLITS; sg++) {
-                const int rounds = (ctas * sg + sms - 1) / sms;
+                const int rounds = (ctas * sg + slots - 1) / slots;
                 const int t = rounds * ((nb + sg - 1) / sg + WS_CTA_COST) + sg * pl.tok / 32;
                 if (t < best)
                     best = t, best_s = sg;
             }
-            if (best_s && 100 * best <= 85 * cur)
+            if (best_s && 100 * best <= COMET_WS_GLOBAL_GAIN * cur)
                 S = best_s, global_splits = true;
         }
         S = g->splits > 0 ? g->splits : S;
