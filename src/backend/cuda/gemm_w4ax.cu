@@ -1385,8 +1385,8 @@ constexpr int WS_MAX_CLUSTER = 8;
 /* Wave-filling global split-K (make_plan): the per-CTA fixed cost (start-up, pipeline fill,
  * epilogue) in units of one block's time, and the most splits considered. */
 constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
-#ifndef COMET_WS_GLOBAL_GAIN /* percent of the cluster plan's modelled time (experiments) */
-#define COMET_WS_GLOBAL_GAIN 85
+#ifndef COMET_WS_GLOBAL_GAIN /* percent of the cluster plan's modelled time (make_plan) */
+#define COMET_WS_GLOBAL_GAIN 90
 #endif
 
 struct plan_t {
@@ -1621,9 +1621,12 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * qkv at M = 64: 80 tiles, S = 1, 52 SMs idle). Splits reduced through global
          * partials have no such cap, but one CTA per tile then reads back S partial tiles:
          * take them when a model of the makespan -- rounds x (blocks per split + WS_CTA_COST)
-         * + S x TOK / 32 blocks for the reduction -- saves >= 15 %. Measured (same-run A/B):
+         * + S x TOK / 32 blocks for the reduction -- saves >= 10 %. Measured (same-run A/B):
          * 70B qkv M = 24 / 48 / 64 -15 / -11 / -9 %, 8B down M = 24 -12 %; without the
-         * reduction term it also split 8B o (+7..+52 %) and every such shape at 128 tokens. */
+         * reduction term it also split 8B o (+7..+52 %) and every such shape at 128 tokens.
+         * With two CTAs per SM (session 8) a 10 % threshold instead of 15 % moved 70B qkv and
+         * down at M = 40-64 to global splits (0.81-0.87x the time) and changed nothing else
+         * by more than 1 % at M = 17-64. */
         bool global_splits = false;
         if (g->splits == 0 && ctas < slots && nb >= 2) {
             const int cur = (nb + S - 1) / S + WS_CTA_COST;
