@@ -224,8 +224,8 @@ static void test_shape(const shape *s, int quick)
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
                            nb > 3 ? 3 : nb, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
-        const int auto_tok = M <= 32 ? 32 : M <= 64 ? 64 : 128;
-        for (int tok = 32; tok <= 128; tok *= 2)
+        const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
+        for (int tok = 16; tok <= 128; tok *= 2)
             if (tok != auto_tok)
                 n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel
@@ -266,11 +266,13 @@ static void test_bad_args(void)
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
     /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
      * than run as the full kernel */
-    a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5;
+    a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5, a.tile_tokens = 32;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.ablate = 16;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
-    a.ablate = 0, a.B = 64;
+    a.tile_tokens = 16; /* no profiling instances of the 16-token tile */
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    a.ablate = 0, a.B = 64, a.tile_tokens = 0;
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel
@@ -321,9 +323,12 @@ int main(int argc, char **argv)
             {64, 4096, 4096, 128, 8},   {100, 6144, 1536, 64, 24}, {256, 4096, 4096, 128, 4},
             {1000, 4096, 1536, 128, 3}, {4096, 136, 14336, 128, 14}, {1000, 6144, 576, 64, 9},
             {4096, 4096, 576, 64, 2},   {16, 8, 14336, 64, 224},    {4096, 8, 4096, 128, 0},
+            /* below one wave, 7 splits in a cluster (session 8; S = 4 through global partials
+             * before the 32-token tiles ran two CTAs per SM) */
+            {24, 4096, 14336, 128, 28},
             /* below one wave with more splits than resident clusters allow: on a 132-SM H200
-             * the automatic plan reduces S = 4 splits through global partials (make_plan) */
-            {24, 4096, 14336, 128, 28}};
+             * the automatic plan reduces S = 3 splits through global partials (make_plan) */
+            {40, 10240, 8192, 128, 8}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }

@@ -21,8 +21,8 @@
  *    each warp streams its share of K through its own cp.async ring in shared memory.
  *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
- *    own 64 weight rows each of a 128 x TOK tile (TOK = 32 / 64 / 128 tokens for M <= 32 /
- *    M <= 64 / larger; two CTAs per SM at 32 and 64),
+ *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
+ *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64),
  *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
  *    memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
@@ -1020,6 +1020,18 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
 #endif
 }
 
+/* The same with 16 tokens (wgmma.mma_async.m64n16k32): 8 accumulators per thread. */
+[[maybe_unused]] __device__ __forceinline__ void wgmma_16(int (&d)[8], uint32_t a0, uint32_t a1, uint32_t a2,
+                                         uint32_t a3, uint64_t desc, int scale_d)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 {%0, %1, %2, %3, %4, %5, %6, %7}, {%8, %9, %10, %11}, %12, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
+#endif
+}
+
 /* Shared-memory matrix descriptor: K-major, swizzle 128 B (KPB 2) or 64 B (KPB 1); the
  * leading byte offset is unused in swizzled K-major layouts, the stride byte offset is the
  * distance between 8-row groups. */
@@ -1029,10 +1041,10 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
     return ((saddr & 0x3FFFF) >> 4) | (1ull << 16) | ((sbo >> 4) << 32) | (layout << 62);
 }
 
-/* Warp-specialized wgmma kernel (sm_90a), the prefill path. CTA = 3 warpgroups: warpgroup 0
- * is the producer (one warp issues all copies, the others leave), warpgroups 1 and 2 are
- * consumers of 64 weight rows each, sharing one tile of TOK = 128, 64 or 32 tokens (64 for
- * M <= 64 and 32 for M <= 32: no half-empty tiles, less promotion, more stages); the CTA's
+/* Warp-specialized wgmma kernel (sm_90a), M > 8. CTA = 3 warpgroups: warpgroup 0 is the
+ * producer (one warp issues all copies, the others leave), warpgroups 1 and 2 are consumers
+ * of 64 weight rows each, sharing one tile of TOK = 128, 64, 32 or 16 tokens (ws_auto_tok: no
+ * half-empty tiles, less promotion, more stages and CTAs per SM); the CTA's
  * output tile is 128 weight rows x TOK tokens. One pipeline stage is one activation block:
  *  - the token tile (TOK rows x B bytes of codes), one TMA 2-D copy with the 128-byte (B=128)
  *    or 64-byte (B=64) swizzle that the wgmma descriptor reads; rows past M are zero-filled;
@@ -1047,7 +1059,8 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * CTA takes ~1200 cycles per block at 32 tokens, ~1700 at 128, whatever the tile. So 32- and
  * 64-token tiles run two CTAs per SM (ws_ctas_per_sm: 80 registers at launch, consumers 104,
  * half the ring), four chains per SM instead of two: 0.68-0.96x the time of one CTA per SM
- * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64 (session 8). 128-token tiles
+ * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64 (session 8); 16-token tiles
+ * (M <= 16) three (56 registers at launch, consumers 72; ws_auto_tok says where). 128-token tiles
  * need ~170 registers per consumer thread, so one CTA per SM there (64-token tiles at two
  * per SM were 1.04-1.23x slower at M = 96-512).
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
@@ -1064,15 +1077,23 @@ constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster red
 #ifndef COMET_WS_SMALL_CTAS
 #define COMET_WS_SMALL_CTAS 2
 #endif
-/* CTAs per SM of the wgmma kernel by token tile: 32- and 64-token tiles can run two per SM
- * (consumers within 104 registers, half the ring each). */
-__host__ __device__ constexpr int ws_ctas_per_sm(int tok) { return tok <= 64 ? COMET_WS_SMALL_CTAS : 1; }
+#ifndef COMET_WS_TOK16_CTAS
+#define COMET_WS_TOK16_CTAS 3
+#endif
+/* CTAs per SM of the wgmma kernel by token tile: 32- and 64-token tiles run two per SM
+ * (consumers within 104 registers, half the ring each), 16-token tiles three (72 registers,
+ * a third of the ring). */
+__host__ __device__ constexpr int ws_ctas_per_sm(int tok)
+{
+    return tok == 16 ? COMET_WS_TOK16_CTAS : tok <= 64 ? COMET_WS_SMALL_CTAS : 1;
+}
 /* Pipeline depth by block size (kpb = B/64) and token-tile height (deeper rings measured no
  * faster at 128 tokens; the 32-token depths are untuned); at two CTAs per SM, what fits in
  * half an SM's 228 KB (each CTA also reserves 1 KB). */
 __host__ __device__ constexpr int ws_stages(int kpb, int tok)
 {
-    return ws_ctas_per_sm(tok) == 2 ? (tok == 64 ? (kpb == 1 ? 12 : 6) : (kpb == 1 ? 15 : 8))
+    return tok == 16 ? (ws_ctas_per_sm(16) == 3 ? (kpb == 1 ? 12 : 6) : (kpb == 1 ? 16 : 10))
+           : ws_ctas_per_sm(tok) == 2 ? (tok == 64 ? (kpb == 1 ? 12 : 6) : (kpb == 1 ? 15 : 8))
            : tok == 128             ? (kpb == 1 ? 8 : 5)
            : tok == 64              ? (kpb == 1 ? 12 : 8)
                                     : (kpb == 1 ? 16 : 10);
@@ -1113,9 +1134,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     constexpr int KS = 64 * KPB, A_BYTES = TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
     constexpr int ST = ws_stages(KPB, TOK), STAGE = ws_stage_bytes(KPB, TOK), NACC = TOK / 2;
     /* registers per thread after setmaxnreg: at one CTA per SM 168 at launch, 128 x 40 + 256 x
-     * 232 <= 65536; at two, 80 at launch (384 x 80 per CTA), 128 x 24 + 256 x 104 <= 30720 */
-    constexpr int PRODUCER_REGS = ws_ctas_per_sm(TOK) == 2 ? 24 : 40;
-    constexpr int CONSUMER_REGS = ws_ctas_per_sm(TOK) == 2 ? 104 : 232;
+     * 232 <= 65536; at two, 80 at launch (384 x 80 per CTA), 128 x 24 + 256 x 104 <= 30720; at
+     * three, 56 at launch, 128 x 24 + 256 x 72 = 384 x 56 */
+    constexpr int CPS = ws_ctas_per_sm(TOK);
+    constexpr int PRODUCER_REGS = CPS == 1 ? 40 : 24;
+    constexpr int CONSUMER_REGS = CPS == 1 ? 232 : CPS == 2 ? 104 : 72;
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
@@ -1163,10 +1186,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             __syncwarp();
             if (!NO_COPY && lane < nvalid)
                 bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)x * KPB * 512, KPB * 512, &full[slot]);
+            constexpr int SA_PER_LANE = (TOK + 31) / 32; /* 16-token tiles: lanes 0-15 */
 #pragma unroll
-            for (int j = 0; j < TOK / 32; j++) {
-                const int tt = lane * (TOK / 32) + j, t = t0 + tt;
-                if (!(ABL & 4))
+            for (int j = 0; j < SA_PER_LANE; j++) {
+                const int tt = lane * SA_PER_LANE + j, t = t0 + tt;
+                if (!(ABL & 4) && tt < TOK)
                     cp_async4(st + A_BYTES + W_BYTES + tt * 4, p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b0 + x,
                               t < p.M);
             }
@@ -1278,6 +1302,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                     else if constexpr (TOK == 64)
                         wgmma_64(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                    else if constexpr (TOK == 16)
+                        wgmma_16(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
                     else
                         wgmma_32(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
@@ -1349,8 +1376,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         if (!splitk_last_consumers(p, ctid))
             return;
         /* EB elements at a time, split-outer: EB loads in flight, each element still summed in
-         * split order from 0.0f (8 at two CTAs per SM: 16 spilled at 104 registers) */
-        constexpr int EB = ws_ctas_per_sm(TOK) == 2 ? 8 : 16;
+         * split order from 0.0f (fewer at two or three CTAs per SM: 16 spilled at 104 registers) */
+        constexpr int EB = CPS == 1 ? 16 : CPS == 2 ? 8 : 4;
 #pragma unroll
         for (int jc = 0; jc < TOK / 8; jc += EB / 4) {
             float v[EB];
@@ -1529,6 +1556,16 @@ bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
     return (size_t)L.bytes <= (size_t)MAX_SMEM;
 }
 
+/* The wgmma kernel's token tile by M (and K at M <= 16). 16-token tiles (three CTAs per SM)
+ * against 32-token ones (two) at M = 9-16, same-run A/B on the 8 LLaMA-3 shapes (session 8):
+ * 0.81-0.91x the time on the 70B shapes (K >= 8192), 1.01-1.10x on the 8B ones with
+ * K = 4096, 1.01x on 8B down (K = 14336). */
+constexpr int WS_TOK16_MIN_K = 8192;
+int ws_auto_tok(int M, int K)
+{
+    return M <= 16 ? (K >= WS_TOK16_MIN_K ? 16 : 32) : M <= 32 ? 32 : M <= 64 ? 64 : 128;
+}
+
 int ws_cluster_capacity(int kpb, int tok, int S);
 
 /* The kernel of the automatic plan. sm_90: the decode kernel at M = 1 when its 16-row tiles
@@ -1591,7 +1628,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         plan_pipe(pl, g, np16, sms);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        pl.tok = g->tile_tokens ? g->tile_tokens : g->M <= 32 ? 32 : g->M <= 64 ? 64 : 128;
+        pl.tok = g->tile_tokens ? g->tile_tokens : ws_auto_tok(g->M, g->K);
         pl.MI = pl.tok / 8;
         pl.tiles_n = (np16 + WS_ROWS / 16 - 1) / (WS_ROWS / 16);
         pl.tiles_m = (g->M + pl.tok - 1) / pl.tok;
@@ -1667,29 +1704,38 @@ static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   8 * 4 * (STREAM_MAX_RANGE + 16) + STREAM_WARPS * 16 * 32 * 4 + 16 <= MAX_SMEM &&
                   ws_smem_bytes(2, 128) <= MAX_SMEM && ws_smem_bytes(1, 128) <= MAX_SMEM &&
                   ws_smem_bytes(2, 64) <= MAX_SMEM && ws_smem_bytes(1, 64) <= MAX_SMEM &&
-                  ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM,
+                  ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM &&
+                  ws_smem_bytes(2, 16) <= MAX_SMEM && ws_smem_bytes(1, 16) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
+/* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB) */
+constexpr bool ws_fits_sm(int kpb, int tok) { return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok) + 1024) <= 228 * 1024; }
+static_assert(ws_fits_sm(1, 16) && ws_fits_sm(2, 16) && ws_fits_sm(1, 32) && ws_fits_sm(2, 32) && ws_fits_sm(1, 64) &&
+                  ws_fits_sm(2, 64) && ws_fits_sm(1, 128) && ws_fits_sm(2, 128),
+              "the wgmma kernel's CTAs per SM do not fit in shared memory");
 static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) &&
                   128 * WS_RED_LD * 4 <= ws_stages(2, 128) * ws_stage_bytes(2, 128) &&
                   64 * WS_RED_LD * 4 <= ws_stages(1, 64) * ws_stage_bytes(1, 64) &&
                   64 * WS_RED_LD * 4 <= ws_stages(2, 64) * ws_stage_bytes(2, 64) &&
                   32 * WS_RED_LD * 4 <= ws_stages(1, 32) * ws_stage_bytes(1, 32) &&
-                  32 * WS_RED_LD * 4 <= ws_stages(2, 32) * ws_stage_bytes(2, 32),
+                  32 * WS_RED_LD * 4 <= ws_stages(2, 32) * ws_stage_bytes(2, 32) &&
+                  16 * WS_RED_LD * 4 <= ws_stages(1, 16) * ws_stage_bytes(1, 16) &&
+                  16 * WS_RED_LD * 4 <= ws_stages(2, 16) * ws_stage_bytes(2, 16),
               "the cluster reduction tile must fit in the stage memory");
 
 /* f(KPB, TOK) with the wgmma kernel's compile-time parameters -- kpb = B / 64 in {1, 2}, the
- * token tile in {32, 64, 128} -- as std::integral_constant values: the one place where the
+ * token tile in {16, 32, 64, 128} -- as std::integral_constant values: the one place where the
  * run-time values select template instances. */
 template <typename F> auto with_ws_config(int kpb, int tok, F &&f)
 {
     using k1 = std::integral_constant<int, 1>;
     using k2 = std::integral_constant<int, 2>;
+    using t16 = std::integral_constant<int, 16>;
     using t32 = std::integral_constant<int, 32>;
     using t64 = std::integral_constant<int, 64>;
     using t128 = std::integral_constant<int, 128>;
     if (kpb == 1)
-        return tok == 32 ? f(k1{}, t32{}) : tok == 64 ? f(k1{}, t64{}) : f(k1{}, t128{});
-    return tok == 32 ? f(k2{}, t32{}) : tok == 64 ? f(k2{}, t64{}) : f(k2{}, t128{});
+        return tok == 16 ? f(k1{}, t16{}) : tok == 32 ? f(k1{}, t32{}) : tok == 64 ? f(k1{}, t64{}) : f(k1{}, t128{});
+    return tok == 16 ? f(k2{}, t16{}) : tok == 32 ? f(k2{}, t32{}) : tok == 64 ? f(k2{}, t64{}) : f(k2{}, t128{});
 }
 
 /* f(MI, KPB) for the pipe and decode kernels' instances: MI (token groups of 8) and kpb =
@@ -1708,9 +1754,9 @@ template <typename F> auto with_mi_kpb(int mi, int kpb, F &&f)
 int ws_cluster_capacity(int kpb, int tok, int S)
 {
     static std::mutex mu;
-    static int cap[3][3][WS_MAX_CLUSTER + 1];
+    static int cap[3][4][WS_MAX_CLUSTER + 1];
     std::lock_guard<std::mutex> lock(mu);
-    int &c = cap[kpb][tok == 32 ? 0 : tok == 64 ? 1 : 2][S];
+    int &c = cap[kpb][tok == 16 ? 3 : tok == 32 ? 0 : tok == 64 ? 1 : 2][S];
     if (c == 0) {
         void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
             return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
@@ -1827,7 +1873,7 @@ cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensor
 template <int KPB, int TOK, bool BSUM>
 cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st)
 {
-    if constexpr (KPB == 2 && !BSUM)
+    if constexpr (KPB == 2 && !BSUM && TOK >= 32)
         if (p.ablate && !pl.cluster)
             return launch_ws_ablation<TOK>(pl, p, tmap, st,
                                            std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
@@ -1873,7 +1919,8 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "M, N, K <= 2^30, M * N <= 2^36",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
-        (g->tile_tokens != 0 && g->tile_tokens != 32 && g->tile_tokens != 64 && g->tile_tokens != 128))
+        (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 && g->tile_tokens != 64 &&
+         g->tile_tokens != 128))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
                                (int)g->kernel, g->splits, g->tile_tokens);
@@ -1939,13 +1986,13 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
         return comet_set_error(COMET_ERR_UNSUPPORTED, "gemm_w4ax: the wgmma kernel needs an sm_90 GPU");
     if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
-        (pl.cluster || g->B != 128 || !ws_ablation_instance(g->ablate))) {
+        (pl.cluster || g->B != 128 || pl.tok < 32 || !ws_ablation_instance(g->ablate))) {
         char vals[64] = "";
         for (int v : WS_ABLATIONS)
             snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "", v);
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a plan without a "
-                               "split-K cluster and one of %s (ablate %d, %s)",
+                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a token tile of "
+                               "32 or more, a plan without a split-K cluster and one of %s (ablate %d, %s)",
                                vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
     }
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))

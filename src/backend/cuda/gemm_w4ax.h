@@ -107,9 +107,9 @@ typedef struct comet_cuda_w4ax_gemm {
                                * loads only, no shared memory)
                                * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
-    int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (32 for
-                               * M <= 32, 64 for M <= 64, else 128), or 32 / 64 / 128
-                               * (tests force each) */
+    int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (16 for
+                               * M <= 16 with K >= 8192, else 32 for M <= 32, 64 for M <= 64,
+                               * else 128), or 16 / 32 / 64 / 128 (tests force each) */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan (0 if none). */
