@@ -1108,17 +1108,18 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
 }
 
 /* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
- * splitk_last, for kernels whose producer warps have already left. */
-[[maybe_unused]] __device__ __forceinline__ bool splitk_last_consumers(const params &p, int ctid)
+ * splitk_last, for kernels whose producer warps have already left; true in the last of the
+ * `pieces` CTAs that arrive on counter `idx` (which it resets). */
+[[maybe_unused]] __device__ __forceinline__ bool splitk_last_consumers(const params &p, int ctid, int idx, int pieces)
 {
     __shared__ int last;
     __threadfence();
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     if (ctid == 0) {
-        unsigned old = atomicAdd(&p.counter[blockIdx.x], 1u);
-        last = old == (unsigned)p.S - 1;
+        unsigned old = atomicAdd(&p.counter[idx], 1u);
+        last = old == (unsigned)pieces - 1;
         if (last)
-            p.counter[blockIdx.x] = 0;
+            p.counter[idx] = 0;
     }
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     if (last)
@@ -1126,7 +1127,7 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
     return last;
 }
 
-template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false>
+template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false, bool SK = false>
 __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
 {
@@ -1144,12 +1145,32 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
-    /* grouped raster: WS_GROUP token tiles x all weight tiles, token tile fastest */
-    const int id = blockIdx.x, group = id / (WS_GROUP * p.tiles_n), first_m = group * WS_GROUP;
-    const int gm = min(p.tiles_m - first_m, WS_GROUP), in = id % (WS_GROUP * p.tiles_n);
-    const int t0 = (first_m + in % gm) * TOK, nt0 = (in / gm) * (WS_ROWS / 16);
+    /* tile id -> first token t0 and first 16-row weight slice nt0; grouped raster: WS_GROUP
+     * token tiles x all weight tiles, token tile fastest */
+    auto tile_origin = [&](int id, int &t0, int &nt0) {
+        const int group = id / (WS_GROUP * p.tiles_n), first_m = group * WS_GROUP;
+        const int gm = min(p.tiles_m - first_m, WS_GROUP), in = id % (WS_GROUP * p.tiles_n);
+        t0 = (first_m + in % gm) * TOK, nt0 = (in / gm) * (WS_ROWS / 16);
+    };
     const int np16 = p.Np / 16, k64 = p.K / 64;
-    const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S, nblk = b1 - b0;
+    /* The CTA's work as segments f(tile, b0, b1), blocks [b0, b1) of one tile. Split-K: one
+     * segment, tile blockIdx.x, split blockIdx.z. Stream-K (SK): the CTA's share
+     * [W c / G, W (c + 1) / G) of all W = tiles x nb blocks, tile after tile. */
+    auto for_each_segment = [&](auto &&f) {
+        if constexpr (!SK) {
+            const int s = blockIdx.z;
+            f((int)blockIdx.x, s * p.nb / p.S, (s + 1) * p.nb / p.S);
+        } else {
+            const long long W = (long long)p.tiles_n * p.tiles_m * p.nb;
+            const long long r1 = W * (blockIdx.x + 1) / gridDim.x;
+            for (long long w = W * blockIdx.x / gridDim.x; w < r1;) {
+                const int tile = (int)(w / p.nb), b0 = (int)(w % p.nb);
+                const int b1 = (int)min((long long)p.nb, b0 + (r1 - w));
+                f(tile, b0, b1);
+                w += b1 - b0;
+            }
+        }
+    };
 
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
@@ -1167,35 +1188,41 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             }
             return;
         }
-        const int nvalid = min(WS_ROWS / 16, np16 - nt0);
         /* ablate & 8: the first TOK / 2 token rows only (the tensor map's box is halved);
          * ablate & 16: no token or weight copies (the consumers compute on stale stages) */
         constexpr bool HALF_A = ABL & 8, NO_COPY = ABL & 16;
-        const unsigned tx = NO_COPY ? 0u : (HALF_A ? A_BYTES / 2 : A_BYTES) + nvalid * KPB * 512;
-        const uint8_t *wsrc = p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
-        for (int x = 0; x < nblk; x++) {
-            const int slot = x % ST;
-            if (x >= ST)
-                mbar_wait(&empty[slot], ((x / ST) - 1) & 1);
-            uint8_t *st = smem + slot * STAGE;
-            if (lane == 0) {
-                mbar_arrive_expect_tx(&full[slot], tx);
-                if (!NO_COPY)
-                    tma_load_2d(st, &tmap_a, (b0 + x) * KS, t0, &full[slot]);
-            }
-            __syncwarp();
-            if (!NO_COPY && lane < nvalid)
-                bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)x * KPB * 512, KPB * 512, &full[slot]);
-            constexpr int SA_PER_LANE = (TOK + 31) / 32; /* 16-token tiles: lanes 0-15 */
+        int q = 0; /* stage sequence number, over all segments */
+        for_each_segment([&](int tile, int b0, int b1) {
+            int t0, nt0;
+            tile_origin(tile, t0, nt0);
+            const int nvalid = min(WS_ROWS / 16, np16 - nt0);
+            const unsigned tx = NO_COPY ? 0u : (HALF_A ? A_BYTES / 2 : A_BYTES) + nvalid * KPB * 512;
+            const uint8_t *wsrc = p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
+            for (int b = b0; b < b1; b++, q++) {
+                const int slot = q % ST;
+                if (q >= ST)
+                    mbar_wait(&empty[slot], ((q / ST) - 1) & 1);
+                uint8_t *st = smem + slot * STAGE;
+                if (lane == 0) {
+                    mbar_arrive_expect_tx(&full[slot], tx);
+                    if (!NO_COPY)
+                        tma_load_2d(st, &tmap_a, b * KS, t0, &full[slot]);
+                }
+                __syncwarp();
+                if (!NO_COPY && lane < nvalid)
+                    bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)(b - b0) * KPB * 512, KPB * 512,
+                              &full[slot]);
+                constexpr int SA_PER_LANE = (TOK + 31) / 32; /* 16-token tiles: lanes 0-15 */
 #pragma unroll
-            for (int j = 0; j < SA_PER_LANE; j++) {
-                const int tt = lane * SA_PER_LANE + j, t = t0 + tt;
-                if (!(ABL & 4) && tt < TOK)
-                    cp_async4(st + A_BYTES + W_BYTES + tt * 4, p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b0 + x,
-                              t < p.M);
+                for (int j = 0; j < SA_PER_LANE; j++) {
+                    const int tt = lane * SA_PER_LANE + j, t = t0 + tt;
+                    if (!(ABL & 4) && tt < TOK)
+                        cp_async4(st + A_BYTES + W_BYTES + tt * 4, p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b,
+                                  t < p.M);
+                }
+                cp_async_mbar_arrive(&full[slot]);
             }
-            cp_async_mbar_arrive(&full[slot]);
-        }
+        });
         cp_async_wait<0>();
         __syncwarp();
         if (CL && p.S > 1) { /* every thread of the cluster takes part in its two barriers */
@@ -1208,17 +1235,15 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     /* consumers: warp cw (0..7) owns weight rows [16*(nt0 + cw), +16) */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
     const int ctid = tid - 128, cw = ctid >> 5, g = lane >> 2, tq = lane & 3;
-    const int nrow = (nt0 + cw) * 16 + g;
-    const bool row_ok = nrow < p.Np;
-    const uint16_t *sw_src = p.sw + (row_ok ? nrow : 0);
+    /* the current segment: tile origin, this thread's first weight row, blocks [b0, b0 + nblk) */
+    int t0 = 0, nt0 = 0, nrow = 0, b0 = 0, nblk = 0;
+    bool row_ok = false;
+    const uint16_t *sw_src = p.sw;
     float acc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; i++)
-        acc[i] = 0.0f;
     int sink = 0; /* ablate & 1 only */
-    /* Fold the int32 sums dd of block b0 + x into acc. */
-    auto promote = [&](const int (&dd)[NACC], int x, float sw0, float sw1) {
-        const uint8_t *st = smem + (x % ST) * STAGE;
+    /* Fold the int32 sums dd of block b0 + x (stage q) into acc. */
+    auto promote = [&](const int (&dd)[NACC], int q, int x, float sw0, float sw1) {
+        const uint8_t *st = smem + (q % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
         if (!(ABL & 1)) {
 #pragma unroll
@@ -1251,22 +1276,19 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 sink ^= fold[i];
         }
     };
-    /* every consumer thread is done with block x's stage */
-    auto release = [&](int x) { mbar_arrive(&empty[x % ST]); };
+    /* every consumer thread is done with stage q */
+    auto release = [&](int q) { mbar_arrive(&empty[q % ST]); };
     /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
      * loaded SWD blocks ahead of its use. Loaded in the step itself, the scale's DRAM latency
      * was exposed once per block (the sw rows of successive blocks are Np apart). */
     constexpr int SWD = 4;
-    unsigned short swq[SWD][2];
+    unsigned short swq[SWD][2] = {};
     auto load_sw = [&](int x, unsigned short (&w)[2]) {
         const bool ok = row_ok && x < nblk;
         const uint16_t *q = sw_src + (size_t)(b0 + (ok ? x : 0)) * p.Np;
         w[0] = ok ? ld_sw(q) : 0;
         w[1] = ok ? ld_sw(q + 8) : 0;
     };
-#pragma unroll
-    for (int i = 0; i < SWD; i++)
-        load_sw(i, swq[i]);
     /* the weight scales of block x (/16), advancing the look-ahead queue */
     auto next_sw = [&](int x, float &sw0, float &sw1) {
         sw0 = f16f(swq[0][0]) * 0.0625f, sw1 = f16f(swq[0][1]) * 0.0625f;
@@ -1275,11 +1297,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             swq[i][0] = swq[i + 1][0], swq[i][1] = swq[i + 1][1];
         load_sw(x + SWD, swq[SWD - 1]);
     };
-    /* wait for block x's stage and unpack its weight fragments (A, x16 trick) */
-    auto load_a = [&](int x, uint32_t (&af)[KPB][2][4]) {
-        const int slot = x % ST;
+    /* wait for stage q and unpack its weight fragments (A, x16 trick) */
+    auto load_a = [&](int q, uint32_t (&af)[KPB][2][4]) {
+        const int slot = q % ST;
         const uint8_t *st = smem + slot * STAGE;
-        mbar_wait(&full[slot], (x / ST) & 1);
+        mbar_wait(&full[slot], (q / ST) & 1);
 #pragma unroll
         for (int c = 0; c < KPB; c++) {
             uint4 wf = *reinterpret_cast<const uint4 *>(st + A_BYTES + (cw * KPB + c) * 512 + lane * 16);
@@ -1287,27 +1309,27 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
         }
     };
-    /* block x's 2*KPB wgmma into dd, one commit group */
-    auto issue = [&](int x, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
-        const uint32_t b_base = smem_u32(smem + (x % ST) * STAGE);
+    /* stage q's 2*KPB wgmma into dd, one commit group */
+    auto issue = [&](int q, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
+        const uint32_t b_base = smem_u32(smem + (q % ST) * STAGE);
         if (!(ABL & 2)) {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
             for (int c = 0; c < KPB; c++)
 #pragma unroll
-                for (int q = 0; q < 2; q++)
+                for (int h = 0; h < 2; h++)
                     if constexpr (TOK == 128)
-                        wgmma_128(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                  smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                        wgmma_128(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                                  smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
                     else if constexpr (TOK == 64)
-                        wgmma_64(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                        wgmma_64(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
                     else if constexpr (TOK == 16)
-                        wgmma_16(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                        wgmma_16(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
                     else
-                        wgmma_32(dd, af[c][q][0], af[c][q][1], af[c][q][2], af[c][q][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + q) * 32), c | q);
+                        wgmma_32(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         } else {
 #pragma unroll
@@ -1315,17 +1337,28 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 dd[i] = (int)(af[0][0][i & 3] >> (i >> 2));
         }
     };
+    int q = 0; /* stage sequence number, over all segments */
+    for_each_segment([&](int tile, int sb0, int sb1) {
+    tile_origin(tile, t0, nt0);
+    nrow = (nt0 + cw) * 16 + g, row_ok = nrow < p.Np, sw_src = p.sw + (row_ok ? nrow : 0);
+    b0 = sb0, nblk = sb1 - sb0;
+#pragma unroll
+    for (int i = 0; i < NACC; i++)
+        acc[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < SWD; i++)
+        load_sw(i, swq[i]);
     /* one block at a time: A from registers, issue, wait, promote, release */
     int d[NACC];
-    for (int x = 0; x < nblk; x++) {
+    for (int x = 0; x < nblk; x++, q++) {
         float sw0, sw1;
         next_sw(x, sw0, sw1);
         uint32_t af[KPB][2][4];
-        load_a(x, af);
-        issue(x, af, d);
+        load_a(q, af);
+        issue(q, af, d);
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        promote(d, x, sw0, sw1);
-        release(x);
+        promote(d, q, x, sw0, sw1);
+        release(q);
     }
 
     if (ABL & 1)
@@ -1336,6 +1369,44 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
         int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;              \
         if (t < p.M && n < p.N) { BODY; }                                            \
+    }
+    if constexpr (SK) {
+        if (nblk < p.nb) {
+            /* A part of the tile. A CTA has at most two such pieces, its first and its last
+             * segment: it leaves each in its own workspace slot (0 / 1), and the last of the
+             * tile's CTAs to finish sums them in K order (CTA order) from 0.0f. */
+            const long long W = (long long)p.tiles_n * p.tiles_m * p.nb, G = gridDim.x, w0 = (long long)tile * p.nb;
+            auto cta_of = [&](long long w) { /* the CTA whose share holds block w */
+                long long c = w * G / W;
+                while (c + 1 < G && W * (c + 1) / G <= w)
+                    c++;
+                while (c > 0 && W * c / G > w)
+                    c--;
+                return (int)c;
+            };
+            auto piece = [&](int c) { /* CTA c's slot for this tile */
+                const int first_tile = (int)(W * c / G / p.nb);
+                return p.part + ((size_t)c * 2 + (first_tile == tile ? 0 : 1)) * (256 * NACC);
+            };
+            float *mine = piece(blockIdx.x);
+#pragma unroll
+            for (int i = 0; i < NACC; i++)
+                mine[i * 256 + ctid] = acc[i];
+            const int c0 = cta_of(w0), c1 = cta_of(w0 + p.nb - 1);
+            if (!splitk_last_consumers(p, ctid, tile, c1 - c0 + 1))
+                return;
+#pragma unroll
+            for (int i = 0; i < NACC; i++)
+                acc[i] = 0.0f;
+            for (int c = c0; c <= c1; c++) {
+                const float *pc = piece(c);
+#pragma unroll
+                for (int i = 0; i < NACC; i++)
+                    acc[i] += __ldcg(pc + i * 256 + ctid);
+            }
+        }
+        W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
+        return;
     }
     if (p.S == 1) {
         W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
@@ -1372,12 +1443,12 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         }
         cluster_sync(); /* no CTA leaves while another still reads its shared memory */
     } else {
-        W4AX_WS_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[j * 4 + r])
-        if (!splitk_last_consumers(p, ctid))
+        W4AX_WS_FOR_EACH(p.part[((size_t)blockIdx.z * p.M + t) * p.N + n] = acc[j * 4 + r])
+        if (!splitk_last_consumers(p, ctid, blockIdx.x, p.S))
             return;
         /* EB elements at a time, split-outer: EB loads in flight, each element still summed in
          * split order from 0.0f (fewer at two or three CTAs per SM: 16 spilled at 104 registers) */
-        constexpr int EB = CPS == 1 ? 16 : CPS == 2 ? 8 : 4;
+        constexpr int EB = CPS == 1 ? 16 : 4;
 #pragma unroll
         for (int jc = 0; jc < TOK / 8; jc += EB / 4) {
             float v[EB];
@@ -1399,6 +1470,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             }
         }
     }
+    });
 #undef W4AX_WS_FOR_EACH
 #endif
 }
@@ -1423,6 +1495,7 @@ struct plan_t {
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
+    bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
@@ -1463,7 +1536,8 @@ int sm_count() { return device_attr(cudaDevAttrMultiProcessorCount, 132); }
 /* Tile counters at the start of the workspace, rounded up to 256 bytes; partials follow. */
 size_t counter_bytes(const plan_t &pl)
 {
-    return ((size_t)pl.grid.x * pl.grid.y * sizeof(unsigned) + 255) / 256 * 256;
+    const size_t n = pl.streamk ? (size_t)pl.tiles_n * pl.tiles_m : (size_t)pl.grid.x * pl.grid.y;
+    return (n * sizeof(unsigned) + 255) / 256 * 256;
 }
 
 /* wgmma needs sm_90 (this file is built for sm_90a there). */
@@ -1684,6 +1758,15 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         /* sm_90: the splits of a tile reduce on chip in a cluster (no workspace) */
         pl.cluster = pl.S > 1 && pl.S <= WS_MAX_CLUSTER && !global_splits;
         pl.grid = dim3(ctas, 1, 1);
+#ifndef COMET_WS_STREAMK_WAVES
+#define COMET_WS_STREAMK_WAVES 0
+#endif
+        if (COMET_WS_STREAMK_WAVES > 0 && pl.tok == 128 && g->splits == 0 && g->ablate == 0 &&
+            ctas <= COMET_WS_STREAMK_WAVES * sms && ctas % sms != 0) {
+            pl.streamk = true, pl.S = 1, pl.cluster = false;
+            const long long work = (long long)ctas * nb;
+            pl.grid = dim3((unsigned)(work < sms ? work : sms), 1, 1);
+        }
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
     } else {
@@ -1699,6 +1782,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     pl.grid.z = pl.S;
     if (pl.S > 1 && !pl.cluster)
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.S * g->M * g->N * sizeof(float);
+    if (pl.streamk) /* two partial tiles per CTA */
+        pl.ws_bytes = counter_bytes(pl) + (size_t)pl.grid.x * 2 * WS_ROWS * pl.tok * sizeof(float);
     return pl;
 }
 
@@ -1879,6 +1964,9 @@ cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap
         if (p.ablate && !pl.cluster)
             return launch_ws_ablation<TOK>(pl, p, tmap, st,
                                            std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
+    if constexpr (TOK == 128)
+        if (pl.streamk)
+            return launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, false, true>, pl, st, p, tmap);
     return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, true>, pl, st, p, tmap)
                       : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
 }
@@ -1964,6 +2052,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     char cl[24] = "";
     if (pl.cluster && pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
+    else if (pl.streamk)
+        snprintf(cl, sizeof cl, " stream-K");
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
