@@ -298,11 +298,14 @@ int main(int argc, char **argv)
     const int nM = sizeof Ms / sizeof Ms[0];
     int ci = 0;
     if (quick) {
-        /* {16, 8192, 2112, 64, 4}: the pipe kernel with 2 items per CTA, rings that wrap and a
-         * half last stage (K % 128 == 64), so that the sanitizers see those paths */
+        /* {16, 8192, 2112, 64, 4}, through every kernel: the pipe kernel with 2 items per CTA,
+         * rings that wrap and a half last stage (K % 128 == 64), so that the sanitizers see
+         * those paths (the automatic plan runs the wgmma kernel there since session 8) */
         const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
                            {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
-                           {16, 8192, 2112, 64, 4}};
+                           {16, 8192, 2112, 64, 4},
+                           /* 133 tiles of 128 tokens: the automatic plan runs stream-K */
+                           {65, 17024, 768, 64, 3}};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
             test_shape(&q[i], 1);
     } else {
@@ -328,7 +331,9 @@ int main(int argc, char **argv)
             {24, 4096, 14336, 128, 28},
             /* below one wave with more splits than resident clusters allow: on a 132-SM H200
              * the automatic plan reduces S = 3 splits through global partials (make_plan) */
-            {40, 10240, 8192, 128, 8}};
+            {40, 10240, 8192, 128, 8},
+            /* 150 tiles of 128 tokens, one SM short of two rounds: stream-K (make_plan) */
+            {65, 19200, 2048, 64, 8}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }

@@ -1484,6 +1484,9 @@ constexpr int WS_MAX_CLUSTER = 8;
 /* Wave-filling global split-K (make_plan): the per-CTA fixed cost (start-up, pipeline fill,
  * epilogue) in units of one block's time, and the most splits considered. */
 constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
+/* Stream-K (make_plan): a CTA's cost of its partial tiles in blocks, the percent of the other
+ * plan's modelled time it must reach, and the most waves of 128-token tiles it is tried for. */
+constexpr int WS_SK_COST = 12, WS_SK_GAIN = 90, WS_SK_MAX_WAVES = 4;
 #ifndef COMET_WS_GLOBAL_GAIN /* percent of the cluster plan's modelled time (make_plan) */
 #define COMET_WS_GLOBAL_GAIN 90
 #endif
@@ -1758,14 +1761,22 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         /* sm_90: the splits of a tile reduce on chip in a cluster (no workspace) */
         pl.cluster = pl.S > 1 && pl.S <= WS_MAX_CLUSTER && !global_splits;
         pl.grid = dim3(ctas, 1, 1);
-#ifndef COMET_WS_STREAMK_WAVES
-#define COMET_WS_STREAMK_WAVES 0
-#endif
-        if (COMET_WS_STREAMK_WAVES > 0 && pl.tok == 128 && g->splits == 0 && g->ablate == 0 &&
-            ctas <= COMET_WS_STREAMK_WAVES * sms && ctas % sms != 0) {
-            pl.streamk = true, pl.S = 1, pl.cluster = false;
-            const long long work = (long long)ctas * nb;
-            pl.grid = dim3((unsigned)(work < sms ? work : sms), 1, 1);
+        /* Stream-K (128-token tiles, up to WS_SK_MAX_WAVES waves): one CTA per SM, each with
+         * an equal share of the tiles x blocks, when a model of the makespan says it beats the
+         * plan above by >= 10 %: rounds x (blocks per split + WS_CTA_COST) against the share +
+         * WS_SK_COST, the cost of a CTA's partial tiles (written to the workspace and summed by
+         * the last CTA of each tile), fitted to a same-run A/B of stream-K at every plan with
+         * M = 96-512 on the 8 LLaMA-3 shapes (session 8): about 12 blocks. Where the model
+         * takes it, it measured 0.75-0.95x the time (70B qkv at M = 96-512, 70B gate_up at
+         * M = 96-128, 8B qkv at M = 384-512, 8B gate_up at M = 192-256, 8B down at M = 384);
+         * where it does not, stream-K was 1.0-1.36x (cluster splits already fill the SMs). */
+        if (g->splits == 0 && g->ablate == 0 && pl.tok == 128 && ctas <= WS_SK_MAX_WAVES * sms &&
+            (long long)ctas * nb >= sms) {
+            const int rounds = (ctas * pl.S + slots - 1) / slots;
+            const long long cur = (long long)rounds * ((nb + pl.S - 1) / pl.S + WS_CTA_COST);
+            const long long sk = ((long long)ctas * nb + sms - 1) / sms + WS_SK_COST;
+            if (100 * sk <= WS_SK_GAIN * cur)
+                pl.streamk = true, pl.S = 1, pl.cluster = false, pl.grid = dim3((unsigned)sms, 1, 1);
         }
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
