@@ -304,8 +304,9 @@ int main(int argc, char **argv)
         const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
                            {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
                            {16, 8192, 2112, 64, 4},
-                           /* 133 tiles of 128 tokens: the automatic plan runs stream-K */
-                           {65, 17024, 768, 64, 3}};
+                           /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
+                            * stream-K (make_plan) */
+                           {65, 17920, 2048, 64, 8}};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
             test_shape(&q[i], 1);
     } else {
@@ -332,8 +333,8 @@ int main(int argc, char **argv)
             /* below one wave with more splits than resident clusters allow: on a 132-SM H200
              * the automatic plan reduces S = 3 splits through global partials (make_plan) */
             {40, 10240, 8192, 128, 8},
-            /* 150 tiles of 128 tokens, one SM short of two rounds: stream-K (make_plan) */
-            {65, 19200, 2048, 64, 8}};
+            /* 140 tiles of 128 tokens, 32 blocks: stream-K (make_plan) */
+            {65, 17920, 2048, 64, 8}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }
