@@ -22,7 +22,8 @@
  *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
- *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64),
+ *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64;
+ *    stream-K at 128 where the split plans leave SMs idle),
  *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
  *    memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
@@ -1064,7 +1065,9 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * need ~170 registers per consumer thread, so one CTA per SM there (64-token tiles at two
  * per SM were 1.04-1.23x slower at M = 96-512).
  * Tiles are visited in groups of WS_GROUP token tiles so that a wave of CTAs reuses weights
- * and tokens from L2. */
+ * and tokens from L2. A CTA's work is a list of segments (tile, blocks): one with split-K
+ * (its tile and split), several with stream-K (SK: its share of all tiles x blocks, the ring
+ * running on across them; partial tiles are summed by the last CTA to finish each). */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by

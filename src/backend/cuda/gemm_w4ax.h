@@ -29,10 +29,11 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_STREAM = 1, /* small M: warps stream weights from global, split-K */
     COMET_W4AX_KERNEL_TILED = 2,  /* larger M: cp.async multi-stage smem tiles, mma.sync */
     COMET_W4AX_KERNEL_WGMMA = 3,  /* M > 8 on sm_90: warp-specialized, TMA producer warp and
-                                   * two wgmma consumer warpgroups (128 x 32, 128 x 64 or
-                                   * 128 x 128 tiles, two CTAs per SM below 128 tokens,
-                                   * split-K reduced in a cluster), weights in registers (A),
-                                   * tokens in shared memory (B) */
+                                   * two wgmma consumer warpgroups (128 x 16, 32, 64 or
+                                   * 128 tiles, two or three CTAs per SM below 128 tokens,
+                                   * split-K reduced in a cluster, stream-K where splits
+                                   * leave SMs idle), weights in registers (A), tokens in
+                                   * shared memory (B) */
     COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 12 on sm_90 where measured faster than stream and
                                    * wgmma (N/16 from 1x to 5x the SM count at M <= 8; to 2x
                                    * with K <= 4096 at M = 9-12; see auto_kernel): persistent
