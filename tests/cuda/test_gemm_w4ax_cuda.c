@@ -241,6 +241,110 @@ static void test_shape(const shape *s, int quick)
     free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa), free(y_ref), free(bs_ref), free(mag);
 }
 
+/* Device inputs of one shape: random packed weights, codes and scales (no oracle). */
+typedef struct {
+    shape s;
+    uint8_t *qw;
+    uint16_t *sw;
+    int8_t *qa;
+    float *sa, *y;
+} dev_case;
+
+static dev_case dev_case_make(shape s)
+{
+    const int nb = s.K / s.B;
+    const size_t qb = comet_w4_plain_bytes(s.N, s.K), pqb = comet_cuda_w4ax_packed_qw_bytes(s.N, s.K);
+    const size_t psb = comet_cuda_w4ax_packed_sw_bytes(s.N, s.K, s.B);
+    uint8_t *qw = malloc(qb), *pqw = malloc(pqb);
+    uint16_t *sw = malloc((size_t)s.N * nb * 2), *psw = malloc(psb);
+    int8_t *qa = malloc((size_t)s.M * s.K);
+    float *sa = malloc((size_t)s.M * nb * 4);
+    for (size_t i = 0; i < qb; i++)
+        qw[i] = (uint8_t)rnd();
+    for (size_t i = 0; i < (size_t)s.N * nb; i++)
+        sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
+    for (size_t i = 0; i < (size_t)s.M * s.K; i++)
+        qa[i] = (int8_t)((int)(rnd() % 16) - 8);
+    for (size_t i = 0; i < (size_t)s.M * nb; i++)
+        sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
+    if (comet_cuda_w4ax_pack(s.N, s.K, s.B, qw, sw, pqw, psw) != COMET_OK) {
+        fprintf(stderr, "pack failed: %s\n", comet_last_error());
+        exit(2);
+    }
+    dev_case d = {.s = s};
+    CUDA_OK(cudaMalloc((void **)&d.qw, pqb));
+    CUDA_OK(cudaMalloc((void **)&d.sw, psb));
+    CUDA_OK(cudaMalloc((void **)&d.qa, (size_t)s.M * s.K));
+    CUDA_OK(cudaMalloc((void **)&d.sa, (size_t)s.M * nb * 4));
+    CUDA_OK(cudaMalloc((void **)&d.y, (size_t)s.M * s.N * 4));
+    CUDA_OK(cudaMemcpy(d.qw, pqw, pqb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.sw, psw, psb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.qa, qa, (size_t)s.M * s.K, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(d.sa, sa, (size_t)s.M * nb * 4, cudaMemcpyHostToDevice));
+    free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa);
+    return d;
+}
+
+/* Run the automatic plan of d on workspace ws (poisoned output first); returns y on the host. */
+static float *dev_case_run(const dev_case *d, void *ws, size_t ws_bytes)
+{
+    comet_cuda_w4ax_gemm g = {.M = d->s.M, .N = d->s.N, .K = d->s.K, .B = d->s.B, .n8 = d->s.n8,
+                              .qw = d->qw, .sw = d->sw, .qa = d->qa, .sa = d->sa, .y = d->y,
+                              .workspace = ws, .workspace_bytes = ws_bytes};
+    const size_t ny = (size_t)d->s.M * d->s.N;
+    CUDA_OK(cudaMemset(d->y, 0xFF, ny * 4));
+    if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK) {
+        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
+        exit(2);
+    }
+    float *h = malloc(ny * 4);
+    CUDA_OK(cudaMemcpy(h, d->y, ny * 4, cudaMemcpyDeviceToHost));
+    return h;
+}
+
+/* One workspace shared by calls of different plans, as the CUDA backend shares it: the
+ * counters of one plan must not sit where another plan's partials went. A: global split-K
+ * below one wave (80 tiles); B: stream-K (140 tiles), whose counters 128-139 lay on A's
+ * partials while the counter region was sized per plan. Each run, after the other's, must
+ * give the bits of a run on a fresh zeroed workspace. */
+static void test_shared_workspace(void)
+{
+    dev_case a = dev_case_make((shape){40, 10240, 8192, 128, 8});
+    dev_case b = dev_case_make((shape){65, 17920, 2048, 64, 8});
+    comet_cuda_w4ax_gemm ga = {.M = 40, .N = 10240, .K = 8192, .B = 128}, gb = {.M = 65, .N = 17920, .K = 2048, .B = 64};
+    size_t wa = comet_cuda_gemm_w4ax_workspace_bytes(&ga), wb = comet_cuda_gemm_w4ax_workspace_bytes(&gb);
+    size_t wmax = wa > wb ? wa : wb;
+    void *fresh, *shared;
+    CUDA_OK(cudaMalloc(&fresh, wmax));
+    CUDA_OK(cudaMalloc(&shared, wmax));
+    CUDA_OK(cudaMemset(shared, 0, wmax));
+    float *ref[2], *got;
+    const dev_case *c[2] = {&a, &b};
+    for (int k = 0; k < 2; k++) {
+        CUDA_OK(cudaMemset(fresh, 0, wmax));
+        ref[k] = dev_case_run(c[k], fresh, wmax);
+    }
+    int bad = wa == 0 || wb == 0; /* both plans must use the workspace for this to test anything */
+    const int order[] = {0, 1, 1, 0, 1};
+    for (int i = 0; i < 5; i++) {
+        const int k = order[i];
+        got = dev_case_run(c[k], shared, wmax);
+        bad |= memcmp(got, ref[k], (size_t)c[k]->s.M * c[k]->s.N * 4) != 0;
+        free(got);
+    }
+    n_check++;
+    n_fail += bad;
+    char pa[96]; /* plan_name returns a static buffer */
+    snprintf(pa, sizeof pa, "%s", comet_cuda_gemm_w4ax_plan_name(&ga));
+    printf("%-4s one workspace shared by a global split-K and a stream-K plan (%s; %s)\n", bad ? "FAIL" : "ok", pa,
+           comet_cuda_gemm_w4ax_plan_name(&gb));
+    free(ref[0]), free(ref[1]);
+    cudaFree(fresh), cudaFree(shared);
+    const dev_case *all[2] = {&a, &b};
+    for (int k = 0; k < 2; k++)
+        cudaFree(all[k]->qw), cudaFree(all[k]->sw), cudaFree(all[k]->qa), cudaFree(all[k]->sa), cudaFree(all[k]->y);
+}
+
 /* API errors come back as statuses, not crashes. */
 static void test_bad_args(void)
 {
@@ -294,6 +398,7 @@ int main(int argc, char **argv)
         return cudaFree(0) == cudaSuccess ? 0 : 1;
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     test_bad_args();
+    test_shared_workspace();
     static const int Ms[] = {1, 2, 3, 7, 16, 33, 64, 100, 256, 1000, 4096};
     const int nM = sizeof Ms / sizeof Ms[0];
     int ci = 0;

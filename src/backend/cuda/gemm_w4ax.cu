@@ -32,8 +32,8 @@
  * All accumulate one activation block (B = 64 or 128 channels) in int32, then promote:
  * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials are summed in split order, so
  * results are deterministic: on sm_90 the splits of a tile form a thread-block cluster and
- * reduce through distributed shared memory (wgmma always, stream for M > 8); otherwise they
- * go to a workspace and the last CTA of each tile (atomic counter, reset by that CTA) sums
+ * reduce through distributed shared memory (wgmma up to 8 splits unless the plan takes global
+ * partials or stream-K, stream for M > 8); otherwise they go to a workspace and the last CTA of each tile (atomic counter, reset by that CTA) sums
  * them.
  */
 #include "backend/cuda/gemm_w4ax.h"
@@ -61,7 +61,7 @@ struct params {
     uint16_t *y16;
     int32_t *bsum;
     float *part;       /* [S, M, N] split-K partials */
-    unsigned *counter; /* one per (blockIdx.x, blockIdx.y) tile */
+    unsigned *counter; /* one per (blockIdx.x, blockIdx.y) tile; per tile id with stream-K */
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
@@ -1143,6 +1143,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     constexpr int CPS = ws_ctas_per_sm(TOK);
     constexpr int PRODUCER_REGS = CPS == 1 ? 40 : 24;
     constexpr int CONSUMER_REGS = CPS == 1 ? 232 : CPS == 2 ? 104 : 72;
+    static_assert(128 * PRODUCER_REGS + 256 * CONSUMER_REGS <= WS_THREADS * (65536 / (WS_THREADS * CPS) / 8 * 8),
+                  "setmaxnreg asks for more registers than the launch gives the CTA");
     extern __shared__ uint8_t smem_raw[];
     uint8_t *smem = smem_raw + ((1024 - (smem_u32(smem_raw) & 1023)) & 1023);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + ST * STAGE), *empty = full + ST;
@@ -1497,7 +1499,7 @@ constexpr int WS_SK_COST = 12, WS_SK_GAIN = 90, WS_SK_MAX_WAVES = 4;
 struct plan_t {
     comet_w4ax_kernel kernel;
     int MI, S;
-    int tok; /* wgmma: tokens per CTA tile (32, 64 or 128) */
+    int tok; /* wgmma: tokens per CTA tile (16, 32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
@@ -1539,11 +1541,21 @@ int device_attr(cudaDeviceAttr attr, int fallback)
 
 int sm_count() { return device_attr(cudaDevAttrMultiProcessorCount, 132); }
 
-/* Tile counters at the start of the workspace, rounded up to 256 bytes; partials follow. */
+/* Tile counters at the start of the workspace; partials follow. The counter region has the
+ * same size, WS_COUNTERS, in every plan: a workspace is shared by the calls of a stream (the
+ * CUDA backend keeps one), and with a region sized per plan one call's partials landed on
+ * the next call's counters (LLaMA-3-8B down and qkv at M = 384, both stream-K: qkv's tiles
+ * 128-143 were never stored, found in review, session 8). A plan with more tiles than that
+ * gets a larger region, which comet_cuda_gemm_w4ax zeroes before the launch. */
+constexpr size_t WS_COUNTERS = 1 << 16;
+size_t counters_needed(const plan_t &pl)
+{
+    return pl.streamk ? (size_t)pl.tiles_n * pl.tiles_m : (size_t)pl.grid.x * pl.grid.y;
+}
 size_t counter_bytes(const plan_t &pl)
 {
-    const size_t n = pl.streamk ? (size_t)pl.tiles_n * pl.tiles_m : (size_t)pl.grid.x * pl.grid.y;
-    return (n * sizeof(unsigned) + 255) / 256 * 256;
+    const size_t n = counters_needed(pl);
+    return ((n > WS_COUNTERS ? n : WS_COUNTERS) * sizeof(unsigned) + 255) / 256 * 256;
 }
 
 /* wgmma needs sm_90 (this file is built for sm_90a there). */
@@ -1884,7 +1896,7 @@ template <typename... KA, typename... A>
 cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
 {
     static std::mutex mu;
-    static const void *done[128]; /* 80 kernel instances today */
+    static const void *done[256]; /* 113 kernel instances today */
     static int n_done = 0;
     {
         std::lock_guard<std::mutex> lock(mu);
@@ -1895,7 +1907,7 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
             cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
             if (e != cudaSuccess)
                 return e;
-            if (n_done < 128)
+            if (n_done < 256)
                 done[n_done++] = (const void *)kernel;
         }
     }
@@ -2121,6 +2133,10 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;
+    if (pl.ws_bytes > 0 && counters_needed(pl) > WS_COUNTERS &&
+        (e = cudaMemsetAsync(g->workspace, 0, counter_bytes(pl), st)) != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: zeroing %zu workspace counters failed: %s",
+                               counters_needed(pl), cudaGetErrorString(e));
     e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st) : launch_variant<false>(pl, kpb, p, tmap, st);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of %s failed: %s",

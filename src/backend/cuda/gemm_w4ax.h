@@ -88,9 +88,11 @@ typedef struct comet_cuda_w4ax_gemm {
     uint16_t *y_f16;     /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
     int32_t *bsum;       /* test/debug: [M, N, K/B] int32 block sums written from the very
                           * accumulators the kernel scales, or NULL */
-    void *workspace;     /* split-K partials + tile counters, or NULL when none is needed;
-                          * zero-filled once by the caller when allocated (the kernels
-                          * leave the counters at zero again) */
+    void *workspace;     /* tile counters + split-K / stream-K partials, or NULL when none
+                          * is needed; zero-filled once by the caller when allocated (the
+                          * kernels leave the counters at zero again), and shareable by the
+                          * calls of one stream: the counters occupy the same first 256 KB
+                          * in every plan, so no call's partials land on another's counters */
     size_t workspace_bytes;
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
     int ablate;               /* 0 in production. Profiling only, results are then WRONG:
