@@ -374,7 +374,9 @@ static void test_bad_args(void)
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.ablate = 16;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
-    a.tile_tokens = 16; /* no profiling instances of the 16-token tile */
+    a.bsum = (int32_t *)((char *)buf + 32768); /* no profiling instances with block sums */
+    bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    a.bsum = NULL, a.tile_tokens = 16; /* nor of the 16-token tile */
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.ablate = 0, a.B = 64, a.tile_tokens = 0;
     CUDA_OK(cudaDeviceSynchronize());

@@ -1059,7 +1059,7 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * (wait for the stage, unpack, wgmma, wait for them, promote, release) is latency-bound: a
  * CTA takes ~1200 cycles per block at 32 tokens, ~1700 at 128, whatever the tile. So 32- and
  * 64-token tiles run two CTAs per SM (ws_ctas_per_sm: 80 registers at launch, consumers 104,
- * half the ring), four chains per SM instead of two: 0.68-0.96x the time of one CTA per SM
+ * a shallower ring), four chains per SM instead of two: 0.68-0.96x the time of one CTA per SM
  * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64 (session 8); 16-token tiles
  * (M <= 16) three (56 registers at launch, consumers 72; ws_auto_tok says where). 128-token tiles
  * need ~170 registers per consumer thread, so one CTA per SM there (64-token tiles at two
@@ -1084,7 +1084,7 @@ constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster red
 #define COMET_WS_TOK16_CTAS 3
 #endif
 /* CTAs per SM of the wgmma kernel by token tile: 32- and 64-token tiles run two per SM
- * (consumers within 104 registers, half the ring each), 16-token tiles three (72 registers,
+ * (consumers within 104 registers, shallower rings: ws_stages), 16-token tiles three (72 registers,
  * a third of the ring). */
 __host__ __device__ constexpr int ws_ctas_per_sm(int tok)
 {
@@ -2104,13 +2104,14 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
         return comet_set_error(COMET_ERR_UNSUPPORTED, "gemm_w4ax: the wgmma kernel needs an sm_90 GPU");
     if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
-        (pl.cluster || g->B != 128 || pl.tok < 32 || !ws_ablation_instance(g->ablate))) {
+        (pl.cluster || g->B != 128 || pl.tok < 32 || g->bsum || !ws_ablation_instance(g->ablate))) {
         char vals[64] = "";
         for (int v : WS_ABLATIONS)
             snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "", v);
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a token tile of "
-                               "32 or more, a plan without a split-K cluster and one of %s (ablate %d, %s)",
+                               "32 or more, a plan without a split-K cluster, no bsum and one of %s "
+                               "(ablate %d, %s)",
                                vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
     }
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
