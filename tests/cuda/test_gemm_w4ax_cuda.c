@@ -73,16 +73,68 @@ typedef struct {
     int M, N, K, B, n8;
 } shape;
 
+/* Random inputs of one shape: plain-layout codes (the first n8 blocks INT8, the rest INT4)
+ * and scales on the host, for the oracle, and their packed copies on the device. */
+typedef struct {
+    uint8_t *qw;
+    uint16_t *sw;
+    int8_t *qa;
+    float *sa;
+    uint8_t *dqw;
+    uint16_t *dsw;
+    int8_t *dqa;
+    float *dsa;
+} inputs;
+
+static inputs inputs_make(const shape *s)
+{
+    const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
+    const size_t qb = comet_w4_plain_bytes(N, K), pqb = comet_cuda_w4ax_packed_qw_bytes(N, K);
+    const size_t psb = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
+    inputs in = {.qw = malloc(qb), .sw = malloc((size_t)N * nb * 2), .qa = malloc((size_t)M * K),
+                 .sa = malloc((size_t)M * nb * 4)};
+    uint8_t *pqw = malloc(pqb);
+    uint16_t *psw = malloc(psb);
+    for (size_t i = 0; i < qb; i++)
+        in.qw[i] = (uint8_t)rnd();
+    for (int i = 0; i < N * nb; i++) /* positive normal fp16 in [2^-9, 2^-2) */
+        in.sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
+    for (int t = 0; t < M; t++)
+        for (int k = 0; k < K; k++)
+            in.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
+    for (int i = 0; i < M * nb; i++)
+        in.sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
+    if (comet_cuda_w4ax_pack(N, K, B, in.qw, in.sw, pqw, psw) != COMET_OK) {
+        fprintf(stderr, "pack failed: %s\n", comet_last_error());
+        exit(2);
+    }
+    CUDA_OK(cudaMalloc((void **)&in.dqw, pqb));
+    CUDA_OK(cudaMalloc((void **)&in.dsw, psb));
+    CUDA_OK(cudaMalloc((void **)&in.dqa, (size_t)M * K));
+    CUDA_OK(cudaMalloc((void **)&in.dsa, (size_t)M * nb * 4));
+    CUDA_OK(cudaMemcpy(in.dqw, pqw, pqb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(in.dsw, psw, psb, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(in.dqa, in.qa, (size_t)M * K, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(in.dsa, in.sa, (size_t)M * nb * 4, cudaMemcpyHostToDevice));
+    free(pqw), free(psw);
+    return in;
+}
+
+static void inputs_free(inputs *in)
+{
+    free(in->qw), free(in->sw), free(in->qa), free(in->sa);
+    cudaFree(in->dqw), cudaFree(in->dsw), cudaFree(in->dqa), cudaFree(in->dsa);
+}
+
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, const uint8_t *dqw,
-                    const uint16_t *dsw, const int8_t *dqa, const float *dsa, const float *y_ref,
-                    const int32_t *bs_ref, const double *mag)
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, const inputs *in,
+                    const float *y_ref, const int32_t *bs_ref, const double *mag)
 {
     const int M = s->M, N = s->N, nb = s->K / s->B;
     size_t ny = (size_t)M * N, nbs = ny * nb;
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
-    comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = dqw,
-                              .sw = dsw, .qa = dqa, .sa = dsa, .kernel = kernel, .splits = splits,
+    comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
+                              .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .kernel = kernel, .splits = splits,
                               .tile_tokens = tok};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
@@ -172,133 +224,65 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
 static void test_shape(const shape *s, int quick)
 {
     const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
-    size_t qb = comet_w4_plain_bytes(N, K);
-    uint8_t *qw = malloc(qb), *pqw = malloc(comet_cuda_w4ax_packed_qw_bytes(N, K));
-    uint16_t *sw = malloc((size_t)N * nb * 2), *psw = malloc(comet_cuda_w4ax_packed_sw_bytes(N, K, B));
-    int8_t *qa = malloc((size_t)M * K);
-    float *sa = malloc((size_t)M * nb * 4), *y_ref = malloc((size_t)M * N * 4);
+    inputs in = inputs_make(s);
+    float *y_ref = malloc((size_t)M * N * 4);
     int32_t *bs_ref = malloc((size_t)M * N * nb * 4);
     double *mag = malloc((size_t)M * N * sizeof(double));
-    for (size_t i = 0; i < qb; i++)
-        qw[i] = (uint8_t)rnd();
-    for (int i = 0; i < N * nb; i++) /* positive normal fp16 in [2^-9, 2^-2) */
-        sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
-    for (int t = 0; t < M; t++)
-        for (int k = 0; k < K; k++)
-            qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
-    for (int i = 0; i < M * nb; i++)
-        sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
-    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = n8, .qw = qw, .sw = sw, .qa = qa, .sa = sa,
+    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = n8, .qw = in.qw, .sw = in.sw, .qa = in.qa, .sa = in.sa,
                    .y = y_ref, .bs = bs_ref};
     ref_threaded(job);
     for (int t = 0; t < M; t++)
         for (int n = 0; n < N; n++) {
             double m = 0;
             for (int b = 0; b < nb; b++)
-                m += fabs((double)bs_ref[((size_t)t * N + n) * nb + b] * sa[t * nb + b] *
-                          comet_ref_f16_to_f32(sw[(size_t)n * nb + b]));
+                m += fabs((double)bs_ref[((size_t)t * N + n) * nb + b] * in.sa[t * nb + b] *
+                          comet_ref_f16_to_f32(in.sw[(size_t)n * nb + b]));
             mag[(size_t)t * N + n] = m;
         }
-    if (comet_cuda_w4ax_pack(N, K, B, qw, sw, pqw, psw) != COMET_OK) {
-        fprintf(stderr, "pack failed: %s\n", comet_last_error());
-        exit(2);
-    }
-    uint8_t *dqw;
-    uint16_t *dsw;
-    int8_t *dqa;
-    float *dsa;
-    CUDA_OK(cudaMalloc((void **)&dqw, comet_cuda_w4ax_packed_qw_bytes(N, K)));
-    CUDA_OK(cudaMalloc((void **)&dsw, comet_cuda_w4ax_packed_sw_bytes(N, K, B)));
-    CUDA_OK(cudaMalloc((void **)&dqa, (size_t)M * K));
-    CUDA_OK(cudaMalloc((void **)&dsa, (size_t)M * nb * 4));
-    CUDA_OK(cudaMemcpy(dqw, pqw, comet_cuda_w4ax_packed_qw_bytes(N, K), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dsw, psw, comet_cuda_w4ax_packed_sw_bytes(N, K, B), cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dqa, qa, (size_t)M * K, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dsa, sa, (size_t)M * nb * 4, cudaMemcpyHostToDevice));
 
-    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, &in, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
         /* every kernel on the same inputs, and a forced split count */
         for (int k = COMET_W4AX_KERNEL_STREAM; k < COMET_W4AX_KERNEL_COUNT; k++)
-            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
-                           nb > 3 ? 3 : nb, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+                           nb > 3 ? 3 : nb, 0, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
         for (int tok = 16; tok <= 128; tok *= 2)
             if (tok != auto_tok)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, &in, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel
          * (for M <= 32 also the wgmma kernel's, with its 32-token tile) */
         if (nb >= 10) {
             n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0,
-                               dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+                               &in, y_ref, bs_ref, mag) > 0;
             if (M <= 32)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, dqw, dsw, dqa, dsa, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, &in, y_ref, bs_ref, mag) > 0;
         }
     }
-    cudaFree(dqw), cudaFree(dsw), cudaFree(dqa), cudaFree(dsa);
-    free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa), free(y_ref), free(bs_ref), free(mag);
+    inputs_free(&in);
+    free(y_ref), free(bs_ref), free(mag);
 }
 
-/* Device inputs of one shape: random packed weights, codes and scales (no oracle). */
-typedef struct {
-    shape s;
-    uint8_t *qw;
-    uint16_t *sw;
-    int8_t *qa;
-    float *sa, *y;
-} dev_case;
-
-static dev_case dev_case_make(shape s)
+/* Run the automatic plan of shape s on in's device inputs with workspace ws (a poisoned
+ * output first); returns y on the host. */
+static float *run_auto(const shape *s, const inputs *in, void *ws, size_t ws_bytes)
 {
-    const int nb = s.K / s.B;
-    const size_t qb = comet_w4_plain_bytes(s.N, s.K), pqb = comet_cuda_w4ax_packed_qw_bytes(s.N, s.K);
-    const size_t psb = comet_cuda_w4ax_packed_sw_bytes(s.N, s.K, s.B);
-    uint8_t *qw = malloc(qb), *pqw = malloc(pqb);
-    uint16_t *sw = malloc((size_t)s.N * nb * 2), *psw = malloc(psb);
-    int8_t *qa = malloc((size_t)s.M * s.K);
-    float *sa = malloc((size_t)s.M * nb * 4);
-    for (size_t i = 0; i < qb; i++)
-        qw[i] = (uint8_t)rnd();
-    for (size_t i = 0; i < (size_t)s.N * nb; i++)
-        sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
-    for (size_t i = 0; i < (size_t)s.M * s.K; i++)
-        qa[i] = (int8_t)((int)(rnd() % 16) - 8);
-    for (size_t i = 0; i < (size_t)s.M * nb; i++)
-        sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
-    if (comet_cuda_w4ax_pack(s.N, s.K, s.B, qw, sw, pqw, psw) != COMET_OK) {
-        fprintf(stderr, "pack failed: %s\n", comet_last_error());
-        exit(2);
-    }
-    dev_case d = {.s = s};
-    CUDA_OK(cudaMalloc((void **)&d.qw, pqb));
-    CUDA_OK(cudaMalloc((void **)&d.sw, psb));
-    CUDA_OK(cudaMalloc((void **)&d.qa, (size_t)s.M * s.K));
-    CUDA_OK(cudaMalloc((void **)&d.sa, (size_t)s.M * nb * 4));
-    CUDA_OK(cudaMalloc((void **)&d.y, (size_t)s.M * s.N * 4));
-    CUDA_OK(cudaMemcpy(d.qw, pqw, pqb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.sw, psw, psb, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.qa, qa, (size_t)s.M * s.K, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(d.sa, sa, (size_t)s.M * nb * 4, cudaMemcpyHostToDevice));
-    free(qw), free(pqw), free(sw), free(psw), free(qa), free(sa);
-    return d;
-}
-
-/* Run the automatic plan of d on workspace ws (poisoned output first); returns y on the host. */
-static float *dev_case_run(const dev_case *d, void *ws, size_t ws_bytes)
-{
-    comet_cuda_w4ax_gemm g = {.M = d->s.M, .N = d->s.N, .K = d->s.K, .B = d->s.B, .n8 = d->s.n8,
-                              .qw = d->qw, .sw = d->sw, .qa = d->qa, .sa = d->sa, .y = d->y,
+    const size_t ny = (size_t)s->M * s->N;
+    float *y;
+    CUDA_OK(cudaMalloc((void **)&y, ny * 4));
+    CUDA_OK(cudaMemset(y, 0xFF, ny * 4));
+    comet_cuda_w4ax_gemm g = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
+                              .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .y = y,
                               .workspace = ws, .workspace_bytes = ws_bytes};
-    const size_t ny = (size_t)d->s.M * d->s.N;
-    CUDA_OK(cudaMemset(d->y, 0xFF, ny * 4));
     if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK) {
         fprintf(stderr, "  launch failed: %s\n", comet_last_error());
         exit(2);
     }
     float *h = malloc(ny * 4);
-    CUDA_OK(cudaMemcpy(h, d->y, ny * 4, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(h, y, ny * 4, cudaMemcpyDeviceToHost));
+    cudaFree(y);
     return h;
 }
 
@@ -309,40 +293,42 @@ static float *dev_case_run(const dev_case *d, void *ws, size_t ws_bytes)
  * give the bits of a run on a fresh zeroed workspace. */
 static void test_shared_workspace(void)
 {
-    dev_case a = dev_case_make((shape){40, 10240, 8192, 128, 8});
-    dev_case b = dev_case_make((shape){65, 17920, 2048, 64, 8});
-    comet_cuda_w4ax_gemm ga = {.M = 40, .N = 10240, .K = 8192, .B = 128}, gb = {.M = 65, .N = 17920, .K = 2048, .B = 64};
-    size_t wa = comet_cuda_gemm_w4ax_workspace_bytes(&ga), wb = comet_cuda_gemm_w4ax_workspace_bytes(&gb);
-    size_t wmax = wa > wb ? wa : wb;
+    const shape sh[2] = {{40, 10240, 8192, 128, 8}, {65, 17920, 2048, 64, 8}};
+    inputs in[2];
+    comet_cuda_w4ax_gemm g[2];
+    size_t wb[2], wmax = 0;
+    for (int k = 0; k < 2; k++) {
+        in[k] = inputs_make(&sh[k]);
+        g[k] = (comet_cuda_w4ax_gemm){.M = sh[k].M, .N = sh[k].N, .K = sh[k].K, .B = sh[k].B};
+        wb[k] = comet_cuda_gemm_w4ax_workspace_bytes(&g[k]);
+        wmax = wb[k] > wmax ? wb[k] : wmax;
+    }
     void *fresh, *shared;
     CUDA_OK(cudaMalloc(&fresh, wmax));
     CUDA_OK(cudaMalloc(&shared, wmax));
     CUDA_OK(cudaMemset(shared, 0, wmax));
-    float *ref[2], *got;
-    const dev_case *c[2] = {&a, &b};
+    float *ref[2];
     for (int k = 0; k < 2; k++) {
         CUDA_OK(cudaMemset(fresh, 0, wmax));
-        ref[k] = dev_case_run(c[k], fresh, wmax);
+        ref[k] = run_auto(&sh[k], &in[k], fresh, wmax);
     }
-    int bad = wa == 0 || wb == 0; /* both plans must use the workspace for this to test anything */
+    int bad = wb[0] == 0 || wb[1] == 0; /* both plans must use the workspace for this to test anything */
     const int order[] = {0, 1, 1, 0, 1};
     for (int i = 0; i < 5; i++) {
         const int k = order[i];
-        got = dev_case_run(c[k], shared, wmax);
-        bad |= memcmp(got, ref[k], (size_t)c[k]->s.M * c[k]->s.N * 4) != 0;
+        float *got = run_auto(&sh[k], &in[k], shared, wmax);
+        bad |= memcmp(got, ref[k], (size_t)sh[k].M * sh[k].N * 4) != 0;
         free(got);
     }
     n_check++;
     n_fail += bad;
     char pa[96]; /* plan_name returns a static buffer */
-    snprintf(pa, sizeof pa, "%s", comet_cuda_gemm_w4ax_plan_name(&ga));
+    snprintf(pa, sizeof pa, "%s", comet_cuda_gemm_w4ax_plan_name(&g[0]));
     printf("%-4s one workspace shared by a global split-K and a stream-K plan (%s; %s)\n", bad ? "FAIL" : "ok", pa,
-           comet_cuda_gemm_w4ax_plan_name(&gb));
-    free(ref[0]), free(ref[1]);
-    cudaFree(fresh), cudaFree(shared);
-    const dev_case *all[2] = {&a, &b};
+           comet_cuda_gemm_w4ax_plan_name(&g[1]));
     for (int k = 0; k < 2; k++)
-        cudaFree(all[k]->qw), cudaFree(all[k]->sw), cudaFree(all[k]->qa), cudaFree(all[k]->sa), cudaFree(all[k]->y);
+        free(ref[k]), inputs_free(&in[k]);
+    cudaFree(fresh), cudaFree(shared);
 }
 
 /* API errors come back as statuses, not crashes. */

@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
  * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), so it wins
- * only up to a few items per SM (pipe_auto, pipe_auto_m12).
+ * only up to a few items per SM (pipe_auto).
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -1579,17 +1579,15 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * warps issue too slowly for many items). Below one item per SM the stream kernel's split-K
  * is needed. At M = 9-16 the wgmma kernel (32-token tiles, two CTAs per SM) beats both on
  * every LLaMA-3 shape (0.75-0.98x their time, session 8) except LLaMA-3-8B o (N/16 = 256,
- * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster: pipe_auto_m12. */
-constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5;
-bool pipe_auto(int M, int np16, int sms)
+ * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster. */
+constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M12 = 2, PP_AUTO_MAX_K_M12 = 4096;
+bool pipe_auto(int M, int K, int np16, int sms)
 {
-    return M <= 8 && np16 >= sms && np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
-}
-/* M = 9-12 on sm_90: the pipe kernel for at most 2 items per SM with K <= 4096 (above) */
-constexpr int PP_AUTO_ITEMS_PER_SM_M12 = 2, PP_AUTO_MAX_K_M12 = 4096;
-bool pipe_auto_m12(int M, int K, int np16, int sms)
-{
-    return M <= 12 && np16 >= sms && np16 <= PP_AUTO_ITEMS_PER_SM_M12 * sms && K <= PP_AUTO_MAX_K_M12;
+    if (np16 < sms)
+        return false;
+    if (M <= 8)
+        return np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
+    return M <= 12 && np16 <= PP_AUTO_ITEMS_PER_SM_M12 * sms && K <= PP_AUTO_MAX_K_M12;
 }
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
@@ -1665,9 +1663,9 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * shape measured, all N/16 >= 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the
  * pipe kernel has since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below
  * one tile per SM the stream kernel's split-K keeps every SM streaming; pipe or stream up to
- * M = 8 (pipe_auto); from M = 9 the wgmma kernel (pipe_auto_m12 excepted; profiling ablations
- * at M <= 16 run the stream kernel's instances). sm_80: the stream kernel up to M = 32, then
- * the tiled one. */
+ * M = 8 (pipe_auto); from M = 9 the wgmma kernel (but pipe_auto's cases up to M = 12;
+ * profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
+ * kernel up to M = 32, then the tiled one. */
 comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     if (!has_wgmma())
@@ -1676,10 +1674,10 @@ comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
     if (g->M == 1 && plain && np16 >= sms)
         return COMET_W4AX_KERNEL_DECODE;
     if (g->M <= 8)
-        return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
+        return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
     if (g->M <= 16 && g->ablate)
         return COMET_W4AX_KERNEL_STREAM;
-    return plain && pipe_auto_m12(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
+    return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
 }
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
@@ -1728,6 +1726,11 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         /* CTAs resident at once: every one counts as a slot (counting 80 % or 67 % of them
          * made M = 9-64 1.07x / 1.11x slower, session 8) */
         const int slots = sms * ws_ctas_per_sm(pl.tok);
+        /* the modelled time of s splits, in blocks: rounds of resident CTAs x (blocks per split
+         * + a CTA's fixed cost) */
+        auto makespan = [&](int s) {
+            return (long long)((ctas * s + slots - 1) / slots) * ((nb + s - 1) / s + WS_CTA_COST);
+        };
         /* as many splits as fit in one wave (ws_ctas_per_sm CTAs per SM): 8B o at M = 128, 32
          * tiles: S = 4, 128 CTAs, rather than 5 in two waves; at two CTAs per SM the wave
          * counts both (8B down at M = 64: S = 7, 224 CTAs, 0.78x the time of S = 3 at one
@@ -1760,11 +1763,11 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * by more than 1 % at M = 17-64. */
         bool global_splits = false;
         if (g->splits == 0 && ctas < slots && nb >= 2) {
-            const int cur = (nb + S - 1) / S + WS_CTA_COST;
-            int best = cur, best_s = 0;
+            const long long cur = makespan(S); /* one round: the cluster splits fit */
+            long long best = cur;
+            int best_s = 0;
             for (int sg = 2; sg <= nb && sg <= WS_MAX_GLOBAL_SPLITS; sg++) {
-                const int rounds = (ctas * sg + slots - 1) / slots;
-                const int t = rounds * ((nb + sg - 1) / sg + WS_CTA_COST) + sg * pl.tok / 32;
+                const long long t = makespan(sg) + sg * pl.tok / 32;
                 if (t < best)
                     best = t, best_s = sg;
             }
@@ -1787,10 +1790,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * where it does not, stream-K was 1.0-1.36x (cluster splits already fill the SMs). */
         if (g->splits == 0 && g->ablate == 0 && pl.tok == 128 && ctas <= WS_SK_MAX_WAVES * sms &&
             (long long)ctas * nb >= sms) {
-            const int rounds = (ctas * pl.S + slots - 1) / slots;
-            const long long cur = (long long)rounds * ((nb + pl.S - 1) / pl.S + WS_CTA_COST);
             const long long sk = ((long long)ctas * nb + sms - 1) / sms + WS_SK_COST;
-            if (100 * sk <= WS_SK_GAIN * cur)
+            if (100 * sk <= WS_SK_GAIN * makespan(pl.S))
                 pl.streamk = true, pl.S = 1, pl.cluster = false, pl.grid = dim3((unsigned)sms, 1, 1);
         }
         pl.block = dim3(WS_THREADS);
@@ -1869,7 +1870,7 @@ int ws_cluster_capacity(int kpb, int tok, int S)
     static std::mutex mu;
     static int cap[3][4][WS_MAX_CLUSTER + 1];
     std::lock_guard<std::mutex> lock(mu);
-    int &c = cap[kpb][tok == 16 ? 3 : tok == 32 ? 0 : tok == 64 ? 1 : 2][S];
+    int &c = cap[kpb][tok == 16 ? 0 : tok == 32 ? 1 : tok == 64 ? 2 : 3][S];
     if (c == 0) {
         void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
             return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
