@@ -122,6 +122,12 @@ static void test_pack_round_trip(void **state)
     assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(INT_MAX, 128, 64), 0);
     assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(COMET_CUDA_W4AX_MAX_DIM, 64),
                      (size_t)COMET_CUDA_W4AX_MAX_DIM * 32);
+    /* shapes pack refuses for K: the size helpers say 0 for them too (K not a multiple of 64,
+     * or of B) */
+    assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(16, 100), 0);
+    assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(16, 100, 64), 0);
+    assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(16, 192, 128), 0);
+    assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(16, 192, 64), 3 * 16 * 2);
 }
 
 int main(void)

@@ -8,7 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-build-gemm-dev}
 mkdir -p "$out"
-arch="-gencode=arch=compute_90a,code=sm_90a ${COMET_EXTRA_ARCH:-}"
+# COMET_ARCH replaces the target (e.g. "-gencode=arch=compute_90,code=sm_90": a build without
+# sm_90a code, for test_gemm_w4ax_cuda --no-sm90a); COMET_EXTRA_ARCH adds targets
+arch="${COMET_ARCH:--gencode=arch=compute_90a,code=sm_90a} ${COMET_EXTRA_ARCH:-}"
 inc="-Iinclude -Isrc"
 nvcc -std=c++17 -O3 $inc $arch -lineinfo -Xptxas -v -c src/backend/cuda/gemm_w4ax.cu -o "$out/gemm_w4ax.o" \
     > "$out/ptxas.log" 2>&1 &

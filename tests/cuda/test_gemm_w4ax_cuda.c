@@ -6,7 +6,12 @@
  *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
  *     rounding, and two runs give identical bits (deterministic split-K);
  *   - guard words around every output stay intact, and poisoned outputs are all written.
- * Usage: test_gemm_w4ax_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
+ * Usage: test_gemm_w4ax_cuda [--quick | --no-sm90a]
+ *   --quick: a few shapes, for compute-sanitizer;
+ *   --no-sm90a: the quick shapes, for a binary built without sm_90a code (bench/gemm/build.sh
+ *     with COMET_ARCH="-gencode=arch=compute_90,code=sm_90", as CMAKE_CUDA_ARCHITECTURES=90 or
+ *     native builds it) run on an sm_90 GPU: the automatic plans must keep to the stream and
+ *     tiled kernels and be right, and forcing the wgmma kernel must be refused.
  * Exit status 0 when every check passes. */
 #include <math.h>
 #include <pthread.h>
@@ -26,6 +31,7 @@
 
 
 static int n_fail = 0, n_check = 0;
+static int no_sm90a = 0; /* --no-sm90a */
 
 static float f16_round(float x)
 {
@@ -146,6 +152,27 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     char plan[96];
     snprintf(plan, sizeof plan, "%s", comet_cuda_gemm_w4ax_plan_name(&g));
     int fails = 0;
+    if (no_sm90a) {
+        /* a build without sm_90a code: the automatic plan keeps to the sm_80 kernels, and the
+         * wgmma kernel, whose body is empty there, is refused rather than run */
+        if (kernel == COMET_W4AX_KERNEL_AUTO && strncmp(plan, "stream", 6) && strncmp(plan, "tiled", 5)) {
+            fprintf(stderr, "  the automatic plan is %s without sm_90a code\n", plan);
+            fails++;
+        }
+        if (kernel == COMET_W4AX_KERNEL_WGMMA) {
+            g.y = gy.p;
+            if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_ERR_UNSUPPORTED) {
+                fprintf(stderr, "  the wgmma kernel was not refused: %s\n", comet_last_error());
+                fails++;
+            }
+            n_check++;
+            printf("%-4s M=%-5d N=%-5d K=%-6d B=%-3d n8=%-4d wgmma refused without sm_90a code\n",
+                   fails ? "FAIL" : "ok", M, N, s->K, s->B, s->n8);
+            gfree(&gy), gfree(&gy16), gfree(&gbs);
+            cudaFree(ws);
+            return fails;
+        }
+    }
     float *hy = malloc(ny * 4), *hy2 = malloc(ny * 4);
     uint16_t *hy16 = malloc(ny * 2);
     int32_t *hbs = malloc(nbs * 4);
@@ -355,8 +382,11 @@ static void test_bad_args(void)
     a.splits = 0;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
     /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
-     * than run as the full kernel */
+     * than run as the full kernel (without sm_90a code, the kernel itself is refused) */
     a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5, a.tile_tokens = 32;
+    if (no_sm90a)
+        bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_UNSUPPORTED;
+    else {
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.ablate = 16;
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_OK;
@@ -364,7 +394,18 @@ static void test_bad_args(void)
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
     a.bsum = NULL, a.tile_tokens = 16; /* nor of the 16-token tile */
     bad |= comet_cuda_gemm_w4ax(&a, NULL) != COMET_ERR_INVALID_ARG;
+    }
     a.ablate = 0, a.B = 64, a.tile_tokens = 0;
+    /* K past COMET_CUDA_W4AX_MAX_K: the kernels' split ranges are int arithmetic */
+    comet_cuda_w4ax_gemm k = a;
+    k.K = COMET_CUDA_W4AX_MAX_K + 64, k.kernel = COMET_W4AX_KERNEL_AUTO;
+    bad |= comet_cuda_gemm_w4ax(&k, NULL) != COMET_ERR_INVALID_ARG;
+    /* token tiles past the grid's 65535 in y (the stream kernel forced at M = 2^22: 8-row
+     * groups of 4) are refused before the launch, naming the limit */
+    comet_cuda_w4ax_gemm m = {.M = 1 << 22, .N = 16, .K = 128, .B = 64, .qw = (const uint8_t *)buf,
+                              .sw = (const uint16_t *)buf, .qa = (const int8_t *)buf, .sa = (const float *)buf,
+                              .y = (float *)buf, .kernel = COMET_W4AX_KERNEL_STREAM};
+    bad |= comet_cuda_gemm_w4ax(&m, NULL) != COMET_ERR_INVALID_ARG || !strstr(comet_last_error(), "65535");
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel
@@ -384,7 +425,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
         return cudaFree(0) == cudaSuccess ? 0 : 1;
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    no_sm90a = argc > 1 && !strcmp(argv[1], "--no-sm90a");
+    int quick = no_sm90a || (argc > 1 && !strcmp(argv[1], "--quick"));
     test_bad_args();
     test_shared_workspace();
     static const int Ms[] = {1, 2, 3, 7, 16, 33, 64, 100, 256, 1000, 4096};

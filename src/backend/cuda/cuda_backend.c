@@ -58,13 +58,34 @@ static comet_status cuda_fail(cudaError_t e, const char *what) {
 
 static cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
+/* Every op makes its backend's device current and gives the calling thread its own current
+ * device back when it returns: device_enter returns the caller's (-1 if it has none) and
+ * the status of switching; device_leave restores it. */
+static cudaError_t device_enter(int device, int *prev) {
+    if (cudaGetDevice(prev) != cudaSuccess) {
+        cudaGetLastError();
+        *prev = -1;
+    }
+    return *prev == device ? cudaSuccess : cudaSetDevice(device);
+}
+
+static void device_leave(int device, int prev) {
+    if (prev >= 0 && prev != device)
+        cudaSetDevice(prev);
+}
+
 static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
+    (void)be;
     if (!w)
         return;
-    cudaSetDevice(w->device);
-    cudaStreamSynchronize(impl_of(be)->stream); /* a queued GEMM may still read w */
+    int prev;
+    device_enter(w->device, &prev);
+    /* a queued GEMM may still read w, on this backend's stream or on that of another CUDA
+     * backend of the same device (gemm_w4ax takes any CUDA backend's weight of its device) */
+    cudaDeviceSynchronize();
     cudaFree(w->qw);
     cudaFree(w->sw);
+    device_leave(w->device, prev);
     w->magic = 0;
     free(w);
 }
@@ -82,6 +103,7 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
     comet_status st = COMET_OK;
     cudaError_t e = cudaSuccess;
     const char *what = "";
+    int prev = -1;
     if (!qw_host || !sw_host || !w) {
         st = comet_set_error(COMET_ERR_NOMEM,
                              "w4ax_load (backend 'cuda'): out of host memory packing an N=%d "
@@ -94,7 +116,7 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
     st = comet_cuda_w4ax_pack(N, K, B, qw_plain, sw_plain, qw_host, sw_host);
     if (st < 0)
         goto done;
-    if ((e = cudaSetDevice(im->device)) != cudaSuccess) {
+    if ((e = device_enter(im->device, &prev)) != cudaSuccess) {
         what = "w4ax_load: cudaSetDevice";
     } else if ((e = cudaMalloc((void **)&w->qw, qw_bytes)) != cudaSuccess) {
         what = "w4ax_load: cudaMalloc of the packed codes";
@@ -114,14 +136,14 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
 done:
     free(qw_host);
     free(sw_host);
-    if (st < 0) {
-        if (w) {
-            cudaFree(w->qw); /* cudaFree(NULL) is a no-op */
-            cudaFree(w->sw);
-            free(w);
-        }
-        return st;
+    if (st < 0 && w) {
+        cudaFree(w->qw); /* cudaFree(NULL) is a no-op */
+        cudaFree(w->sw);
+        free(w);
     }
+    device_leave(im->device, prev);
+    if (st < 0)
+        return st;
     *out = w;
     return COMET_OK;
 }
@@ -147,6 +169,18 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
     return COMET_OK;
 }
 
+/* The launch of cuda_gemm_w4ax, on the backend's device (current). */
+static comet_status gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M, int n8,
+                                     const int8_t *qa, const float *sa, float *y) {
+    comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
+                              .sw = w->sw, .qa = qa, .sa = sa, .y = y,
+                              .kernel = COMET_W4AX_KERNEL_AUTO};
+    COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
+    g.workspace = im->workspace;
+    g.workspace_bytes = im->workspace_bytes;
+    return comet_cuda_gemm_w4ax(&g, im->stream);
+}
+
 static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
                                    const int8_t *qa, const float *sa, float *y) {
     cuda_impl *im = impl_of(be);
@@ -159,25 +193,24 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
                                "backend runs on device %d", w->device, im->device);
-    CUDA_TRY(cudaSetDevice(im->device), "gemm_w4ax: cudaSetDevice");
-    comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
-                              .sw = w->sw, .qa = qa, .sa = sa, .y = y,
-                              .kernel = COMET_W4AX_KERNEL_AUTO};
-    COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
-    g.workspace = im->workspace;
-    g.workspace_bytes = im->workspace_bytes;
-    return comet_cuda_gemm_w4ax(&g, im->stream);
+    int prev;
+    CUDA_TRY(device_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
+    comet_status st = gemm_w4ax_launch(im, w, M, n8, qa, sa, y);
+    device_leave(im->device, prev);
+    return st;
 }
 
 static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
     if (im) {
-        cudaSetDevice(im->device);
+        int prev;
+        device_enter(im->device, &prev);
         if (im->stream) {
             cudaStreamSynchronize(im->stream);
             cudaStreamDestroy(im->stream);
         }
         cudaFree(im->workspace);
+        device_leave(im->device, prev);
         free(im);
     }
     free(be);
@@ -221,13 +254,16 @@ comet_backend *comet_backend_cuda_init(int device) {
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;
-    if ((e = cudaSetDevice(device)) != cudaSuccess ||
+    int prev;
+    if ((e = device_enter(device, &prev)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         cuda_fail(e, "creating the stream");
         im->stream = NULL;
+        device_leave(device, prev);
         cuda_destroy(be);
         return NULL;
     }
+    device_leave(device, prev);
     return be;
 }
 
@@ -236,8 +272,10 @@ comet_status comet_backend_cuda_sync(comet_backend *be) {
         return comet_set_error(COMET_ERR_INVALID_ARG, "comet_backend_cuda_sync: backend '%s' is "
                                "not a CUDA backend", be ? be->ops->name : "(NULL)");
     cuda_impl *im = impl_of(be);
-    CUDA_TRY(cudaSetDevice(im->device), "sync: cudaSetDevice");
+    int prev;
+    CUDA_TRY(device_enter(im->device, &prev), "sync: cudaSetDevice");
     cudaError_t e = cudaStreamSynchronize(im->stream);
+    device_leave(im->device, prev);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",
                                cudaGetErrorString(e), cudaGetErrorName(e));

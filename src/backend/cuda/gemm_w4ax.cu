@@ -1477,8 +1477,22 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     }
     });
 #undef W4AX_WS_FOR_EACH
+#elif defined(__CUDA_ARCH__)
+    /* Code for any other target has no body: has_wgmma() keeps plans off this kernel there, so
+     * reaching it is a bug that must not pass for a result (y would be left unwritten). */
+    __trap();
 #endif
 }
+
+/* 1 in the device code built for sm_90a (wgmma, setmaxnreg: the body of w4ax_ws_kernel), 0 in
+ * code for any other target (plain sm_90, or sm_80 run through the PTX JIT). Each image of the
+ * fat binary carries its own value; has_wgmma reads the one the device loaded. */
+__device__ int w4ax_sm90a_code =
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    1;
+#else
+    0;
+#endif
 
 /* ---- host side: plans and launch ---- */
 
@@ -1509,23 +1523,38 @@ struct plan_t {
 };
 
 
-/* An attribute of the current device (SM count, compute capability major, shared memory per
- * SM), cached per device (the plans ask for them on every call); `fallback` when the query
- * fails. */
-int device_attr(cudaDeviceAttr attr, int fallback)
+/* Devices whose properties the host code caches (per-device tables; a device past this is
+ * asked again on every call). */
+constexpr int MAX_DEV = 16;
+
+/* The current device's ordinal, or -1 (error cleared) when there is none. */
+int current_device()
 {
-    constexpr int MAX_DEV = 16;
-    static const cudaDeviceAttr kinds[3] = {cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
-                                            cudaDevAttrMaxSharedMemoryPerMultiprocessor};
-    static std::mutex mu;
-    static int cache[MAX_DEV][3];
-    int dev = 0, v = 0, k = 0;
-    while (k < 2 && kinds[k] != attr)
-        k++;
+    int dev = -1;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError(); /* clear */
-        return fallback;
+        return -1;
     }
+    return dev;
+}
+
+/* An attribute of the current device (SM count, compute capability major, shared memory per
+ * SM and per block with opt-in), cached per device (the plans ask for them on every call);
+ * `fallback` when the query fails. */
+int device_attr(cudaDeviceAttr attr, int fallback)
+{
+    static const cudaDeviceAttr kinds[] = {cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
+                                           cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+                                           cudaDevAttrMaxSharedMemoryPerBlockOptin};
+    constexpr int NK = sizeof kinds / sizeof kinds[0];
+    static std::mutex mu;
+    static int cache[MAX_DEV][NK];
+    int v = 0, k = 0;
+    while (k < NK - 1 && kinds[k] != attr)
+        k++;
+    const int dev = current_device();
+    if (dev < 0)
+        return fallback;
     if (dev >= 0 && dev < MAX_DEV && kinds[k] == attr) {
         std::lock_guard<std::mutex> lock(mu);
         if (cache[dev][k] == 0 && cudaDeviceGetAttribute(&v, attr, dev) == cudaSuccess && v > 0)
@@ -1558,13 +1587,69 @@ size_t counter_bytes(const plan_t &pl)
     return ((n > WS_COUNTERS ? n : WS_COUNTERS) * sizeof(unsigned) + 255) / 256 * 256;
 }
 
-/* wgmma needs sm_90 (this file is built for sm_90a there). */
-bool has_wgmma() { return device_attr(cudaDevAttrComputeCapabilityMajor, 0) == 9; }
+/* The wgmma kernel runs here: an sm_90 device that loaded this file's sm_90a code. A build
+ * for plain sm_90 (CMAKE_CUDA_ARCHITECTURES=90 or native) or sm_80 alone gives that kernel
+ * no body; the plans then use the stream and tiled kernels (sm_80 rules), and forcing the
+ * wgmma kernel is refused. Read once per device (one small synchronous copy, on the first
+ * plan made on it). */
+bool has_wgmma()
+{
+    if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) != 9)
+        return false;
+    static std::mutex mu;
+    static int known[MAX_DEV]; /* 0 not read yet, 1 sm_90a code, 2 none */
+    const int dev = current_device();
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev >= 0 && dev < MAX_DEV && known[dev])
+        return known[dev] == 1;
+    int v = 0;
+    if (cudaMemcpyFromSymbol(&v, w4ax_sm90a_code, sizeof v) != cudaSuccess) {
+        cudaGetLastError(); /* clear; treated as no sm_90a code */
+        v = 0;
+    }
+    if (dev >= 0 && dev < MAX_DEV)
+        known[dev] = v == 1 ? 1 : 2;
+    return v == 1;
+}
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* Dynamic shared memory above 48 KB must be allowed per kernel; done once per kernel. */
+/* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the
+ * decode kernel's token rows): static_asserts and plan_decode hold the plans to it. */
 constexpr int MAX_SMEM = 160 * 1024;
+
+/* Allow `kernel` `bytes` of dynamic shared memory on the current device. Above 48 KB this
+ * must be set per kernel and per device (the attribute lives in the device's context), and
+ * it may not exceed the device's opt-in limit (227 KB on sm_90, 163 KB on sm_80, 99 KB on
+ * sm_86 / 89 / 120). The largest value set is remembered per (device, kernel). */
+cudaError_t allow_smem(const void *kernel, size_t bytes)
+{
+    if (bytes <= 48 * 1024)
+        return cudaSuccess;
+    struct entry {
+        int dev;
+        const void *kernel;
+        size_t bytes;
+    };
+    static std::mutex mu;
+    static entry done[1024]; /* 113 kernel instances per device today */
+    static int n_done = 0;
+    const int dev = current_device();
+    std::lock_guard<std::mutex> lock(mu);
+    int i = 0;
+    while (i < n_done && !(done[i].dev == dev && done[i].kernel == kernel))
+        i++;
+    if (i < n_done && done[i].bytes >= bytes)
+        return cudaSuccess;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess)
+        return e;
+    if (i < n_done)
+        done[i].bytes = bytes;
+    else if (n_done < 1024)
+        done[n_done++] = entry{dev, kernel, bytes};
+    return cudaSuccess;
+}
 
 /* Shared memory of one SM (bytes), for sizing the pipe kernel's rings. */
 int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024); }
@@ -1868,9 +1953,11 @@ template <typename F> auto with_mi_kpb(int mi, int kpb, F &&f)
 int ws_cluster_capacity(int kpb, int tok, int S)
 {
     static std::mutex mu;
-    static int cap[3][4][WS_MAX_CLUSTER + 1];
+    static int cap[MAX_DEV][3][4][WS_MAX_CLUSTER + 1]; /* per device: GPUs differ in SMs and GPCs */
+    const int dev = current_device();
     std::lock_guard<std::mutex> lock(mu);
-    int &c = cap[kpb][tok == 16 ? 0 : tok == 32 ? 1 : tok == 64 ? 2 : 3][S];
+    int uncached = 0;
+    int &c = dev >= 0 && dev < MAX_DEV ? cap[dev][kpb][tok == 16 ? 0 : tok == 32 ? 1 : tok == 64 ? 2 : 3][S] : uncached;
     if (c == 0) {
         void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
             return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
@@ -1882,7 +1969,7 @@ int ws_cluster_capacity(int kpb, int tok, int S)
         cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS), cfg.dynamicSmemBytes = ws_smem_bytes(kpb, tok);
         cfg.attrs = attr, cfg.numAttrs = 1;
         int n = 0;
-        if (cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM) != cudaSuccess ||
+        if (allow_smem((const void *)kern, cfg.dynamicSmemBytes) != cudaSuccess ||
             cudaOccupancyMaxActiveClusters(&n, kern, &cfg) != cudaSuccess || n < 1) {
             cudaGetLastError(); /* clear */
             n = 1 << 30;
@@ -1896,22 +1983,9 @@ int ws_cluster_capacity(int kpb, int tok, int S)
 template <typename... KA, typename... A>
 cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
 {
-    static std::mutex mu;
-    static const void *done[256]; /* 113 kernel instances today */
-    static int n_done = 0;
-    {
-        std::lock_guard<std::mutex> lock(mu);
-        bool seen = false;
-        for (int i = 0; i < n_done; i++)
-            seen |= done[i] == (const void *)kernel;
-        if (!seen) {
-            cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, MAX_SMEM);
-            if (e != cudaSuccess)
-                return e;
-            if (n_done < 256)
-                done[n_done++] = (const void *)kernel;
-        }
-    }
+    cudaError_t e = allow_smem((const void *)kernel, pl.smem);
+    if (e != cudaSuccess)
+        return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = pl.grid, cfg.blockDim = pl.block, cfg.dynamicSmemBytes = pl.smem, cfg.stream = st;
     cudaLaunchAttribute attr[1];
@@ -2028,12 +2102,12 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
 {
     if (!g || g->M < 1 || g->N < 1 || g->K < 64 || g->K % 64 || (g->B != 64 && g->B != 128) ||
         g->K % g->B || g->n8 < 0 || g->n8 > g->K / g->B || g->M > COMET_CUDA_W4AX_MAX_DIM ||
-        g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_DIM ||
+        g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_K ||
         (int64_t)g->M * g->N > COMET_CUDA_W4AX_MAX_OUTPUT)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B, "
-                               "M, N, K <= 2^30, M * N <= 2^36",
+                               "M, N <= 2^30, K <= 2^20, M * N <= 2^36",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 && g->tile_tokens != 64 &&
@@ -2070,7 +2144,7 @@ extern "C" size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gem
 
 extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g)
 {
-    static char buf[96];
+    static thread_local char buf[96]; /* per thread: the launch's error messages use it too */
     if (check_args(g) < 0) {
         comet_clear_error();
         return "invalid";
@@ -2103,7 +2177,23 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     COMET_TRY(check_pointers(g));
     plan_t pl = make_plan(g);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "gemm_w4ax: the wgmma kernel needs an sm_90 GPU");
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "gemm_w4ax: the wgmma kernel needs an sm_90 GPU and a build with sm_90a code "
+                               "(CMAKE_CUDA_ARCHITECTURES with 90a, e.g. \"90a;80\"; plain 90 or native "
+                               "has no wgmma)");
+    /* tiles along grid y (token tiles of the stream and tiled kernels) and splits along z */
+    if (pl.grid.y > 65535 || pl.grid.z > 65535)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: M=%d N=%d K=%d is past the grid limits of the %s plan (grid %ux%ux%u, "
+                               "at most 65535 in y and z); split the call along M",
+                               g->M, g->N, g->K, comet_cuda_gemm_w4ax_plan_name(g), pl.grid.x, pl.grid.y,
+                               pl.grid.z);
+    const int smem_optin = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
+    if (pl.smem > (size_t)smem_optin)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "gemm_w4ax: the %s plan needs %zu bytes of shared memory per CTA, this GPU "
+                               "allows %d",
+                               comet_cuda_gemm_w4ax_plan_name(g), pl.smem, smem_optin);
     if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
         (pl.cluster || g->B != 128 || pl.tok < 32 || g->bsum || !ws_ablation_instance(g->ablate))) {
         char vals[64] = "";

@@ -49,8 +49,11 @@ typedef enum comet_w4ax_kernel {
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
-/* Largest M, N, K accepted (2^30): the plans round them up to tile multiples in int. */
+/* Largest M, N accepted (2^30): the plans round them up to tile multiples in int. */
 #define COMET_CUDA_W4AX_MAX_DIM (1 << 30)
+/* Largest K the GEMM accepts (2^20, 18x LLaMA-3-70B's 57344): the kernels split K into ranges
+ * s * (K/B) / S in int, which stays below 2^31 up to here (packing accepts up to MAX_DIM). */
+#define COMET_CUDA_W4AX_MAX_K (1 << 20)
 /* Largest M * N accepted (2^36 outputs, far past any GPU's memory): the plans count output
  * tiles (16 x 8 at the smallest) in int. */
 #define COMET_CUDA_W4AX_MAX_OUTPUT ((int64_t)1 << 36)
@@ -61,7 +64,7 @@ typedef enum comet_w4ax_kernel {
  * for two k32 steps, each nibble pair (low = row g, high = row g+8) expanding to INT8
  * with the x16 trick. Scales: fp16 [K/B, Np] (block-major), padded rows are 0. */
 size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K); /* 0 for shapes pack refuses */
-size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B);
+size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B); /* likewise */
 
 /* Host-side repacking. qw_plain [N, K/2] and sw_plain [N, K/B] fp16 bits in, qw_packed
  * (packed_qw_bytes) and sw_packed (packed_sw_bytes) out; caller-owned host buffers.
@@ -77,7 +80,8 @@ comet_status comet_cuda_w4ax_unpack(int N, int K, int B, const uint8_t *qw_packe
                                     uint16_t *sw_plain);
 
 /* One GEMM call. Pointers are device memory owned by the caller. Shape limits:
- * COMET_CUDA_W4AX_MAX_DIM per dimension, COMET_CUDA_W4AX_MAX_OUTPUT for M * N. */
+ * COMET_CUDA_W4AX_MAX_DIM for M and N, COMET_CUDA_W4AX_MAX_K for K,
+ * COMET_CUDA_W4AX_MAX_OUTPUT for M * N. */
 typedef struct comet_cuda_w4ax_gemm {
     int M, N, K, B, n8;  /* M >= 1 tokens, N >= 1, K % 64 == 0, B in {64,128}, 0<=n8<=K/B */
     const uint8_t *qw;   /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K), 16-byte aligned */
@@ -90,14 +94,19 @@ typedef struct comet_cuda_w4ax_gemm {
                           * accumulators the kernel scales, or NULL */
     void *workspace;     /* tile counters + split-K / stream-K partials, or NULL when none
                           * is needed; zero-filled once by the caller when allocated (the
-                          * kernels leave the counters at zero again), and shareable by the
-                          * calls of one stream: the counters occupy the same first 256 KB
-                          * in every plan, so no call's partials land on another's counters */
+                          * kernels leave the counters at zero again). Shareable by calls
+                          * made one after another on ONE stream: the counters occupy the
+                          * same first 256 KB in every plan (a plan with more than 65536
+                          * tiles uses a larger region, which the call zeroes first), so
+                          * no call's partials land on another's counters. Calls that may
+                          * run at the same time (other streams, other threads) need
+                          * workspaces of their own. */
     size_t workspace_bytes;
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
     int ablate;               /* 0 in production. Profiling only, results are then WRONG:
-                               * bit mask of stages left out. wgmma kernel (B = 128, plans
-                               * without a split-K cluster; one of 1, 2, 3, 4, 8, 11, 16, 17,
+                               * bit mask of stages left out. wgmma kernel (B = 128, token
+                               * tiles of 32 or more, plans without a split-K cluster, bsum
+                               * NULL; one of 1, 2, 3, 4, 8, 11, 16, 17,
                                * 32, 64, 96): 1 = the int32 -> fp32 promotion (the sums are
                                * XOR-folded instead), 2 = the wgmma, 4 = the activation-scale
                                * loads, 8 = half of the token tile's rows (the bytes of packed
@@ -115,17 +124,22 @@ typedef struct comet_cuda_w4ax_gemm {
                                * else 128), or 16 / 32 / 64 / 128 (tests force each) */
 } comet_cuda_w4ax_gemm;
 
-/* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan (0 if none). */
+/* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan on the current
+ * device (0 if none; the plan depends on the device's SM count and code). */
 size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gemm *g);
 
 /* Short text naming the plan chosen for g ("stream MI=2 splits=8 grid=64x1x8"), for
- * benchmarks and logs; static storage, overwritten by the next call. */
+ * benchmarks and logs; storage per thread, overwritten by the thread's next call. */
 const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g);
 
-/* Launch the GEMM on `stream` (a cudaStream_t, NULL for the default stream). Returns
- * COMET_OK, COMET_ERR_INVALID_ARG for bad shapes/pointers or too small a workspace,
- * COMET_ERR_CUDA when the launch fails. Asynchronous: errors inside the kernel surface at
- * the next synchronizing call. */
+/* Launch the GEMM on `stream` (a cudaStream_t, NULL for the default stream) of the current
+ * device. Returns COMET_OK; COMET_ERR_INVALID_ARG for bad shapes/pointers, too small a
+ * workspace, or a shape past the launch grid's limits; COMET_ERR_UNSUPPORTED when the GPU or
+ * the build cannot run the plan (the wgmma kernel forced without sm_90a code, a plan needing
+ * more shared memory than the GPU allows); COMET_ERR_CUDA when the launch fails. The first
+ * call on a device reads which code it loaded (one synchronous copy): make it before
+ * capturing a CUDA graph. Asynchronous: errors inside the kernel surface at the next
+ * synchronizing call. */
 comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream);
 
 #ifdef __cplusplus

@@ -9,7 +9,7 @@
 
 static int dims_ok(int N, int K)
 {
-    return N >= 1 && N <= COMET_CUDA_W4AX_MAX_DIM && K >= 64 && K <= COMET_CUDA_W4AX_MAX_DIM;
+    return N >= 1 && N <= COMET_CUDA_W4AX_MAX_DIM && K >= 64 && K <= COMET_CUDA_W4AX_MAX_DIM && K % 64 == 0;
 }
 
 static size_t round16(int n) { return ((size_t)n + 15) / 16 * 16; }
@@ -21,12 +21,12 @@ size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K)
 
 size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B)
 {
-    return dims_ok(N, K) && (B == 64 || B == 128) ? (size_t)(K / B) * round16(N) * sizeof(uint16_t) : 0;
+    return dims_ok(N, K) && (B == 64 || B == 128) && K % B == 0 ? (size_t)(K / B) * round16(N) * sizeof(uint16_t) : 0;
 }
 
 static comet_status check_shape(int N, int K, int B)
 {
-    if (!dims_ok(N, K) || K % 64 || (B != 64 && B != 128) || K % B)
+    if (!dims_ok(N, K) || (B != 64 && B != 128) || K % B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_pack: N=%d K=%d B=%d; need 1 <= N <= %d, K a multiple of 64 "
                                "(at most %d), B 64 or 128 dividing K", N, K, B,
