@@ -384,7 +384,16 @@ static void test_bad_args(void)
                               .y = (float *)((char *)buf + 16384)};
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.sw = (const uint16_t *)((char *)buf + 4096);
-    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK); /* the same call, aligned */
+    /* the same call, aligned (with the workspace its plan needs: none on sm_90a, where the
+     * stream kernel's two splits reduce in a cluster; the global split-K path elsewhere) */
+    void *ws = NULL;
+    size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&a);
+    if (wsb) {
+        CUDA_OK(cudaMalloc(&ws, wsb));
+        CUDA_OK(cudaMemset(ws, 0, wsb));
+    }
+    a.workspace = ws, a.workspace_bytes = wsb;
+    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
     a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 2; /* the decode kernel has no split-K */
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     ARG_OK(comet_cuda_gemm_w4ax_workspace_bytes(&a) == 0);
@@ -418,6 +427,7 @@ static void test_bad_args(void)
     ARG_OK(comet_cuda_gemm_w4ax(&m, NULL) == COMET_ERR_INVALID_ARG && strstr(comet_last_error(), "65535"));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
+    CUDA_OK(cudaFree(ws));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel
      * (their plans count tiles in int) */
     for (int k = COMET_W4AX_KERNEL_AUTO; k < COMET_W4AX_KERNEL_COUNT; k++) {
