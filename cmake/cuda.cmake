@@ -22,7 +22,10 @@ if(COMET_HAVE_CUDA)
   # The W4Ax GEMM's Hopper kernel (wgmma, setmaxnreg) needs sm_90a code; "90" or "native" on
   # an H100/H200 gives plain sm_90, where the GEMM falls back to its sm_80 kernels (correct,
   # several times slower from 9 tokens up). Say so at configure time.
-  set(comet_archs "${CMAKE_CUDA_ARCHITECTURES_NATIVE};${CMAKE_CUDA_ARCHITECTURES}")
+  set(comet_archs "${CMAKE_CUDA_ARCHITECTURES}")
+  if(comet_archs MATCHES "native")
+    set(comet_archs "${CMAKE_CUDA_ARCHITECTURES_NATIVE}")
+  endif()
   if(comet_archs MATCHES "(^|;)90(-real|-virtual)?(;|$)" AND NOT comet_archs MATCHES "(^|;)90a")
     message(WARNING "comet: CMAKE_CUDA_ARCHITECTURES='${CMAKE_CUDA_ARCHITECTURES}' builds sm_90 "
                     "without 90a: on Hopper the W4Ax GEMM runs its sm_80 kernels, not the wgmma one. "

@@ -419,6 +419,7 @@ static void test_bad_args(void)
     comet_cuda_w4ax_gemm k = a;
     k.K = COMET_CUDA_W4AX_MAX_K + 64, k.kernel = COMET_W4AX_KERNEL_AUTO;
     ARG_OK(comet_cuda_gemm_w4ax(&k, NULL) == COMET_ERR_INVALID_ARG);
+    ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&k), "invalid") == 0); /* the shape check, not the workspace */
     /* token tiles past the grid's 65535 in y (the stream kernel forced at M = 2^22: 8-row
      * groups of 4) are refused before the launch, naming the limit */
     comet_cuda_w4ax_gemm m = {.M = 1 << 22, .N = 16, .K = 128, .B = 64, .qw = (const uint8_t *)buf,

@@ -13,8 +13,10 @@
 
 #ifdef COMET_HAVE_CUDA
 
+#include <pthread.h>
 #include <stdlib.h>
 
+#include <cuda.h> /* types of the two driver functions below, reached through the runtime */
 #include <cuda_runtime_api.h>
 
 #include "backend/cuda/gemm_w4ax.h"
@@ -58,34 +60,60 @@ static comet_status cuda_fail(cudaError_t e, const char *what) {
 
 static cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
-/* Every op makes its backend's device current and gives the calling thread its own current
- * device back when it returns: device_enter returns the caller's (-1 if it has none) and
- * the status of switching; device_leave restores it. */
-static cudaError_t device_enter(int device, int *prev) {
-    if (cudaGetDevice(prev) != cudaSuccess) {
+/* Every op makes its backend's device current and gives the calling thread its own CUDA
+ * context back when it returns: device_enter saves the caller's context (NULL when it has
+ * none) and switches; device_leave restores it. Contexts, not device numbers: restoring
+ * "device 0" for a thread that never chose a device would create a context on GPU 0 (a
+ * process serving on GPU 3 would pay for one there), and a caller's own driver context is
+ * not any device's primary one. cuCtxGetCurrent / cuCtxSetCurrent come through the
+ * runtime's driver entry points (no -lcuda); without them nothing is restored. */
+typedef CUresult (*ctx_get_fn)(CUcontext *);
+typedef CUresult (*ctx_set_fn)(CUcontext);
+static ctx_get_fn ctx_get;
+static ctx_set_fn ctx_set;
+static pthread_once_t ctx_once = PTHREAD_ONCE_INIT;
+
+static void *driver_fn(const char *name) {
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, 4000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
         cudaGetLastError();
-        *prev = -1;
+        return NULL;
     }
-    return *prev == device ? cudaSuccess : cudaSetDevice(device);
+    return fn;
 }
 
-static void device_leave(int device, int prev) {
-    if (prev >= 0 && prev != device)
-        cudaSetDevice(prev);
+static void ctx_fns_load(void) {
+    ctx_get = (ctx_get_fn)driver_fn("cuCtxGetCurrent");
+    ctx_set = (ctx_set_fn)driver_fn("cuCtxSetCurrent");
+}
+
+static cudaError_t device_enter(int device, CUcontext *prev) {
+    pthread_once(&ctx_once, ctx_fns_load);
+    *prev = NULL;
+    if (ctx_get && ctx_set && ctx_get(prev) != CUDA_SUCCESS)
+        *prev = NULL;
+    return cudaSetDevice(device);
+}
+
+static void device_leave(CUcontext prev) {
+    if (prev)
+        ctx_set(prev);
 }
 
 static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
     (void)be;
     if (!w)
         return;
-    int prev;
+    CUcontext prev;
     device_enter(w->device, &prev);
     /* a queued GEMM may still read w, on this backend's stream or on that of another CUDA
      * backend of the same device (gemm_w4ax takes any CUDA backend's weight of its device) */
     cudaDeviceSynchronize();
     cudaFree(w->qw);
     cudaFree(w->sw);
-    device_leave(w->device, prev);
+    device_leave(prev);
     w->magic = 0;
     free(w);
 }
@@ -94,6 +122,10 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
                                    const uint8_t *qw_plain, const uint16_t *sw_plain,
                                    comet_w4ax_weight **out) {
     COMET_TRY(comet_w4ax_check_load(be, N, K, B, qw_plain, sw_plain, out));
+    if (K > COMET_CUDA_W4AX_MAX_K) /* the GEMM would refuse every call with this weight */
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "w4ax_load (backend 'cuda'): K=%d; the CUDA W4Ax GEMM takes K <= %d",
+                               K, COMET_CUDA_W4AX_MAX_K);
     cuda_impl *im = impl_of(be);
     size_t qw_bytes = comet_cuda_w4ax_packed_qw_bytes(N, K);
     size_t sw_bytes = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
@@ -103,7 +135,7 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
     comet_status st = COMET_OK;
     cudaError_t e = cudaSuccess;
     const char *what = "";
-    int prev = -1;
+    CUcontext prev = NULL;
     if (!qw_host || !sw_host || !w) {
         st = comet_set_error(COMET_ERR_NOMEM,
                              "w4ax_load (backend 'cuda'): out of host memory packing an N=%d "
@@ -141,7 +173,7 @@ done:
         cudaFree(w->sw);
         free(w);
     }
-    device_leave(im->device, prev);
+    device_leave(prev);
     if (st < 0)
         return st;
     *out = w;
@@ -193,24 +225,28 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
                                "backend runs on device %d", w->device, im->device);
-    int prev;
-    CUDA_TRY(device_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
+    CUcontext prev;
+    cudaError_t e = device_enter(im->device, &prev);
+    if (e != cudaSuccess) {
+        device_leave(prev);
+        return cuda_fail(e, "gemm_w4ax: cudaSetDevice");
+    }
     comet_status st = gemm_w4ax_launch(im, w, M, n8, qa, sa, y);
-    device_leave(im->device, prev);
+    device_leave(prev);
     return st;
 }
 
 static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
     if (im) {
-        int prev;
+        CUcontext prev;
         device_enter(im->device, &prev);
         if (im->stream) {
             cudaStreamSynchronize(im->stream);
             cudaStreamDestroy(im->stream);
         }
         cudaFree(im->workspace);
-        device_leave(im->device, prev);
+        device_leave(prev);
         free(im);
     }
     free(be);
@@ -254,16 +290,16 @@ comet_backend *comet_backend_cuda_init(int device) {
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;
-    int prev;
+    CUcontext prev;
     if ((e = device_enter(device, &prev)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         cuda_fail(e, "creating the stream");
         im->stream = NULL;
-        device_leave(device, prev);
+        device_leave(prev);
         cuda_destroy(be);
         return NULL;
     }
-    device_leave(device, prev);
+    device_leave(prev);
     return be;
 }
 
@@ -272,10 +308,14 @@ comet_status comet_backend_cuda_sync(comet_backend *be) {
         return comet_set_error(COMET_ERR_INVALID_ARG, "comet_backend_cuda_sync: backend '%s' is "
                                "not a CUDA backend", be ? be->ops->name : "(NULL)");
     cuda_impl *im = impl_of(be);
-    int prev;
-    CUDA_TRY(device_enter(im->device, &prev), "sync: cudaSetDevice");
-    cudaError_t e = cudaStreamSynchronize(im->stream);
-    device_leave(im->device, prev);
+    CUcontext prev;
+    cudaError_t e = device_enter(im->device, &prev);
+    if (e != cudaSuccess) {
+        device_leave(prev);
+        return cuda_fail(e, "sync: cudaSetDevice");
+    }
+    e = cudaStreamSynchronize(im->stream);
+    device_leave(prev);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",
                                cudaGetErrorString(e), cudaGetErrorName(e));

@@ -1478,21 +1478,12 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     });
 #undef W4AX_WS_FOR_EACH
 #elif defined(__CUDA_ARCH__)
-    /* Code for any other target has no body: has_wgmma() keeps plans off this kernel there, so
-     * reaching it is a bug that must not pass for a result (y would be left unwritten). */
+    /* Code for any other target has no body: has_wgmma() (which tells the two apart by this
+     * body's registers) keeps plans off this kernel there, so reaching it is a bug that must
+     * not pass for a result (y would be left unwritten). */
     __trap();
 #endif
 }
-
-/* 1 in the device code built for sm_90a (wgmma, setmaxnreg: the body of w4ax_ws_kernel), 0 in
- * code for any other target (plain sm_90, or sm_80 run through the PTX JIT). Each image of the
- * fat binary carries its own value; has_wgmma reads the one the device loaded. */
-__device__ int w4ax_sm90a_code =
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    1;
-#else
-    0;
-#endif
 
 /* ---- host side: plans and launch ---- */
 
@@ -1589,9 +1580,13 @@ size_t counter_bytes(const plan_t &pl)
 
 /* The wgmma kernel runs here: an sm_90 device that loaded this file's sm_90a code. A build
  * for plain sm_90 (CMAKE_CUDA_ARCHITECTURES=90 or native) or sm_80 alone gives that kernel
- * no body; the plans then use the stream and tiled kernels (sm_80 rules), and forcing the
- * wgmma kernel is refused. Read once per device (one small synchronous copy, on the first
- * plan made on it). */
+ * no body (a trap); the plans then use the stream and tiled kernels (sm_80 rules), and
+ * forcing the wgmma kernel is refused. Which code the device loaded shows in the kernel's
+ * registers, read with cudaFuncGetAttributes (no copy, no synchronization: safe while a CUDA
+ * graph is being captured): every sm_90a instance holds 56 or more per thread (its launch
+ * bounds give 1-3 CTAs of 384 threads the whole register file), the trap a handful. Cached
+ * per device; a failed query is not cached (and plans as without sm_90a code). */
+constexpr int WS_MIN_REGS = 32;
 bool has_wgmma()
 {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) != 9)
@@ -1602,14 +1597,15 @@ bool has_wgmma()
     std::lock_guard<std::mutex> lock(mu);
     if (dev >= 0 && dev < MAX_DEV && known[dev])
         return known[dev] == 1;
-    int v = 0;
-    if (cudaMemcpyFromSymbol(&v, w4ax_sm90a_code, sizeof v) != cudaSuccess) {
-        cudaGetLastError(); /* clear; treated as no sm_90a code */
-        v = 0;
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, (const void *)w4ax_ws_kernel<2, 128, false>) != cudaSuccess) {
+        cudaGetLastError(); /* clear */
+        return false;
     }
+    const bool yes = a.numRegs >= WS_MIN_REGS;
     if (dev >= 0 && dev < MAX_DEV)
-        known[dev] = v == 1 ? 1 : 2;
-    return v == 1;
+        known[dev] = yes ? 1 : 2;
+    return yes;
 }
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }

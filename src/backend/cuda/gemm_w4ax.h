@@ -136,10 +136,10 @@ const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g);
  * device. Returns COMET_OK; COMET_ERR_INVALID_ARG for bad shapes/pointers, too small a
  * workspace, or a shape past the launch grid's limits; COMET_ERR_UNSUPPORTED when the GPU or
  * the build cannot run the plan (the wgmma kernel forced without sm_90a code, a plan needing
- * more shared memory than the GPU allows); COMET_ERR_CUDA when the launch fails. The first
- * call on a device reads which code it loaded (one synchronous copy): make it before
- * capturing a CUDA graph. Asynchronous: errors inside the kernel surface at the next
- * synchronizing call. */
+ * more shared memory than the GPU allows); COMET_ERR_CUDA when the launch fails. Calls can be
+ * captured in a CUDA graph (bench_gemm --graph does; plans with more tiles than the fixed
+ * 256 KB of workspace counters hold add a memset node). Asynchronous: errors inside the
+ * kernel surface at the next synchronizing call. */
 comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream);
 
 #ifdef __cplusplus
