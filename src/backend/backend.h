@@ -154,7 +154,7 @@ void comet_backend_free(comet_backend *be);
  * inputs written elsewhere (cudaMemcpy, other streams) must be complete before the call.
  * Like the CPU backends it is driven by one thread at a time (its workspace grows without a
  * lock); two threads use two backends. Each op makes `device` current and gives the calling
- * thread its own current device back. w4ax_free waits for the whole device: gemm_w4ax takes
+ * thread its own CUDA context back (none if it had none). w4ax_free waits for the whole device: gemm_w4ax takes
  * the weights of any CUDA backend on the same device, whose streams may still read them.
  * It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other ops are
  * NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when
