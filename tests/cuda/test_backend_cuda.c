@@ -7,7 +7,8 @@
  * poisoned before each call (every element must be written) and have guard words on both
  * sides. Also: the error statuses (bad M, n8, NULLs, bad load shapes, a foreign weight,
  * misaligned qa, device out of range) and the workspace grow path (a small call, then one
- * needing a larger workspace, on a fresh backend).
+ * needing a larger workspace, on a fresh backend), and that ops give the caller its CUDA
+ * context back: a thread with a context of its own, and a thread with none.
  * Usage: test_backend_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
  * Prints one line per check, "FAIL ..." for failures, then "N/N checks passed"; exit status
  * 0 when every check passes. */
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda.h> /* driver types: the context checks reach the driver through the runtime */
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
@@ -323,6 +325,73 @@ static void test_errors(comet_backend *be, int device)
     weight_free(be, &w);
 }
 
+/* ---- the caller's CUDA context ---- */
+
+static void *driver_fn(const char *name, unsigned version)
+{
+    void *fn = NULL;
+    enum cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+        return NULL;
+    return fn;
+}
+
+typedef CUresult (*ctx_get_fn)(CUcontext *);
+typedef CUresult (*ctx_set_fn)(CUcontext);
+typedef CUresult (*ctx_create_fn)(CUcontext *, unsigned, CUdevice); /* cuCtxCreate_v2 */
+typedef CUresult (*ctx_destroy_fn)(CUcontext);
+
+typedef struct {
+    comet_backend *be;
+    int had_none, op_ok;
+} fresh_thread;
+
+/* A thread that never chose a device (no context current) runs an op: nothing to give back,
+ * and the op works (with several GPUs, restoring "device 0" here would have created a
+ * context on GPU 0; one GPU cannot show that). */
+static void *fresh_thread_main(void *p)
+{
+    fresh_thread *t = p;
+    ctx_get_fn get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
+    CUcontext c = (CUcontext)1;
+    t->had_none = get && get(&c) == CUDA_SUCCESS && c == NULL;
+    t->op_ok = comet_backend_cuda_sync(t->be) == COMET_OK;
+    return NULL;
+}
+
+static void test_caller_context(comet_backend *be, int device)
+{
+    ctx_get_fn get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
+    ctx_set_fn set = (ctx_set_fn)driver_fn("cuCtxSetCurrent", 4000);
+    ctx_create_fn create = (ctx_create_fn)driver_fn("cuCtxCreate", 3020);
+    ctx_destroy_fn destroy = (ctx_destroy_fn)driver_fn("cuCtxDestroy", 4000);
+    if (!check(get && set && create && destroy, "context: the driver's context functions are reachable"))
+        return;
+    CUcontext primary = NULL, mine = NULL, now = NULL;
+    CUDA_OK(cudaSetDevice(device));
+    CUDA_OK(cudaFree(0)); /* the runtime's primary context, current */
+    get(&primary);
+    /* a context of the caller's own (not the primary one) is current across an op */
+    if (!check(create(&mine, 0, device) == CUDA_SUCCESS && mine != NULL, "context: a context of our own"))
+        return;
+    set(mine);
+    comet_status st = comet_backend_cuda_sync(be);
+    get(&now);
+    check(st == COMET_OK && now == mine && now != primary,
+          "context: the caller's own context is current again after an op (%s)", comet_status_name(st));
+    set(primary);
+    destroy(mine);
+    /* a thread with no context */
+    fresh_thread t = {.be = be};
+    pthread_t th;
+    pthread_create(&th, NULL, fresh_thread_main, &t);
+    pthread_join(th, NULL);
+    check(t.had_none && t.op_ok, "context: a thread without a context runs an op");
+    get(&now);
+    check(now == primary, "context: this thread's context is untouched by the other thread's op");
+}
+
 int main(int argc, char **argv)
 {
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
@@ -336,6 +405,7 @@ int main(int argc, char **argv)
     check(!strcmp(be->ops->name, "cuda") && !be->ops->embed && be->ops->gemm_w4ax,
           "the table: name 'cuda', gemm_w4ax set, embed not yet");
     test_errors(be, device);
+    test_caller_context(be, device);
     test_shapes(be, quick);
     test_workspace_grow(device);
     comet_backend_free(be);
