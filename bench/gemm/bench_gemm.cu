@@ -136,48 +136,6 @@ static void run_ours(void *p, int set)
     }
 }
 
-/* --graph: median per-call time (µs) of `call` replayed as a CUDA graph of G calls on
- * g_stream (set cycling through [0, nsets) as in time_us), after 5 eager warm-up calls
- * (the first call on a device reads which code it loaded, which capture would forbid). */
-template <typename F> double time_graph_us(F &&call, int nsets)
-{
-    constexpr int G = 20, R = 15, WARM = 5;
-    static cudaEvent_t ev[2 * R];
-    static bool init = false;
-    if (!init) {
-        for (auto &e : ev)
-            CK(cudaEventCreate(&e));
-        init = true;
-    }
-    for (int i = 0; i < WARM; i++)
-        call(i % nsets);
-    CK(cudaStreamSynchronize(g_stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    CK(cudaStreamBeginCapture(g_stream, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < G; i++)
-        call((WARM + i) % nsets);
-    CK(cudaStreamEndCapture(g_stream, &graph));
-    CK(cudaGraphInstantiate(&exec, graph, 0));
-    CK(cudaGraphLaunch(exec, g_stream)); /* upload and warm */
-    CK(cudaStreamSynchronize(g_stream));
-    spin<<<1, 1, 0, g_stream>>>(3000000);
-    for (int r = 0; r < R; r++) {
-        CK(cudaEventRecord(ev[2 * r], g_stream));
-        CK(cudaGraphLaunch(exec, g_stream));
-        CK(cudaEventRecord(ev[2 * r + 1], g_stream));
-    }
-    CK(cudaEventSynchronize(ev[2 * R - 1]));
-    CK(cudaGetLastError());
-    std::vector<float> t(R);
-    for (int r = 0; r < R; r++)
-        CK(cudaEventElapsedTime(&t[r], ev[2 * r], ev[2 * r + 1]));
-    std::sort(t.begin(), t.end());
-    CK(cudaGraphExecDestroy(exec));
-    CK(cudaGraphDestroy(graph));
-    return 1000.0 * t[R / 2] / G;
-}
-
 struct shape_t {
     const char *model, *layer;
     int N, K;
@@ -302,7 +260,7 @@ int main(int argc, char **argv)
         CKB(cublasSetStream(c.blas, g_stream));
     }
     /* the timing method of every row */
-    auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets) : time_us(call, nsets); };
+    auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, g_stream) : time_us(call, nsets); };
     printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer", "N",
            "K", "M", "int8%", "ours_us", "TOPS", "GB/s", "fp16_us", "int8_us", "x_fp16", "x_int8",
            "roofl", "plan");

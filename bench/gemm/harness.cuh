@@ -1,6 +1,7 @@
 /* harness.cuh — the benchmark harness shared by bench_gemm.cu and floor.cu: error checks,
- * random fills, the spin kernel and the per-call median (CUDA events around each call,
- * queued behind the spin kernel so that host launch gaps stay out of the events). Benchmark
+ * random fills, the spin kernel, the per-call median (CUDA events around each call,
+ * queued behind the spin kernel so that host launch gaps stay out of the events) and the
+ * per-call time inside a CUDA graph (bench_gemm --graph). Benchmark
  * tooling, not engine. */
 #pragma once
 
@@ -59,9 +60,10 @@ static __global__ void spin(long long ns)
     }
 }
 
-/* Median time in microseconds of `iters` (<= 64) timed calls call(set) after `warm` untimed
- * ones; set cycles through [0, nsets) (the caller's rotated input copies). */
-template <typename F> double time_us(F &&call, int nsets, int warm = 5, int iters = 30)
+/* Median time in microseconds of n (<= 64) timed launches, launch(i) for i < n, each between
+ * two events on stream st, queued behind the spin kernel; each interval divided by `per`
+ * (calls per launch). */
+template <typename F> double median_us(F &&launch, int n, cudaStream_t st, double per)
 {
     static cudaEvent_t ev[2 * 64];
     static bool init = false;
@@ -70,19 +72,51 @@ template <typename F> double time_us(F &&call, int nsets, int warm = 5, int iter
             CK(cudaEventCreate(&e));
         init = true;
     }
-    for (int i = 0; i < warm; i++)
-        call(i % nsets);
-    std::vector<float> t(iters);
-    spin<<<1, 1>>>(3000000);
-    for (int i = 0; i < iters; i++) {
-        CK(cudaEventRecord(ev[2 * i], 0));
-        call((i + warm) % nsets);
-        CK(cudaEventRecord(ev[2 * i + 1], 0));
+    std::vector<float> t(n);
+    spin<<<1, 1, 0, st>>>(3000000);
+    for (int i = 0; i < n; i++) {
+        CK(cudaEventRecord(ev[2 * i], st));
+        launch(i);
+        CK(cudaEventRecord(ev[2 * i + 1], st));
     }
-    CK(cudaEventSynchronize(ev[2 * iters - 1]));
+    CK(cudaEventSynchronize(ev[2 * n - 1]));
     CK(cudaGetLastError());
-    for (int i = 0; i < iters; i++)
+    for (int i = 0; i < n; i++)
         CK(cudaEventElapsedTime(&t[i], ev[2 * i], ev[2 * i + 1]));
     std::sort(t.begin(), t.end());
-    return 1000.0 * (iters % 2 ? t[iters / 2] : 0.5 * (t[iters / 2 - 1] + t[iters / 2]));
+    return 1000.0 * (n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2])) / per;
+}
+
+/* Median time in microseconds of `iters` (<= 64) timed calls call(set) after `warm` untimed
+ * ones, on the legacy default stream; set cycles through [0, nsets) (the caller's rotated
+ * input copies). */
+template <typename F> double time_us(F &&call, int nsets, int warm = 5, int iters = 30)
+{
+    for (int i = 0; i < warm; i++)
+        call(i % nsets);
+    return median_us([&](int i) { call((i + warm) % nsets); }, iters, 0, 1);
+}
+
+/* The per-call time (µs) of `call` as an engine replays a decode step: G = 20 calls (set
+ * cycling as in time_us) captured on stream st into one CUDA graph, median over 15 replays
+ * of replay time / G, after 5 eager warm-up calls. call must launch on st. */
+template <typename F> double time_graph_us(F &&call, int nsets, cudaStream_t st)
+{
+    constexpr int G = 20, R = 15, WARM = 5;
+    for (int i = 0; i < WARM; i++)
+        call(i % nsets);
+    CK(cudaStreamSynchronize(st));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < G; i++)
+        call((WARM + i) % nsets);
+    CK(cudaStreamEndCapture(st, &graph));
+    CK(cudaGraphInstantiate(&exec, graph, 0));
+    CK(cudaGraphLaunch(exec, st)); /* upload and warm */
+    CK(cudaStreamSynchronize(st));
+    const double us = median_us([&](int) { CK(cudaGraphLaunch(exec, st)); }, R, st, G);
+    CK(cudaGraphExecDestroy(exec));
+    CK(cudaGraphDestroy(graph));
+    return us;
 }
