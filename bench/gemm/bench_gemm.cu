@@ -254,11 +254,11 @@ int main(int argc, char **argv)
     CKB(cublasLtCreate(&c.lt));
     c.ltws_bytes = 32 << 20;
     c.ltws = dmalloc(c.ltws_bytes);
-    CKB(cublasSetWorkspace(c.blas, dmalloc(32 << 20), 32 << 20));
-    if (graph) {
+    if (graph) { /* before the workspace: cublasSetStream resets it to the default pool */
         CK(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking));
         CKB(cublasSetStream(c.blas, g_stream));
     }
+    CKB(cublasSetWorkspace(c.blas, dmalloc(32 << 20), 32 << 20));
     /* the timing method of every row */
     auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, g_stream) : time_us(call, nsets); };
     printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer", "N",

@@ -103,6 +103,7 @@ template <typename F> double time_us(F &&call, int nsets, int warm = 5, int iter
 template <typename F> double time_graph_us(F &&call, int nsets, cudaStream_t st)
 {
     constexpr int G = 20, R = 15, WARM = 5;
+    CK(cudaDeviceSynchronize()); /* inputs and workspace set up on other streams are complete */
     for (int i = 0; i < WARM; i++)
         call(i % nsets);
     CK(cudaStreamSynchronize(st));

@@ -153,8 +153,9 @@ void comet_backend_free(comet_backend *be);
  * more). Ops run on that stream, which does not wait for the legacy default stream: device
  * inputs written elsewhere (cudaMemcpy, other streams) must be complete before the call.
  * Like the CPU backends it is driven by one thread at a time (its workspace grows without a
- * lock); two threads use two backends. Each op makes `device` current and gives the calling
- * thread its own CUDA context back (none if it had none). w4ax_free waits for the whole device: gemm_w4ax takes
+ * lock); two threads use two backends. Each op makes `device` current and gives a calling
+ * thread that had a CUDA context that context back (a thread with none is left with the
+ * backend's device current). w4ax_free waits for the whole device: gemm_w4ax takes
  * the weights of any CUDA backend on the same device, whose streams may still read them.
  * It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other ops are
  * NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when

@@ -297,7 +297,8 @@ static void test_errors(comet_backend *be, int device)
         int N, K, B;
         const char *says;
     } bad_load[] = {{0, 128, 64, "N = 0"}, {8, 96, 64, "K = 96"}, {8, 128, 32, "B = 32"},
-                    {8, 192, 128, "K = 192 is not a multiple"}};
+                    {8, 192, 128, "K = 192 is not a multiple"},
+                    {8, (1 << 20) + 64, 64, "K <= 1048576"}}; /* the CUDA GEMM's K limit */
     for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
         comet_w4ax_weight *out = (comet_w4ax_weight *)foreign;
         st = op->w4ax_load(be, bad_load[i].N, bad_load[i].K, bad_load[i].B, w.qw, w.sw, &out);

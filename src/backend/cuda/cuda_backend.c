@@ -169,8 +169,12 @@ done:
     free(qw_host);
     free(sw_host);
     if (st < 0 && w) {
-        cudaFree(w->qw); /* cudaFree(NULL) is a no-op */
-        cudaFree(w->sw);
+        /* only what was allocated (cudaFree(NULL) in a thread without a context would
+         * create one on the default device) */
+        if (w->qw)
+            cudaFree(w->qw);
+        if (w->sw)
+            cudaFree(w->sw);
         free(w);
     }
     device_leave(prev);
@@ -238,17 +242,19 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
 
 static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
-    if (im) {
+    if (im && (im->stream || im->workspace)) { /* nothing to release, no device to enter */
         CUcontext prev;
-        device_enter(im->device, &prev);
+        if (device_enter(im->device, &prev) != cudaSuccess)
+            cudaGetLastError();
         if (im->stream) {
             cudaStreamSynchronize(im->stream);
             cudaStreamDestroy(im->stream);
         }
-        cudaFree(im->workspace);
+        if (im->workspace)
+            cudaFree(im->workspace);
         device_leave(prev);
-        free(im);
     }
+    free(im);
     free(be);
 }
 

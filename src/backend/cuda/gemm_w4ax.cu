@@ -1583,10 +1583,11 @@ size_t counter_bytes(const plan_t &pl)
  * no body (a trap); the plans then use the stream and tiled kernels (sm_80 rules), and
  * forcing the wgmma kernel is refused. Which code the device loaded shows in the kernel's
  * registers, read with cudaFuncGetAttributes (no copy, no synchronization: safe while a CUDA
- * graph is being captured): every sm_90a instance holds 56 or more per thread (its launch
- * bounds give 1-3 CTAs of 384 threads the whole register file), the trap a handful. Cached
- * per device; a failed query is not cached (and plans as without sm_90a code). */
-constexpr int WS_MIN_REGS = 32;
+ * graph is being captured): the instance asked, 128-token tiles at B = 128, holds 168 per
+ * thread in sm_90a code (launch bounds: one CTA of 384 threads, the whole register file),
+ * the trap 4 (24 in a -G debug build). Cached per device; a failed query is not cached (and
+ * plans as without sm_90a code). */
+constexpr int WS_MIN_REGS = 96;
 bool has_wgmma()
 {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) != 9)
