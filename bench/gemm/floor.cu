@@ -13,6 +13,8 @@
  * queued behind a spin kernel, inputs rotated through >= 256 MB. The ratio fp16 / floor is
  * the most any W4 kernel can reach against cuBLAS FP16 at that shape here.
  *
+ * `floor [B] --graph` times everything inside CUDA graphs instead (harness.cuh time_graph_us).
+ *
  * Build: nvcc -O3 -Isrc -gencode=arch=compute_90a,code=sm_90a -o floor bench/gemm/floor.cu -lcublas
  */
 #include <cublas_v2.h>
@@ -123,7 +125,14 @@ int main(int argc, char **argv)
         CK(cudaDeviceSynchronize());
         return 0;
     }
-    const int B = argc > 1 ? atoi(argv[1]) : 128;
+    /* floor [B] [--graph]: --graph times every kernel and cuBLAS inside CUDA graphs of 20
+     * calls (harness.cuh time_graph_us), as bench_gemm --graph does */
+    const bool graph = argc > 1 && !strcmp(argv[argc - 1], "--graph");
+    const int B = argc > 1 + graph ? atoi(argv[1]) : 128;
+    cudaStream_t st = 0;
+    if (graph)
+        CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, st) : time_us(call, nsets); };
     struct shape {
         const char *model, *name;
         int N, K;
@@ -145,13 +154,14 @@ int main(int argc, char **argv)
     CK(cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));
     cublasHandle_t blas;
     CKB(cublasCreate(&blas));
+    CKB(cublasSetStream(blas, st));
     __half *x16, *c16;
     CK(cudaMalloc(&x16, 16 * 65536 * sizeof(__half)));
     CK(cudaMalloc(&c16, 16 * 65536 * sizeof(__half)));
     CK(cudaMemset(x16, 0x3c, 16 * 65536 * sizeof(__half)));
 
-    printf("# decode floor, %s (%d SMs), B = %d: weights + scales read once, us (median of 30)\n\n", prop.name,
-           sms, B);
+    printf("# decode floor, %s (%d SMs), B = %d: weights + scales read once, us (%s)\n\n", prop.name, sms, B,
+           graph ? "per call inside CUDA graphs of 20 calls, median of 15 replays" : "median of 30");
     printf("| shape | N | K | MB | empty | ld (best config) | bulk (best config) | floor GB/s | fp16 M=1 | fp16 "
            "M=16 | fp16(1)/floor | fp16(16)/floor |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
@@ -161,7 +171,7 @@ int main(int argc, char **argv)
         const size_t bytes = (size_t)s.N * s.K / 2 + (size_t)s.N * (s.K / B) * 2;
         const size_t stride = (bytes + 4095) / 4096 * 4096;
         const int nsets = (int)std::max<size_t>(1, std::min<size_t>(pool / stride, 64));
-        const double t_empty = time_us([&](int) { empty_kernel<<<sms, 256>>>(sink); }, 1);
+        const double t_empty = timed([&](int) { empty_kernel<<<sms, 256, 0, st>>>(sink); }, 1);
         double t_ld = 1e30, t_bulk = 1e30;
         char ld_cfg[64] = "", bulk_cfg[64] = "";
         const int ctas[] = {1, 2, 4, 8};
@@ -174,13 +184,13 @@ int main(int argc, char **argv)
                     auto run = [&](int set) {
                         const uint4 *p = reinterpret_cast<const uint4 *>(buf + (size_t)set * stride);
                         if (u == 2)
-                            ld_kernel<2><<<c * sms, th>>>(p, bytes / 16, sink);
+                            ld_kernel<2><<<c * sms, th, 0, st>>>(p, bytes / 16, sink);
                         else if (u == 4)
-                            ld_kernel<4><<<c * sms, th>>>(p, bytes / 16, sink);
+                            ld_kernel<4><<<c * sms, th, 0, st>>>(p, bytes / 16, sink);
                         else
-                            ld_kernel<8><<<c * sms, th>>>(p, bytes / 16, sink);
+                            ld_kernel<8><<<c * sms, th, 0, st>>>(p, bytes / 16, sink);
                     };
-                    double t = time_us(run, nsets);
+                    double t = timed(run, nsets);
                     if (t < t_ld)
                         t_ld = t, snprintf(ld_cfg, sizeof ld_cfg, "%dx%d U=%d", c * sms, th, u);
                 }
@@ -189,9 +199,9 @@ int main(int argc, char **argv)
                 if ((size_t)ch * d > 200 * 1024 || prop.major < 9)
                     continue;
                 auto run = [&](int set) {
-                    bulk_kernel<<<sms, 32, (size_t)ch * d>>>(buf + (size_t)set * stride, bytes, ch, d, sink);
+                    bulk_kernel<<<sms, 32, (size_t)ch * d, st>>>(buf + (size_t)set * stride, bytes, ch, d, sink);
                 };
-                double t = time_us(run, nsets);
+                double t = timed(run, nsets);
                 if (t < t_bulk)
                     t_bulk = t, snprintf(bulk_cfg, sizeof bulk_cfg, "%d KB x %d", ch / 1024, d);
             }
@@ -202,7 +212,7 @@ int main(int argc, char **argv)
         for (int mi = 0; mi < 2; mi++) {
             const int M = mi ? 16 : 1;
             float one = 1.0f, zero = 0.0f;
-            t16[mi] = time_us(
+            t16[mi] = timed(
                 [&](int set) {
                     CKB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one,
                                      reinterpret_cast<const __half *>(buf + (size_t)(set % nw) * wbytes), CUDA_R_16F,
