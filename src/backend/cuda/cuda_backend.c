@@ -62,7 +62,8 @@ static cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
 /* Every op makes its backend's device current and gives the calling thread its own CUDA
  * context back when it returns: device_enter saves the caller's context (NULL when it has
- * none) and switches; device_leave restores it. Contexts, not device numbers: restoring
+ * none) and switches (if switching fails, it has restored the context itself and *prev is
+ * NULL); device_leave restores it. Contexts, not device numbers: restoring
  * "device 0" for a thread that never chose a device would create a context on GPU 0 (a
  * process serving on GPU 3 would pay for one there), and a caller's own driver context is
  * not any device's primary one. cuCtxGetCurrent / cuCtxSetCurrent come through the
@@ -89,18 +90,24 @@ static void ctx_fns_load(void) {
     ctx_set = (ctx_set_fn)driver_fn("cuCtxSetCurrent");
 }
 
+static void device_leave(CUcontext prev) {
+    if (prev)
+        ctx_set(prev);
+}
+
 static cudaError_t device_enter(int device, CUcontext *prev) {
     pthread_once(&ctx_once, ctx_fns_load);
     *prev = NULL;
     if (ctx_get && ctx_set && ctx_get(prev) != CUDA_SUCCESS)
         *prev = NULL;
-    return cudaSetDevice(device);
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) {
+        device_leave(*prev);
+        *prev = NULL;
+    }
+    return e;
 }
 
-static void device_leave(CUcontext prev) {
-    if (prev)
-        ctx_set(prev);
-}
 
 static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
     (void)be;
@@ -230,11 +237,7 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
                                "backend runs on device %d", w->device, im->device);
     CUcontext prev;
-    cudaError_t e = device_enter(im->device, &prev);
-    if (e != cudaSuccess) {
-        device_leave(prev);
-        return cuda_fail(e, "gemm_w4ax: cudaSetDevice");
-    }
+    CUDA_TRY(device_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
     comet_status st = gemm_w4ax_launch(im, w, M, n8, qa, sa, y);
     device_leave(prev);
     return st;
@@ -245,7 +248,7 @@ static void cuda_destroy(comet_backend *be) {
     if (im && (im->stream || im->workspace)) { /* nothing to release, no device to enter */
         CUcontext prev;
         if (device_enter(im->device, &prev) != cudaSuccess)
-            cudaGetLastError();
+            cudaGetLastError(); /* release what can be released anyway */
         if (im->stream) {
             cudaStreamSynchronize(im->stream);
             cudaStreamDestroy(im->stream);
@@ -301,7 +304,7 @@ comet_backend *comet_backend_cuda_init(int device) {
         (e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
         cuda_fail(e, "creating the stream");
         im->stream = NULL;
-        device_leave(prev);
+        device_leave(prev); /* NULL when device_enter failed */
         cuda_destroy(be);
         return NULL;
     }
@@ -315,12 +318,8 @@ comet_status comet_backend_cuda_sync(comet_backend *be) {
                                "not a CUDA backend", be ? be->ops->name : "(NULL)");
     cuda_impl *im = impl_of(be);
     CUcontext prev;
-    cudaError_t e = device_enter(im->device, &prev);
-    if (e != cudaSuccess) {
-        device_leave(prev);
-        return cuda_fail(e, "sync: cudaSetDevice");
-    }
-    e = cudaStreamSynchronize(im->stream);
+    CUDA_TRY(device_enter(im->device, &prev), "sync: cudaSetDevice");
+    cudaError_t e = cudaStreamSynchronize(im->stream);
     device_leave(prev);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",

@@ -1546,7 +1546,7 @@ int device_attr(cudaDeviceAttr attr, int fallback)
     const int dev = current_device();
     if (dev < 0)
         return fallback;
-    if (dev >= 0 && dev < MAX_DEV && kinds[k] == attr) {
+    if (dev < MAX_DEV && kinds[k] == attr) {
         std::lock_guard<std::mutex> lock(mu);
         if (cache[dev][k] == 0 && cudaDeviceGetAttribute(&v, attr, dev) == cudaSuccess && v > 0)
             cache[dev][k] = v;
