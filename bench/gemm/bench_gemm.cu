@@ -14,7 +14,12 @@
  * launch and event overhead of the default method (~3.5 us, bench/gemm/floor.cu) is replaced
  * by what back-to-back graph nodes cost. Same inputs, same baselines, same process.
  *
- * Usage: bench_gemm [--quick] [--graph] [--out results.md]
+ * --pdl launches our calls with programmatic dependent launch (comet_cuda_w4ax_gemm.pdl):
+ * inside a graph (--graph --pdl) each call's first weight loads then overlap the previous
+ * call's end, as in an engine whose kernels all allow it; the cuBLAS baselines launch as
+ * cuBLAS does. With events around each call (no --graph) there is nothing to overlap.
+ *
+ * Usage: bench_gemm [--quick] [--graph] [--pdl] [--out results.md]
  * Prints one row per (shape, M, fraction), then the summary; --out also writes the markdown
  * table (with GPU, date) to the given file. */
 #include <cublasLt.h>
@@ -117,13 +122,14 @@ static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force o
 static int g_ablate = 0; /* --ablate: stages left out (profiling; results wrong) */
 static int g_splits = 0; /* --splits: force the split-K count */
 static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
+static int g_pdl = 0;    /* --pdl: programmatic dependent launch for our calls */
 
 static void run_ours(void *p, int set)
 {
     ctx_t *c = (ctx_t *)p;
     comet_cuda_w4ax_gemm g = {};
     g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel, g.ablate = g_ablate, g.splits = g_splits;
-    g.tile_tokens = g_tok;
+    g.tile_tokens = g_tok, g.pdl = g_pdl;
     g.qw = c->qw + (set % c->nsw) * c->wstride;
     g.sw = c->sw + (set % c->nsw) * c->swstride;
     g.qa = c->qa + (set % c->nsx) * c->xstride;
@@ -161,6 +167,8 @@ int main(int argc, char **argv)
             quick = true;
         else if (!strcmp(argv[i], "--graph")) /* per-call time inside CUDA graphs */
             graph = true;
+        else if (!strcmp(argv[i], "--pdl")) /* our calls with programmatic dependent launch */
+            g_pdl = 1;
         else if (!strcmp(argv[i], "--one") && i + 4 < argc) /* --one M N K kernel: profiling */
             one_m = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_k = atoi(argv[i + 3]),
             one_kernel = atoi(argv[i + 4]), i += 4;
@@ -333,7 +341,7 @@ int main(int argc, char **argv)
                 c.sastride = (size_t)M * nb;
                 comet_cuda_w4ax_gemm g = {};
                 g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel, g.splits = g_splits, g.tile_tokens = g_tok;
-                g.ablate = g_ablate; /* the plan (and its workspace) depends on it */
+                g.pdl = g_pdl, g.ablate = g_ablate; /* the plan (and its workspace) depends on it */
                 size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
                 if (need > c.ws_bytes) {
                     cudaFree(c.ws);
@@ -402,7 +410,9 @@ int main(int argc, char **argv)
         strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
         fprintf(f, "GPU: %s (%d SMs, L2 %d MB), date %s, timing: %s\n%s\n\n", prop.name, prop.multiProcessorCount,
                 prop.l2CacheSize >> 20, date,
-                graph ? "per call inside CUDA graphs of 20 calls (--graph)" : "CUDA events around each call",
+                graph ? (g_pdl ? "per call inside CUDA graphs of 20 calls, ours with programmatic dependent launch (--graph --pdl)"
+                               : "per call inside CUDA graphs of 20 calls (--graph)")
+                      : "CUDA events around each call",
                 sum.c_str());
         fprintf(f, "| model | layer | N | K | M | INT8 %% | ours µs | TOPS | GB/s | cuBLAS FP16 µs | "
                    "cuBLASLt INT8 µs | × FP16 | × INT8 | roofline frac | plan |\n"

@@ -16,13 +16,19 @@ if [ ! -x $bin/bench_gemm ] || [ ! -x $bin/test_backend_cuda ] || [ ! -x $bin/fl
 fi
 { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem --format=csv; \
   echo "binaries built from commit $(tr '\n' ' ' < $bin/COMMIT 2>/dev/null)"; date -u; } > "$out/env.txt" 2>&1
-t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- b_rc=- f_rc=- n_rc=-
+t_rc=- o_rc=- s_rc=- r_rc=- m_rc=- p_rc=- w_rc=- b_rc=- f_rc=- n_rc=-
 if [ "$what" != bench ]; then
     timeout 240 $bin/test_gemm_w4ax_cuda > "$out/test.log" 2>&1; t_rc=$?
     timeout 240 $bin/test_backend_cuda > "$out/test_backend.log" 2>&1; o_rc=$?
     timeout 100 compute-sanitizer --error-exitcode 3 --tool memcheck $bin/test_gemm_w4ax_cuda --quick > "$out/sanitizer.log" 2>&1; s_rc=$?
     timeout 100 compute-sanitizer --error-exitcode 3 --tool racecheck $bin/test_gemm_w4ax_cuda --quick >> "$out/sanitizer.log" 2>&1; r_rc=$?
     timeout 100 compute-sanitizer --error-exitcode 3 --tool memcheck $bin/test_backend_cuda --quick >> "$out/sanitizer.log" 2>&1; m_rc=$?
+    timeout 100 compute-sanitizer --error-exitcode 3 --tool memcheck $bin/test_gemm_w4ax_cuda --pdl >> "$out/sanitizer.log" 2>&1; p_rc=$?
+    # the test of the test: kernels built without the programmatic-launch wait
+    # (bench/gemm/build_variant.sh build-pdl-nowait -DCOMET_PDL_NO_WAIT), when carried, must fail
+    if [ -x build-pdl-nowait/test_gemm_w4ax_cuda ]; then
+        timeout 100 build-pdl-nowait/test_gemm_w4ax_cuda --pdl > "$out/test_pdl_nowait.log" 2>&1; w_rc=$?
+    fi
     # a build without sm_90a code (COMET_ARCH="-gencode=arch=compute_90,code=sm_90" bench/gemm/build.sh
     # build-gemm-sm90), when carried: plans keep off the wgmma kernel, which is refused
     if [ -x build-gemm-sm90/test_gemm_w4ax_cuda ]; then
@@ -38,9 +44,12 @@ if [ "$what" != bench ]; then
     echo "==== tests rc=$t_rc"; grep -E "FAIL|failed" "$out/test.log" | head -20
     echo "==== backend op table tests rc=$o_rc"
     grep -E "^FAIL|checks passed|^CUDA error|failed:" "$out/test_backend.log" | head -20
-    echo "==== sanitizer memcheck rc=$s_rc racecheck rc=$r_rc backend memcheck rc=$m_rc"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks failed|checks passed" "$out/sanitizer.log"
+    grep -E "pdl chain" "$out/test.log" | head -20
+    echo "==== sanitizer memcheck rc=$s_rc racecheck rc=$r_rc backend memcheck rc=$m_rc pdl memcheck rc=$p_rc"; grep -E "ERROR SUMMARY|RACECHECK SUMMARY|checks failed|checks passed" "$out/sanitizer.log"
     echo "==== build without sm_90a code (--no-sm90a) rc=$n_rc"
     [ -f "$out/test_no_sm90a.log" ] && grep -E "FAIL|line [0-9]+:|checks failed" "$out/test_no_sm90a.log" | head -10
+    echo "==== without the pdl wait (must fail) rc=$w_rc"
+    [ -f "$out/test_pdl_nowait.log" ] && grep -E "FAIL|ok|checks" "$out/test_pdl_nowait.log" | head -16
 fi
 if [ "$what" != tests ]; then
     echo "==== decode floor rc=$f_rc (bench/gemm/floor.cu)"; grep "geomean" "$out/floor.md" || tail -5 "$out/floor.md"

@@ -6,8 +6,9 @@
  *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
  *     rounding, and two runs give identical bits (deterministic split-K);
  *   - guard words around every output stay intact, and poisoned outputs are all written.
- * Usage: test_gemm_w4ax_cuda [--quick | --no-sm90a]
+ * Usage: test_gemm_w4ax_cuda [--quick | --no-sm90a | --pdl]
  *   --quick: a few shapes, for compute-sanitizer;
+ *   --pdl: only the chained calls with programmatic dependent launch (test_pdl_chain);
  *   --no-sm90a: the quick shapes, for a binary built without sm_90a code (bench/gemm/build.sh
  *     with COMET_ARCH="-gencode=arch=compute_90,code=sm_90", as CMAKE_CUDA_ARCHITECTURES=90 or
  *     native builds it) run on an sm_90 GPU: the automatic plans must keep to the stream and
@@ -149,7 +150,7 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
         CUDA_OK(cudaMemset(ws, 0, wsb));
     }
     g.workspace = ws, g.workspace_bytes = wsb;
-    char plan[96];
+    char plan[112];
     snprintf(plan, sizeof plan, "%s", comet_cuda_gemm_w4ax_plan_name(&g));
     int fails = 0;
     if (no_sm90a) {
@@ -349,13 +350,127 @@ static void test_shared_workspace(void)
     }
     n_check++;
     n_fail += bad;
-    char pa[96]; /* plan_name returns a static buffer */
+    char pa[112]; /* plan_name returns a static buffer */
     snprintf(pa, sizeof pa, "%s", comet_cuda_gemm_w4ax_plan_name(&g[0]));
     printf("%-4s one workspace shared by a global split-K and a stream-K plan (%s; %s)\n", bad ? "FAIL" : "ok", pa,
            comet_cuda_gemm_w4ax_plan_name(&g[1]));
     for (int k = 0; k < 2; k++)
         free(ref[k]), inputs_free(&in[k]);
     cudaFree(fresh), cudaFree(shared);
+}
+
+/* Launch g on stream st, exiting (status 2) if the launch fails. */
+static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
+{
+    if (comet_cuda_gemm_w4ax(g, st) != COMET_OK) {
+        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
+        exit(2);
+    }
+}
+
+/* Programmatic dependent launch (comet_cuda_w4ax_gemm.pdl): a call launched with it may start
+ * while the previous kernel runs, so it must wait for that kernel before it reads what that
+ * kernel writes and before it writes what that kernel reads. A long first GEMM (4096 x 28672,
+ * the stream kernel, which reads its activation scales until its end) writes y1 and reads sa1;
+ * the call under test, pdl = 1 right behind it on one stream, reads y1 as its activation
+ * scales and writes its output over sa1. Both results must equal, bit for bit, those of the
+ * same two calls run one after the other with a synchronization between them (the kernels
+ * are deterministic). Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
+ * kernels skip the wait and these checks fail (checked on the H200, session 10). */
+static void test_pdl_chain(void)
+{
+    const shape s1 = {1, 4096, 28672, 128, 28};
+    const int nb1 = s1.K / s1.B;
+    inputs in1 = inputs_make(&s1);
+    typedef struct {
+        shape s;
+        comet_w4ax_kernel kernel;
+        int splits, tok;
+    } cfg;
+    const cfg cases[] = {
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* decode */
+        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0},
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* pipe */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},   /* global split-K */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* wgmma, cluster split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},  /* cluster split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0}, /* global split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0},
+        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* stream-K */
+    };
+    const size_t n_sa1 = 65 * 17920; /* the largest output written over sa1 */
+    float *y1, *sa1, *y2;
+    CUDA_OK(cudaMalloc((void **)&y1, (size_t)s1.N * 4));
+    CUDA_OK(cudaMalloc((void **)&sa1, n_sa1 * 4));
+    CUDA_OK(cudaMalloc((void **)&y2, n_sa1 * 4));
+    cudaStream_t st;
+    CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    comet_cuda_w4ax_gemm g1 = {.M = 1, .N = s1.N, .K = s1.K, .B = s1.B, .n8 = s1.n8, .qw = in1.dqw, .sw = in1.dsw,
+                               .qa = in1.dqa, .sa = sa1, .y = y1, .kernel = COMET_W4AX_KERNEL_STREAM};
+    void *ws1 = NULL, *ws2 = NULL;
+    size_t wsb1 = comet_cuda_gemm_w4ax_workspace_bytes(&g1);
+    CUDA_OK(cudaMalloc(&ws1, wsb1 + 16));
+    CUDA_OK(cudaMemset(ws1, 0, wsb1 + 16));
+    g1.workspace = ws1, g1.workspace_bytes = wsb1;
+    float *ref1 = malloc((size_t)s1.N * 4), *got1 = malloc((size_t)s1.N * 4);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const shape *s = &cases[c].s;
+        const size_t ny = (size_t)s->M * s->N, nsa = (size_t)s->M * (s->K / s->B);
+        inputs in2 = inputs_make(s);
+        comet_cuda_w4ax_gemm g2 = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in2.dqw,
+                                   .sw = in2.dsw, .qa = in2.dqa, .sa = y1, .kernel = cases[c].kernel,
+                                   .splits = cases[c].splits, .tile_tokens = cases[c].tok};
+        size_t wsb2 = comet_cuda_gemm_w4ax_workspace_bytes(&g2);
+        CUDA_OK(cudaMalloc(&ws2, wsb2 + 16));
+        CUDA_OK(cudaMemset(ws2, 0, wsb2 + 16));
+        g2.workspace = ws2, g2.workspace_bytes = wsb2;
+        float *ref2 = malloc(ny * 4), *got2 = malloc(ny * 4);
+        int bad = nsa > (size_t)s1.N; /* y1 must hold the scales */
+        /* one after the other: y1 = GEMM1(sa1), then y2 = GEMM2(sa = y1) */
+        CUDA_OK(cudaMemcpy(sa1, in1.dsa, (size_t)nb1 * 4, cudaMemcpyDeviceToDevice));
+        CUDA_OK(cudaDeviceSynchronize()); /* a device-to-device copy does not wait for itself */
+        launch_or_die(&g1, st);
+        CUDA_OK(cudaStreamSynchronize(st));
+        g2.y = y2, g2.pdl = 0;
+        launch_or_die(&g2, st);
+        CUDA_OK(cudaStreamSynchronize(st));
+        CUDA_OK(cudaMemcpy(ref1, y1, (size_t)s1.N * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(ref2, y2, ny * 4, cudaMemcpyDeviceToHost));
+        /* chained: y1 zeroed (stale scales give zeros), GEMM2 right behind GEMM1, writing sa1 */
+        int runs_bad = 0;
+        for (int rep = 0; rep < 3; rep++) {
+            CUDA_OK(cudaMemcpy(sa1, in1.dsa, (size_t)nb1 * 4, cudaMemcpyDeviceToDevice));
+            CUDA_OK(cudaMemset(y1, 0, (size_t)s1.N * 4));
+            CUDA_OK(cudaDeviceSynchronize());
+            g2.y = sa1, g2.pdl = 1;
+            launch_or_die(&g1, st);
+            launch_or_die(&g2, st);
+            CUDA_OK(cudaStreamSynchronize(st));
+            CUDA_OK(cudaMemcpy(got1, y1, (size_t)s1.N * 4, cudaMemcpyDeviceToHost));
+            CUDA_OK(cudaMemcpy(got2, sa1, ny * 4, cudaMemcpyDeviceToHost));
+            const int war = memcmp(got1, ref1, (size_t)s1.N * 4) != 0, raw = memcmp(got2, ref2, ny * 4) != 0;
+            if (war || raw)
+                fprintf(stderr, "  chained run %d: %s%s\n", rep,
+                        raw ? "the pdl call read activation scales before the previous call wrote them " : "",
+                        war ? "the pdl call wrote its output before the previous call read it" : "");
+            runs_bad |= war || raw;
+        }
+        bad |= runs_bad;
+        n_check++;
+        n_fail += bad;
+        printf("%-4s pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s\n", bad ? "FAIL" : "ok", s->M, s->N, s->K, s->B,
+               comet_cuda_gemm_w4ax_plan_name(&g2));
+        free(ref2), free(got2);
+        cudaFree(ws2);
+        inputs_free(&in2);
+    }
+    free(ref1), free(got1);
+    cudaFree(ws1), cudaFree(y1), cudaFree(sa1), cudaFree(y2);
+    CUDA_OK(cudaStreamDestroy(st));
+    inputs_free(&in1);
 }
 
 /* In test_bad_args: `cond` must hold, else the check fails, naming its line. */
@@ -398,7 +513,11 @@ static void test_bad_args(void)
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     ARG_OK(comet_cuda_gemm_w4ax_workspace_bytes(&a) == 0);
     ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&a), "invalid") == 0);
-    a.splits = 0;
+    a.splits = 0, a.pdl = 2; /* pdl is 0 or 1 */
+    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
+    a.pdl = 1;
+    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
+    a.pdl = 0;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
     /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
      * than run as the full kernel (without sm_90a code, the kernel itself is refused) */
@@ -446,11 +565,18 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
         return cudaFree(0) == cudaSuccess ? 0 : 1;
+    if (argc > 1 && !strcmp(argv[1], "--pdl")) { /* the chained calls alone */
+        test_pdl_chain();
+        printf("%d of %d checks failed\n", n_fail, n_check);
+        return n_fail ? 1 : 0;
+    }
     no_sm90a = argc > 1 && !strcmp(argv[1], "--no-sm90a");
     int quick = no_sm90a || (argc > 1 && !strcmp(argv[1], "--quick"));
     test_bad_args();
     if (!no_sm90a) /* its two plans are the wgmma kernel's global split-K and stream-K */
         test_shared_workspace();
+    if (!quick) /* a 58 MB GEMM at the head of each chain: kept out of the sanitizer runs */
+        test_pdl_chain();
     static const int Ms[] = {1, 2, 3, 7, 16, 33, 64, 100, 256, 1000, 4096};
     const int nM = sizeof Ms / sizeof Ms[0];
     int ci = 0;

@@ -65,7 +65,41 @@ struct params {
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
+    int pdl;               /* launched with programmatic dependent launch: prefetch weights */
 };
+
+/* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every kernel lets the
+ * next kernel of the stream launch from its start (pdl_trigger; that kernel, if launched with
+ * the attribute, waits for this whole grid in its own pdl_wait before it touches anything this
+ * one writes), and calls pdl_wait before its first access to anything but the weights qw and
+ * sw: activation codes and scales, outputs, workspace. Launched without the attribute, both
+ * are no-ops (the launch itself waited for the previous kernel). COMET_PDL_NO_WAIT drops the
+ * wait, a test of the test only: test_gemm_w4ax_cuda's chained calls must then fail. */
+__device__ __forceinline__ void pdl_trigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_wait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && !defined(COMET_PDL_NO_WAIT)
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+/* Ask L2 for global bytes [p, p + bytes) (a 16-byte multiple; sm_90, else nothing): the
+ * weights a kernel launched early by pdl reads first, fetched while the previous kernel runs. */
+__device__ __forceinline__ void l2_prefetch(const void *ptr, unsigned bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (bytes)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
+#endif
+}
+/* Bytes of a 16-row weight tile's packed codes that a pdl prologue prefetches into L2 per tile
+ * (the previous kernel's tail is a few microseconds; an SM's share of DRAM bandwidth moves
+ * ~32 KB per microsecond) */
+constexpr unsigned PDL_PREFETCH_BYTES = 16384;
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1)
@@ -273,6 +307,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S;
     const int R = (b1 - b0) * B, RS = R + 16, t0 = blockIdx.y * 8 * MI;
     const int nt = blockIdx.x * WARPS + warp, np16 = p.Np / 16;
+    pdl_trigger();
 
     float acc[MI][4];
     int ci[MI][4];
@@ -299,6 +334,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
             if (j * KPB < nch)
                 swc[j][0] = ld_sw(swp + (size_t)j * p.Np), swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
     }
+    pdl_wait(); /* the weights above may be read while the previous kernel runs, nothing else */
     const int rows = min(8 * MI, p.M - t0); /* token rows past M are never read */
     for (int i = threadIdx.x; i < rows * (R / 16); i += WARPS * 32) {
         int row = i / (R / 16), col = (i % (R / 16)) * 16;
@@ -486,6 +522,10 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     uint8_t *ring = smem + (size_t)warp * depth * slot_bytes;
     float *red = reinterpret_cast<float *>(smem + (size_t)PP_WARPS * depth * slot_bytes);
     const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2, n_items = np16 * p.tiles_m;
+    pdl_trigger();
+    if (p.pdl && threadIdx.x == 0 && (int)blockIdx.x < n_items) /* the first item's first weights, into L2 */
+        l2_prefetch(p.qw + (size_t)(blockIdx.x % np16) * k64 * 512, min((unsigned)k64 * 512u, PDL_PREFETCH_BYTES));
+    pdl_wait(); /* everything below reads the activations */
 
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
      * group, empty past the last item) and step on. Everything that depends only on the lane
@@ -692,6 +732,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
     const int b0 = kw * p.nb / WK, nbw = (kw + 1) * p.nb / WK - b0; /* this warp's blocks */
     const bool active = nt < np16;
     const int nch = active ? nbw * KPB : 0;
+    pdl_trigger();
 
     /* first, the weight loads: the first DK_U chunks of the share in flight from here on */
     const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
@@ -708,6 +749,14 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
     const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), RS = p.K + 16;
     const dk_layout L(min(TT, p.M), TT, p.K, p.nb, WT);
     if (!(p.ablate & 32)) { /* profiling: 32 = no copies */
+        const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
+        const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
+        for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
+            const int b = i / (WT * 2), piece = i % (WT * 2);
+            if (piece < live)
+                cp_async16(smem + L.sw + i * 16, sw + (size_t)b * p.Np + piece * 8, true);
+        }
+        pdl_wait(); /* the weights above may be read while the previous kernel runs, nothing else */
         const int8_t *qa = p.qa + (size_t)t0 * p.K;
         for (int row = 0; row < rows; row++)
             for (int col = threadIdx.x * 16; col < p.K; col += DK_WARPS * 32 * 16)
@@ -716,13 +765,8 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
         for (int row = 0; row < rows; row++)
             for (int b = threadIdx.x; b < p.nb; b += DK_WARPS * 32)
                 cp_async4(smem + L.sa + (row * p.nb + b) * 4, sa + (size_t)row * p.nb + b, true);
-        const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
-        const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
-        for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
-            const int b = i / (WT * 2), piece = i % (WT * 2);
-            if (piece < live)
-                cp_async16(smem + L.sw + i * 16, sw + (size_t)b * p.Np + piece * 8, true);
-        }
+    } else {
+        pdl_wait();
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -848,6 +892,10 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     const int s = blockIdx.z, b0 = s * p.nb / p.S, b1 = (s + 1) * p.nb / p.S;
     const int nt0 = blockIdx.x * (TBN / 16), t0 = blockIdx.y * TBM, np16 = p.Np / 16;
     const int k64 = p.K / 64, c0 = b0 * KPB, nch = (b1 - b0) * KPB;
+    pdl_trigger();
+    if (p.pdl && tid < TBN / 16 && nt0 + tid < np16) /* the first weights of the CTA's 8 tiles, into L2 */
+        l2_prefetch(p.qw + ((size_t)(nt0 + tid) * k64 + c0) * 512, min((unsigned)nch * 512u, PDL_PREFETCH_BYTES));
+    pdl_wait(); /* everything below reads the activations */
 
     auto load_stage = [&](int slot, int c) {
         uint8_t *ws = smem + slot * TSTAGE_BYTES, *as = ws + TW_BYTES;
@@ -1177,6 +1225,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         }
     };
 
+    pdl_trigger();
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
             mbar_init(&full[i], 33), mbar_init(&empty[i], WS_RELEASE_ARRIVALS);
@@ -1196,6 +1245,20 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         /* ablate & 8: the first TOK / 2 token rows only (the tensor map's box is halved);
          * ablate & 16: no token or weight copies (the consumers compute on stale stages) */
         constexpr bool HALF_A = ABL & 8, NO_COPY = ABL & 16;
+        { /* the first segment's first weights into L2, then wait for the previous kernel */
+            bool first = p.pdl;
+            for_each_segment([&](int tile, int b0, int b1) {
+                if (!first)
+                    return;
+                first = false;
+                int t0, nt0;
+                tile_origin(tile, t0, nt0);
+                if (lane < min(WS_ROWS / 16, np16 - nt0))
+                    l2_prefetch(p.qw + ((size_t)(nt0 + lane) * k64 + (size_t)b0 * KPB) * 512,
+                                min((unsigned)(b1 - b0) * KPB * 512u, PDL_PREFETCH_BYTES));
+            });
+            pdl_wait();
+        }
         int q = 0; /* stage sequence number, over all segments */
         for_each_segment([&](int tile, int b0, int b1) {
             int t0, nt0;
@@ -1239,6 +1302,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 
     /* consumers: warp cw (0..7) owns weight rows [16*(nt0 + cw), +16) */
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(CONSUMER_REGS));
+    pdl_wait(); /* the consumers write the outputs and the workspace */
     const int ctid = tid - 128, cw = ctid >> 5, g = lane >> 2, tq = lane & 3;
     /* the current segment: tile origin, this thread's first weight row, blocks [b0, b0 + nblk) */
     int t0 = 0, nt0 = 0, nrow = 0, b0 = 0, nblk = 0;
@@ -1509,6 +1573,7 @@ struct plan_t {
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
+    bool pdl;     /* launch with programmatic stream serialization (g->pdl on sm_90) */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
@@ -1889,6 +1954,9 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.smem = TSMEM_BYTES;
     }
     pl.grid.z = pl.S;
+    /* programmatic dependent launch exists from sm_90 (griddepcontrol); asked for on an older
+     * GPU, the call runs as a plain launch */
+    pl.pdl = g->pdl && device_attr(cudaDevAttrComputeCapabilityMajor, 0) >= 9;
     if (pl.S > 1 && !pl.cluster)
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.S * g->M * g->N * sizeof(float);
     if (pl.streamk) /* two partial tiles per CTA */
@@ -1985,12 +2053,19 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
         return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = pl.grid, cfg.blockDim = pl.block, cfg.dynamicSmemBytes = pl.smem, cfg.stream = st;
-    cudaLaunchAttribute attr[1];
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
     if (pl.cluster) { /* the S splits of a tile form one cluster (dims 1 x 1 x S) */
-        attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)pl.S;
-        cfg.attrs = attr, cfg.numAttrs = 1;
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = (unsigned)pl.S;
+        n++;
     }
+    if (pl.pdl) { /* may start once every CTA of the previous kernel has begun (pdl_trigger) */
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n].val.programmaticStreamSerializationAllowed = 1;
+        n++;
+    }
+    cfg.attrs = n ? attr : nullptr, cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, args...);
 }
 
@@ -2106,6 +2181,8 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B, "
                                "M, N <= 2^30, K <= 2^20, M * N <= 2^36",
                                g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
+    if (g->pdl != 0 && g->pdl != 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: pdl %d is neither 0 nor 1", g->pdl);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 && g->tile_tokens != 64 &&
          g->tile_tokens != 128))
@@ -2141,13 +2218,13 @@ extern "C" size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gem
 
 extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g)
 {
-    static thread_local char buf[96]; /* per thread: the launch's error messages use it too */
+    static thread_local char buf[112]; /* per thread: the launch's error messages use it too */
     if (check_args(g) < 0) {
         comet_clear_error();
         return "invalid";
     }
     plan_t pl = make_plan(g);
-    char cl[24] = "";
+    char cl[40] = "";
     if (pl.cluster && pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
     else if (pl.streamk)
@@ -2158,6 +2235,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
+    if (pl.pdl)
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"
@@ -2214,7 +2293,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
     p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
-    p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows;
+    p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pdl = pl.pdl;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)

@@ -122,6 +122,18 @@ typedef struct comet_cuda_w4ax_gemm {
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (16 for
                                * M <= 16 with K >= 8192, else 32 for M <= 32, 64 for M <= 64,
                                * else 128), or 16 / 32 / 64 / 128 (tests force each) */
+    int pdl;                  /* 1 = programmatic dependent launch (sm_90+; 0 or ignored
+                               * elsewhere): the kernel may start while the previous kernel of
+                               * the stream still runs, once every CTA of that kernel has
+                               * begun, and read qw and sw -- nothing else -- before that
+                               * kernel has finished; activations, outputs and workspace wait
+                               * for it. Set it only when no kernel that can still be running
+                               * writes qw or sw (weights loaded before the stream's work).
+                               * It pays when the previous kernel lets dependents launch early
+                               * (griddepcontrol.launch_dependents: every kernel here does it
+                               * at its start), as in a decode step of GEMMs and the small
+                               * kernels between them; replayed in a CUDA graph the launches
+                               * keep this overlap. 0 = the usual stream order. */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan on the current
