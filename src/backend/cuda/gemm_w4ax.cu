@@ -96,10 +96,14 @@ __device__ __forceinline__ void l2_prefetch(const void *ptr, unsigned bytes)
         asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(ptr), "r"(bytes) : "memory");
 #endif
 }
-/* Bytes of a 16-row weight tile's packed codes that a pdl prologue prefetches into L2 per tile
- * (the previous kernel's tail is a few microseconds; an SM's share of DRAM bandwidth moves
- * ~32 KB per microsecond) */
-constexpr unsigned PDL_PREFETCH_BYTES = 16384;
+/* Bytes of packed weight codes that a CTA's pdl prologue prefetches into L2: the previous
+ * kernel's tail is a microsecond or two, and an SM's share of DRAM bandwidth moves ~32 KB per
+ * microsecond; prefetching a CTA's whole K range (up to 128 KB per wgmma CTA, the whole weight
+ * matrix over the grid) made the wgmma kernel up to 1.16x slower (session 10). */
+#ifndef COMET_PDL_PREFETCH /* experiments: build_variant.sh -DCOMET_PDL_PREFETCH=0 */
+#define COMET_PDL_PREFETCH 16384
+#endif
+constexpr unsigned PDL_PREFETCH_BYTES = COMET_PDL_PREFETCH;
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1)
@@ -894,7 +898,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     const int k64 = p.K / 64, c0 = b0 * KPB, nch = (b1 - b0) * KPB;
     pdl_trigger();
     if (p.pdl && tid < TBN / 16 && nt0 + tid < np16) /* the first weights of the CTA's 8 tiles, into L2 */
-        l2_prefetch(p.qw + ((size_t)(nt0 + tid) * k64 + c0) * 512, min((unsigned)nch * 512u, PDL_PREFETCH_BYTES));
+        l2_prefetch(p.qw + ((size_t)(nt0 + tid) * k64 + c0) * 512,
+                    min((unsigned)nch * 512u, PDL_PREFETCH_BYTES / (TBN / 16) / 16 * 16));
     pdl_wait(); /* everything below reads the activations */
 
     auto load_stage = [&](int slot, int c) {
@@ -1225,7 +1230,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         }
     };
 
+#ifndef COMET_PDL_WS_LATE /* experiment: the consumers trigger after their K loop instead */
     pdl_trigger();
+#endif
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
             mbar_init(&full[i], 33), mbar_init(&empty[i], WS_RELEASE_ARRIVALS);
@@ -1255,7 +1262,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 tile_origin(tile, t0, nt0);
                 if (lane < min(WS_ROWS / 16, np16 - nt0))
                     l2_prefetch(p.qw + ((size_t)(nt0 + lane) * k64 + (size_t)b0 * KPB) * 512,
-                                min((unsigned)(b1 - b0) * KPB * 512u, PDL_PREFETCH_BYTES));
+                                min((unsigned)(b1 - b0) * KPB * 512u, PDL_PREFETCH_BYTES / (WS_ROWS / 16) / 16 * 16));
             });
             pdl_wait();
         }
@@ -1429,6 +1436,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         promote(d, q, x, sw0, sw1);
         release(q);
     }
+#ifdef COMET_PDL_WS_LATE
+    pdl_trigger();
+#endif
 
     if (ABL & 1)
         acc[0] += (float)sink;
