@@ -390,6 +390,7 @@ static void test_pdl_chain(void)
     const cfg cases[] = {
         {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* decode */
         {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* decode (pdl, M = 2) */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* pipe */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},   /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0},

@@ -1,6 +1,7 @@
 /* cuda_backend.c — the CUDA backend's op table (backend.h). So far it holds the W4Ax GEMM
  * only: w4ax_load packs plain weights (comet_cuda_w4ax_pack) into device memory, gemm_w4ax
- * launches comet_cuda_gemm_w4ax (kernel AUTO, fp32 output) on the backend's own stream;
+ * launches comet_cuda_gemm_w4ax (kernel AUTO, fp32 output, programmatic dependent launch) on
+ * the backend's own stream;
  * the other ops are NULL until their kernels exist, and comet_forward_init refuses the
  * backend, naming the first op missing.
  *
@@ -215,9 +216,12 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
 /* The launch of cuda_gemm_w4ax, on the backend's device (current). */
 static comet_status gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M, int n8,
                                      const int8_t *qa, const float *sa, float *y) {
+    /* pdl: the GEMM's first weight loads may overlap the previous kernel on the stream. Safe
+     * here: weights are written only by w4ax_load's synchronized copies and freed only after
+     * the device is idle, so no kernel that may still run writes them. */
     comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
                               .sw = w->sw, .qa = qa, .sa = sa, .y = y,
-                              .kernel = COMET_W4AX_KERNEL_AUTO};
+                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = 1};
     COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
     g.workspace = im->workspace;
     g.workspace_bytes = im->workspace_bytes;

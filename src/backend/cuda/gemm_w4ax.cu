@@ -8,9 +8,9 @@
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
- *  - decode (M = 1 on sm_90): CTAs own 16-row weight tiles over all of K; their 8 warps split
- *    K and issue the 16-byte loads of their share, 8 k64 chunks at a time, before anything
- *    waits; partial tiles summed in shared memory (no split-K).
+ *  - decode (M = 1 on sm_90; M = 2 with pdl): CTAs own 16-row weight tiles over all of K;
+ *    their 8 warps split K and issue the 16-byte loads of their share, 8 k64 chunks at a
+ *    time, before anything waits; partial tiles summed in shared memory (no split-K).
  *  - stream (M <= 8 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
  *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
@@ -1823,12 +1823,19 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * M = 8 (pipe_auto); from M = 9 the wgmma kernel (but pipe_auto's cases up to M = 12;
  * profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
  * kernel up to M = 32, then the tiled one. */
+/* With programmatic dependent launch (g->pdl) the decode kernel's weight loads, issued before
+ * it waits for the previous kernel, overlap that kernel's end. At M = 2 that made it 0.82-0.95x
+ * the time of the pipe and stream plans on the LLaMA-3 shapes with K <= 8192 and 1.03-1.08x on
+ * the down projections (K = 14336, 28672), in CUDA graphs (session 10); at M = 4 it lost
+ * (1.00-1.37x). Without pdl the pipe and stream plans stay (the decode kernel lost at M = 2-8). */
+constexpr int DK_PDL_M2_MAX_K = 8192;
+
 comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     if (!has_wgmma())
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
     const bool plain = g->splits == 0 && g->ablate == 0;
-    if (g->M == 1 && plain && np16 >= sms)
+    if (plain && np16 >= sms && (g->M == 1 || (g->M == 2 && g->pdl && g->K <= DK_PDL_M2_MAX_K)))
         return COMET_W4AX_KERNEL_DECODE;
     if (g->M <= 8)
         return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;

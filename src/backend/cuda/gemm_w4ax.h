@@ -40,7 +40,8 @@ typedef enum comet_w4ax_kernel {
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 with N/16 >= the SM count (make_plan):
+    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 with N/16 >= the SM count, and M = 2
+                                   * there with pdl and K <= 8192 (auto_kernel):
                                    * CTAs own 16-row tiles over all of K, their 8 warps
                                    * split K and load 8 k64 chunks each into registers
                                    * before waiting; no split-K (splits > 1 is refused);
