@@ -99,7 +99,9 @@ __device__ __forceinline__ void l2_prefetch(const void *ptr, unsigned bytes)
 /* Bytes of packed weight codes that a CTA's pdl prologue prefetches into L2: the previous
  * kernel's tail is a microsecond or two, and an SM's share of DRAM bandwidth moves ~32 KB per
  * microsecond; prefetching a CTA's whole K range (up to 128 KB per wgmma CTA, the whole weight
- * matrix over the grid) made the wgmma kernel up to 1.16x slower (session 10). */
+ * matrix over the grid) made the wgmma kernel up to 1.16x slower (session 10). Between GEMMs,
+ * which are all bandwidth-bound, 16 KB and none measured the same (session 10); it is meant for
+ * the short kernels between them in a decode step (norms, quantization), not measured there. */
 #ifndef COMET_PDL_PREFETCH /* experiments: build_variant.sh -DCOMET_PDL_PREFETCH=0 */
 #define COMET_PDL_PREFETCH 16384
 #endif
@@ -1230,9 +1232,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         }
     };
 
-#ifndef COMET_PDL_WS_LATE /* experiment: the consumers trigger after their K loop instead */
-    pdl_trigger();
-#endif
+    pdl_trigger(); /* triggering after the consumers' K loop instead measured the same (session 10) */
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
             mbar_init(&full[i], 33), mbar_init(&empty[i], WS_RELEASE_ARRIVALS);
@@ -1436,9 +1436,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         promote(d, q, x, sw0, sw1);
         release(q);
     }
-#ifdef COMET_PDL_WS_LATE
-    pdl_trigger();
-#endif
 
     if (ABL & 1)
         acc[0] += (float)sink;
