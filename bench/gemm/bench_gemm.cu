@@ -412,7 +412,8 @@ int main(int argc, char **argv)
                 prop.l2CacheSize >> 20, date,
                 graph ? (g_pdl ? "per call inside CUDA graphs of 20 calls, ours with programmatic dependent launch (--graph --pdl)"
                                : "per call inside CUDA graphs of 20 calls (--graph)")
-                      : "CUDA events around each call",
+                      : (g_pdl ? "CUDA events around each call, ours with pdl (--pdl; its plans, nothing to overlap)"
+                               : "CUDA events around each call"),
                 sum.c_str());
         fprintf(f, "| model | layer | N | K | M | INT8 %% | ours µs | TOPS | GB/s | cuBLAS FP16 µs | "
                    "cuBLASLt INT8 µs | × FP16 | × INT8 | roofline frac | plan |\n"

@@ -106,6 +106,7 @@ __device__ __forceinline__ void l2_prefetch(const void *ptr, unsigned bytes)
 #define COMET_PDL_PREFETCH 16384
 #endif
 constexpr unsigned PDL_PREFETCH_BYTES = COMET_PDL_PREFETCH;
+static_assert(PDL_PREFETCH_BYTES % 16 == 0, "cp.async.bulk.prefetch sizes are multiples of 16 bytes");
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1)
@@ -1681,6 +1682,33 @@ bool has_wgmma()
     return yes;
 }
 
+/* Whether this device runs kernels of this file that hold the programmatic-dependent-launch
+ * instructions (pdl_trigger / pdl_wait exist from sm_90 code on): the device must be sm_90 or
+ * newer AND the loaded code compiled for it. A "90a;80" build on a newer GPU runs the
+ * compute_80 PTX, JIT-compiled, which has no wait: launched early it would race. Read from a
+ * kernel's PTX version (cudaFuncGetAttributes: no copy, safe during graph capture), cached
+ * per device; a failed query is not cached and says no. */
+bool pdl_supported()
+{
+    if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) < 9)
+        return false;
+    static std::mutex mu;
+    static int known[MAX_DEV]; /* 0 not read yet, 1 yes, 2 no */
+    const int dev = current_device();
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev >= 0 && dev < MAX_DEV && known[dev])
+        return known[dev] == 1;
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, (const void *)w4ax_decode_kernel<1, 1, false>) != cudaSuccess) {
+        cudaGetLastError(); /* clear */
+        return false;
+    }
+    const bool yes = a.ptxVersion >= 90;
+    if (dev >= 0 && dev < MAX_DEV)
+        known[dev] = yes ? 1 : 2;
+    return yes;
+}
+
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the
@@ -1827,12 +1855,12 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * (1.00-1.37x). Without pdl the pipe and stream plans stay (the decode kernel lost at M = 2-8). */
 constexpr int DK_PDL_M2_MAX_K = 8192;
 
-comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
+comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms, bool pdl)
 {
     if (!has_wgmma())
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
     const bool plain = g->splits == 0 && g->ablate == 0;
-    if (plain && np16 >= sms && (g->M == 1 || (g->M == 2 && g->pdl && g->K <= DK_PDL_M2_MAX_K)))
+    if (plain && np16 >= sms && (g->M == 1 || (g->M == 2 && pdl && g->K <= DK_PDL_M2_MAX_K)))
         return COMET_W4AX_KERNEL_DECODE;
     if (g->M <= 8)
         return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
@@ -1845,7 +1873,10 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
-    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms);
+    /* programmatic dependent launch where the device and the loaded code have it; asked for
+     * elsewhere, the call runs as a plain launch */
+    const bool pdl = g->pdl && pdl_supported();
+    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms, pdl);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
@@ -1968,9 +1999,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.smem = TSMEM_BYTES;
     }
     pl.grid.z = pl.S;
-    /* programmatic dependent launch exists from sm_90 (griddepcontrol); asked for on an older
-     * GPU, the call runs as a plain launch */
-    pl.pdl = g->pdl && device_attr(cudaDevAttrComputeCapabilityMajor, 0) >= 9;
+    pl.pdl = pdl;
     if (pl.S > 1 && !pl.cluster)
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.S * g->M * g->N * sizeof(float);
     if (pl.streamk) /* two partial tiles per CTA */

@@ -123,18 +123,27 @@ typedef struct comet_cuda_w4ax_gemm {
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (16 for
                                * M <= 16 with K >= 8192, else 32 for M <= 32, 64 for M <= 64,
                                * else 128), or 16 / 32 / 64 / 128 (tests force each) */
-    int pdl;                  /* 1 = programmatic dependent launch (sm_90+; 0 or ignored
-                               * elsewhere): the kernel may start while the previous kernel of
-                               * the stream still runs, once every CTA of that kernel has
-                               * begun, and read qw and sw -- nothing else -- before that
-                               * kernel has finished; activations, outputs and workspace wait
-                               * for it. Set it only when no kernel that can still be running
-                               * writes qw or sw (weights loaded before the stream's work).
-                               * It pays when the previous kernel lets dependents launch early
-                               * (griddepcontrol.launch_dependents: every kernel here does it
-                               * at its start), as in a decode step of GEMMs and the small
-                               * kernels between them; replayed in a CUDA graph the launches
-                               * keep this overlap. 0 = the usual stream order. */
+    int pdl;                  /* 1 = programmatic dependent launch (docs/gemm.md): the kernel
+                               * may start while the previous kernel of the stream still runs,
+                               * once every CTA of that kernel has begun, and reads qw and sw --
+                               * nothing else -- before that kernel has finished; activations,
+                               * outputs and workspace wait for it. The caller guarantees that
+                               * no kernel that may still be running (the previous one, or one
+                               * before it that also started early) writes qw or sw: weights
+                               * loaded before the stream's work. Applied on sm_90+ GPUs running
+                               * this file's sm_90 code; elsewhere (older GPUs, or a "90a;80"
+                               * build on a newer GPU, which runs the JIT-compiled sm_80 code)
+                               * the call is a plain launch. pdl takes part in the plan (with it,
+                               * M = 2 runs the decode kernel where K <= 8192): results may
+                               * differ in their last bits from pdl = 0, and the workspace must
+                               * be sized with the same struct. A plan that zeroes a large
+                               * counter region (> 65536 tiles) waits fully behind that
+                               * memset. It pays in CUDA graphs and back-to-back launches after
+                               * kernels that let dependents launch early
+                               * (griddepcontrol.launch_dependents). Every kernel here does so
+                               * at its start, pdl or not: a caller's kernel launched after one
+                               * of them with the attribute must itself wait before reading y
+                               * or writing qa, sa, y or the workspace. 0 = plain stream order. */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan on the current
