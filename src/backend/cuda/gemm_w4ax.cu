@@ -1651,6 +1651,28 @@ size_t counter_bytes(const plan_t &pl)
     return ((n > WS_COUNTERS ? n : WS_COUNTERS) * sizeof(unsigned) + 255) / 256 * 256;
 }
 
+/* test(attributes of `kernel` on the current device), cached per device in `known` (0 not
+ * read yet, 1 true, 2 false); cudaFuncGetAttributes makes no copy and does not synchronize,
+ * so this is safe while a CUDA graph is being captured. A failed query is not cached and
+ * reads as false. */
+template <typename T>
+bool device_code_has(std::mutex &mu, int (&known)[MAX_DEV], const void *kernel, T &&test)
+{
+    const int dev = current_device();
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev >= 0 && dev < MAX_DEV && known[dev])
+        return known[dev] == 1;
+    cudaFuncAttributes a;
+    if (cudaFuncGetAttributes(&a, kernel) != cudaSuccess) {
+        cudaGetLastError(); /* clear */
+        return false;
+    }
+    const bool yes = test(a);
+    if (dev >= 0 && dev < MAX_DEV)
+        known[dev] = yes ? 1 : 2;
+    return yes;
+}
+
 /* The wgmma kernel runs here: an sm_90 device that loaded this file's sm_90a code. A build
  * for plain sm_90 (CMAKE_CUDA_ARCHITECTURES=90 or native) or sm_80 alone gives that kernel
  * no body (a trap); the plans then use the stream and tiled kernels (sm_80 rules), and
@@ -1658,55 +1680,32 @@ size_t counter_bytes(const plan_t &pl)
  * registers, read with cudaFuncGetAttributes (no copy, no synchronization: safe while a CUDA
  * graph is being captured): the instance asked, 128-token tiles at B = 128, holds 168 per
  * thread in sm_90a code (launch bounds: one CTA of 384 threads, the whole register file),
- * the trap 4 (24 in a -G debug build). Cached per device; a failed query is not cached (and
- * plans as without sm_90a code). */
+ * the trap 4 (24 in a -G debug build). Cached per device (device_code_has); a failed query
+ * plans as without sm_90a code. */
 constexpr int WS_MIN_REGS = 96;
 bool has_wgmma()
 {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) != 9)
         return false;
     static std::mutex mu;
-    static int known[MAX_DEV]; /* 0 not read yet, 1 sm_90a code, 2 none */
-    const int dev = current_device();
-    std::lock_guard<std::mutex> lock(mu);
-    if (dev >= 0 && dev < MAX_DEV && known[dev])
-        return known[dev] == 1;
-    cudaFuncAttributes a;
-    if (cudaFuncGetAttributes(&a, (const void *)w4ax_ws_kernel<2, 128, false>) != cudaSuccess) {
-        cudaGetLastError(); /* clear */
-        return false;
-    }
-    const bool yes = a.numRegs >= WS_MIN_REGS;
-    if (dev >= 0 && dev < MAX_DEV)
-        known[dev] = yes ? 1 : 2;
-    return yes;
+    static int known[MAX_DEV];
+    return device_code_has(mu, known, (const void *)w4ax_ws_kernel<2, 128, false>,
+                           [](const cudaFuncAttributes &a) { return a.numRegs >= WS_MIN_REGS; });
 }
 
 /* Whether this device runs kernels of this file that hold the programmatic-dependent-launch
  * instructions (pdl_trigger / pdl_wait exist from sm_90 code on): the device must be sm_90 or
  * newer AND the loaded code compiled for it. A "90a;80" build on a newer GPU runs the
  * compute_80 PTX, JIT-compiled, which has no wait: launched early it would race. Read from a
- * kernel's PTX version (cudaFuncGetAttributes: no copy, safe during graph capture), cached
- * per device; a failed query is not cached and says no. */
+ * kernel's PTX version, cached per device (device_code_has). */
 bool pdl_supported()
 {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) < 9)
         return false;
     static std::mutex mu;
-    static int known[MAX_DEV]; /* 0 not read yet, 1 yes, 2 no */
-    const int dev = current_device();
-    std::lock_guard<std::mutex> lock(mu);
-    if (dev >= 0 && dev < MAX_DEV && known[dev])
-        return known[dev] == 1;
-    cudaFuncAttributes a;
-    if (cudaFuncGetAttributes(&a, (const void *)w4ax_decode_kernel<1, 1, false>) != cudaSuccess) {
-        cudaGetLastError(); /* clear */
-        return false;
-    }
-    const bool yes = a.ptxVersion >= 90;
-    if (dev >= 0 && dev < MAX_DEV)
-        known[dev] = yes ? 1 : 2;
-    return yes;
+    static int known[MAX_DEV];
+    return device_code_has(mu, known, (const void *)w4ax_decode_kernel<1, 1, false>,
+                           [](const cudaFuncAttributes &a) { return a.ptxVersion >= 90; });
 }
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
