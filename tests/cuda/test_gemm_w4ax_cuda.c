@@ -134,6 +134,15 @@ static void inputs_free(inputs *in)
     cudaFree(in->dqw), cudaFree(in->dsw), cudaFree(in->dqa), cudaFree(in->dsa);
 }
 
+/* Launch g on stream st, exiting (status 2) if the launch fails. */
+static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
+{
+    if (comet_cuda_gemm_w4ax(g, st) != COMET_OK) {
+        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
+        exit(2);
+    }
+}
+
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
 static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, const inputs *in,
                     const float *y_ref, const int32_t *bs_ref, const double *mag)
@@ -182,11 +191,7 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     /* 1. debug mode: block sums + fp32 output */
     gpoison(&gy), gpoison(&gbs);
     g.y = gy.p, g.bsum = gbs.p;
-    comet_status st = comet_cuda_gemm_w4ax(&g, NULL);
-    if (st != COMET_OK) {
-        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
-        exit(2);
-    }
+    launch_or_die(&g, NULL);
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaMemcpy(hbs, gbs.p, nbs * 4, cudaMemcpyDeviceToHost));
     size_t bad_bs = 0, first = (size_t)-1;
@@ -208,10 +213,7 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     for (int rep = 0; rep < 2; rep++) {
         gpoison(&gy), gpoison(&gy16);
         g.bsum = NULL, g.y = gy.p, g.y_f16 = gy16.p;
-        if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK) {
-            fprintf(stderr, "  launch failed: %s\n", comet_last_error());
-            exit(2);
-        }
+        launch_or_die(&g, NULL);
         CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaMemcpy(rep ? hy2 : hy, gy.p, ny * 4, cudaMemcpyDeviceToHost));
     }
@@ -305,10 +307,7 @@ static float *run_auto(const shape *s, const inputs *in, void *ws, size_t ws_byt
     comet_cuda_w4ax_gemm g = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
                               .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .y = y,
                               .workspace = ws, .workspace_bytes = ws_bytes};
-    if (comet_cuda_gemm_w4ax(&g, NULL) != COMET_OK) {
-        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
-        exit(2);
-    }
+    launch_or_die(&g, NULL);
     float *h = malloc(ny * 4);
     CUDA_OK(cudaMemcpy(h, y, ny * 4, cudaMemcpyDeviceToHost));
     cudaFree(y);
@@ -358,15 +357,6 @@ static void test_shared_workspace(void)
     for (int k = 0; k < 2; k++)
         free(ref[k]), inputs_free(&in[k]);
     cudaFree(fresh), cudaFree(shared);
-}
-
-/* Launch g on stream st, exiting (status 2) if the launch fails. */
-static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
-{
-    if (comet_cuda_gemm_w4ax(g, st) != COMET_OK) {
-        fprintf(stderr, "  launch failed: %s\n", comet_last_error());
-        exit(2);
-    }
 }
 
 /* Programmatic dependent launch (comet_cuda_w4ax_gemm.pdl): a call launched with it may start

@@ -33,8 +33,8 @@
  * acc_f += float(S) * (sa[t, b] * sw[n, b]). Split-K partials are summed in split order, so
  * results are deterministic: on sm_90 the splits of a tile form a thread-block cluster and
  * reduce through distributed shared memory (wgmma up to 8 splits unless the plan takes global
- * partials or stream-K, stream for M > 8); otherwise they go to a workspace and the last CTA of each tile (atomic counter, reset by that CTA) sums
- * them.
+ * partials or stream-K, stream for M > 8); otherwise they go to a workspace and the last CTA
+ * of each tile (atomic counter, reset by that CTA) sums them.
  */
 #include "backend/cuda/gemm_w4ax.h"
 #include "backend/cuda/ptx_load.cuh"
@@ -1581,7 +1581,7 @@ struct plan_t {
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
-    bool pdl;     /* launch with programmatic stream serialization (g->pdl on sm_90) */
+    bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
