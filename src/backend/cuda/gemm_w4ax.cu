@@ -499,6 +499,12 @@ constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
 constexpr int PP_SLOT_ALIGN = 128;
+/* With pdl, the weights of the ring's first positions are copied before the kernel waits for
+ * the previous one (1), or a 16 KB L2 prefetch of the first item's weights is (0, session 10) */
+#ifndef COMET_PP_PDL_EARLY /* experiments: build_variant.sh -DCOMET_PP_PDL_EARLY=0 */
+#define COMET_PP_PDL_EARLY 1
+#endif
+constexpr bool PP_PDL_EARLY = COMET_PP_PDL_EARLY;
 __host__ __device__ constexpr int pp_slot_bytes(int rows)
 {
     return (PP_A_OFF + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
@@ -530,9 +536,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
     float *red = reinterpret_cast<float *>(smem + (size_t)PP_WARPS * depth * slot_bytes);
     const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2, n_items = np16 * p.tiles_m;
     pdl_trigger();
-    if (p.pdl && threadIdx.x == 0 && (int)blockIdx.x < n_items) /* the first item's first weights, into L2 */
+    if (!PP_PDL_EARLY && p.pdl && threadIdx.x == 0 && (int)blockIdx.x < n_items) /* first weights, into L2 */
         l2_prefetch(p.qw + (size_t)(blockIdx.x % np16) * k64 * 512, min((unsigned)k64 * 512u, PDL_PREFETCH_BYTES));
-    pdl_wait(); /* everything below reads the activations */
 
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
      * group, empty past the last item) and step on. Everything that depends only on the lane
@@ -554,13 +559,16 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         d_a[k] = PP_A_OFF + r * PP_RS + c16 * 16, g_a[k] = (size_t)r * p.K + c16 * 16;
         l_a_ok[k] = false;
     }
+    /* this lane's weight codes and scales at stage st of weight tile nt */
+    auto w_at = [&](int nt, int st) { return p.qw + ((size_t)nt * k64 + 2 * (size_t)st) * 512 + lane * 16; };
+    auto sw_at = [&](int nt, int st) { return p.sw + (size_t)(st * BPS + lane / 2) * p.Np + nt * 16 + (lane & 1) * 8; };
     auto start_item = [&]() { /* pointers at stage l_s of item l_item */
         if (l_item >= n_items)
             return;
         const int nt = l_item % np16, t0 = l_item / np16 * TT, ta = t0 + (lane & (TT - 1));
         const int rows = min(TT, p.M - t0);
-        l_w = p.qw + ((size_t)nt * k64 + 2 * (size_t)l_s) * 512 + lane * 16;
-        l_sw = p.sw + (size_t)(l_s * BPS + lane / 2) * p.Np + nt * 16 + (lane & 1) * 8;
+        l_w = w_at(nt, l_s);
+        l_sw = sw_at(nt, l_s);
         l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
         l_sa_ok = ta < p.M; /* tokens past M read as 0 */
         l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)t0 * p.K + (size_t)l_s * 128;
@@ -569,21 +577,29 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             l_a_ok[k] = (lane + 32 * k) >> 3 < rows;
     };
     start_item();
-    auto issue_next = [&]() {
+    /* a position's weights: codes (one or two k64 chunks) and weight scales */
+    auto copy_w = [&](uint32_t slot, const uint8_t *w, const uint16_t *sw, bool two) {
+        cp_async16_s(slot + lane * 16, w);
+        if (two)
+            cp_async16_s(slot + 512 + lane * 16, w + 512);
+        if (lane < (two ? 2 * BPS : 2))
+            cp_async16_s(slot + PP_SW_OFF + lane * 16, sw);
+    };
+    /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
+    auto issue_next = [&](int parts) {
         if (l_item < n_items) {
             /* a half stage (one k64 chunk) only at the end of K with B = 64 */
             const bool two = KPB == 2 || 2 * l_s + 2 <= k64;
-            cp_async16_s(l_slot + lane * 16, l_w);
-            if (two)
-                cp_async16_s(l_slot + 512 + lane * 16, l_w + 512);
-            if (lane < (two ? 2 * BPS : 2))
-                cp_async16_s(l_slot + PP_SW_OFF + lane * 16, l_sw);
-            if (lane < (two ? BPS * TT : TT))
-                cp_async4_s(l_slot + PP_SA_OFF + lane * 4, l_sa, l_sa_ok);
+            if (parts & 1)
+                copy_w(l_slot, l_w, l_sw, two);
+            if (parts & 2) {
+                if (lane < (two ? BPS * TT : TT))
+                    cp_async4_s(l_slot + PP_SA_OFF + lane * 4, l_sa, l_sa_ok);
 #pragma unroll
-            for (int k = 0; k < TT / 4; k++)
-                if (l_a_ok[k] && (two || (lane & 7) < 4))
-                    cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
+                for (int k = 0; k < TT / 4; k++)
+                    if (l_a_ok[k] && (two || (lane & 7) < 4))
+                        cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
+            }
             l_s += PP_WARPS;
             if (l_s < nstage) {
                 l_w += PP_WARPS * 1024, l_a += PP_WARPS * 128, l_sa += PP_WARPS * BPS;
@@ -596,10 +612,24 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             if (l_slot == ring_end)
                 l_slot = ring_s;
         }
-        cp_async_commit();
+        if (parts & 2)
+            cp_async_commit();
     };
+    const bool early = PP_PDL_EARLY && p.pdl;
+    if (early) {
+        /* launched early: the weights of the first depth - 1 positions go out before the wait
+         * (joining the first position's commit group below); the same walk as issue_next */
+        int it = l_item, st = l_s;
+        for (int d = 0; d < depth - 1 && it < n_items; d++) {
+            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), KPB == 2 || 2 * st + 2 <= k64);
+            st += PP_WARPS;
+            if (st >= nstage)
+                it += gridDim.x, st = warp;
+        }
+    }
+    pdl_wait(); /* everything below reads the activations */
     for (int d = 0; d < depth - 1; d++)
-        issue_next();
+        issue_next(early ? 2 : 3);
 
     int slot = 0, par = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
@@ -607,7 +637,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         float acc[MI][4];
         zero_acc<MI>(acc);
         for (int s = warp; s < nstage; s += PP_WARPS) {
-            issue_next();
+            issue_next(3);
             cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
             __syncwarp();                  /* ... and every lane's */
             const uint8_t *st = ring + slot * slot_bytes;
@@ -714,29 +744,35 @@ constexpr int DK_WARPS = COMET_DK_WARPS, DK_U = COMET_DK_U;
  * activation scales [rows x nb] fp32, weight scales [nb x wt*16] fp16, then the warps'
  * partial tiles [DK_WARPS x 16 x tt] fp32; rows = min(M, tt). */
 struct dk_layout {
-    int sa, sw, red, bytes;
-    __host__ __device__ dk_layout(int rows, int tt, int K, int nb, int wt)
+    int sa, sw, red, ct, bytes;
+    /* range: channels of K per CTA (K, or the longest split's with split-K); cl: split-K
+     * through a cluster, which adds the CTA's reduced tile [wt*16 x tt] fp32 */
+    __host__ __device__ dk_layout(int rows, int tt, int range, int nb, int wt, bool cl)
     {
-        sa = (rows * (K + 16) + 15) / 16 * 16;
+        sa = (rows * (range + 16) + 15) / 16 * 16;
         sw = sa + (rows * nb * 4 + 15) / 16 * 16;
         red = sw + (nb * wt * 32 + 15) / 16 * 16;
-        bytes = red + DK_WARPS * 16 * tt * 4;
+        ct = red + DK_WARPS * 16 * tt * 4;
+        bytes = ct + (cl ? wt * 16 * tt * 4 : 0);
     }
 };
 
 /* 16-row tiles per CTA: 1 for one token group of 8 (the CTA's warps all split K), 4 for 16
  * (the token slice in shared memory then serves 4 tiles: with 1, copying it cost more than
- * the weights' load, measured) */
-__host__ __device__ constexpr int dk_wt(int mi) { return mi == 1 ? 1 : 4; }
+ * the weights' load, measured), and 4 with split-K through a cluster (CL), where the point
+ * of splitting K is that each CTA's token slice serves more weight rows */
+__host__ __device__ constexpr int dk_wt(int mi, bool cl = false) { return cl || mi != 1 ? 4 : 1; }
 
-template <int MI, int KPB, bool BSUM>
-__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
+template <int MI, int KPB, bool BSUM, bool CL = false>
+__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
 {
-    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI), WK = DK_WARPS / WT;
+    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI, CL), WK = DK_WARPS / WT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int nt = blockIdx.x * WT + warp % WT, kw = warp / WT, np16 = p.Np / 16;
-    const int b0 = kw * p.nb / WK, nbw = (kw + 1) * p.nb / WK - b0; /* this warp's blocks */
+    /* this CTA's blocks [kb0, kb1) (split blockIdx.z of p.S with CL, else all), this warp's */
+    const int kb0 = CL ? (int)blockIdx.z * p.nb / p.S : 0, kb1 = CL ? ((int)blockIdx.z + 1) * p.nb / p.S : p.nb;
+    const int b0 = kb0 + kw * (kb1 - kb0) / WK, nbw = kb0 + (kw + 1) * (kb1 - kb0) / WK - b0;
     const bool active = nt < np16;
     const int nch = active ? nbw * KPB : 0;
     pdl_trigger();
@@ -753,24 +789,26 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
     issue(0);
 
     /* then the CTA's token codes, activation scales and its tiles' weight scales */
-    const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), RS = p.K + 16;
-    const dk_layout L(min(TT, p.M), TT, p.K, p.nb, WT);
+    /* token rows in shared memory hold channels [kb0*B, kb1*B), padded to the longest split */
+    const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), range = CL ? (p.nb + p.S - 1) / p.S * B : p.K;
+    const int RS = range + 16, len = (kb1 - kb0) * B;
+    const dk_layout L(min(TT, p.M), TT, range, p.nb, WT, CL);
     if (!(p.ablate & 32)) { /* profiling: 32 = no copies */
         const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
         const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
-        for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
+        for (int i = kb0 * WT * 2 + threadIdx.x; i < kb1 * WT * 2; i += DK_WARPS * 32) {
             const int b = i / (WT * 2), piece = i % (WT * 2);
             if (piece < live)
                 cp_async16(smem + L.sw + i * 16, sw + (size_t)b * p.Np + piece * 8, true);
         }
         pdl_wait(); /* the weights above may be read while the previous kernel runs, nothing else */
-        const int8_t *qa = p.qa + (size_t)t0 * p.K;
+        const int8_t *qa = p.qa + (size_t)t0 * p.K + (size_t)kb0 * B;
         for (int row = 0; row < rows; row++)
-            for (int col = threadIdx.x * 16; col < p.K; col += DK_WARPS * 32 * 16)
+            for (int col = threadIdx.x * 16; col < len; col += DK_WARPS * 32 * 16)
                 cp_async16(smem + row * RS + col, qa + (size_t)row * p.K + col, true);
         const float *sa = p.sa + (size_t)t0 * p.nb;
         for (int row = 0; row < rows; row++)
-            for (int b = threadIdx.x; b < p.nb; b += DK_WARPS * 32)
+            for (int b = kb0 + threadIdx.x; b < kb1; b += DK_WARPS * 32)
                 cp_async4(smem + L.sa + (row * p.nb + b) * 4, sa + (size_t)row * p.nb + b, true);
     } else {
         pdl_wait();
@@ -781,7 +819,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
 
     float acc[MI][4];
     zero_acc<MI>(acc);
-    const uint8_t *act = smem + (size_t)b0 * B + tq * 4;
+    const uint8_t *act = smem + (size_t)(b0 - kb0) * B + tq * 4;
     /* this lane's activation-scale rows (tokens f*8 + tq*2 + e; rows past M read as 0) */
     const float *sap[MI][2];
     bool sa_ok[MI][2];
@@ -863,6 +901,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
 
     /* the warps' partial tiles, summed over the WK warps of each tile in K order */
     float *red = reinterpret_cast<float *>(smem + L.red);
+    float *ct = reinterpret_cast<float *>(smem + L.ct); /* CL: this split's tile [WT*16 x TT] */
     store_acc_tile<MI>(red, warp * 16, TT, acc, g, tq);
     __syncthreads();
     for (int i = threadIdx.x; i < WT * 16 * TT; i += DK_WARPS * 32) {
@@ -872,8 +911,28 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
         for (int k = 0; k < WK; k++)
             v += red[((k * WT + ti) * 16 + row) * TT + tt];
         const int n = (blockIdx.x * WT + ti) * 16 + row, t = t0 + tt;
-        if (t < p.M && n < p.N)
+        if (CL)
+            ct[i] = v;
+        else if (t < p.M && n < p.N)
             store_out(p, t, n, v);
+    }
+    if (CL) {
+        /* The p.S splits of these tiles are one cluster (dims 1 x 1 x S): CTA rank q sums its
+         * share of the tile's elements over the S splits' tiles through distributed shared
+         * memory, in split order from 0.0f (deterministic, as the other split-K paths). */
+#if __CUDA_ARCH__ >= 900
+        cluster_sync();
+        const int q = (int)cluster_rank(), e0 = q * WT * 16 * TT / p.S, e1 = (q + 1) * WT * 16 * TT / p.S;
+        for (int i = e0 + threadIdx.x; i < e1; i += DK_WARPS * 32) {
+            const int n = (int)blockIdx.x * WT * 16 + i / TT, t = t0 + i % TT;
+            float v = 0.0f;
+            for (int j = 0; j < p.S; j++)
+                v += ld_dsmem(ct + i, j);
+            if (t < p.M && n < p.N)
+                store_out(p, t, n, v);
+        }
+        cluster_sync(); /* no CTA leaves while another still reads its shared memory */
+#endif
     }
 }
 
@@ -1563,6 +1622,7 @@ constexpr int STREAM_WARPS = 4;
 constexpr int STREAM_MAX_RANGE = 2048; /* bytes of K per CTA (bounds shared memory) */
 constexpr int STREAM_MAX_CLUSTER = 8;  /* portable cluster size */
 constexpr int WS_MAX_CLUSTER = 8;
+constexpr int DK_MAX_CLUSTER = 8;
 /* Wave-filling global split-K (make_plan): the per-CTA fixed cost (start-up, pipeline fill,
  * epilogue) in units of one block's time, and the most splits considered. */
 constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
@@ -1809,20 +1869,23 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     pl.S = 1;
 }
 
-/* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
- * memory (K past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on): the caller then runs
- * the stream kernel. */
-bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
+/* The decode kernel's plan, S splits of K (1: none; more: a cluster of S CTAs per 4 tiles,
+ * which needs the sm_90a code). False when its token rows do not fit in shared memory (a CTA's
+ * K range past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on) or the splits cannot
+ * run: the caller then runs the stream kernel. */
+bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int S)
 {
+    const int nb = g->K / g->B;
     pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI);
+    pl.S = clampi(S, 1, nb);
+    pl.cluster = pl.S > 1;
+    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI, pl.cluster), range = (nb + pl.S - 1) / pl.S * g->B;
     pl.tiles_m = (g->M + tt - 1) / tt;
-    pl.S = 1;
     pl.grid = dim3((np16 + wt - 1) / wt, pl.tiles_m, 1);
     pl.block = dim3(DK_WARPS * 32);
-    if (g->K > MAX_SMEM) /* dk_layout counts in int */
+    if (range > MAX_SMEM || (pl.cluster && !has_wgmma())) /* dk_layout counts in int */
         return false;
-    const dk_layout L(g->M < tt ? g->M : tt, tt, g->K, g->K / g->B, wt);
+    const dk_layout L(g->M < tt ? g->M : tt, tt, range, nb, wt, pl.cluster);
     pl.smem = (g->ablate & 56) == 56 ? 0 : (size_t)L.bytes; /* profiling: loads only */
     return (size_t)L.bytes <= (size_t)MAX_SMEM;
 }
@@ -1876,7 +1939,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
      * elsewhere, the call runs as a plain launch */
     const bool pdl = g->pdl && pdl_supported();
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms, pdl);
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16, g->splits))
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
@@ -2197,6 +2260,7 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
             constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
             return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch(w4ax_pipe_kernel<MI, KPB, BSUM>, pl, st, p)
+                   : pl.cluster ? launch(w4ax_decode_kernel<MI, KPB, BSUM, true>, pl, st, p)
                                                        : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
@@ -2231,9 +2295,11 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
                                (int)g->kernel, g->splits, g->tile_tokens);
-    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
-                               g->splits);
+    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > DK_MAX_CLUSTER)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: the decode kernel splits K across a cluster of at most %d CTAs "
+                               "(splits %d)",
+                               DK_MAX_CLUSTER, g->splits);
     return COMET_OK;
 }
 
@@ -2276,7 +2342,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
-        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI, pl.cluster));
     if (pl.pdl)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",

@@ -44,9 +44,11 @@ typedef enum comet_w4ax_kernel {
                                    * there with pdl and K <= 8192 (auto_kernel):
                                    * CTAs own 16-row tiles over all of K, their 8 warps
                                    * split K and load 8 k64 chunks each into registers
-                                   * before waiting; no split-K (splits > 1 is refused);
-                                   * any M when forced (the stream kernel where the token
-                                   * rows would not fit in shared memory) */
+                                   * before waiting; no split-K by default; splits 2-8
+                                   * split K across a cluster (4 tiles per CTA, sm_90a
+                                   * code only), more are refused; any M when forced (the
+                                   * stream kernel where the token rows would not fit in
+                                   * shared memory or the cluster cannot run) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
