@@ -1184,6 +1184,10 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * (its tile and split), several with stream-K (SK: its share of all tiles x blocks, the ring
  * running on across them; partial tiles are summed by the last CTA to finish each). */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
+#ifndef COMET_WS_PIPE2 /* experiments: build_variant.sh -DCOMET_WS_PIPE2=1 */
+#define COMET_WS_PIPE2 0
+#endif
+constexpr bool WS_PIPE2 = COMET_WS_PIPE2;
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
  * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern, sessions
@@ -1484,17 +1488,58 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    /* one block at a time: A from registers, issue, wait, promote, release */
-    int d[NACC];
-    for (int x = 0; x < nblk; x++, q++) {
-        float sw0, sw1;
-        next_sw(x, sw0, sw1);
-        uint32_t af[KPB][2][4];
-        load_a(q, af);
-        issue(q, af, d);
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        promote(d, q, x, sw0, sw1);
-        release(q);
+    if constexpr (WS_PIPE2 && TOK <= 32) {
+        /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
+         * each with its own int32 sums and weight fragments (every point of the loop has a
+         * fixed number of commit groups in flight, so the wgmma stay asynchronous) */
+        int da[NACC], db[NACC];
+        uint32_t afa[KPB][2][4], afb[KPB][2][4];
+        auto finish = [&](const int (&dd)[NACC], int x) { /* block x, stage q: promote, release */
+            float sw0, sw1;
+            next_sw(x, sw0, sw1);
+            promote(dd, q, x, sw0, sw1);
+            release(q);
+            q++;
+        };
+        int x = 0;
+        if (nblk > 0) {
+            load_a(q, afa);
+            issue(q, afa, da);
+        }
+        for (; x + 2 < nblk; x += 2) {
+            load_a(q + 1, afb);
+            issue(q + 1, afb, db);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            finish(da, x);
+            load_a(q + 1, afa);
+            issue(q + 1, afa, da);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            finish(db, x + 1);
+        }
+        if (x + 1 < nblk) {
+            load_a(q + 1, afb);
+            issue(q + 1, afb, db);
+            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+            finish(da, x);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            finish(db, x + 1);
+        } else if (x < nblk) {
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            finish(da, x);
+        }
+    } else {
+        /* one block at a time: A from registers, issue, wait, promote, release */
+        int d[NACC];
+        for (int x = 0; x < nblk; x++, q++) {
+            float sw0, sw1;
+            next_sw(x, sw0, sw1);
+            uint32_t af[KPB][2][4];
+            load_a(q, af);
+            issue(q, af, d);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            promote(d, q, x, sw0, sw1);
+            release(q);
+        }
     }
 
     if (ABL & 1)
