@@ -278,12 +278,6 @@ static void test_shape(const shape *s, int quick)
             n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
                            nb > 3 ? 3 : nb, 0, &in, y_ref, bs_ref, mag) > 0;
-        /* the decode kernel's split-K across a cluster: 3 splits (not a power of two), and 8
-         * (the most a cluster takes; splits with no block for some of the warps when nb < 16) */
-        if (nb >= 2)
-            n_fail += run_case(s, COMET_W4AX_KERNEL_DECODE, nb > 3 ? 3 : nb, 0, &in, y_ref, bs_ref, mag) > 0;
-        if (nb >= 8)
-            n_fail += run_case(s, COMET_W4AX_KERNEL_DECODE, 8, 0, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
         for (int tok = 16; tok <= 128; tok *= 2)
@@ -392,7 +386,6 @@ static void test_pdl_chain(void)
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* pipe */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},   /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 4, 0},  /* cluster split-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* wgmma, cluster split-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},  /* cluster split-K */
@@ -533,7 +526,7 @@ static void test_bad_args(void)
     }
     a.workspace = ws, a.workspace_bytes = wsb;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
-    a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 9; /* its splits are one cluster: at most 8 */
+    a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 2; /* the decode kernel has no split-K */
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     ARG_OK(comet_cuda_gemm_w4ax_workspace_bytes(&a) == 0);
     ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&a), "invalid") == 0);

@@ -15,8 +15,8 @@
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
  *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
  *    split across CTAs so all SMs stream.
- *  - pipe (2 <= M <= 12 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
- *    M <= 8, to 2x with K <= 4096 at M = 9-12): persistent CTAs own whole 16-row weight
+ *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
+ *    M <= 8, to 2x with K <= 4096 at M = 9-16): persistent CTAs own whole 16-row weight
  *    tiles over all of K (no split-K);
  *    each warp streams its share of K through its own cp.async ring in shared memory.
  *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
@@ -469,7 +469,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (2 <= M <= 12 on sm_90 when N/16 >= the SM count: auto_kernel). A work item is
+/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count: auto_kernel). A work item is
  * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
  * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
@@ -730,7 +730,10 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s6.md): split-K through a cluster
  * (DSMEM reduction; 10-50 % slower at M = 1), two buffers of 4 chunks refilled in turn (up
  * to 9 % slower than one of 8), a CTA of 1 tile at M = 9-16 (copying the token rows cost more
- * than loading the weights). */
+ * than loading the weights); in session 11, at M = 4-16 with pdl in CUDA graphs, split-K through
+ * a cluster with 4 tiles per CTA (each CTA's token slice then serves 64 weight rows): 0.85-0.98x
+ * the automatic plan's time on 5 of 24 points (2 splits: 70B o and down at M = 4-8), 1.01-3.2x
+ * elsewhere, worse with more splits. */
 #ifndef COMET_DK_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_DK_WARPS=16 -DCOMET_DK_U=4 */
 #define COMET_DK_WARPS 8
 #define COMET_DK_U 8
@@ -744,35 +747,29 @@ constexpr int DK_WARPS = COMET_DK_WARPS, DK_U = COMET_DK_U;
  * activation scales [rows x nb] fp32, weight scales [nb x wt*16] fp16, then the warps'
  * partial tiles [DK_WARPS x 16 x tt] fp32; rows = min(M, tt). */
 struct dk_layout {
-    int sa, sw, red, ct, bytes;
-    /* range: channels of K per CTA (K, or the longest split's with split-K); cl: split-K
-     * through a cluster, which adds the CTA's reduced tile [wt*16 x tt] fp32 */
-    __host__ __device__ dk_layout(int rows, int tt, int range, int nb, int wt, bool cl)
+    int sa, sw, red, bytes;
+    __host__ __device__ dk_layout(int rows, int tt, int K, int nb, int wt)
     {
-        sa = (rows * (range + 16) + 15) / 16 * 16;
+        sa = (rows * (K + 16) + 15) / 16 * 16;
         sw = sa + (rows * nb * 4 + 15) / 16 * 16;
         red = sw + (nb * wt * 32 + 15) / 16 * 16;
-        ct = red + DK_WARPS * 16 * tt * 4;
-        bytes = ct + (cl ? wt * 16 * tt * 4 : 0);
+        bytes = red + DK_WARPS * 16 * tt * 4;
     }
 };
 
 /* 16-row tiles per CTA: 1 for one token group of 8 (the CTA's warps all split K), 4 for 16
  * (the token slice in shared memory then serves 4 tiles: with 1, copying it cost more than
- * the weights' load, measured), and 4 with split-K through a cluster (CL), where the point
- * of splitting K is that each CTA's token slice serves more weight rows */
-__host__ __device__ constexpr int dk_wt(int mi, bool cl = false) { return cl || mi != 1 ? 4 : 1; }
+ * the weights' load, measured) */
+__host__ __device__ constexpr int dk_wt(int mi) { return mi == 1 ? 1 : 4; }
 
-template <int MI, int KPB, bool BSUM, bool CL = false>
-__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
+template <int MI, int KPB, bool BSUM>
+__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
 {
-    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI, CL), WK = DK_WARPS / WT;
+    constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI), WK = DK_WARPS / WT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
     const int nt = blockIdx.x * WT + warp % WT, kw = warp / WT, np16 = p.Np / 16;
-    /* this CTA's blocks [kb0, kb1) (split blockIdx.z of p.S with CL, else all), this warp's */
-    const int kb0 = CL ? (int)blockIdx.z * p.nb / p.S : 0, kb1 = CL ? ((int)blockIdx.z + 1) * p.nb / p.S : p.nb;
-    const int b0 = kb0 + kw * (kb1 - kb0) / WK, nbw = kb0 + (kw + 1) * (kb1 - kb0) / WK - b0;
+    const int b0 = kw * p.nb / WK, nbw = (kw + 1) * p.nb / WK - b0; /* this warp's blocks */
     const bool active = nt < np16;
     const int nch = active ? nbw * KPB : 0;
     pdl_trigger();
@@ -789,26 +786,24 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1
     issue(0);
 
     /* then the CTA's token codes, activation scales and its tiles' weight scales */
-    /* token rows in shared memory hold channels [kb0*B, kb1*B), padded to the longest split */
-    const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), range = CL ? (p.nb + p.S - 1) / p.S * B : p.K;
-    const int RS = range + 16, len = (kb1 - kb0) * B;
-    const dk_layout L(min(TT, p.M), TT, range, p.nb, WT, CL);
+    const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), RS = p.K + 16;
+    const dk_layout L(min(TT, p.M), TT, p.K, p.nb, WT);
     if (!(p.ablate & 32)) { /* profiling: 32 = no copies */
         const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
         const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
-        for (int i = kb0 * WT * 2 + threadIdx.x; i < kb1 * WT * 2; i += DK_WARPS * 32) {
+        for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
             const int b = i / (WT * 2), piece = i % (WT * 2);
             if (piece < live)
                 cp_async16(smem + L.sw + i * 16, sw + (size_t)b * p.Np + piece * 8, true);
         }
         pdl_wait(); /* the weights above may be read while the previous kernel runs, nothing else */
-        const int8_t *qa = p.qa + (size_t)t0 * p.K + (size_t)kb0 * B;
+        const int8_t *qa = p.qa + (size_t)t0 * p.K;
         for (int row = 0; row < rows; row++)
-            for (int col = threadIdx.x * 16; col < len; col += DK_WARPS * 32 * 16)
+            for (int col = threadIdx.x * 16; col < p.K; col += DK_WARPS * 32 * 16)
                 cp_async16(smem + row * RS + col, qa + (size_t)row * p.K + col, true);
         const float *sa = p.sa + (size_t)t0 * p.nb;
         for (int row = 0; row < rows; row++)
-            for (int b = kb0 + threadIdx.x; b < kb1; b += DK_WARPS * 32)
+            for (int b = threadIdx.x; b < p.nb; b += DK_WARPS * 32)
                 cp_async4(smem + L.sa + (row * p.nb + b) * 4, sa + (size_t)row * p.nb + b, true);
     } else {
         pdl_wait();
@@ -819,7 +814,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1
 
     float acc[MI][4];
     zero_acc<MI>(acc);
-    const uint8_t *act = smem + (size_t)(b0 - kb0) * B + tq * 4;
+    const uint8_t *act = smem + (size_t)b0 * B + tq * 4;
     /* this lane's activation-scale rows (tokens f*8 + tq*2 + e; rows past M read as 0) */
     const float *sap[MI][2];
     bool sa_ok[MI][2];
@@ -901,7 +896,6 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1
 
     /* the warps' partial tiles, summed over the WK warps of each tile in K order */
     float *red = reinterpret_cast<float *>(smem + L.red);
-    float *ct = reinterpret_cast<float *>(smem + L.ct); /* CL: this split's tile [WT*16 x TT] */
     store_acc_tile<MI>(red, warp * 16, TT, acc, g, tq);
     __syncthreads();
     for (int i = threadIdx.x; i < WT * 16 * TT; i += DK_WARPS * 32) {
@@ -911,28 +905,8 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 && !CL ? COMET_DK_MINB1
         for (int k = 0; k < WK; k++)
             v += red[((k * WT + ti) * 16 + row) * TT + tt];
         const int n = (blockIdx.x * WT + ti) * 16 + row, t = t0 + tt;
-        if (CL)
-            ct[i] = v;
-        else if (t < p.M && n < p.N)
+        if (t < p.M && n < p.N)
             store_out(p, t, n, v);
-    }
-    if (CL) {
-        /* The p.S splits of these tiles are one cluster (dims 1 x 1 x S): CTA rank q sums its
-         * share of the tile's elements over the S splits' tiles through distributed shared
-         * memory, in split order from 0.0f (deterministic, as the other split-K paths). */
-#if __CUDA_ARCH__ >= 900
-        cluster_sync();
-        const int q = (int)cluster_rank(), e0 = q * WT * 16 * TT / p.S, e1 = (q + 1) * WT * 16 * TT / p.S;
-        for (int i = e0 + threadIdx.x; i < e1; i += DK_WARPS * 32) {
-            const int n = (int)blockIdx.x * WT * 16 + i / TT, t = t0 + i % TT;
-            float v = 0.0f;
-            for (int j = 0; j < p.S; j++)
-                v += ld_dsmem(ct + i, j);
-            if (t < p.M && n < p.N)
-                store_out(p, t, n, v);
-        }
-        cluster_sync(); /* no CTA leaves while another still reads its shared memory */
-#endif
     }
 }
 
@@ -1501,31 +1475,31 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             release(q);
             q++;
         };
-        int x = 0;
-        if (nblk > 0) {
+        if (nblk > 0) { /* (all inside: every path into the loop has one group in flight) */
+            int x = 0;
             load_a(q, afa);
             issue(q, afa, da);
-        }
-        for (; x + 2 < nblk; x += 2) {
-            load_a(q + 1, afb);
-            issue(q + 1, afb, db);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            finish(da, x);
-            load_a(q + 1, afa);
-            issue(q + 1, afa, da);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            finish(db, x + 1);
-        }
-        if (x + 1 < nblk) {
-            load_a(q + 1, afb);
-            issue(q + 1, afb, db);
-            asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-            finish(da, x);
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            finish(db, x + 1);
-        } else if (x < nblk) {
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-            finish(da, x);
+            for (; x + 2 < nblk; x += 2) {
+                load_a(q + 1, afb);
+                issue(q + 1, afb, db);
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                finish(da, x);
+                load_a(q + 1, afa);
+                issue(q + 1, afa, da);
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                finish(db, x + 1);
+            }
+            if (x + 1 < nblk) {
+                load_a(q + 1, afb);
+                issue(q + 1, afb, db);
+                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
+                finish(da, x);
+                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                finish(db, x + 1);
+            } else {
+                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                finish(da, x);
+            }
         }
     } else {
         /* one block at a time: A from registers, issue, wait, promote, release */
@@ -1667,7 +1641,6 @@ constexpr int STREAM_WARPS = 4;
 constexpr int STREAM_MAX_RANGE = 2048; /* bytes of K per CTA (bounds shared memory) */
 constexpr int STREAM_MAX_CLUSTER = 8;  /* portable cluster size */
 constexpr int WS_MAX_CLUSTER = 8;
-constexpr int DK_MAX_CLUSTER = 8;
 /* Wave-filling global split-K (make_plan): the per-CTA fixed cost (start-up, pipeline fill,
  * epilogue) in units of one block's time, and the most splits considered. */
 constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
@@ -1865,15 +1838,17 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * warps issue too slowly for many items). Below one item per SM the stream kernel's split-K
  * is needed. At M = 9-16 the wgmma kernel (32-token tiles, two CTAs per SM) beats both on
  * every LLaMA-3 shape (0.75-0.98x their time, session 8) except LLaMA-3-8B o (N/16 = 256,
- * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster. */
-constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M12 = 2, PP_AUTO_MAX_K_M12 = 4096;
+ * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster; in CUDA graphs with pdl and
+ * the pipe kernel's early weight copies (session 11) also at M = 16 (7.87 vs 8.92 us), while
+ * it stays 1.2-2.1x slower on the other shapes there. */
+constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M16 = 2, PP_AUTO_MAX_K_M16 = 4096;
 bool pipe_auto(int M, int K, int np16, int sms)
 {
     if (np16 < sms)
         return false;
     if (M <= 8)
         return np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
-    return M <= 12 && np16 <= PP_AUTO_ITEMS_PER_SM_M12 * sms && K <= PP_AUTO_MAX_K_M12;
+    return M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms && K <= PP_AUTO_MAX_K_M16;
 }
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
@@ -1914,23 +1889,20 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     pl.S = 1;
 }
 
-/* The decode kernel's plan, S splits of K (1: none; more: a cluster of S CTAs per 4 tiles,
- * which needs the sm_90a code). False when its token rows do not fit in shared memory (a CTA's
- * K range past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on) or the splits cannot
- * run: the caller then runs the stream kernel. */
-bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int S)
+/* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
+ * memory (K past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on): the caller then runs
+ * the stream kernel. */
+bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
 {
-    const int nb = g->K / g->B;
     pl.MI = g->M <= 8 ? 1 : 2;
-    pl.S = clampi(S, 1, nb);
-    pl.cluster = pl.S > 1;
-    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI, pl.cluster), range = (nb + pl.S - 1) / pl.S * g->B;
+    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI);
     pl.tiles_m = (g->M + tt - 1) / tt;
+    pl.S = 1;
     pl.grid = dim3((np16 + wt - 1) / wt, pl.tiles_m, 1);
     pl.block = dim3(DK_WARPS * 32);
-    if (range > MAX_SMEM || (pl.cluster && !has_wgmma())) /* dk_layout counts in int */
+    if (g->K > MAX_SMEM) /* dk_layout counts in int */
         return false;
-    const dk_layout L(g->M < tt ? g->M : tt, tt, range, nb, wt, pl.cluster);
+    const dk_layout L(g->M < tt ? g->M : tt, tt, g->K, g->K / g->B, wt);
     pl.smem = (g->ablate & 56) == 56 ? 0 : (size_t)L.bytes; /* profiling: loads only */
     return (size_t)L.bytes <= (size_t)MAX_SMEM;
 }
@@ -1952,7 +1924,7 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * shape measured, all N/16 >= 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the
  * pipe kernel has since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below
  * one tile per SM the stream kernel's split-K keeps every SM streaming; pipe or stream up to
- * M = 8 (pipe_auto); from M = 9 the wgmma kernel (but pipe_auto's cases up to M = 12;
+ * M = 8 (pipe_auto); from M = 9 the wgmma kernel (but pipe_auto's cases up to M = 16;
  * profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
  * kernel up to M = 32, then the tiled one. */
 /* With programmatic dependent launch (g->pdl) the decode kernel's weight loads, issued before
@@ -1984,7 +1956,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
      * elsewhere, the call runs as a plain launch */
     const bool pdl = g->pdl && pdl_supported();
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms, pdl);
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16, g->splits))
+    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
@@ -2305,7 +2277,6 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
             constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
             return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch(w4ax_pipe_kernel<MI, KPB, BSUM>, pl, st, p)
-                   : pl.cluster ? launch(w4ax_decode_kernel<MI, KPB, BSUM, true>, pl, st, p)
                                                        : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
@@ -2340,11 +2311,9 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
                                (int)g->kernel, g->splits, g->tile_tokens);
-    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > DK_MAX_CLUSTER)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: the decode kernel splits K across a cluster of at most %d CTAs "
-                               "(splits %d)",
-                               DK_MAX_CLUSTER, g->splits);
+    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
+                               g->splits);
     return COMET_OK;
 }
 
@@ -2387,7 +2356,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
-        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI, pl.cluster));
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     if (pl.pdl)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",

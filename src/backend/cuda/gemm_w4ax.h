@@ -34,9 +34,9 @@ typedef enum comet_w4ax_kernel {
                                    * split-K reduced in a cluster, stream-K where splits
                                    * leave SMs idle), weights in registers (A), tokens in
                                    * shared memory (B) */
-    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 12 on sm_90 where measured faster than stream and
+    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 where measured faster than stream and
                                    * wgmma (N/16 from 1x to 5x the SM count at M <= 8; to 2x
-                                   * with K <= 4096 at M = 9-12; see auto_kernel): persistent
+                                   * with K <= 4096 at M = 9-16; see auto_kernel): persistent
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
@@ -44,11 +44,9 @@ typedef enum comet_w4ax_kernel {
                                    * there with pdl and K <= 8192 (auto_kernel):
                                    * CTAs own 16-row tiles over all of K, their 8 warps
                                    * split K and load 8 k64 chunks each into registers
-                                   * before waiting; no split-K by default; splits 2-8
-                                   * split K across a cluster (4 tiles per CTA, sm_90a
-                                   * code only), more are refused; any M when forced (the
-                                   * stream kernel where the token rows would not fit in
-                                   * shared memory or the cluster cannot run) */
+                                   * before waiting; no split-K (splits > 1 is refused);
+                                   * any M when forced (the stream kernel where the token
+                                   * rows would not fit in shared memory) */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
