@@ -1158,8 +1158,14 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * (its tile and split), several with stream-K (SK: its share of all tiles x blocks, the ring
  * running on across them; partial tiles are summed by the last CTA to finish each). */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
-#ifndef COMET_WS_PIPE2 /* experiments: build_variant.sh -DCOMET_WS_PIPE2=1 */
-#define COMET_WS_PIPE2 0
+/* The consumers of 32-token tiles, and of 16-token tiles at B = 128, keep two blocks in flight
+ * (pipelined loop below): same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes at M = 9-32
+ * (session 11): 0.977x the time (geomean; 0.95-0.97x on the 70B shapes and 8B gate_up, 0.99-1.02x
+ * on 8B qkv, o and down). At 16 tokens and B = 64 the second set spills (72 registers); at 64
+ * and 128 tokens it does not fit, and measured 1.14x / 1.55x slower in session 5, when ptxas
+ * also serialized the wgmma. */
+#ifndef COMET_WS_PIPE2 /* experiments: build_variant.sh -DCOMET_WS_PIPE2=0 */
+#define COMET_WS_PIPE2 1
 #endif
 constexpr bool WS_PIPE2 = COMET_WS_PIPE2;
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
@@ -1462,7 +1468,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    if constexpr (WS_PIPE2 && TOK <= 32) {
+    if constexpr (WS_PIPE2 && (TOK == 32 || (TOK == 16 && KPB == 2))) {
         /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
          * each with its own int32 sums and weight fragments (every point of the loop has a
          * fixed number of commit groups in flight, so the wgmma stay asynchronous) */
