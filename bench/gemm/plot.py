@@ -9,6 +9,7 @@ faster than that line in this timing harness.
 Test tooling only (matplotlib), never part of the engine."""
 import math
 import sys
+import textwrap
 from collections import defaultdict
 
 import matplotlib
@@ -50,10 +51,10 @@ def main():
     plt.xlabel("M (tokens)")
     plt.ylabel("speedup")
     plt.title("comet W4Ax GEMM, LLaMA-3-8B/70B linears, 12.5% INT8 blocks", fontsize=10)
-    plt.figtext(0.01, 0.01, gpu[:110], fontsize=6)
+    plt.figtext(0.01, 0.005, "\n".join(textwrap.wrap(gpu, 150)), fontsize=6)
     plt.legend(fontsize=8)
     plt.grid(alpha=0.3)
-    plt.tight_layout()
+    plt.tight_layout(rect=(0, 0.03, 1, 1))
     plt.savefig(dst, dpi=110)
 
 
