@@ -1167,7 +1167,7 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 #ifndef COMET_WS_PIPE2 /* experiments: build_variant.sh -DCOMET_WS_PIPE2=0 */
 #define COMET_WS_PIPE2 1
 #endif
-constexpr bool WS_PIPE2 = COMET_WS_PIPE2;
+[[maybe_unused]] constexpr int WS_PIPE2 = COMET_WS_PIPE2; /* used by the sm_90a kernel body only */
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
  * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern, sessions
@@ -1468,7 +1468,30 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    if constexpr (WS_PIPE2 && (TOK == 32 || (TOK == 16 && KPB == 2))) {
+    if constexpr (WS_PIPE2 == 2 && (TOK == 32 || TOK == 16)) {
+        /* block x + 1's stage wait and weight fragments while block x's wgmma run (one set of
+         * sums, two of fragments; one commit group in flight) */
+        uint32_t afa[KPB][2][4], afb[KPB][2][4];
+        int d[NACC];
+        auto step = [&](int x, const uint32_t (&cur)[KPB][2][4], uint32_t (&nxt)[KPB][2][4]) {
+            issue(q, cur, d);
+            if (x + 1 < nblk)
+                load_a(q + 1, nxt);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+            float sw0, sw1;
+            next_sw(x, sw0, sw1);
+            promote(d, q, x, sw0, sw1);
+            release(q);
+            q++;
+        };
+        if (nblk > 0)
+            load_a(q, afa);
+        for (int x = 0; x < nblk; x += 2) {
+            step(x, afa, afb);
+            if (x + 1 < nblk)
+                step(x + 1, afb, afa);
+        }
+    } else if constexpr (WS_PIPE2 == 1 && (TOK == 32 || (TOK == 16 && KPB == 2))) {
         /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
          * each with its own int32 sums and weight fragments (every point of the loop has a
          * fixed number of commit groups in flight, so the wgmma stay asynchronous) */
