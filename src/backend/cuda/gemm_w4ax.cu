@@ -1468,28 +1468,35 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    if constexpr (WS_PIPE2 == 2 && (TOK == 32 || TOK == 16)) {
-        /* block x + 1's stage wait and weight fragments while block x's wgmma run (one set of
-         * sums, two of fragments; one commit group in flight) */
-        uint32_t afa[KPB][2][4], afb[KPB][2][4];
-        int d[NACC];
-        auto step = [&](int x, const uint32_t (&cur)[KPB][2][4], uint32_t (&nxt)[KPB][2][4]) {
-            issue(q, cur, d);
-            if (x + 1 < nblk)
-                load_a(q + 1, nxt);
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    if constexpr (WS_PIPE2 == 3 && (TOK == 32 || TOK == 16)) {
+        /* block x + 1's stage wait, fragments and wgmma before block x is promoted and released,
+         * waiting for all of them (two sets of sums, one of fragments: no wgmma in flight
+         * across a promotion) */
+        uint32_t af[KPB][2][4];
+        int da[NACC], db[NACC];
+        auto finish = [&](const int (&dd)[NACC], int x) { /* block x, stage q: promote, release */
             float sw0, sw1;
             next_sw(x, sw0, sw1);
-            promote(d, q, x, sw0, sw1);
+            promote(dd, q, x, sw0, sw1);
             release(q);
             q++;
         };
+        auto run = [&](int x, int (&dd)[NACC]) { /* block x's wgmma, complete on return */
+            load_a(q + (x > 0), af);
+            issue(q + (x > 0), af, dd);
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        };
         if (nblk > 0)
-            load_a(q, afa);
+            run(0, da);
         for (int x = 0; x < nblk; x += 2) {
-            step(x, afa, afb);
             if (x + 1 < nblk)
-                step(x + 1, afb, afa);
+                run(x + 1, db);
+            finish(da, x);
+            if (x + 1 < nblk) {
+                if (x + 2 < nblk)
+                    run(x + 2, da);
+                finish(db, x + 1);
+            }
         }
     } else if constexpr (WS_PIPE2 == 1 && (TOK == 32 || (TOK == 16 && KPB == 2))) {
         /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
