@@ -1429,8 +1429,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
         }
     };
-    /* stage q's 2*KPB wgmma into dd, one commit group */
-    auto issue = [&](int q, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC]) {
+    /* stage q's 2*KPB wgmma into dd, one commit group (serial: each waited for in turn) */
+    auto issue = [&](int q, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC], bool serial = false) {
         const uint32_t b_base = smem_u32(smem + (q % ST) * STAGE);
         if (!(ABL & 2)) {
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -1450,6 +1450,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                     else
                         wgmma_32(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
                                  smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
+                    if (serial) {
+                        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+                        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+                        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+                    }
             asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         } else {
 #pragma unroll
@@ -1498,10 +1503,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 finish(db, x + 1);
             }
         }
-    } else if constexpr (WS_PIPE2 == 1 && (TOK == 32 || (TOK == 16 && KPB == 2))) {
+    } else if constexpr ((WS_PIPE2 == 1 || WS_PIPE2 == 4) && (TOK == 32 || (TOK == 16 && KPB == 2))) {
         /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
          * each with its own int32 sums and weight fragments (every point of the loop has a
          * fixed number of commit groups in flight, so the wgmma stay asynchronous) */
+        constexpr bool SER = WS_PIPE2 == 4;
         int da[NACC], db[NACC];
         uint32_t afa[KPB][2][4], afb[KPB][2][4];
         auto finish = [&](const int (&dd)[NACC], int x) { /* block x, stage q: promote, release */
@@ -1514,20 +1520,20 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         if (nblk > 0) { /* (all inside: every path into the loop has one group in flight) */
             int x = 0;
             load_a(q, afa);
-            issue(q, afa, da);
+            issue(q, afa, da, SER);
             for (; x + 2 < nblk; x += 2) {
                 load_a(q + 1, afb);
-                issue(q + 1, afb, db);
+                issue(q + 1, afb, db, SER);
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 finish(da, x);
                 load_a(q + 1, afa);
-                issue(q + 1, afa, da);
+                issue(q + 1, afa, da, SER);
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 finish(db, x + 1);
             }
             if (x + 1 < nblk) {
                 load_a(q + 1, afb);
-                issue(q + 1, afb, db);
+                issue(q + 1, afb, db, SER);
                 asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                 finish(da, x);
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
