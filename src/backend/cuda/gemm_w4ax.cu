@@ -1551,7 +1551,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             next_sw(x, sw0, sw1);
             uint32_t af[KPB][2][4];
             load_a(q, af);
-            issue(q, af, d);
+            issue(q, af, d, WS_PIPE2 == 5);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             promote(d, q, x, sw0, sw1);
             release(q);
