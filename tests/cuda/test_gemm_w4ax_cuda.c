@@ -144,7 +144,7 @@ static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
 }
 
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, const inputs *in,
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pdl, const inputs *in,
                     const float *y_ref, const int32_t *bs_ref, const double *mag)
 {
     const int M = s->M, N = s->N, nb = s->K / s->B;
@@ -152,7 +152,7 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
     comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
                               .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .kernel = kernel, .splits = splits,
-                              .tile_tokens = tok};
+                              .tile_tokens = tok, .pdl = pdl};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
     if (wsb) {
@@ -271,25 +271,28 @@ static void test_shape(const shape *s, int quick)
             mag[(size_t)t * N + n] = m;
         }
 
-    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
         /* every kernel on the same inputs, and a forced split count */
         for (int k = COMET_W4AX_KERNEL_STREAM; k < COMET_W4AX_KERNEL_COUNT; k++)
-            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
-                           nb > 3 ? 3 : nb, 0, &in, y_ref, bs_ref, mag) > 0;
+                           nb > 3 ? 3 : nb, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+        /* the pipe kernel launched with pdl: the weights of its first ring positions are copied
+         * before it waits, by a walk of their own (items per CTA > 1 on the wide shapes) */
+        n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 1, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
         for (int tok = 16; tok <= 128; tok *= 2)
             if (tok != auto_tok)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, &in, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, &in, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel
          * (for M <= 32 also the wgmma kernel's, with its 32-token tile) */
         if (nb >= 10) {
-            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0,
+            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0, 0,
                                &in, y_ref, bs_ref, mag) > 0;
             if (M <= 32)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, &in, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         }
     }
     inputs_free(&in);
@@ -386,7 +389,8 @@ static void test_pdl_chain(void)
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* pipe */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},   /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* wgmma, cluster split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* pipe, 16 tokens */
+        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* wgmma, 32 tokens, cluster split-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},  /* cluster split-K */
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},

@@ -65,7 +65,7 @@ struct params {
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
-    int pdl;               /* launched with programmatic dependent launch: prefetch weights */
+    int pdl;               /* launched with programmatic dependent launch: weights before the wait */
 };
 
 /* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every kernel lets the
@@ -585,11 +585,20 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         if (lane < (two ? 2 * BPS : 2))
             cp_async16_s(slot + PP_SW_OFF + lane * 16, sw);
     };
+    /* a whole stage (two k64 chunks) at stage st: all but the last with B = 64 and K % 128 = 64 */
+    auto two_at = [&](int st) { return KPB == 2 || 2 * st + 2 <= k64; };
+    /* the warp's next position after (item, st); true when it starts another item */
+    auto step = [&](int &item, int &st) {
+        st += PP_WARPS;
+        if (st < nstage)
+            return false;
+        item += gridDim.x, st = warp;
+        return true;
+    };
     /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
     auto issue_next = [&](int parts) {
         if (l_item < n_items) {
-            /* a half stage (one k64 chunk) only at the end of K with B = 64 */
-            const bool two = KPB == 2 || 2 * l_s + 2 <= k64;
+            const bool two = two_at(l_s);
             if (parts & 1)
                 copy_w(l_slot, l_w, l_sw, two);
             if (parts & 2) {
@@ -600,12 +609,10 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
                     if (l_a_ok[k] && (two || (lane & 7) < 4))
                         cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
             }
-            l_s += PP_WARPS;
-            if (l_s < nstage) {
+            if (!step(l_item, l_s)) {
                 l_w += PP_WARPS * 1024, l_a += PP_WARPS * 128, l_sa += PP_WARPS * BPS;
                 l_sw += (size_t)PP_WARPS * BPS * p.Np;
             } else {
-                l_item += gridDim.x, l_s = warp;
                 start_item();
             }
             l_slot += slot_bytes;
@@ -620,12 +627,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         /* launched early: the weights of the first depth - 1 positions go out before the wait
          * (joining the first position's commit group below); the same walk as issue_next */
         int it = l_item, st = l_s;
-        for (int d = 0; d < depth - 1 && it < n_items; d++) {
-            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), KPB == 2 || 2 * st + 2 <= k64);
-            st += PP_WARPS;
-            if (st >= nstage)
-                it += gridDim.x, st = warp;
-        }
+        for (int d = 0; d < depth - 1 && it < n_items; d++, step(it, st))
+            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), two_at(st));
     }
     pdl_wait(); /* everything below reads the activations */
     for (int d = 0; d < depth - 1; d++)
@@ -732,8 +735,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
  * to 9 % slower than one of 8), a CTA of 1 tile at M = 9-16 (copying the token rows cost more
  * than loading the weights); in session 11, at M = 4-16 with pdl in CUDA graphs, split-K through
  * a cluster with 4 tiles per CTA (each CTA's token slice then serves 64 weight rows): 0.85-0.98x
- * the automatic plan's time on 5 of 24 points (2 splits: 70B o and down at M = 4-8), 1.01-3.2x
- * elsewhere, worse with more splits. */
+ * the automatic plan's time on 5 of 24 points (2 splits: 70B o, down and qkv at M = 4-8),
+ * 1.01-1.74x elsewhere with 2 splits, up to 2.59x with 4 and 4.65x with 8. */
 #ifndef COMET_DK_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_DK_WARPS=16 -DCOMET_DK_U=4 */
 #define COMET_DK_WARPS 8
 #define COMET_DK_U 8
@@ -1158,16 +1161,19 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * (its tile and split), several with stream-K (SK: its share of all tiles x blocks, the ring
  * running on across them; partial tiles are summed by the last CTA to finish each). */
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
-/* The consumers of 32-token tiles, and of 16-token tiles at B = 128, keep two blocks in flight
- * (pipelined loop below): same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes at M = 9-32
- * (session 11): 0.977x the time (geomean; 0.95-0.97x on the 70B shapes and 8B gate_up, 0.99-1.02x
- * on 8B qkv, o and down). At 16 tokens and B = 64 the second set spills (72 registers); at 64
- * and 128 tokens it does not fit, and measured 1.14x / 1.55x slower in session 5, when ptxas
- * also serialized the wgmma. */
-#ifndef COMET_WS_PIPE2 /* experiments: build_variant.sh -DCOMET_WS_PIPE2=0 */
-#define COMET_WS_PIPE2 1
+/* Consumers of 32-token tiles, and of 16-token tiles at B = 128: block x + 1's stage wait,
+ * fragments and wgmma (committed and waited for one by one) before block x is promoted and
+ * released. Same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes, M = 9-32 (session 11,
+ * bench/results/2026-12-02-h200-gemm-s11.md): 0.974x the time of one block at a time. Both parts
+ * are needed: the order alone with one wait per block 1.004x, the one-by-one waits alone 1.00x at
+ * M = 16-64 (and 1.04-1.06x at M >= 256); the two blocks' wgmma really in flight together do not
+ * fit the registers at B = 128 (104 / 72 per consumer thread: ptxas serializes them, C7512) and
+ * the next block's fragments loaded during this block's wgmma measured 1.013x. Other tiles: one
+ * block at a time (-DCOMET_WS_NEXT_FIRST=0 everywhere, for A/B). */
+#ifndef COMET_WS_NEXT_FIRST
+#define COMET_WS_NEXT_FIRST 1
 #endif
-[[maybe_unused]] constexpr int WS_PIPE2 = COMET_WS_PIPE2; /* used by the sm_90a kernel body only */
+[[maybe_unused]] constexpr bool WS_NEXT_FIRST = COMET_WS_NEXT_FIRST; /* used by the sm_90a kernel body only */
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
  * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern, sessions
@@ -1429,7 +1435,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             af[c][1][0] = lo16x(wf.z), af[c][1][1] = hi16x(wf.z), af[c][1][2] = lo16x(wf.w), af[c][1][3] = hi16x(wf.w);
         }
     };
-    /* stage q's 2*KPB wgmma into dd, one commit group (serial: each waited for in turn) */
+    /* stage q's 2*KPB wgmma into dd, one commit group; serial: each committed and waited for in
+     * turn, all complete on return */
     auto issue = [&](int q, const uint32_t (&af)[KPB][2][4], int (&dd)[NACC], bool serial = false) {
         const uint32_t b_base = smem_u32(smem + (q % ST) * STAGE);
         if (!(ABL & 2)) {
@@ -1450,12 +1457,13 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                     else
                         wgmma_32(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
                                  smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
-                    if (serial) {
+                    if (serial) { /* this one done before the next (and on return) */
                         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
                         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
                         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
                     }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            if (!serial)
+                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         } else {
 #pragma unroll
             for (int i = 0; i < NACC; i++) /* stand-in sums that depend on the unpacked A */
@@ -1473,12 +1481,15 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
 #pragma unroll
     for (int i = 0; i < SWD; i++)
         load_sw(i, swq[i]);
-    if constexpr (WS_PIPE2 == 3 && (TOK == 32 || TOK == 16)) {
-        /* block x + 1's stage wait, fragments and wgmma before block x is promoted and released,
-         * waiting for all of them (two sets of sums, one of fragments: no wgmma in flight
-         * across a promotion) */
-        uint32_t af[KPB][2][4];
+    if constexpr (WS_NEXT_FIRST && (TOK == 32 || (TOK == 16 && KPB == 2))) {
+        /* Block x + 1's stage wait, fragments and wgmma (each waited for in turn) come before
+         * block x's promotion and release, so two sets of sums are live (WS_NEXT_FIRST above) */
         int da[NACC], db[NACC];
+        uint32_t af[KPB][2][4];
+        auto run = [&](int qq, int (&dd)[NACC]) { /* stage qq's block into dd, complete on return */
+            load_a(qq, af);
+            issue(qq, af, dd, true);
+        };
         auto finish = [&](const int (&dd)[NACC], int x) { /* block x, stage q: promote, release */
             float sw0, sw1;
             next_sw(x, sw0, sw1);
@@ -1486,61 +1497,16 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             release(q);
             q++;
         };
-        auto run = [&](int x, int (&dd)[NACC]) { /* block x's wgmma, complete on return */
-            load_a(q + (x > 0), af);
-            issue(q + (x > 0), af, dd);
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        };
         if (nblk > 0)
-            run(0, da);
+            run(q, da);
         for (int x = 0; x < nblk; x += 2) {
             if (x + 1 < nblk)
-                run(x + 1, db);
+                run(q + 1, db);
             finish(da, x);
             if (x + 1 < nblk) {
                 if (x + 2 < nblk)
-                    run(x + 2, da);
+                    run(q + 1, da);
                 finish(db, x + 1);
-            }
-        }
-    } else if constexpr ((WS_PIPE2 == 1 || WS_PIPE2 == 4) && (TOK == 32 || (TOK == 16 && KPB == 2))) {
-        /* two blocks in flight: block x + 1's wgmma are issued before block x is promoted,
-         * each with its own int32 sums and weight fragments (every point of the loop has a
-         * fixed number of commit groups in flight, so the wgmma stay asynchronous) */
-        constexpr bool SER = WS_PIPE2 == 4;
-        int da[NACC], db[NACC];
-        uint32_t afa[KPB][2][4], afb[KPB][2][4];
-        auto finish = [&](const int (&dd)[NACC], int x) { /* block x, stage q: promote, release */
-            float sw0, sw1;
-            next_sw(x, sw0, sw1);
-            promote(dd, q, x, sw0, sw1);
-            release(q);
-            q++;
-        };
-        if (nblk > 0) { /* (all inside: every path into the loop has one group in flight) */
-            int x = 0;
-            load_a(q, afa);
-            issue(q, afa, da, SER);
-            for (; x + 2 < nblk; x += 2) {
-                load_a(q + 1, afb);
-                issue(q + 1, afb, db, SER);
-                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                finish(da, x);
-                load_a(q + 1, afa);
-                issue(q + 1, afa, da, SER);
-                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                finish(db, x + 1);
-            }
-            if (x + 1 < nblk) {
-                load_a(q + 1, afb);
-                issue(q + 1, afb, db, SER);
-                asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
-                finish(da, x);
-                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                finish(db, x + 1);
-            } else {
-                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                finish(da, x);
             }
         }
     } else {
@@ -1551,7 +1517,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             next_sw(x, sw0, sw1);
             uint32_t af[KPB][2][4];
             load_a(q, af);
-            issue(q, af, d, WS_PIPE2 == 5);
+            issue(q, af, d);
             asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             promote(d, q, x, sw0, sw1);
             release(q);
