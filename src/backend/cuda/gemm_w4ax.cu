@@ -585,20 +585,11 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         if (lane < (two ? 2 * BPS : 2))
             cp_async16_s(slot + PP_SW_OFF + lane * 16, sw);
     };
-    /* a whole stage (two k64 chunks) at stage st: all but the last with B = 64 and K % 128 = 64 */
-    auto two_at = [&](int st) { return KPB == 2 || 2 * st + 2 <= k64; };
-    /* the warp's next position after (item, st); true when it starts another item */
-    auto step = [&](int &item, int &st) {
-        st += PP_WARPS;
-        if (st < nstage)
-            return false;
-        item += gridDim.x, st = warp;
-        return true;
-    };
     /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
     auto issue_next = [&](int parts) {
         if (l_item < n_items) {
-            const bool two = two_at(l_s);
+            /* a half stage (one k64 chunk) only at the end of K with B = 64 */
+            const bool two = KPB == 2 || 2 * l_s + 2 <= k64;
             if (parts & 1)
                 copy_w(l_slot, l_w, l_sw, two);
             if (parts & 2) {
@@ -609,10 +600,12 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
                     if (l_a_ok[k] && (two || (lane & 7) < 4))
                         cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
             }
-            if (!step(l_item, l_s)) {
+            l_s += PP_WARPS;
+            if (l_s < nstage) {
                 l_w += PP_WARPS * 1024, l_a += PP_WARPS * 128, l_sa += PP_WARPS * BPS;
                 l_sw += (size_t)PP_WARPS * BPS * p.Np;
             } else {
+                l_item += gridDim.x, l_s = warp;
                 start_item();
             }
             l_slot += slot_bytes;
@@ -627,8 +620,12 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
         /* launched early: the weights of the first depth - 1 positions go out before the wait
          * (joining the first position's commit group below); the same walk as issue_next */
         int it = l_item, st = l_s;
-        for (int d = 0; d < depth - 1 && it < n_items; d++, step(it, st))
-            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), two_at(st));
+        for (int d = 0; d < depth - 1 && it < n_items; d++) {
+            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), KPB == 2 || 2 * st + 2 <= k64);
+            st += PP_WARPS;
+            if (st >= nstage)
+                it += gridDim.x, st = warp;
+        }
     }
     pdl_wait(); /* everything below reads the activations */
     for (int d = 0; d < depth - 1; d++)
