@@ -1161,11 +1161,14 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 /* Consumers of 32-token tiles, and of 16-token tiles at B = 128: block x + 1's stage wait,
  * fragments and wgmma (committed and waited for one by one) before block x is promoted and
  * released. Same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes, M = 9-32 (session 11,
- * bench/results/2026-12-02-h200-gemm-s11.md): 0.974x the time of one block at a time. Both parts
- * are needed: the order alone with one wait per block 1.004x, the one-by-one waits alone 1.00x at
- * M = 16-64 (and 1.04-1.06x at M >= 256); the two blocks' wgmma really in flight together do not
- * fit the registers at B = 128 (104 / 72 per consumer thread: ptxas serializes them, C7512) and
- * the next block's fragments loaded during this block's wgmma measured 1.013x. Other tiles: one
+ * bench/results/2026-12-02-h200-gemm-s11.md): 0.974x the time of one block at a time, in the
+ * exact form of the loop below. Why is not understood. These measured no gain:
+ *  - the order alone, with one wait per block: 1.004x;
+ *  - the one-by-one waits alone: 1.00x at M = 16-64, 1.04-1.06x at M >= 256;
+ *  - a tidier loop with both: 1.004x;
+ *  - the next block's fragments loaded during this block's wgmma: 1.013x.
+ * Two blocks' wgmma really in flight together do not fit the registers at B = 128 (104 / 72 per
+ * consumer thread): ptxas serializes them (C7512), and build.sh refuses that. Other tiles: one
  * block at a time (-DCOMET_WS_NEXT_FIRST=0 everywhere, for A/B). */
 #ifndef COMET_WS_NEXT_FIRST
 #define COMET_WS_NEXT_FIRST 1
