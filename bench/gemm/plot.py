@@ -18,11 +18,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 
-def main():
-    src, dst = sys.argv[1], sys.argv[2]
+def gm(values):
+    return math.exp(sum(math.log(a) for a in values) / len(values))
+
+
+def read_table(path):
+    """The GPU line and, per M, the × FP16 and × INT8 ratios of the 12.5 % INT8 rows of the
+    eight LLaMA-3 shapes in a bench_gemm --out table: (gpu, {M: [x16]}, {M: [x8]})."""
     x16, x8 = defaultdict(list), defaultdict(list)
     gpu = ""
-    for line in open(src):
+    for line in open(path):
         if line.startswith("GPU:"):
             gpu = line.strip()
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -31,14 +36,23 @@ def main():
         m = int(cells[4])
         x16[m].append(float(cells[11]))
         x8[m].append(float(cells[12]))
-    floor = None
-    if len(sys.argv) > 3:
-        for line in open(sys.argv[3]):
-            if line.startswith("geomean of fp16 / floor"):
-                parts = line.split(":")  # "... shapes: M = 1: 3.27, M = 16: 3.25"
-                floor = (float(parts[2].split(",")[0]), float(parts[3]))
+    return gpu, x16, x8
+
+
+def read_floor(path):
+    """The decode floor of a floor.cu output at M = 1 and 16, (f1, f16); None without one."""
+    for line in open(path):
+        if line.startswith("geomean of fp16 / floor"):
+            parts = line.split(":")  # "... shapes: M = 1: 3.27, M = 16: 3.25"
+            return float(parts[2].split(",")[0]), float(parts[3])
+    return None
+
+
+def main():
+    src, dst = sys.argv[1], sys.argv[2]
+    gpu, x16, x8 = read_table(src)
+    floor = read_floor(sys.argv[3]) if len(sys.argv) > 3 else None
     ms = sorted(x16)
-    gm = lambda v: math.exp(sum(math.log(a) for a in v) / len(v))
     plt.figure(figsize=(7, 4.2))
     plt.plot(ms, [gm(x16[m]) for m in ms], "o-", label="vs cuBLAS FP16 (geomean of 8 shapes)")
     plt.plot(ms, [min(x16[m]) for m in ms], "v:", label="vs cuBLAS FP16 (worst shape)")

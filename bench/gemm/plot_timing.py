@@ -5,33 +5,26 @@ events, --graph, --graph --pdl), each the geometric mean over the eight LLaMA-3 
 of bench/gemm/floor.cu, plain or --graph) adds its decode floor at M = 1 and 16: cuBLAS FP16's
 time over that of a kernel that only reads the W4 weights, timed the same way.
 Test tooling only (matplotlib), never part of the engine."""
-import math
-import re
 import sys
-from collections import defaultdict
 
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from plot import gm, read_floor, read_table  # bench/gemm/plot.py: the same tables
+
 
 def geomeans(path):
-    x16 = defaultdict(list)
-    for line in open(path):
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 13 or not cells[0].startswith("LLaMA-3") or cells[5] != "12.5":
-            continue
-        x16[int(cells[4])].append(float(cells[11]))
-    return {m: math.exp(sum(map(math.log, v)) / len(v)) for m, v in sorted(x16.items())}
+    _, x16, _ = read_table(path)
+    return {m: gm(v) for m, v in sorted(x16.items())}
 
 
 def floor_points(path):
-    for line in open(path):
-        m = re.search(r"M = 1: ([0-9.]+), M = 16: ([0-9.]+)", line)
-        if m:
-            return {1: float(m.group(1)), 16: float(m.group(2))}
-    raise SystemExit(f"{path}: no geomean line")
+    f = read_floor(path)
+    if f is None:
+        raise SystemExit(f"{path}: no geomean line")
+    return {1: f[0], 16: f[1]}
 
 
 def main():

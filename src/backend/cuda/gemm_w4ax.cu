@@ -107,6 +107,9 @@ __device__ __forceinline__ void l2_prefetch(const void *ptr, unsigned bytes)
 #endif
 constexpr unsigned PDL_PREFETCH_BYTES = COMET_PDL_PREFETCH;
 static_assert(PDL_PREFETCH_BYTES % 16 == 0, "cp.async.bulk.prefetch sizes are multiples of 16 bytes");
+/* Each 16-row weight slice's share of PDL_PREFETCH_BYTES in a CTA that prefetches `slices` of
+ * them (a 16-byte multiple, as cp.async.bulk.prefetch needs) */
+__host__ __device__ constexpr unsigned pdl_prefetch_per_slice(int slices) { return PDL_PREFETCH_BYTES / slices / 16 * 16; }
 
 __device__ __forceinline__ void mma_s8(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                        uint32_t a3, uint32_t b0, uint32_t b1)
@@ -935,7 +938,7 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     pdl_trigger();
     if (p.pdl && tid < TBN / 16 && nt0 + tid < np16) /* the first weights of the CTA's 8 tiles, into L2 */
         l2_prefetch(p.qw + ((size_t)(nt0 + tid) * k64 + c0) * 512,
-                    min((unsigned)nch * 512u, PDL_PREFETCH_BYTES / (TBN / 16) / 16 * 16));
+                    min((unsigned)nch * 512u, pdl_prefetch_per_slice(TBN / 16)));
     pdl_wait(); /* everything below reads the activations */
 
     auto load_stage = [&](int slot, int c) {
@@ -1312,7 +1315,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 tile_origin(tile, t0, nt0);
                 if (lane < min(WS_ROWS / 16, np16 - nt0))
                     l2_prefetch(p.qw + ((size_t)(nt0 + lane) * k64 + (size_t)b0 * KPB) * 512,
-                                min((unsigned)(b1 - b0) * KPB * 512u, PDL_PREFETCH_BYTES / (WS_ROWS / 16) / 16 * 16));
+                                min((unsigned)(b1 - b0) * KPB * 512u, pdl_prefetch_per_slice(WS_ROWS / 16)));
             });
             pdl_wait();
         }
