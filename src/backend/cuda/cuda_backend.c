@@ -109,7 +109,6 @@ static cudaError_t device_enter(int device, CUcontext *prev) {
     return e;
 }
 
-
 static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
     (void)be;
     if (!w)
