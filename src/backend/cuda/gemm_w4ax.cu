@@ -153,6 +153,25 @@ __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
+/* Token-code copies. Every CTA of a GEMM reads the same token rows, so they are cached in L1
+ * (.ca) for the other CTAs on the SM: with .cg (L2 only) each CTA's copy crossed from L2 to
+ * the SM again, and at M = 2-8 those bytes rivalled the weights' (session 12: .ca took the
+ * pipe and stream kernels to 0.65-0.95x the time at M = 2-8 on the LLaMA-3 shapes). */
+#ifndef COMET_TOK_CA /* experiments: build_variant.sh -DCOMET_TOK_CA=0 copies through L2 only */
+#define COMET_TOK_CA 1
+#endif
+__device__ __forceinline__ void cp_async16_tok_s(uint32_t s, const void *gmem)
+{
+#if COMET_TOK_CA
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+#endif
+}
+__device__ __forceinline__ void cp_async16_tok(void *smem, const void *gmem)
+{
+    cp_async16_tok_s((uint32_t)__cvta_generic_to_shared(smem), gmem);
+}
 __device__ __forceinline__ void cp_async4_s(uint32_t s, const void *gmem, bool valid)
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 4 : 0));
@@ -348,7 +367,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
     const int rows = min(8 * MI, p.M - t0); /* token rows past M are never read */
     for (int i = threadIdx.x; i < rows * (R / 16); i += WARPS * 32) {
         int row = i / (R / 16), col = (i % (R / 16)) * 16;
-        cp_async16(smem + row * RS + col, p.qa + (size_t)(t0 + row) * p.K + (size_t)b0 * B + col, true);
+        cp_async16_tok(smem + row * RS + col, p.qa + (size_t)(t0 + row) * p.K + (size_t)b0 * B + col);
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -601,7 +620,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
 #pragma unroll
                 for (int k = 0; k < TT / 4; k++)
                     if (l_a_ok[k] && (two || (lane & 7) < 4))
-                        cp_async16_s(l_slot + d_a[k], l_a + g_a[k]);
+                        cp_async16_tok_s(l_slot + d_a[k], l_a + g_a[k]);
             }
             l_s += PP_WARPS;
             if (l_s < nstage) {
@@ -803,7 +822,7 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
         const int8_t *qa = p.qa + (size_t)t0 * p.K;
         for (int row = 0; row < rows; row++)
             for (int col = threadIdx.x * 16; col < p.K; col += DK_WARPS * 32 * 16)
-                cp_async16(smem + row * RS + col, qa + (size_t)row * p.K + col, true);
+                cp_async16_tok(smem + row * RS + col, qa + (size_t)row * p.K + col);
         const float *sa = p.sa + (size_t)t0 * p.nb;
         for (int row = 0; row < rows; row++)
             for (int b = threadIdx.x; b < p.nb; b += DK_WARPS * 32)
