@@ -11,14 +11,14 @@
  *  - decode (M = 1 on sm_90; M = 2 with pdl): CTAs own 16-row weight tiles over all of K;
  *    their 8 warps split K and issue the 16-byte loads of their share, 8 k64 chunks at a
  *    time, before anything waits; partial tiles summed in shared memory (no split-K).
- *  - stream (M <= 8 on sm_90 elsewhere, M <= 32 on sm_80): each warp owns 16 weight rows and
+ *  - stream (M <= 8 on sm_90 below one tile per SM, M <= 32 on sm_80): each warp owns 16 weight rows and
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
  *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
  *    split across CTAs so all SMs stream.
- *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 from 1x to 5x the SM count at
- *    M <= 8, to 2x with K <= 4096 at M = 9-16): persistent CTAs own whole 16-row weight
- *    tiles over all of K (no split-K);
- *    each warp streams its share of K through its own cp.async ring in shared memory.
+ *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 at least the SM count at
+ *    M <= 8, to 3x at M = 9-16): persistent CTAs own whole 16-row weight tiles over all of
+ *    K (no split-K); each warp streams its share of K through its own cp.async ring in
+ *    shared memory. Token rows are copied through L1 (.ca), shared by the SM's CTAs.
  *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
@@ -503,8 +503,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
- * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), so it wins
- * only up to a few items per SM (pipe_auto).
+ * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy); at M = 9-16 it
+ * wins only up to 3 items per SM (pipe_auto).
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -1872,25 +1872,22 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
 
 
 /* Where the automatic plan uses the pipe kernel instead of the stream kernel, measured on the
- * H200 (same-run A/B of both kernels forced, 8 LLaMA-3 shapes, M = 1-16; results file
- * 2026-12-01-h200-gemm-s4.md). At M <= 8, up to 5 items (16-row tiles) per SM whatever K,
- * it won at 15 of the 18 measured points (70B down at M = 1: 41.2 vs 43.5 us) and lost at 3,
- * all 512-tile shapes at 2 CTAs per SM (70B o at M = 1 by 10 %, at M = 8 by 6 %; 70B down at
- * M = 8 by 2 %); beyond 5 per SM it loses (70B gate_up, 27 per SM: 90 vs 76 us: one CTA's
- * warps issue too slowly for many items). Below one item per SM the stream kernel's split-K
- * is needed. At M = 9-16 the wgmma kernel (32-token tiles, two CTAs per SM) beats both on
- * every LLaMA-3 shape (0.75-0.98x their time, session 8) except LLaMA-3-8B o (N/16 = 256,
- * K = 4096) at M = 9-12, where the pipe kernel is 3-7 % faster; in CUDA graphs with pdl and
- * the pipe kernel's early weight copies (session 11) also at M = 16 (7.87 vs 8.92 us), while
- * it stays 1.2-2.1x slower on the other shapes there. */
-constexpr int PP_AUTO_ITEMS_PER_SM_M8 = 5, PP_AUTO_ITEMS_PER_SM_M16 = 2, PP_AUTO_MAX_K_M16 = 4096;
-bool pipe_auto(int M, int K, int np16, int sms)
+ * H200. Below one item (16-row tile) per SM the stream kernel's split-K is needed. Up to
+ * session 11 the pipe kernel ran at M <= 8 with at most 5 items per SM (beyond, e.g. 70B
+ * gate_up with 27 per SM, it lost to the stream kernel) and at M = 9-16 only for LLaMA-3-8B o
+ * (N/16 = 256, K = 4096), the wgmma kernel being faster elsewhere. Since its token copies stay
+ * in L1 for the SM's other CTAs (session 12, COMET_TOK_CA; same run, both forced, CUDA graphs
+ * with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s12): at M = 3-8 it beats
+ * the stream kernel on the gate_up shapes too (0.84-0.94x its time), and at M = 9-16 it beats
+ * the wgmma kernel wherever its items fit one wave of 3 CTAs per SM (N/16 <= 3 x SMs: 8B qkv
+ * 0.76-0.86x, 8B down 0.84-0.88x at M = 9-12 and 1.00x at 16, 8B o 1.00x), while it loses
+ * above (70B o, down, qkv and the gate_ups: 1.04-1.54x). */
+constexpr int PP_AUTO_ITEMS_PER_SM_M16 = 3;
+bool pipe_auto(int M, int np16, int sms)
 {
     if (np16 < sms)
         return false;
-    if (M <= 8)
-        return np16 <= PP_AUTO_ITEMS_PER_SM_M8 * sms;
-    return M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms && K <= PP_AUTO_MAX_K_M16;
+    return M <= 8 || (M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms);
 }
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
@@ -1984,10 +1981,10 @@ comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms, 
     if (plain && np16 >= sms && (g->M == 1 || (g->M == 2 && pdl && g->K <= DK_PDL_M2_MAX_K)))
         return COMET_W4AX_KERNEL_DECODE;
     if (g->M <= 8)
-        return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
+        return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
     if (g->M <= 16 && g->ablate)
         return COMET_W4AX_KERNEL_STREAM;
-    return plain && pipe_auto(g->M, g->K, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
+    return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
 }
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)

@@ -35,8 +35,8 @@ typedef enum comet_w4ax_kernel {
                                    * leave SMs idle), weights in registers (A), tokens in
                                    * shared memory (B) */
     COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 where measured faster than stream and
-                                   * wgmma (N/16 from 1x to 5x the SM count at M <= 8; to 2x
-                                   * with K <= 4096 at M = 9-16; see auto_kernel): persistent
+                                   * wgmma (N/16 at least the SM count at M <= 8, to 3x at
+                                   * M = 9-16; see auto_kernel): persistent
                                    * CTAs own 16-row weight tiles over all of K (no split-K);
                                    * each warp streams its share of K through its own
                                    * cp.async ring in shared memory; any M when forced */
