@@ -11,7 +11,8 @@
  *  - decode (M = 1 on sm_90; M = 2 with pdl): CTAs own 16-row weight tiles over all of K;
  *    their 8 warps split K and issue the 16-byte loads of their share, 8 k64 chunks at a
  *    time, before anything waits; partial tiles summed in shared memory (no split-K).
- *  - stream (M <= 8 on sm_90 below one tile per SM, M <= 32 on sm_80): each warp owns 16 weight rows and
+ *  - stream (M <= 8 on sm_90 where the pipe and decode plans do not apply: below one tile
+ *    per SM, caller-forced splits; M <= 32 on sm_80): each warp owns 16 weight rows and
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
  *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
  *    split across CTAs so all SMs stream.
@@ -153,10 +154,11 @@ __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-/* Token-code copies. Every CTA of a GEMM reads the same token rows, so they are cached in L1
- * (.ca) for the other CTAs on the SM: with .cg (L2 only) each CTA's copy crossed from L2 to
- * the SM again, and at M = 2-8 those bytes rivalled the weights' (session 12: .ca took the
- * pipe and stream kernels to 0.65-0.95x the time at M = 2-8 on the LLaMA-3 shapes). */
+/* Token-code copies of the decode, pipe and stream kernels. Every CTA of a GEMM reads the same
+ * token rows, so they are cached in L1 (.ca) for the other CTAs on the SM: with .cg (L2 only)
+ * each CTA's copy crossed from L2 to the SM again, and at M = 2-8 those bytes rivalled the
+ * weights' (session 12: .ca took the automatic plan to 0.65-0.98x the time per LLaMA-3 shape
+ * at M = 2-8, in CUDA graphs with pdl). The tiled kernel's copies stay .cg. */
 #ifndef COMET_TOK_CA /* experiments: build_variant.sh -DCOMET_TOK_CA=0 copies through L2 only */
 #define COMET_TOK_CA 1
 #endif
@@ -491,7 +493,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count: auto_kernel). A work item is
+/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count, at M = 9-16 up to 3x it:
+ * auto_kernel). A work item is
  * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
  * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
@@ -1878,10 +1881,12 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * (N/16 = 256, K = 4096), the wgmma kernel being faster elsewhere. Since its token copies stay
  * in L1 for the SM's other CTAs (session 12, COMET_TOK_CA; same run, both forced, CUDA graphs
  * with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s12): at M = 3-8 it beats
- * the stream kernel on the gate_up shapes too (0.84-0.94x its time), and at M = 9-16 it beats
- * the wgmma kernel wherever its items fit one wave of 3 CTAs per SM (N/16 <= 3 x SMs: 8B qkv
- * 0.76-0.86x, 8B down 0.84-0.88x at M = 9-12 and 1.00x at 16, 8B o 1.00x), while it loses
- * above (70B o, down, qkv and the gate_ups: 1.04-1.54x). */
+ * the stream kernel on the gate_up shapes too (0.83-0.94x its time), and at M = 9-16 it beats
+ * or equals the wgmma kernel wherever its items fit one wave of 3 CTAs per SM (N/16 <= 3 x
+ * SMs: 8B qkv 0.76-0.86x, 8B down 0.84-0.88x at M = 9-12 and 1.00x at 16, 8B o 0.65-0.72x),
+ * while it loses above (70B o, down, qkv and the gate_ups: 1.04-1.54x). Not measured: M = 2
+ * without pdl on the gate_ups (pipe since this rule, stream before), and more than 27 tiles
+ * per SM (70B gate_up) at M <= 8, e.g. an lm_head, where the rule extrapolates. */
 constexpr int PP_AUTO_ITEMS_PER_SM_M16 = 3;
 bool pipe_auto(int M, int np16, int sms)
 {
@@ -1970,7 +1975,11 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * it waits for the previous kernel, overlap that kernel's end. At M = 2 that made it 0.82-0.95x
  * the time of the pipe and stream plans on the LLaMA-3 shapes with K <= 8192 and 1.03-1.08x on
  * the down projections (K = 14336, 28672), in CUDA graphs (session 10); at M = 4 it lost
- * (1.00-1.37x). Without pdl the pipe and stream plans stay (the decode kernel lost at M = 2-8). */
+ * (1.00-1.37x). Without pdl the pipe and stream plans stay (the decode kernel lost at M = 2-8).
+ * With the L1-cached token copies (session 12) the M = 2 rule was not re-tuned: forced runs put
+ * the decode kernel at 0.89-1.02x the pipe kernel's time there (K <= 8192; 8B o 1.02), and at
+ * M = 3 at 0.92-0.96x on the gate_ups and 70B qkv (M = 4: 0.97 on 70B gate_up and qkv), but
+ * 1.005-1.46x on the other shapes: no rule that does not fit single shapes. */
 constexpr int DK_PDL_M2_MAX_K = 8192;
 
 comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms, bool pdl)
