@@ -494,9 +494,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 }
 
 /* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count, at M = 9-16 up to 3x it:
- * auto_kernel). A work item is
- * one 16-row weight tile x one group of 8*MI tokens over all of K: no split-K, nothing handed
- * between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
+ * auto_kernel). A work item is one 16-row weight tile x one group of 8*MI tokens over all of
+ * K: no split-K, nothing handed between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
  * owns every PP_WARPS-th 128-channel stage of an item and streams it through its own ring of
  * p.pp_depth shared-memory slots with cp.async (codes, weight scales and token codes in 16-byte
