@@ -122,6 +122,7 @@ static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force o
 static int g_ablate = 0; /* --ablate: stages left out (profiling; results wrong) */
 static int g_splits = 0; /* --splits: force the split-K count */
 static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
+static int g_pt = 0;     /* --pipe-tiles: force the pipe kernel's weight tiles per item (1-4) */
 static int g_pdl = 0;    /* --pdl: programmatic dependent launch for our calls */
 
 static void run_ours(void *p, int set)
@@ -129,7 +130,7 @@ static void run_ours(void *p, int set)
     ctx_t *c = (ctx_t *)p;
     comet_cuda_w4ax_gemm g = {};
     g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel, g.ablate = g_ablate, g.splits = g_splits;
-    g.tile_tokens = g_tok, g.pdl = g_pdl;
+    g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl;
     g.qw = c->qw + (set % c->nsw) * c->wstride;
     g.sw = c->sw + (set % c->nsw) * c->swstride;
     g.qa = c->qa + (set % c->nsx) * c->xstride;
@@ -184,6 +185,8 @@ int main(int argc, char **argv)
             g_splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tok") && i + 1 < argc) /* --tok 32|64|128: wgmma token tile */
             g_tok = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--pipe-tiles") && i + 1 < argc) /* --pipe-tiles 1-4: pipe kernel */
+            g_pt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ablate") && i + 1 < argc) /* --ablate 1|2|4: see gemm_w4ax.h */
             g_ablate = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) /* --shapes 8: first 8 shapes */
@@ -341,6 +344,7 @@ int main(int argc, char **argv)
                 c.sastride = (size_t)M * nb;
                 comet_cuda_w4ax_gemm g = {};
                 g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel, g.splits = g_splits, g.tile_tokens = g_tok;
+                g.pipe_tiles = g_pt;
                 g.pdl = g_pdl, g.ablate = g_ablate; /* the plan (and its workspace) depends on it */
                 size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
                 if (need > c.ws_bytes) {

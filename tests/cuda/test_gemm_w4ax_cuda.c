@@ -144,7 +144,7 @@ static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
 }
 
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pdl, const inputs *in,
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt, int pdl, const inputs *in,
                     const float *y_ref, const int32_t *bs_ref, const double *mag)
 {
     const int M = s->M, N = s->N, nb = s->K / s->B;
@@ -152,7 +152,7 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
     comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
                               .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .kernel = kernel, .splits = splits,
-                              .tile_tokens = tok, .pdl = pdl};
+                              .tile_tokens = tok, .pipe_tiles = pt, .pdl = pdl};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
     if (wsb) {
@@ -271,28 +271,33 @@ static void test_shape(const shape *s, int quick)
             mag[(size_t)t * N + n] = m;
         }
 
-    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+    n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
         /* every kernel on the same inputs, and a forced split count */
         for (int k = COMET_W4AX_KERNEL_STREAM; k < COMET_W4AX_KERNEL_COUNT; k++)
-            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+            n_fail += run_case(s, (comet_w4ax_kernel)k, 0, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA,
-                           nb > 3 ? 3 : nb, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+                           nb > 3 ? 3 : nb, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         /* the pipe kernel launched with pdl: the weights of its first ring positions are copied
          * before it waits, by a walk of their own (items per CTA > 1 on the wide shapes) */
-        n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 1, &in, y_ref, bs_ref, mag) > 0;
+        n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 0, 1, &in, y_ref, bs_ref, mag) > 0;
+        /* the pipe kernel with 2-4 weight tiles per item sharing the token rows (the last item
+         * of N short of them where N/16 is not a multiple), the 4-tile one also with pdl */
+        for (int pt = 2; pt <= 4; pt++)
+            n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, pt, 0, &in, y_ref, bs_ref, mag) > 0;
+        n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 4, 1, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
         for (int tok = 16; tok <= 128; tok *= 2)
             if (tok != auto_tok)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, &in, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel
          * (for M <= 32 also the wgmma kernel's, with its 32-token tile) */
         if (nb >= 10) {
-            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0, 0,
+            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0,
                                &in, y_ref, bs_ref, mag) > 0;
             if (M <= 32)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         }
     }
     inputs_free(&in);
@@ -369,7 +374,9 @@ static void test_shared_workspace(void)
  * the call under test, pdl = 1 right behind it on one stream, reads y1 as its activation
  * scales and writes its output over sa1. Both results must equal, bit for bit, those of the
  * same two calls run one after the other with a synchronization between them (the kernels
- * are deterministic). Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
+ * are deterministic). In the cases marked qa_y1 the call under test also reads y1's bytes as
+ * its activation codes (M x K <= 16 KB): the codes, which the decode, pipe and stream kernels
+ * copy through L1, must likewise be read only after the wait. Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
  * kernels skip the wait and these checks fail (checked on the H200, session 10). Both calls
  * share one workspace, as the CUDA backend's calls do. */
 static void test_pdl_chain(void)
@@ -380,23 +387,32 @@ static void test_pdl_chain(void)
     typedef struct {
         shape s;
         comet_w4ax_kernel kernel;
-        int splits, tok;
+        int splits, tok, pt, qa_y1;
     } cfg;
     const cfg cases[] = {
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* decode */
-        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0},
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* decode (pdl, M = 2) */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},     /* pipe */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},   /* global split-K */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* pipe, 16 tokens */
-        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* wgmma, 32 tokens, cluster split-K */
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0},  /* cluster split-K */
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0},
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0}, /* global split-K */
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0},
-        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0},    /* stream-K */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* decode */
+        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* decode (pdl, M = 2) */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},   /* global split-K */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* pipe, 16 tokens */
+        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* wgmma, 32 tokens, cluster split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},  /* cluster split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0}, /* global split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0, 0, 0},
+        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* stream-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 0}, /* pipe, 3 tiles per item */
+        /* activation codes written by the previous kernel */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* decode */
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* decode (pdl, M = 2) */
+        {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
+        {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},   /* pipe, 2 tiles per item */
+        {{8, 4096, 2048, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 1},
+        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe, 16 tokens */
+        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 1},
     };
     const size_t n_sa1 = 65 * 17920; /* the largest output written over sa1 */
     float *y1, *sa1, *y2;
@@ -416,8 +432,9 @@ static void test_pdl_chain(void)
         const size_t ny = (size_t)s->M * s->N, nsa = (size_t)s->M * (s->K / s->B);
         inputs in2 = inputs_make(s);
         comet_cuda_w4ax_gemm g2 = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in2.dqw,
-                                   .sw = in2.dsw, .qa = in2.dqa, .sa = y1, .kernel = cases[c].kernel,
-                                   .splits = cases[c].splits, .tile_tokens = cases[c].tok, .pdl = 1};
+                                   .sw = in2.dsw, .qa = cases[c].qa_y1 ? (const int8_t *)y1 : in2.dqa, .sa = y1,
+                                   .kernel = cases[c].kernel, .splits = cases[c].splits,
+                                   .tile_tokens = cases[c].tok, .pipe_tiles = cases[c].pt, .pdl = 1};
         /* one workspace for both calls, as the CUDA backend shares one: the pdl call must not
          * touch the counters or partials before the previous call is done with them */
         const size_t wsb2 = comet_cuda_gemm_w4ax_workspace_bytes(&g2), wsb = wsb1 > wsb2 ? wsb1 : wsb2;
@@ -428,9 +445,11 @@ static void test_pdl_chain(void)
         /* with sm_90a code the call must run with pdl, else the chain tests nothing */
         char plan[112];
         snprintf(plan, sizeof plan, "%s", comet_cuda_gemm_w4ax_plan_name(&g2));
-        if (nsa > (size_t)s1.N || !strstr(plan, " pdl")) {
+        const int qa_fits = !cases[c].qa_y1 || (size_t)s->M * s->K <= (size_t)s1.N * 4;
+        if (nsa > (size_t)s1.N || !qa_fits || !strstr(plan, " pdl")) {
             fprintf(stderr, "  %s\n", nsa > (size_t)s1.N ? "y1 cannot hold the activation scales"
-                                                         : "the plan does not launch with pdl");
+                                     : !qa_fits         ? "y1 cannot hold the activation codes"
+                                                        : "the plan does not launch with pdl");
             printf("FAIL pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s\n", s->M, s->N, s->K, s->B, plan);
             n_check++, n_fail++;
             cudaFree(ws);
@@ -467,7 +486,7 @@ static void test_pdl_chain(void)
                 for (size_t i = ny; i-- > 0;)
                     if (memcmp(&got2[i], &ref2[i], 4))
                         nd++, first = i;
-                fprintf(stderr, "  chained run %d: the pdl call read activation scales before the previous call "
+                fprintf(stderr, "  chained run %d: the pdl call read activations before the previous call "
                         "wrote them (%zu of %zu outputs differ; first %zu: %g, want %g)\n",
                         rep, nd, ny, first, got2[first], ref2[first]);
             }
@@ -483,7 +502,8 @@ static void test_pdl_chain(void)
         bad |= runs_bad;
         n_check++;
         n_fail += bad;
-        printf("%-4s pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s\n", bad ? "FAIL" : "ok", s->M, s->N, s->K, s->B, plan);
+        printf("%-4s pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s%s\n", bad ? "FAIL" : "ok", s->M, s->N, s->K, s->B, plan,
+               cases[c].qa_y1 ? " (codes from y1)" : "");
         free(ref2), free(got2);
         cudaFree(ws);
         inputs_free(&in2);
@@ -540,6 +560,11 @@ static void test_bad_args(void)
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
     a.pdl = 0;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
+    a.pipe_tiles = 5; /* 0 (automatic) or 1-4 */
+    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
+    a.pipe_tiles = -1;
+    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
+    a.pipe_tiles = 0;
     /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
      * than run as the full kernel (without sm_90a code, the kernel itself is refused) */
     a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5, a.tile_tokens = 32;

@@ -154,6 +154,11 @@ __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
+/* ... zero-filled (nothing read) when !valid */
+__device__ __forceinline__ void cp_async16_sz(uint32_t s, const void *gmem, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
 /* Token-code copies of the decode, pipe and stream kernels. Every CTA of a GEMM reads the same
  * token rows, so they are cached in L1 (.ca) for the other CTAs on the SM: with .cg (L2 only)
  * each CTA's copy crossed from L2 to the SM again, and at M = 2-8 those bytes rivalled the
@@ -513,12 +518,22 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #ifndef COMET_PP_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_WARPS=4 */
 #define COMET_PP_WARPS 8
 #endif
-constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8;
+constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8, PP_MAX_TILES = 4;
 constexpr int PP_MAX_CTAS = PP_WARPS == 4 ? 5 : 3; /* CTAs per SM (__launch_bounds__: 102 / 85 registers) */
 static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or 8 warps");
-/* slot: codes [2 chunks x 512], weight scales [2 blocks x 16 rows] fp16, activation scales
- * [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2 blocks: B = 64) */
-constexpr int PP_SW_OFF = 1024, PP_SA_OFF = PP_SW_OFF + 2 * 32, PP_A_OFF = PP_SA_OFF + 2 * 16 * 4;
+/* CTAs per SM that an instance with PT weight tiles per item is built for (__launch_bounds__):
+ * its PT x MI x 4 accumulators, and the B fragments kept for the PT tiles, spill at the 85
+ * registers of three CTAs from 12 accumulators up, and at the 128 of two with 32 (ptxas -v) */
+__host__ __device__ constexpr int pp_max_ctas(int pt, int mi)
+{
+    return pt * mi <= 2 ? PP_MAX_CTAS : pt * mi <= 6 ? 2 : 1;
+}
+/* slot of PT weight tiles: codes [PT tiles][2 chunks x 512], weight scales [PT][2 blocks x 16
+ * rows] fp16, activation scales [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2
+ * blocks: B = 64); PT = 1 is the session-12 layout */
+__host__ __device__ constexpr int pp_sw_off(int pt) { return pt * 1024; }
+__host__ __device__ constexpr int pp_sa_off(int pt) { return pp_sw_off(pt) + pt * 2 * 32; }
+__host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 16 * 4; }
 /* Slots start on 128-byte boundaries: with 16- or 32-byte ones (token rows 2, 3, 5, 7) the kernel
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
@@ -529,11 +544,17 @@ constexpr int PP_SLOT_ALIGN = 128;
 #define COMET_PP_PDL_EARLY 1
 #endif
 constexpr bool PP_PDL_EARLY = COMET_PP_PDL_EARLY;
-__host__ __device__ constexpr int pp_slot_bytes(int rows)
+__host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 {
-    return (PP_A_OFF + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
+    return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
 }
-__host__ __device__ constexpr int pp_red_bytes(int mi) { return 2 * PP_WARPS * 16 * 8 * mi * 4; }
+/* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
+ * (one barrier per item), else single (two barriers) */
+__host__ __device__ constexpr bool pp_red2(int mi, int pt) { return pt * mi <= 2; }
+__host__ __device__ constexpr int pp_red_bytes(int mi, int pt)
+{
+    return (pp_red2(mi, pt) ? 2 : 1) * PP_WARPS * 16 * pt * 8 * mi * 4;
+}
 
 __device__ __forceinline__ void cp_async_wait_upto(int n) /* n in [0, PP_MAX_DEPTH) */
 {
@@ -549,26 +570,30 @@ __device__ __forceinline__ void cp_async_wait_upto(int n) /* n in [0, PP_MAX_DEP
     }
 }
 
-template <int MI, int KPB, bool BSUM>
-__global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(const __grid_constant__ params p)
+template <int MI, int KPB, int PT, bool BSUM>
+__global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_kernel(const __grid_constant__ params p)
 {
     constexpr int TT = 8 * MI, BPS = 2 / KPB; /* blocks per stage */
+    constexpr int SW_OFF = pp_sw_off(PT), SA_OFF = pp_sa_off(PT), A_OFF = pp_a_off(PT);
     extern __shared__ __align__(16) uint8_t smem[];
-    const int depth = p.pp_depth, slot_bytes = pp_slot_bytes(p.pp_rows);
+    const int depth = p.pp_depth, slot_bytes = pp_slot_bytes(p.pp_rows, PT);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
     uint8_t *ring = smem + (size_t)warp * depth * slot_bytes;
     float *red = reinterpret_cast<float *>(smem + (size_t)PP_WARPS * depth * slot_bytes);
-    const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2, n_items = np16 * p.tiles_m;
+    const int np16 = p.Np / 16, k64 = p.K / 64, nstage = (k64 + 1) / 2;
+    const int ni = (np16 + PT - 1) / PT, n_items = ni * p.tiles_m; /* items along N, in all */
+    const size_t tile_stride = (size_t)k64 * 512; /* bytes between two 16-row tiles' codes */
     pdl_trigger();
     if (!PP_PDL_EARLY && p.pdl && threadIdx.x == 0 && (int)blockIdx.x < n_items) /* first weights, into L2 */
-        l2_prefetch(p.qw + (size_t)(blockIdx.x % np16) * k64 * 512, min((unsigned)k64 * 512u, PDL_PREFETCH_BYTES));
+        l2_prefetch(p.qw + (size_t)(blockIdx.x % ni) * PT * tile_stride,
+                    min((unsigned)(k64 * 512 * min(PT, np16 - (int)(blockIdx.x % ni) * PT)), PDL_PREFETCH_BYTES));
 
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
      * group, empty past the last item) and step on. Everything that depends only on the lane
-     * or the item is computed outside the per-stage path, which is 5-8 cp.async and pointer
-     * increments: the issue cost per byte decides this kernel's speed (ncu, 70B down at
+     * or the item is computed outside the per-stage path, which is 5-8 cp.async (PT = 1) and
+     * pointer increments: the issue cost per byte decides this kernel's speed (ncu, 70B down at
      * M = 1: 78 % of issue slots busy, 255 instructions per KB of weights before this). */
-    int l_item = warp < nstage ? (int)blockIdx.x : n_items, l_s = warp;
+    int l_item = warp < nstage ? (int)blockIdx.x : n_items, l_s = warp, l_npt = 0;
     const uint32_t ring_s = smem_u32(ring), ring_end = ring_s + depth * slot_bytes;
     uint32_t l_slot = ring_s;
     const uint8_t *l_w = nullptr, *l_a = nullptr;
@@ -580,19 +605,24 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
 #pragma unroll
     for (int k = 0; k < TT / 4; k++) {
         const int i = lane + 32 * k, r = i >> 3, c16 = i & 7;
-        d_a[k] = PP_A_OFF + r * PP_RS + c16 * 16, g_a[k] = (size_t)r * p.K + c16 * 16;
+        d_a[k] = A_OFF + r * PP_RS + c16 * 16, g_a[k] = (size_t)r * p.K + c16 * 16;
         l_a_ok[k] = false;
     }
-    /* this lane's weight codes and scales at stage st of weight tile nt */
-    auto w_at = [&](int nt, int st) { return p.qw + ((size_t)nt * k64 + 2 * (size_t)st) * 512 + lane * 16; };
-    auto sw_at = [&](int nt, int st) { return p.sw + (size_t)(st * BPS + lane / 2) * p.Np + nt * 16 + (lane & 1) * 8; };
+    /* this lane's weight codes (of the item's first tile) and scales at stage st of the item
+     * whose first tile is nt0: lanes 4 pt + x copy 16 bytes of tile pt's scales (block x / 2,
+     * rows 8 (x & 1) ...) */
+    auto w_at = [&](int nt0, int st) { return p.qw + ((size_t)nt0 * k64 + 2 * (size_t)st) * 512 + lane * 16; };
+    auto sw_at = [&](int nt0, int st) {
+        return p.sw + (size_t)(st * BPS + ((lane & 3) >> 1)) * p.Np + (nt0 + (lane >> 2)) * 16 + (lane & 1) * 8;
+    };
     auto start_item = [&]() { /* pointers at stage l_s of item l_item */
         if (l_item >= n_items)
             return;
-        const int nt = l_item % np16, t0 = l_item / np16 * TT, ta = t0 + (lane & (TT - 1));
+        const int nt0 = l_item % ni * PT, t0 = l_item / ni * TT, ta = t0 + (lane & (TT - 1));
         const int rows = min(TT, p.M - t0);
-        l_w = w_at(nt, l_s);
-        l_sw = sw_at(nt, l_s);
+        l_npt = PT == 1 ? 1 : min(PT, np16 - nt0);
+        l_w = w_at(nt0, l_s);
+        l_sw = sw_at(nt0, l_s);
         l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
         l_sa_ok = ta < p.M; /* tokens past M read as 0 */
         l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)t0 * p.K + (size_t)l_s * 128;
@@ -601,13 +631,27 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             l_a_ok[k] = (lane + 32 * k) >> 3 < rows;
     };
     start_item();
-    /* a position's weights: codes (one or two k64 chunks) and weight scales */
-    auto copy_w = [&](uint32_t slot, const uint8_t *w, const uint16_t *sw, bool two) {
-        cp_async16_s(slot + lane * 16, w);
-        if (two)
-            cp_async16_s(slot + 512 + lane * 16, w + 512);
-        if (lane < (two ? 2 * BPS : 2))
-            cp_async16_s(slot + PP_SW_OFF + lane * 16, sw);
+    /* a position's weights: codes (one or two k64 chunks) and weight scales of the item's
+     * tiles; the slots of tiles past np16 (the last item along N of PT > 1) are zero-filled,
+     * so that the compute needs no case for them */
+    auto copy_w = [&](uint32_t slot, const uint8_t *w, const uint16_t *sw, bool two, int npt) {
+        if (PT == 1) {
+            cp_async16_s(slot + lane * 16, w);
+            if (two)
+                cp_async16_s(slot + 512 + lane * 16, w + 512);
+            if (lane < (two ? 2 * BPS : 2))
+                cp_async16_s(slot + SW_OFF + lane * 16, sw);
+            return;
+        }
+#pragma unroll
+        for (int pt = 0; pt < PT; pt++) {
+            const uint8_t *wp = pt < npt ? w + pt * tile_stride : w;
+            cp_async16_sz(slot + pt * 1024 + lane * 16, wp, pt < npt);
+            if (two)
+                cp_async16_sz(slot + pt * 1024 + 512 + lane * 16, wp + 512, pt < npt);
+        }
+        if ((lane >> 2) < PT && (lane & 3) < (two ? 2 * BPS : 2))
+            cp_async16_sz(slot + SW_OFF + lane * 16, (lane >> 2) < npt ? sw : p.sw, (lane >> 2) < npt);
     };
     /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
     auto issue_next = [&](int parts) {
@@ -615,10 +659,10 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             /* a half stage (one k64 chunk) only at the end of K with B = 64 */
             const bool two = KPB == 2 || 2 * l_s + 2 <= k64;
             if (parts & 1)
-                copy_w(l_slot, l_w, l_sw, two);
+                copy_w(l_slot, l_w, l_sw, two, l_npt);
             if (parts & 2) {
                 if (lane < (two ? BPS * TT : TT))
-                    cp_async4_s(l_slot + PP_SA_OFF + lane * 4, l_sa, l_sa_ok);
+                    cp_async4_s(l_slot + SA_OFF + lane * 4, l_sa, l_sa_ok);
 #pragma unroll
                 for (int k = 0; k < TT / 4; k++)
                     if (l_a_ok[k] && (two || (lane & 7) < 4))
@@ -645,7 +689,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
          * (joining the first position's commit group below); the same walk as issue_next */
         int it = l_item, st = l_s;
         for (int d = 0; d < depth - 1 && it < n_items; d++) {
-            copy_w(ring_s + d * slot_bytes, w_at(it % np16, st), sw_at(it % np16, st), KPB == 2 || 2 * st + 2 <= k64);
+            const int nt0 = it % ni * PT;
+            copy_w(ring_s + d * slot_bytes, w_at(nt0, st), sw_at(nt0, st), KPB == 2 || 2 * st + 2 <= k64,
+                   min(PT, np16 - nt0));
             st += PP_WARPS;
             if (st >= nstage)
                 it += gridDim.x, st = warp;
@@ -657,66 +703,100 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
 
     int slot = 0, par = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
-        const int nt = item % np16, t0 = item / np16 * TT, rows = min(TT, p.M - t0);
-        float acc[MI][4];
-        zero_acc<MI>(acc);
+        const int nt0 = item % ni * PT, t0 = item / ni * TT, rows = min(TT, p.M - t0);
+        float acc[PT][MI][4];
+#pragma unroll
+        for (int pt = 0; pt < PT; pt++)
+            zero_acc<MI>(acc[pt]);
         for (int s = warp; s < nstage; s += PP_WARPS) {
             issue_next(3);
             cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
             __syncwarp();                  /* ... and every lane's */
             const uint8_t *st = ring + slot * slot_bytes;
-            const uint8_t *act = st + PP_A_OFF + tq * 4;
+            const uint8_t *act = st + A_OFF + tq * 4;
             const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
             for (int j = 0; j < BPS; j++) {
                 if (j >= nblk)
                     break;
-                /* one accumulator per k32 step: 2*KPB independent mma chains instead of one
-                 * chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly */
-                int cs[2 * KPB][MI][4];
+                /* the block's B fragments (token codes) and activation scales, shared by the PT
+                 * tiles: with PT = 1 loaded where the first tile uses them, the order of session 12
+                 * (loaded first, it ran 1.07-1.14x the time at M = 2-8); with PT > 1 all loaded
+                 * first (where the first tile uses them, ptxas spills 8-20 bytes) */
+                constexpr bool LAZY = PT == 1;
+                uint32_t bf[2 * KPB][MI][2];
+                float2 sa2[MI];
+                const float *sas = reinterpret_cast<const float *>(st + SA_OFF) + j * TT + tq * 2;
+                const int b = s * BPS + j;
+                auto load_b = [&](int x, int f) {
+                    const uint8_t *a = act + (f * 8 + g) * PP_RS + j * KPB * 64 + x * 32;
+                    const bool live = f * 8 + g < rows;
+                    bf[x][f][0] = live ? *reinterpret_cast<const uint32_t *>(a) : 0u;
+                    bf[x][f][1] = live ? *reinterpret_cast<const uint32_t *>(a + 16) : 0u;
+                };
+                if (!LAZY) {
 #pragma unroll
-                for (int c = 0; c < KPB; c++) {
-                    const uint4 w = *reinterpret_cast<const uint4 *>(st + (j * KPB + c) * 512 + lane * 16);
+                    for (int x = 0; x < 2 * KPB; x++)
 #pragma unroll
-                    for (int k2 = 0; k2 < 2; k2++) {
-                        const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
+                        for (int f = 0; f < MI; f++)
+                            load_b(x, f);
 #pragma unroll
-                        for (int f = 0; f < MI; f++) {
-                            const uint8_t *a = act + (f * 8 + g) * PP_RS + (j * KPB + c) * 64 + k2 * 32;
-                            const bool live = f * 8 + g < rows;
-                            const uint32_t b0 = live ? *reinterpret_cast<const uint32_t *>(a) : 0u;
-                            const uint32_t b1 = live ? *reinterpret_cast<const uint32_t *>(a + 16) : 0u;
+                    for (int f = 0; f < MI; f++)
+                        sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
+                }
 #pragma unroll
-                            for (int r = 0; r < 4; r++)
-                                cs[c * 2 + k2][f][r] = 0;
-                            mma_s8(cs[c * 2 + k2][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), b0, b1);
+                for (int pt = 0; pt < PT; pt++) {
+                    /* one accumulator per k32 step: 2*KPB independent mma chains instead of one
+                     * chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly; with
+                     * PT > 1 two chains per tile (the tiles' chains are independent too), which
+                     * keeps the instances with 24-32 accumulators free of spills */
+                    constexpr int NCH = PT == 1 ? 2 * KPB : 2;
+                    int cs[NCH][MI][4];
+#pragma unroll
+                    for (int c = 0; c < KPB; c++) {
+                        const uint4 w = *reinterpret_cast<const uint4 *>(st + pt * 1024 + (j * KPB + c) * 512 + lane * 16);
+#pragma unroll
+                        for (int k2 = 0; k2 < 2; k2++) {
+                            const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
+                            const int x = c * 2 + k2;
+#pragma unroll
+                            for (int f = 0; f < MI; f++) {
+                                if (LAZY && pt == 0)
+                                    load_b(x, f);
+                                if (x < NCH)
+#pragma unroll
+                                    for (int r = 0; r < 4; r++)
+                                        cs[x][f][r] = 0;
+                                mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
+                                       bf[x][f][1]);
+                            }
                         }
                     }
-                }
-                int ci[MI][4];
+                    int ci[MI][4];
 #pragma unroll
-                for (int f = 0; f < MI; f++)
+                    for (int f = 0; f < MI; f++)
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        ci[f][r] = cs[0][f][r];
+                        for (int r = 0; r < 4; r++) {
+                            ci[f][r] = cs[0][f][r];
 #pragma unroll
-                        for (int x = 1; x < 2 * KPB; x++)
-                            ci[f][r] += cs[x][f][r];
-                    }
-                const unsigned short *swp = reinterpret_cast<const unsigned short *>(st + PP_SW_OFF + j * 32);
-                const float swf[2] = {f16f(swp[g]), f16f(swp[g + 8])};
-                const float *sas = reinterpret_cast<const float *>(st + PP_SA_OFF) + j * TT + tq * 2;
-                const int b = s * BPS + j;
+                            for (int x = 1; x < NCH; x++)
+                                ci[f][r] += cs[x][f][r];
+                        }
+                    const unsigned short *swp = reinterpret_cast<const unsigned short *>(st + SW_OFF + pt * 64 + j * 32);
+                    const float swf[2] = {f16f(swp[g]), f16f(swp[g + 8])};
 #pragma unroll
-                for (int f = 0; f < MI; f++) {
-                    const float2 sa2 = *reinterpret_cast<const float2 *>(sas + f * 8);
+                    for (int f = 0; f < MI; f++) {
+                        if (LAZY && pt == 0)
+                            sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
 #pragma unroll
-                    for (int r = 0; r < 4; r++) {
-                        acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, ((r & 1) ? sa2.y : sa2.x) * swf[r >> 1], acc[f][r]);
-                        if (BSUM) {
-                            const int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
-                            if (t < p.M && n < p.N)
-                                p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                        for (int r = 0; r < 4; r++) {
+                            acc[pt][f][r] = fmaf((float)ci[f][r] * 0.0625f, ((r & 1) ? sa2[f].y : sa2[f].x) * swf[r >> 1],
+                                                 acc[pt][f][r]);
+                            if (BSUM) {
+                                const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
+                                if (t < p.M && n < p.N)
+                                    p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                            }
                         }
                     }
                 }
@@ -724,18 +804,24 @@ __global__ void __launch_bounds__(PP_WARPS * 32, PP_MAX_CTAS) w4ax_pipe_kernel(c
             __syncwarp(); /* the slot is refilled by the next issue */
             slot = slot + 1 == depth ? 0 : slot + 1;
         }
-        /* sum the warps' partial tiles in warp order; red is double-buffered by item so one
-         * barrier per item suffices (a warp reaches the next item's barrier only after every
-         * warp has read this item's buffer) */
-        float *rb = red + par * (PP_WARPS * 16 * TT);
-        store_acc_tile<MI>(rb, warp * 16, TT, acc, g, tq);
+        /* sum the warps' partial tiles in warp order; double-buffered by item, one barrier per
+         * item suffices (a warp reaches the next item's barrier only after every warp has read
+         * this item's buffer); single-buffered, the first barrier waits for the previous item's
+         * reads. Tiles past np16 hold zeros and are not stored. */
+        constexpr int ROWS = 16 * PT;
+        float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * ROWS * TT);
+        if (!pp_red2(MI, PT))
+            __syncthreads();
+#pragma unroll
+        for (int pt = 0; pt < PT; pt++)
+            store_acc_tile<MI>(rb, warp * ROWS + pt * 16, TT, acc[pt], g, tq);
         __syncthreads();
-        for (int i = threadIdx.x; i < 16 * TT; i += PP_WARPS * 32) {
-            const int row = i / TT, tt = i % TT, t = t0 + tt, n = nt * 16 + row;
+        for (int i = threadIdx.x; i < ROWS * TT; i += PP_WARPS * 32) {
+            const int row = i / TT, tt = i % TT, t = t0 + tt, n = nt0 * 16 + row;
             float v = 0.0f;
 #pragma unroll
             for (int w = 0; w < PP_WARPS; w++)
-                v += rb[(w * 16 + row) * TT + tt];
+                v += rb[(w * ROWS + row) * TT + tt];
             if (t < p.M && n < p.N)
                 store_out(p, t, n, v);
         }
@@ -1701,6 +1787,7 @@ struct plan_t {
     int tok; /* wgmma: tokens per CTA tile (16, 32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
+    int pp_tiles;                   /* pipe: 16-row weight tiles per item (1..PP_MAX_TILES) */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
     bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
@@ -1886,13 +1973,13 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * while it loses above (70B o, down, qkv and the gate_ups: 1.04-1.54x). Not measured: M = 2
  * without pdl on the gate_ups (pipe since this rule, stream before), and more than 27 tiles
  * per SM (70B gate_up) at M <= 8, e.g. an lm_head, where the rule extrapolates. */
-constexpr int PP_AUTO_ITEMS_PER_SM_M16 = 3;
 bool pipe_auto(int M, int np16, int sms)
 {
-    if (np16 < sms)
-        return false;
-    return M <= 8 || (M <= 16 && np16 <= PP_AUTO_ITEMS_PER_SM_M16 * sms);
+    return np16 >= sms && M <= 16;
 }
+
+/* Weight tiles per pipe item in the automatic plan (session 13) */
+constexpr int PP_AUTO_TILES = 2;
 
 /* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
  * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is
@@ -1902,12 +1989,13 @@ bool pipe_auto(int M, int np16, int sms)
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI;
+    const int tt = 8 * pl.MI, pt = g->pipe_tiles ? g->pipe_tiles : np16 < PP_AUTO_TILES ? np16 : PP_AUTO_TILES;
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
-    const long items = (long)np16 * pl.tiles_m;
-    const int slot = PP_WARPS * pp_slot_bytes(pl.pp_rows), fixed = pp_red_bytes(pl.MI), reserve = 1024;
-    int cmax = PP_MAX_CTAS;
+    pl.pp_tiles = pt;
+    const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
+    const int slot = PP_WARPS * pp_slot_bytes(pl.pp_rows, pt), fixed = pp_red_bytes(pl.MI, pt), reserve = 1024;
+    int cmax = pp_max_ctas(pt, pl.MI);
     while (cmax > 1 && sm_smem_bytes() / cmax - reserve < fixed + 2 * slot)
         cmax--;
     const long need = (items + sms - 1) / sms;
@@ -2267,6 +2355,15 @@ comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, int tok, CUtensorMap *ma
     return COMET_OK;
 }
 
+template <int MI, int KPB, bool BSUM> cudaError_t launch_pipe(const plan_t &pl, const params &p, cudaStream_t st)
+{
+    static_assert(PP_MAX_TILES == 4, "one instance per tile count");
+    return pl.pp_tiles == 4   ? launch(w4ax_pipe_kernel<MI, KPB, 4, BSUM>, pl, st, p)
+           : pl.pp_tiles == 3 ? launch(w4ax_pipe_kernel<MI, KPB, 3, BSUM>, pl, st, p)
+           : pl.pp_tiles == 2 ? launch(w4ax_pipe_kernel<MI, KPB, 2, BSUM>, pl, st, p)
+                              : launch(w4ax_pipe_kernel<MI, KPB, 1, BSUM>, pl, st, p);
+}
+
 template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st)
 {
     constexpr int G = 4; /* k64 chunks per round of loads (registers: 2 x G x 16 B); G = 8 measured
@@ -2323,7 +2420,7 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
     if (pl.kernel == COMET_W4AX_KERNEL_PIPE || pl.kernel == COMET_W4AX_KERNEL_DECODE)
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
             constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
-            return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch(w4ax_pipe_kernel<MI, KPB, BSUM>, pl, st, p)
+            return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch_pipe<MI, KPB, BSUM>(pl, p, st)
                                                        : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
@@ -2354,10 +2451,11 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
         return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: pdl %d is neither 0 nor 1", g->pdl);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 && g->tile_tokens != 64 &&
-         g->tile_tokens != 128))
+         g->tile_tokens != 128) ||
+        g->pipe_tiles < 0 || g->pipe_tiles > PP_MAX_TILES)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: kernel %d / splits %d / tile_tokens %d out of range",
-                               (int)g->kernel, g->splits, g->tile_tokens);
+                               "gemm_w4ax: kernel %d / splits %d / tile_tokens %d / pipe_tiles %d out of range",
+                               (int)g->kernel, g->splits, g->tile_tokens, g->pipe_tiles);
     if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
                                g->splits);
@@ -2401,7 +2499,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
-        snprintf(cl, sizeof cl, " %d/SM ring=%d", pl.pp_ctas, pl.pp_depth);
+        snprintf(cl, sizeof cl, " %d/SM ring=%d tiles=%d", pl.pp_ctas, pl.pp_depth, pl.pp_tiles);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     if (pl.pdl)

@@ -123,6 +123,8 @@ typedef struct comet_cuda_w4ax_gemm {
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (16 for
                                * M <= 16 with K >= 8192, else 32 for M <= 32, 64 for M <= 64,
                                * else 128), or 16 / 32 / 64 / 128 (tests force each) */
+    int pipe_tiles;           /* pipe kernel: 16-row weight tiles per work item, which share one
+                               * copy of the item's token rows; 0 = automatic, 1-4 forced */
     int pdl;                  /* 1 = programmatic dependent launch (docs/gemm.md): the kernel
                                * may start while the previous kernel of the stream still runs,
                                * once every CTA of that kernel has begun, and reads qw and sw --
