@@ -390,14 +390,17 @@ static void test_pdl_chain(void)
         int splits, tok, pt, qa_y1;
     } cfg;
     const cfg cases[] = {
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* decode */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe (M = 1 with pdl) */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* decode (pdl, M = 2) */
+        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe, 2 tiles per item */
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},   /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* pipe, 16 tokens */
-        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* wgmma, 32 tokens, cluster split-K */
+        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0},   /* 32 tokens, cluster split-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},  /* cluster split-K */
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
@@ -406,8 +409,8 @@ static void test_pdl_chain(void)
         {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* stream-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 0}, /* pipe, 3 tiles per item */
         /* activation codes written by the previous kernel */
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* decode */
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* decode (pdl, M = 2) */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 1},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
         {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
         {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},   /* pipe, 2 tiles per item */
         {{8, 4096, 2048, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 1},

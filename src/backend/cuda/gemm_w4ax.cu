@@ -8,19 +8,20 @@
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
- *  - decode (M = 1 on sm_90; M = 2 with pdl): CTAs own 16-row weight tiles over all of K;
- *    their 8 warps split K and issue the 16-byte loads of their share, 8 k64 chunks at a
- *    time, before anything waits; partial tiles summed in shared memory (no split-K).
- *  - stream (M <= 8 on sm_90 where the pipe and decode plans do not apply: below one tile
- *    per SM, caller-forced splits; M <= 32 on sm_80): each warp owns 16 weight rows and
+ *  - decode (forced only since session 13; M = 1 on sm_90 before): CTAs own 16-row weight
+ *    tiles over all of K; their 8 warps split K and issue the 16-byte loads of their share,
+ *    8 k64 chunks at a time, before anything waits; partial tiles summed in shared memory.
+ *  - stream (M <= 8 on sm_90 where the pipe plan does not apply: below one tile per SM,
+ *    caller-forced splits; M <= 32 on sm_80): each warp owns 16 weight rows and
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
  *    k64 chunks ahead of use); the CTA's tokens for its K range sit in shared memory. K is
  *    split across CTAs so all SMs stream.
- *  - pipe (2 <= M <= 16 on sm_90 where it measured faster: N/16 at least the SM count at
- *    M <= 8, to 3x at M = 9-16): persistent CTAs own whole 16-row weight tiles over all of
- *    K (no split-K); each warp streams its share of K through its own cp.async ring in
- *    shared memory. Token rows are copied through L1 (.ca), shared by the SM's CTAs.
- *  - wgmma (M > 8, sm_90a): warp-specialized; a producer warp fills a ring of stages with
+ *  - pipe (M <= 16 on sm_90 with N/16 at least the SM count, M <= 32 up to 2x): persistent
+ *    CTAs own items of 1-4 whole 16-row weight tiles over all of K (no split-K), which
+ *    share one copy of the token rows; each warp streams its share of K through its own
+ *    cp.async ring in shared memory. Token rows are copied through L1 (.ca), shared by the
+ *    SM's CTAs.
+ *  - wgmma (M > 8 on sm_90a where the pipe plan does not apply): warp-specialized; a producer warp fills a ring of stages with
  *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
  *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64;
@@ -1960,58 +1961,88 @@ cudaError_t allow_smem(const void *kernel, size_t bytes)
 int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024); }
 
 
-/* Where the automatic plan uses the pipe kernel instead of the stream kernel, measured on the
- * H200. Below one item (16-row tile) per SM the stream kernel's split-K is needed. Up to
- * session 11 the pipe kernel ran at M <= 8 with at most 5 items per SM (beyond, e.g. 70B
- * gate_up with 27 per SM, it lost to the stream kernel) and at M = 9-16 only for LLaMA-3-8B o
- * (N/16 = 256, K = 4096), the wgmma kernel being faster elsewhere. Since its token copies stay
- * in L1 for the SM's other CTAs (session 12, COMET_TOK_CA; same run, both forced, CUDA graphs
- * with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s12): at M = 3-8 it beats
- * the stream kernel on the gate_up shapes too (0.83-0.94x its time), and at M = 9-16 it beats
- * or equals the wgmma kernel wherever its items fit one wave of 3 CTAs per SM (N/16 <= 3 x
- * SMs: 8B qkv 0.76-0.86x, 8B down 0.84-0.88x at M = 9-12 and 1.00x at 16, 8B o 0.65-0.72x),
- * while it loses above (70B o, down, qkv and the gate_ups: 1.04-1.54x). Not measured: M = 2
- * without pdl on the gate_ups (pipe since this rule, stream before), and more than 27 tiles
- * per SM (70B gate_up) at M <= 8, e.g. an lm_head, where the rule extrapolates. */
+/* Where the automatic plan runs the pipe kernel (sm_90), measured on the H200 in same-run A/Bs
+ * (CUDA graphs with pdl, 8 LLaMA-3 shapes; bench/results/2026-12-02-h200-gemm-s13). Below one
+ * 16-row tile per SM the stream kernel's split-K is needed. Since items hold several weight
+ * tiles that share one copy of the token rows (session 13; before, the pipe kernel won at
+ * M = 9-16 only up to 3 tiles per SM and lost to the wgmma kernel's 16- and 32-token tiles
+ * above), it beats the wgmma kernel at M = 9-16 on all 8 shapes (0.70-0.95x its time), and at
+ * M = 17-32 on the two with N/16 <= 2x the SMs (8B o and down: 0.74-0.85x; 8B qkv, at 2.9x,
+ * 1.12-1.3x). Not measured: more than 27 tiles per SM (70B gate_up), e.g. an lm_head, where
+ * the rule extrapolates. */
+constexpr int PP_AUTO_M32_MAX_TILES_PER_SM = 2;
 bool pipe_auto(int M, int np16, int sms)
 {
-    return np16 >= sms && M <= 16;
+    return np16 >= sms && (M <= 16 || (M <= 32 && np16 <= PP_AUTO_M32_MAX_TILES_PER_SM * sms));
 }
 
-/* Weight tiles per pipe item in the automatic plan (session 13) */
-constexpr int PP_AUTO_TILES = 2;
+/* The pipe kernel's CTAs per SM for `items` work items: ceil(items / SMs) (one item per CTA)
+ * when that many CTAs fit on an SM (cmax), else the value from 2 up to cmax that minimizes the
+ * largest share (ties: more CTAs, more warps streaming); with its items per SM (the share). */
+struct pp_spread {
+    int ctas;
+    long share;
+};
+pp_spread pp_spread_items(long items, int cmax, int sms)
+{
+    const long need = (items + sms - 1) / sms;
+    if (need <= cmax)
+        return {(int)need, need};
+    pp_spread best = {cmax, -1};
+    for (int k = cmax < 2 ? cmax : 2; k <= cmax; k++) {
+        const long share = (items + (long)sms * k - 1) / ((long)sms * k) * k;
+        if (best.share < 0 || share <= best.share)
+            best = {k, share};
+    }
+    return best;
+}
 
-/* The pipe kernel's plan: CTAs per SM and ring depth. Items (16-row tiles x token groups)
- * are dealt to CTAs round robin, so an SM's share is c CTAs x their item count; c is
- * ceil(items / SMs) (one item per CTA) when that many CTAs fit on an SM, else the value up
- * to the limit that minimizes the largest share (ties: more CTAs). Each warp's ring then gets its part of the
- * SM's shared memory split c ways (at most PP_MAX_DEPTH slots). */
+/* The pipe kernel's plan: weight tiles per item (PT), CTAs per SM and ring depth. Items (PT
+ * 16-row tiles x a token group of 8 MI) are dealt to CTAs round robin (pp_spread_items); each
+ * warp's ring then gets its part of the SM's shared memory split c ways (at most PP_MAX_DEPTH
+ * slots). The automatic PT (session 13, same-run A/B of PT = 1-4 forced, CUDA graphs with pdl,
+ * 8 LLaMA-3 shapes): at M <= 8, 2 -- its geomean 0.86-0.94x the time of PT = 1 at M = 1-8,
+ * within 8 % of the best PT on every shape (3 or 4 won by 1-8 % on some); from M = 9 (16-token
+ * groups), of PT = 2-4 the one whose busiest SM gets the fewest weight tiles, ties to more
+ * tiles per item, which picked the fastest of PT = 1-4 on all 8 shapes at M = 12 and 16 (e.g.
+ * 70B qkv: 3, 6 tiles on the busiest SM against 8 with PT = 2, 0.80 against 0.92x the wgmma
+ * kernel's time). PT = 1 is left out there: its 16 token rows fill most of each ring slot, and
+ * it took 1.2-1.5x the time of PT = 2 on the wide shapes (8B gate_up, which the tile count
+ * alone would give PT = 1: 1.21 / 1.33x the wgmma kernel's time at M = 12 / 16). */
+constexpr int PP_AUTO_TILES_M8 = 2;
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI, pt = g->pipe_tiles ? g->pipe_tiles : np16 < PP_AUTO_TILES ? np16 : PP_AUTO_TILES;
+    const int tt = 8 * pl.MI, reserve = 1024;
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
-    pl.pp_tiles = pt;
-    const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
-    const int slot = PP_WARPS * pp_slot_bytes(pl.pp_rows, pt), fixed = pp_red_bytes(pl.MI, pt), reserve = 1024;
-    int cmax = pp_max_ctas(pt, pl.MI);
-    while (cmax > 1 && sm_smem_bytes() / cmax - reserve < fixed + 2 * slot)
-        cmax--;
-    const long need = (items + sms - 1) / sms;
-    int c = cmax;
-    if (need <= cmax) {
-        c = (int)need;
-    } else {
+    /* slot bytes per CTA, partial-tile buffers, CTAs per SM and their spread for PT tiles */
+    auto slot_of = [&](int pt) { return PP_WARPS * pp_slot_bytes(pl.pp_rows, pt); };
+    auto spread_of = [&](int pt) {
+        const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
+        int cmax = pp_max_ctas(pt, pl.MI);
+        while (cmax > 1 && sm_smem_bytes() / cmax - reserve < pp_red_bytes(pl.MI, pt) + 2 * slot_of(pt))
+            cmax--;
+        return pp_spread_items(items, cmax, sms);
+    };
+    int pt = g->pipe_tiles;
+    if (pt == 0 && pl.MI == 1) {
+        pt = np16 < PP_AUTO_TILES_M8 ? np16 : PP_AUTO_TILES_M8;
+    } else if (pt == 0) {
         long best = -1;
-        for (int k = 2; k <= cmax; k++) {
-            long share = (items + (long)sms * k - 1) / ((long)sms * k) * k;
-            if (best < 0 || share <= best) /* ties: more CTAs, more warps streaming */
-                best = share, c = k;
+        pt = 1;
+        for (int t = 2; t <= PP_MAX_TILES && t <= np16; t++) {
+            const long tiles = spread_of(t).share * t;
+            if (best < 0 || tiles <= best)
+                best = tiles, pt = t;
         }
     }
+    const pp_spread sp = spread_of(pt);
+    const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
+    const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = sp.ctas;
     int budget = sm_smem_bytes() / c - reserve;
     budget = budget < MAX_SMEM ? budget : MAX_SMEM;
+    pl.pp_tiles = pt;
     pl.pp_depth = clampi((budget - fixed) / slot, 2, PP_MAX_DEPTH);
     pl.pp_ctas = c;
     pl.grid = dim3((unsigned)(items < (long)sms * c ? items : (long)sms * c), 1, 1);
@@ -2050,37 +2081,24 @@ int ws_auto_tok(int M, int K)
 
 int ws_cluster_capacity(int kpb, int tok, int S);
 
-/* The kernel of the automatic plan. sm_90: the decode kernel at M = 1 when its 16-row tiles
- * (one CTA each, no split-K) at least fill the SMs (faster than pipe / stream on every LLaMA
- * shape measured, all N/16 >= 256: 0.78-0.96x their time; at M = 2-4 it lost on most and the
- * pipe kernel has since gained 2-19 % there: bench/results/2026-12-01-h200-gemm-s6.md); below
- * one tile per SM the stream kernel's split-K keeps every SM streaming; pipe or stream up to
- * M = 8 (pipe_auto); from M = 9 the wgmma kernel (but pipe_auto's cases up to M = 16;
- * profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
- * kernel up to M = 32, then the tiled one. */
-/* With programmatic dependent launch (g->pdl) the decode kernel's weight loads, issued before
- * it waits for the previous kernel, overlap that kernel's end. At M = 2 that made it 0.82-0.95x
- * the time of the pipe and stream plans on the LLaMA-3 shapes with K <= 8192 and 1.03-1.08x on
- * the down projections (K = 14336, 28672), in CUDA graphs (session 10); at M = 4 it lost
- * (1.00-1.37x). Without pdl the pipe and stream plans stay (the decode kernel lost at M = 2-8).
- * With the L1-cached token copies (session 12) the M = 2 rule was not re-tuned: forced runs put
- * the decode kernel at 0.89-1.02x the pipe kernel's time there (K <= 8192; 8B o 1.02), and at
- * M = 3 at 0.92-0.96x on the gate_ups and 70B qkv (M = 4: 0.97 on 70B gate_up and qkv), but
- * 1.005-1.46x on the other shapes: no rule that does not fit single shapes. */
-constexpr int DK_PDL_M2_MAX_K = 8192;
-
-comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms, bool pdl)
+/* The kernel of the automatic plan. sm_90: where the 16-row tiles at least fill the SMs, the
+ * pipe kernel at M <= 16 (and to 32 on narrow shapes: pipe_auto); below one tile per SM the
+ * stream kernel's split-K keeps every SM streaming up to M = 8; from M = 9 otherwise the wgmma
+ * kernel (profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
+ * kernel up to M = 32, then the tiled one.
+ * The decode kernel is no longer chosen (tests and benchmarks force it): at M = 1 it was faster
+ * than the pipe and stream kernels on every LLaMA shape (0.78-0.96x their time, session 6), and
+ * with pdl at M = 2 (session 10); with two weight tiles per pipe item (session 13) the pipe
+ * kernel takes 0.93x its time at M = 1 per call and 0.94x in CUDA graphs with pdl (geomean;
+ * 0.84-0.97x on 6 shapes, 1.03-1.06x on 70B gate_up and 8B o), and 0.92-0.94x at M = 2. */
+comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     if (!has_wgmma())
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
     const bool plain = g->splits == 0 && g->ablate == 0;
-    if (plain && np16 >= sms && (g->M == 1 || (g->M == 2 && pdl && g->K <= DK_PDL_M2_MAX_K)))
-        return COMET_W4AX_KERNEL_DECODE;
-    if (g->M <= 8)
-        return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_STREAM;
-    if (g->M <= 16 && g->ablate)
-        return COMET_W4AX_KERNEL_STREAM;
-    return plain && pipe_auto(g->M, np16, sms) ? COMET_W4AX_KERNEL_PIPE : COMET_W4AX_KERNEL_WGMMA;
+    if (plain && pipe_auto(g->M, np16, sms))
+        return COMET_W4AX_KERNEL_PIPE;
+    return g->M <= 8 || (g->M <= 16 && g->ablate) ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
 }
 
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
@@ -2090,7 +2108,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
     /* programmatic dependent launch where the device and the loaded code have it; asked for
      * elsewhere, the call runs as a plain launch */
     const bool pdl = g->pdl && pdl_supported();
-    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms, pdl);
+    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms);
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {

@@ -34,19 +34,18 @@ typedef enum comet_w4ax_kernel {
                                    * split-K reduced in a cluster, stream-K where splits
                                    * leave SMs idle), weights in registers (A), tokens in
                                    * shared memory (B) */
-    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 where measured faster than stream and
-                                   * wgmma (N/16 at least the SM count at M <= 8, to 3x at
-                                   * M = 9-16; see auto_kernel): persistent
-                                   * CTAs own 16-row weight tiles over all of K (no split-K);
-                                   * each warp streams its share of K through its own
-                                   * cp.async ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* M = 1 on sm_90 with N/16 >= the SM count, and M = 2
-                                   * there with pdl and K <= 8192 (auto_kernel):
-                                   * CTAs own 16-row tiles over all of K, their 8 warps
-                                   * split K and load 8 k64 chunks each into registers
-                                   * before waiting; no split-K (splits > 1 is refused);
-                                   * any M when forced (the stream kernel where the token
-                                   * rows would not fit in shared memory) */
+    COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 with N/16 at least the SM count, and
+                                   * M <= 32 up to twice it (pipe_auto): persistent CTAs
+                                   * own items of 1-4 16-row weight tiles over all of K (no
+                                   * split-K) that share one copy of the token rows; each
+                                   * warp streams its share of K through its own cp.async
+                                   * ring in shared memory; any M when forced */
+    COMET_W4AX_KERNEL_DECODE = 5, /* forced only (the automatic plan chose it at M = 1 up to
+                                   * session 12): CTAs own 16-row tiles over all of K,
+                                   * their 8 warps split K and load 8 k64 chunks each into
+                                   * registers before waiting; no split-K (splits > 1 is
+                                   * refused); the stream kernel where the token rows
+                                   * would not fit in shared memory */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
@@ -135,10 +134,9 @@ typedef struct comet_cuda_w4ax_gemm {
                                * loaded before the stream's work. Applied on sm_90+ GPUs running
                                * this file's sm_90 code; elsewhere (older GPUs, or a "90a;80"
                                * build on a newer GPU, which runs the JIT-compiled sm_80 code)
-                               * the call is a plain launch. pdl takes part in the plan (with it,
-                               * M = 2 runs the decode kernel where K <= 8192): results may
-                               * differ in their last bits from pdl = 0, and the workspace must
-                               * be sized with the same struct. A plan that zeroes a large
+                               * the call is a plain launch. The plan does not depend on pdl
+                               * (results are the same bits either way); size the workspace
+                               * with the same struct all the same. A plan that zeroes a large
                                * counter region (> 65536 tiles) waits fully behind that
                                * memset. It pays in CUDA graphs and back-to-back launches after
                                * kernels that let dependents launch early
