@@ -499,9 +499,11 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (2 <= M <= 16 on sm_90 when N/16 >= the SM count, at M = 9-16 up to 3x it:
- * auto_kernel). A work item is one 16-row weight tile x one group of 8*MI tokens over all of
- * K: no split-K, nothing handed between CTAs. The grid is persistent, c CTAs per SM (make_plan picks c so that the items
+/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it:
+ * pipe_auto). A work item is PT 16-row weight tiles (plan_pipe) x one group of 8*MI tokens over
+ * all of K: no split-K, nothing handed between CTAs; the PT tiles share one copy of the token
+ * rows and one load of each block's B fragments (session 13: PT = 2 took 0.86-0.90x the time
+ * of PT = 1 at M = 1-8 and 0.69-0.76x at M = 12-16, geomean). The grid is persistent, c CTAs per SM (make_plan picks c so that the items
  * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
  * owns every PP_WARPS-th 128-channel stage of an item and streams it through its own ring of
  * p.pp_depth shared-memory slots with cp.async (codes, weight scales and token codes in 16-byte
@@ -511,8 +513,9 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
  * set by the rings, not by registers (the stream kernel's loads are latency bound: three
  * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
- * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy); at M = 9-16 it
- * wins only up to 3 items per SM (pipe_auto).
+ * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), which more
+ * tiles per item relieve (fewer instructions per weight byte); with one tile per item it won
+ * at M = 9-16 only up to 3 tiles per SM (session 12), with 2-4 on every LLaMA-3 shape.
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -2041,7 +2044,15 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
     const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = sp.ctas;
     int budget = sm_smem_bytes() / c - reserve;
-    budget = budget < MAX_SMEM ? budget : MAX_SMEM;
+/* -DCOMET_PP_BUDGET_OPTIN=1 lets a CTA alone on its SM take the device's opt-in limit (227 KB
+ * on the H200) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at M = 12-16
+ * (session 13, bench/results/2026-12-02-h200-gemm-s13.md section 3) */
+#if COMET_PP_BUDGET_OPTIN
+    const int cap = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
+#else
+    const int cap = MAX_SMEM;
+#endif
+    budget = budget < cap ? budget : cap;
     pl.pp_tiles = pt;
     pl.pp_depth = clampi((budget - fixed) / slot, 2, PP_MAX_DEPTH);
     pl.pp_ctas = c;
