@@ -21,8 +21,8 @@
  *    share one copy of the token rows; each warp streams its share of K through its own
  *    cp.async ring in shared memory. Token rows are copied through L1 (.ca), shared by the
  *    SM's CTAs.
- *  - wgmma (M > 8 on sm_90a where the pipe plan does not apply): warp-specialized; a producer warp fills a ring of stages with
- *    TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
+ *  - wgmma (M > 8 on sm_90a where the pipe plan does not apply): warp-specialized; a
+ *    producer warp fills a ring of stages with TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
  *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
  *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64;
  *    stream-K at 128 where the split plans leave SMs idle),
@@ -499,23 +499,24 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #undef W4AX_STREAM_FOR_EACH
 }
 
-/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it:
- * pipe_auto). A work item is PT 16-row weight tiles (plan_pipe) x one group of 8*MI tokens over
- * all of K: no split-K, nothing handed between CTAs; the PT tiles share one copy of the token
- * rows and one load of each block's B fragments (session 13: PT = 2 took 0.86-0.90x the time
- * of PT = 1 at M = 1-8 and 0.69-0.76x at M = 12-16, geomean). The grid is persistent, c CTAs per SM (make_plan picks c so that the items
- * spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each of the PP_WARPS warps
- * owns every PP_WARPS-th 128-channel stage of an item and streams it through its own ring of
- * p.pp_depth shared-memory slots with cp.async (codes, weight scales and token codes in 16-byte
- * pieces, activation scales in 4-byte ones): the warp issues position q + depth - 1 of its
- * (item, stage) sequence before it computes position q, runs ahead across item boundaries,
- * and meets the other warps only once per item, when their partial tiles are summed through
- * shared memory in warp order (deterministic) and stored. So the bytes in flight per SM are
- * set by the rings, not by registers (the stream kernel's loads are latency bound: three
- * dependent rounds per warp, 24 % occupancy), and there is no split-K hand-off. Its own
- * limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 % occupancy), which more
- * tiles per item relieve (fewer instructions per weight byte); with one tile per item it won
- * at M = 9-16 only up to 3 tiles per SM (session 12), with 2-4 on every LLaMA-3 shape.
+/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it: pipe_auto). A
+ * work item is PT 16-row weight tiles (plan_pipe) x one group of 8*MI tokens over all of K: no
+ * split-K, nothing handed between CTAs; the PT tiles share one copy of the token rows and one
+ * load of each block's B fragments (session 13: PT = 2 took 0.86-0.90x the time of PT = 1 at
+ * M = 1-8 and 0.69-0.76x at M = 12-16, geomean). The grid is persistent, c CTAs per SM (make_plan
+ * picks c so that the items spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each
+ * of the PP_WARPS warps owns every PP_WARPS-th 128-channel stage of an item and streams it
+ * through its own ring of p.pp_depth shared-memory slots with cp.async (codes, weight scales
+ * and token codes in 16-byte pieces, activation scales in 4-byte ones): the warp issues
+ * position q + depth - 1 of its (item, stage) sequence before it computes position q, runs
+ * ahead across item boundaries, and meets the other warps only once per item, when their
+ * partial tiles are summed through shared memory in warp order (deterministic) and stored. So
+ * the bytes in flight per SM are set by the rings, not by registers (the stream kernel's loads
+ * are latency bound: three dependent rounds per warp, 24 % occupancy), and there is no split-K
+ * hand-off. Its own limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 %
+ * occupancy), which more tiles per item relieve (fewer instructions per weight byte); with one
+ * tile per item it won at M = 9-16 only up to 3 tiles per SM (session 12), with 2-4 on every
+ * LLaMA-3 shape.
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
@@ -645,17 +646,17 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 cp_async16_s(slot + 512 + lane * 16, w + 512);
             if (lane < (two ? 2 * BPS : 2))
                 cp_async16_s(slot + SW_OFF + lane * 16, sw);
-            return;
-        }
+        } else {
 #pragma unroll
-        for (int pt = 0; pt < PT; pt++) {
-            const uint8_t *wp = pt < npt ? w + pt * tile_stride : w;
-            cp_async16_sz(slot + pt * 1024 + lane * 16, wp, pt < npt);
-            if (two)
-                cp_async16_sz(slot + pt * 1024 + 512 + lane * 16, wp + 512, pt < npt);
+            for (int pt = 0; pt < PT; pt++) {
+                const uint8_t *wp = pt < npt ? w + pt * tile_stride : w;
+                cp_async16_sz(slot + pt * 1024 + lane * 16, wp, pt < npt);
+                if (two)
+                    cp_async16_sz(slot + pt * 1024 + 512 + lane * 16, wp + 512, pt < npt);
+            }
+            if ((lane >> 2) < PT && (lane & 3) < (two ? 2 * BPS : 2))
+                cp_async16_sz(slot + SW_OFF + lane * 16, (lane >> 2) < npt ? sw : p.sw, (lane >> 2) < npt);
         }
-        if ((lane >> 2) < PT && (lane & 3) < (two ? 2 * BPS : 2))
-            cp_async16_sz(slot + SW_OFF + lane * 16, (lane >> 2) < npt ? sw : p.sw, (lane >> 2) < npt);
     };
     /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
     auto issue_next = [&](int parts) {
@@ -758,7 +759,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                     int cs[NCH][MI][4];
 #pragma unroll
                     for (int c = 0; c < KPB; c++) {
-                        const uint4 w = *reinterpret_cast<const uint4 *>(st + pt * 1024 + (j * KPB + c) * 512 + lane * 16);
+                        const uint8_t *wp = st + pt * 1024 + (j * KPB + c) * 512 + lane * 16;
+                        const uint4 w = *reinterpret_cast<const uint4 *>(wp);
 #pragma unroll
                         for (int k2 = 0; k2 < 2; k2++) {
                             const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
@@ -786,7 +788,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                             for (int x = 1; x < NCH; x++)
                                 ci[f][r] += cs[x][f][r];
                         }
-                    const unsigned short *swp = reinterpret_cast<const unsigned short *>(st + SW_OFF + pt * 64 + j * 32);
+                    const unsigned short *swp =
+                        reinterpret_cast<const unsigned short *>(st + SW_OFF + pt * 64 + j * 32);
                     const float swf[2] = {f16f(swp[g]), f16f(swp[g + 8])};
 #pragma unroll
                     for (int f = 0; f < MI; f++) {
@@ -794,8 +797,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                             sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
 #pragma unroll
                         for (int r = 0; r < 4; r++) {
-                            acc[pt][f][r] = fmaf((float)ci[f][r] * 0.0625f, ((r & 1) ? sa2[f].y : sa2[f].x) * swf[r >> 1],
-                                                 acc[pt][f][r]);
+                            const float sa = (r & 1) ? sa2[f].y : sa2[f].x;
+                            acc[pt][f][r] = fmaf((float)ci[f][r] * 0.0625f, sa * swf[r >> 1], acc[pt][f][r]);
                             if (BSUM) {
                                 const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
                                 if (t < p.M && n < p.N)
