@@ -8,7 +8,7 @@
 #     16 = no token or weight copies (compute only), 17 = compute only without promotion,
 #     32 = no int32 -> fp32 conversion, 64 = no scale product, 96 = neither of those two;
 #   decode (the stream kernel, forced in every column: the automatic plan takes the pipe
-#     kernel for some of these shapes, which has no ablations), LLaMA-3-8B shapes, M = 1, 16:
+#     kernel for all of these shapes, which has no ablations), LLaMA-3-8B shapes, M = 1, 16:
 #     0 = full, 8 = no split-K reduction, 16 = no MMA/promotion (weights still streamed),
 #     24 = neither.
 # Plot of the prefill table: python3 bench/gemm/plot_ablate.py ABLATE.md docs/gemm_prefill_ablation.png

@@ -19,7 +19,9 @@
  * call's end, as in an engine whose kernels all allow it; the cuBLAS baselines launch as
  * cuBLAS does. With events around each call (no --graph) there is nothing to overlap.
  *
- * Usage: bench_gemm [--quick] [--graph] [--pdl] [--out results.md]
+ * Usage: bench_gemm [--quick] [--graph] [--pdl] [--out results.md] [--ms 1,16] [--fracs 0.125]
+ *        [--shapes 8] [--kernel K] [--splits S] [--tok T] [--pipe-tiles PT] [--ablate A]
+ *        [--one M N K kernel]
  * Prints one row per (shape, M, fraction), then the summary; --out also writes the markdown
  * table (with GPU, date) to the given file. */
 #include <cublasLt.h>
@@ -345,7 +347,7 @@ int main(int argc, char **argv)
                 comet_cuda_w4ax_gemm g = {};
                 g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel, g.splits = g_splits, g.tile_tokens = g_tok;
                 g.pipe_tiles = g_pt;
-                g.pdl = g_pdl, g.ablate = g_ablate; /* the plan (and its workspace) depends on it */
+                g.pdl = g_pdl, g.ablate = g_ablate; /* the plan (and its workspace) depends on ablate */
                 size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
                 if (need > c.ws_bytes) {
                     cudaFree(c.ws);
@@ -416,7 +418,7 @@ int main(int argc, char **argv)
                 prop.l2CacheSize >> 20, date,
                 graph ? (g_pdl ? "per call inside CUDA graphs of 20 calls, ours with programmatic dependent launch (--graph --pdl)"
                                : "per call inside CUDA graphs of 20 calls (--graph)")
-                      : (g_pdl ? "CUDA events around each call, ours with pdl (--pdl; its plans, nothing to overlap)"
+                      : (g_pdl ? "CUDA events around each call, ours with pdl (--pdl; nothing to overlap)"
                                : "CUDA events around each call"),
                 sum.c_str());
         fprintf(f, "| model | layer | N | K | M | INT8 %% | ours µs | TOPS | GB/s | cuBLAS FP16 µs | "

@@ -231,10 +231,9 @@ static void test_workspace_grow(int device)
     comet_backend *be = comet_backend_cuda_init(device);
     if (!check(be != NULL, "grow: fresh backend (%s)", be ? "" : comet_last_error()))
         return;
-    /* the large call: the stream kernel with global split-K -- M = 2 (at M = 1 the decode
-     * kernel, which has no split-K, is chosen) and N/16 half the SM count, so that the pipe
-     * kernel (no workspace) is not chosen either and the split count (~32) is past what a
-     * cluster reduces */
+    /* the large call: the stream kernel with global split-K -- M = 2 and N/16 half the SM
+     * count, so that the pipe kernel (no workspace; below one tile per SM it is not chosen)
+     * does not run and the split count (~32) is past what a cluster reduces */
     int sms = 0;
     CUDA_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
     const int NL = 16 * (sms / 2 > 1 ? sms / 2 : 1);

@@ -281,9 +281,10 @@ static void test_shape(const shape *s, int quick)
         /* the pipe kernel launched with pdl: the weights of its first ring positions are copied
          * before it waits, by a walk of their own (items per CTA > 1 on the wide shapes) */
         n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 0, 1, &in, y_ref, bs_ref, mag) > 0;
-        /* the pipe kernel with 2-4 weight tiles per item sharing the token rows (the last item
-         * of N short of them where N/16 is not a multiple), the 4-tile one also with pdl */
-        for (int pt = 2; pt <= 4; pt++)
+        /* the pipe kernel with each count of weight tiles per item, which share the token rows
+         * (the last item along N short of them where N/16 is not a multiple: N = 8, 136, 168),
+         * the 4-tile one also with pdl; the automatic plan takes 2-4 wherever N/16 >= 2 */
+        for (int pt = 1; pt <= 4; pt++)
             n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, pt, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 4, 1, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
@@ -466,7 +467,7 @@ static void test_pdl_chain(void)
         CUDA_OK(cudaDeviceSynchronize()); /* a device-to-device copy does not wait for itself */
         launch_or_die(&g1, st);
         CUDA_OK(cudaStreamSynchronize(st));
-        g2.y = y2; /* the same plan as chained (pdl takes part in choosing it), nothing to overlap */
+        g2.y = y2; /* the same plan as chained, nothing to overlap */
         launch_or_die(&g2, st);
         CUDA_OK(cudaStreamSynchronize(st));
         CUDA_OK(cudaMemcpy(ref1, y1, (size_t)s1.N * 4, cudaMemcpyDeviceToHost));
@@ -630,9 +631,10 @@ int main(int argc, char **argv)
     const int nM = sizeof Ms / sizeof Ms[0];
     int ci = 0;
     if (quick) {
-        /* {16, 8192, 2112, 64, 4}, through every kernel: the pipe kernel with 2 items per CTA,
-         * rings that wrap and a half last stage (K % 128 == 64), so that the sanitizers see
-         * those paths (the automatic plan runs the wgmma kernel there since session 8) */
+        /* {16, 8192, 2112, 64, 4}, through every kernel: the pipe kernel with 2 items per CTA
+         * (forced 1 or 3 tiles per item; the automatic plan takes 4, one item per CTA), rings
+         * that wrap and a half last stage (K % 128 == 64), so that the sanitizers see those
+         * paths */
         const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
                            {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
                            {16, 8192, 2112, 64, 4},
@@ -659,14 +661,18 @@ int main(int argc, char **argv)
             {64, 4096, 4096, 128, 8},   {100, 6144, 1536, 64, 24}, {256, 4096, 4096, 128, 4},
             {1000, 4096, 1536, 128, 3}, {4096, 136, 14336, 128, 14}, {1000, 6144, 576, 64, 9},
             {4096, 4096, 576, 64, 2},   {16, 8, 14336, 64, 224},    {4096, 8, 4096, 128, 0},
-            /* below one wave, 7 splits in a cluster (session 8; S = 4 through global partials
-             * before the 32-token tiles ran two CTAs per SM) */
+            /* below one wave, 7 splits in a cluster for the wgmma kernel (forced; session 8: S = 4
+             * through global partials before the 32-token tiles ran two CTAs per SM); the
+             * automatic plan runs the pipe kernel here since session 13 */
             {24, 4096, 14336, 128, 28},
             /* below one wave with more splits than resident clusters allow: on a 132-SM H200
              * the automatic plan reduces S = 3 splits through global partials (make_plan) */
             {40, 10240, 8192, 128, 8},
             /* 140 tiles of 128 tokens, 32 blocks: stream-K (make_plan) */
-            {65, 17920, 2048, 64, 8}};
+            {65, 17920, 2048, 64, 8},
+            /* N/16 = 11: the pipe kernel's last item along N holds 2 of 3 or 3 of 4 tiles (and
+             * a half last stage at K = 576) */
+            {7, 168, 4096, 128, 4},     {16, 168, 576, 64, 3},     {33, 168, 1536, 64, 6}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }

@@ -837,8 +837,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     cp_async_wait<0>();
 }
 
-/* Decode kernel (M = 1 on sm_90: make_plan), built to what a kernel that only reads the
- * weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns dk_wt(MI) 16-row weight
+/* Decode kernel (forced only since session 13; M = 1 on sm_90 before), built to what a
+ * kernel that only reads the weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns dk_wt(MI) 16-row weight
  * tiles x all of K x 8*MI tokens (blockIdx.y); the DK_WARPS / wt warps of a tile split its
  * blocks evenly. Each warp issues the 16-byte loads of DK_U k64 chunks of its share at once,
  * straight into registers, before anything waits (then the CTA copies its tokens' codes and
@@ -1944,7 +1944,7 @@ cudaError_t allow_smem(const void *kernel, size_t bytes)
         size_t bytes;
     };
     static std::mutex mu;
-    static entry done[1024]; /* 113 kernel instances per device today */
+    static entry done[1024]; /* 137 kernel instances per device today */
     static int n_done = 0;
     const int dev = current_device();
     std::lock_guard<std::mutex> lock(mu);
@@ -1972,10 +1972,13 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * 16-row tile per SM the stream kernel's split-K is needed. Since items hold several weight
  * tiles that share one copy of the token rows (session 13; before, the pipe kernel won at
  * M = 9-16 only up to 3 tiles per SM and lost to the wgmma kernel's 16- and 32-token tiles
- * above), it beats the wgmma kernel at M = 9-16 on all 8 shapes (0.70-0.95x its time), and at
- * M = 17-32 on the two with N/16 <= 2x the SMs (8B o and down: 0.74-0.85x; 8B qkv, at 2.9x,
- * 1.12-1.3x). Not measured: more than 27 tiles per SM (70B gate_up), e.g. an lm_head, where
- * the rule extrapolates. */
+ * above), it takes 0.71-0.98x the time of session 12's plan at M = 12-16 on all 8 shapes (the
+ * wgmma kernel on the 70B shapes and the gate_ups, one-tile pipe items on 8B qkv, o and down),
+ * and at M = 17-32 0.72-0.84x the wgmma kernel's on the two with N/16 <= 2x the SMs (8B o and
+ * down; 8B qkv, at 2.9x, 1.12x with its best tile count). At M = 17-32 the items are two
+ * 16-token groups, so each weight tile is read twice (32-token items were slower: 1.13-1.30x).
+ * Not measured: more than 27 tiles per SM (70B gate_up), e.g. an lm_head, where the rule
+ * extrapolates. */
 constexpr int PP_AUTO_M32_MAX_TILES_PER_SM = 2;
 bool pipe_auto(int M, int np16, int sms)
 {
@@ -2007,14 +2010,17 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
  * 16-row tiles x a token group of 8 MI) are dealt to CTAs round robin (pp_spread_items); each
  * warp's ring then gets its part of the SM's shared memory split c ways (at most PP_MAX_DEPTH
  * slots). The automatic PT (session 13, same-run A/B of PT = 1-4 forced, CUDA graphs with pdl,
- * 8 LLaMA-3 shapes): at M <= 8, 2 -- its geomean 0.86-0.94x the time of PT = 1 at M = 1-8,
- * within 8 % of the best PT on every shape (3 or 4 won by 1-8 % on some); from M = 9 (16-token
- * groups), of PT = 2-4 the one whose busiest SM gets the fewest weight tiles, ties to more
- * tiles per item, which picked the fastest of PT = 1-4 on all 8 shapes at M = 12 and 16 (e.g.
- * 70B qkv: 3, 6 tiles on the busiest SM against 8 with PT = 2, 0.80 against 0.92x the wgmma
- * kernel's time). PT = 1 is left out there: its 16 token rows fill most of each ring slot, and
- * it took 1.2-1.5x the time of PT = 2 on the wide shapes (8B gate_up, which the tile count
- * alone would give PT = 1: 1.21 / 1.33x the wgmma kernel's time at M = 12 / 16). */
+ * 8 LLaMA-3 shapes): at M <= 8, 2 -- 0.86-0.90x the time of PT = 1 at M = 1-8 (geomean),
+ * per shape within 6 % of the best PT (geomean over M; up to 10 % at single points, where 3 or
+ * 4 won); from M = 9 (16-token groups), of PT = 2-4 the one whose busiest SM gets the fewest
+ * weight tiles, ties to more tiles per item: the fastest of PT = 1-4 on all 8 shapes at M = 12
+ * (e.g. 70B qkv: 3, 6 tiles on the busiest SM against 8 with PT = 2, 0.80 against 0.92x the
+ * time of session 12's plan), on 6 of 8 at M = 16 (PT = 3 cost 1.03x on 70B qkv and 1.04x on
+ * 8B gate_up). PT = 1 is left out there: its 16 token rows fill most of each ring slot, and it
+ * took 1.3-1.8x the time of PT = 2 at M = 12-16 (8B gate_up, which the tile count alone would
+ * give PT = 1: 1.21 / 1.33x the wgmma kernel's time at M = 12 / 16) -- unless it halves the
+ * busiest SM's tiles (fewer items than SMs otherwise: N/16 below ~1.5x the SMs, no LLaMA-3
+ * shape; not measured). */
 constexpr int PP_AUTO_TILES_M8 = 2;
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
@@ -2032,16 +2038,21 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
         return pp_spread_items(items, cmax, sms);
     };
     int pt = g->pipe_tiles;
-    if (pt == 0 && pl.MI == 1) {
-        pt = np16 < PP_AUTO_TILES_M8 ? np16 : PP_AUTO_TILES_M8;
-    } else if (pt == 0) {
+    if (pt == 0) {
+        auto busiest = [&](int t) { return spread_of(t).share * t; }; /* tiles on the busiest SM */
         long best = -1;
         pt = 1;
-        for (int t = 2; t <= PP_MAX_TILES && t <= np16; t++) {
-            const long tiles = spread_of(t).share * t;
-            if (best < 0 || tiles <= best)
-                best = tiles, pt = t;
+        if (pl.MI == 1 && np16 >= PP_AUTO_TILES_M8) {
+            pt = PP_AUTO_TILES_M8, best = busiest(pt);
+        } else if (pl.MI > 1) {
+            for (int t = 2; t <= PP_MAX_TILES && t <= np16; t++)
+                if (best < 0 || busiest(t) <= best)
+                    best = busiest(t), pt = t;
         }
+        /* one tile per item where that halves the busiest SM's tiles: fewer items than SMs
+         * otherwise (N/16 below ~1.5x the SMs; no LLaMA-3 shape, not measured) */
+        if (best > 0 && 2 * busiest(1) <= best)
+            pt = 1;
     }
     const pp_spread sp = spread_of(pt);
     const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
@@ -2103,8 +2114,9 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * The decode kernel is no longer chosen (tests and benchmarks force it): at M = 1 it was faster
  * than the pipe and stream kernels on every LLaMA shape (0.78-0.96x their time, session 6), and
  * with pdl at M = 2 (session 10); with two weight tiles per pipe item (session 13) the pipe
- * kernel takes 0.93x its time at M = 1 per call and 0.94x in CUDA graphs with pdl (geomean;
- * 0.84-0.97x on 6 shapes, 1.03-1.06x on 70B gate_up and 8B o), and 0.92-0.94x at M = 2. */
+ * kernel takes 0.93x its time at M = 1 per call (0.87-0.97x on 7 shapes, 70B gate_up 1.03x)
+ * and 0.945x in CUDA graphs with pdl (0.84-0.99x on 6 shapes, 1.03 / 1.06x on 70B gate_up / 8B
+ * o); at M = 2 the new plan is 0.93x the old one's time both ways. */
 comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     if (!has_wgmma())
