@@ -2059,8 +2059,8 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = sp.ctas;
     int budget = sm_smem_bytes() / c - reserve;
 /* -DCOMET_PP_BUDGET_OPTIN=1 lets a CTA alone on its SM take the device's opt-in limit (227 KB
- * on the H200) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at M = 12-16
- * (session 13, bench/results/2026-12-02-h200-gemm-s13.md section 3) */
+ * on the H200, past MAX_SMEM) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at
+ * M = 12-16 (session 13, bench/results/2026-12-02-h200-gemm-s13.md section 3) */
 #if COMET_PP_BUDGET_OPTIN
     const int cap = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
 #else
