@@ -135,8 +135,9 @@ typedef struct comet_cuda_w4ax_gemm {
                                * this file's sm_90 code; elsewhere (older GPUs, or a "90a;80"
                                * build on a newer GPU, which runs the JIT-compiled sm_80 code)
                                * the call is a plain launch. The plan does not depend on pdl
-                               * (results are the same bits either way); size the workspace
-                               * with the same struct all the same. A plan that zeroes a large
+                               * (since session 13; the kernels' arithmetic is the same with
+                               * and without it); size the workspace with the same struct all
+                               * the same. A plan that zeroes a large
                                * counter region (> 65536 tiles) waits fully behind that
                                * memset. It pays in CUDA graphs and back-to-back launches after
                                * kernels that let dependents launch early
