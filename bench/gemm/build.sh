@@ -26,6 +26,11 @@ for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/c
         -o "$out/$(basename "$f" .c).o"
 done
 wait $p1 || { cat "$out/ptxas.log"; exit 1; }
+# the kernel file's compiler warnings land in ptxas.log with ptxas -v's report: show them
+if grep -q "warning" "$out/ptxas.log"; then
+    grep -A3 "warning" "$out/ptxas.log" >&2
+    echo "build.sh: nvcc warned on gemm_w4ax.cu (above; the full output is in $out/ptxas.log)" >&2
+fi
 # ptxas serializing the wgmma of a production instance (no bsum, no ablation: C7509-C7516,
 # "Potential Performance Loss") is a defect of the kernel source, not a warning to live with
 if grep -E "C75[0-9][0-9].*w4ax_ws_kernelILi[12]ELi[0-9]+ELb0ELi0E" "$out/ptxas.log"; then
