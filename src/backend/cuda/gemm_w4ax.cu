@@ -143,22 +143,19 @@ __device__ __forceinline__ unsigned short ld_sw(const uint16_t *p)
 }
 __device__ __forceinline__ float f16f(unsigned short h) { return __half2float(__ushort_as_half(h)); }
 
-__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
-{
-    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    int n = valid ? 16 : 0;
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
-}
-/* Copies addressed by a shared-memory (.shared window) address (the 4-byte one zero-filled
- * when !valid). */
+/* Copies addressed by a shared-memory (.shared window) address (the _sz one and the 4-byte one
+ * zero-filled, nothing read, when !valid). */
 __device__ __forceinline__ void cp_async16_s(uint32_t s, const void *gmem)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
 }
-/* ... zero-filled (nothing read) when !valid */
 __device__ __forceinline__ void cp_async16_sz(uint32_t s, const void *gmem, bool valid)
 {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid)
+{
+    cp_async16_sz((uint32_t)__cvta_generic_to_shared(smem), gmem, valid);
 }
 /* Token-code copies of the decode, pipe and stream kernels. Every CTA of a GEMM reads the same
  * token rows, so they are cached in L1 (.ca) for the other CTAs on the SM: with .cg (L2 only)
@@ -2025,17 +2022,17 @@ constexpr int PP_AUTO_TILES_M8 = 2;
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
     pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI, reserve = 1024;
+    const int tt = 8 * pl.MI, reserve = 1024, smem_sm = sm_smem_bytes();
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
-    /* slot bytes per CTA, partial-tile buffers, CTAs per SM and their spread for PT tiles */
+    /* items, slot bytes per CTA, CTAs per SM and their spread for PT tiles per item */
+    auto items_of = [&](int pt) { return (long)((np16 + pt - 1) / pt) * pl.tiles_m; };
     auto slot_of = [&](int pt) { return PP_WARPS * pp_slot_bytes(pl.pp_rows, pt); };
     auto spread_of = [&](int pt) {
-        const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
         int cmax = pp_max_ctas(pt, pl.MI);
-        while (cmax > 1 && sm_smem_bytes() / cmax - reserve < pp_red_bytes(pl.MI, pt) + 2 * slot_of(pt))
+        while (cmax > 1 && smem_sm / cmax - reserve < pp_red_bytes(pl.MI, pt) + 2 * slot_of(pt))
             cmax--;
-        return pp_spread_items(items, cmax, sms);
+        return pp_spread_items(items_of(pt), cmax, sms);
     };
     int pt = g->pipe_tiles;
     if (pt == 0) {
@@ -2045,19 +2042,20 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
         if (pl.MI == 1 && np16 >= PP_AUTO_TILES_M8) {
             pt = PP_AUTO_TILES_M8, best = busiest(pt);
         } else if (pl.MI > 1) {
-            for (int t = 2; t <= PP_MAX_TILES && t <= np16; t++)
-                if (best < 0 || busiest(t) <= best)
-                    best = busiest(t), pt = t;
+            for (int t = 2; t <= PP_MAX_TILES && t <= np16; t++) {
+                const long tiles = busiest(t);
+                if (best < 0 || tiles <= best)
+                    best = tiles, pt = t;
+            }
         }
         /* one tile per item where that halves the busiest SM's tiles: fewer items than SMs
          * otherwise (N/16 below ~1.5x the SMs; no LLaMA-3 shape, not measured) */
         if (best > 0 && 2 * busiest(1) <= best)
             pt = 1;
     }
-    const pp_spread sp = spread_of(pt);
-    const long items = (long)((np16 + pt - 1) / pt) * pl.tiles_m;
-    const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = sp.ctas;
-    int budget = sm_smem_bytes() / c - reserve;
+    const long items = items_of(pt);
+    const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = spread_of(pt).ctas;
+    int budget = smem_sm / c - reserve;
 /* -DCOMET_PP_BUDGET_OPTIN=1 lets a CTA alone on its SM take the device's opt-in limit (227 KB
  * on the H200, past MAX_SMEM) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at
  * M = 12-16 (session 13, bench/results/2026-12-02-h200-gemm-s13.md section 3) */
