@@ -4,7 +4,10 @@
  * trick (low nibble << 4, high nibble in place, masked by 0xF0F0F0F0: 16*w per byte, sign
  * for free) and meet the int8 activation codes on the INT8 tensor cores
  * (mma.sync.m16n8k32.s8). Products are 16x the true ones; every int32 block sum is a
- * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact. The
+ * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact; the
+ * kernels fold the 1/16 into the weight scale (sw / 16 is exact, and sa * (sw / 16) is
+ * sa * sw rounded, then / 16: the same product, one instruction per block instead of per
+ * output). The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
@@ -421,13 +424,13 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                     }
                     if ((j + 1) % KPB == 0) {
                         const int jb = j / KPB, b = b0 + (c0 + j) / KPB;
-                        const float swf[2] = {f16f(swc[jb][0]), f16f(swc[jb][1])};
+                        const float swf[2] = {f16f(swc[jb][0]) * 0.0625f, f16f(swc[jb][1]) * 0.0625f};
 #pragma unroll
                         for (int f = 0; f < MI; f++)
 #pragma unroll
                             for (int r = 0; r < 4; r++) {
                                 float sc = sac[jb][f][r & 1] * swf[r >> 1];
-                                acc[f][r] = fmaf((float)ci[f][r] * 0.0625f, sc, acc[f][r]);
+                                acc[f][r] = fmaf((float)ci[f][r], sc, acc[f][r]);
                                 if (BSUM) {
                                     int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
                                     if (t < p.M && n < p.N)
@@ -601,15 +604,17 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     const uint8_t *l_w = nullptr, *l_a = nullptr;
     const uint16_t *l_sw = nullptr;
     const float *l_sa = nullptr;
-    bool l_sa_ok = false, l_a_ok[TT / 4];
-    uint32_t d_a[TT / 4];  /* per lane: shared-memory offset of its token-code pieces ... */
-    size_t g_a[TT / 4];    /* ... and their global offsets from the stage's first token row */
-#pragma unroll
-    for (int k = 0; k < TT / 4; k++) {
-        const int i = lane + 32 * k, r = i >> 3, c16 = i & 7;
-        d_a[k] = A_OFF + r * PP_RS + c16 * 16, g_a[k] = (size_t)r * p.K + c16 * 16;
-        l_a_ok[k] = false;
-    }
+    bool l_sa_ok = false;
+    /* A slot's token rows as 16-byte pieces lane + 32 k: this lane copies bytes 16 (lane & 7)
+     * of rows a_r0 + 4 k, from l_a + k a_step (global) to l_slot + d_a0 + k 4 PP_RS; l_a_rows
+     * is the item's token rows past a_r0 (pieces 4 k < l_a_rows exist). One base and constant
+     * strides: with an offset pair per piece (two 64-bit ones at 16 tokens) the registers ran
+     * out at 128 per thread and ptxas recomputed each address in every position (~40
+     * instructions for 4 copies, SASS of the 16-token instances). */
+    const int a_r0 = lane >> 3;
+    const uint32_t d_a0 = A_OFF + a_r0 * PP_RS + (lane & 7) * 16;
+    const size_t a_step = (size_t)4 * p.K;
+    int l_a_rows = 0;
     /* this lane's weight codes (of the item's first tile) and scales at stage st of the item
      * whose first tile is nt0: lanes 4 pt + x copy 16 bytes of tile pt's scales (block x / 2,
      * rows 8 (x & 1) ...) */
@@ -627,10 +632,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
         l_sw = sw_at(nt0, l_s);
         l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
         l_sa_ok = ta < p.M; /* tokens past M read as 0 */
-        l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)t0 * p.K + (size_t)l_s * 128;
-#pragma unroll
-        for (int k = 0; k < TT / 4; k++)
-            l_a_ok[k] = (lane + 32 * k) >> 3 < rows;
+        l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)(t0 + a_r0) * p.K + (lane & 7) * 16 +
+              (size_t)l_s * 128;
+        l_a_rows = rows - a_r0;
     };
     start_item();
     /* a position's weights: codes (one or two k64 chunks) and weight scales of the item's
@@ -667,8 +671,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                     cp_async4_s(l_slot + SA_OFF + lane * 4, l_sa, l_sa_ok);
 #pragma unroll
                 for (int k = 0; k < TT / 4; k++)
-                    if (l_a_ok[k] && (two || (lane & 7) < 4))
-                        cp_async16_tok_s(l_slot + d_a[k], l_a + g_a[k]);
+                    if (4 * k < l_a_rows && (two || (lane & 7) < 4))
+                        cp_async16_tok_s(l_slot + d_a0 + k * 4 * PP_RS, l_a + k * a_step);
             }
             l_s += PP_WARPS;
             if (l_s < nstage) {
@@ -787,7 +791,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                         }
                     const unsigned short *swp =
                         reinterpret_cast<const unsigned short *>(st + SW_OFF + pt * 64 + j * 32);
-                    const float swf[2] = {f16f(swp[g]), f16f(swp[g + 8])};
+                    const float swf[2] = {f16f(swp[g]) * 0.0625f, f16f(swp[g + 8]) * 0.0625f};
 #pragma unroll
                     for (int f = 0; f < MI; f++) {
                         if (LAZY && pt == 0)
@@ -795,7 +799,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
 #pragma unroll
                         for (int r = 0; r < 4; r++) {
                             const float sa = (r & 1) ? sa2[f].y : sa2[f].x;
-                            acc[pt][f][r] = fmaf((float)ci[f][r] * 0.0625f, sa * swf[r >> 1], acc[pt][f][r]);
+                            acc[pt][f][r] = fmaf((float)ci[f][r], sa * swf[r >> 1], acc[pt][f][r]);
                             if (BSUM) {
                                 const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
                                 if (t < p.M && n < p.N)
@@ -1137,8 +1141,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
                 for (int f = 0; f < 4; f++)
 #pragma unroll
                     for (int r = 0; r < 4; r++) {
-                        float sc = sar[f][r & 1] * f16f(swr[i][r >> 1]);
-                        acc[i][f][r] = fmaf((float)ci[i][f][r] * 0.0625f, sc, acc[i][f][r]);
+                        float sc = sar[f][r & 1] * (f16f(swr[i][r >> 1]) * 0.0625f);
+                        acc[i][f][r] = fmaf((float)ci[i][f][r], sc, acc[i][f][r]);
                         if (BSUM) {
                             int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1);
                             int n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;
@@ -2019,9 +2023,15 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
  * busiest SM's tiles (fewer items than SMs otherwise: N/16 below ~1.5x the SMs, no LLaMA-3
  * shape; not measured). */
 constexpr int PP_AUTO_TILES_M8 = 2;
+/* Token groups of 8 (MI = 1) up to this M. -DCOMET_PP_MI1_MAX_M=16 runs M = 9-16 as two
+ * 8-token groups (twice the items, each weight tile read twice): 1.30-1.41x the time of
+ * 16-token items, CUDA graphs with pdl, 8 LLaMA-3 shapes (session 14). */
+#ifndef COMET_PP_MI1_MAX_M
+#define COMET_PP_MI1_MAX_M 8
+#endif
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
-    pl.MI = g->M <= 8 ? 1 : 2;
+    pl.MI = g->M <= COMET_PP_MI1_MAX_M ? 1 : 2;
     const int tt = 8 * pl.MI, reserve = 1024, smem_sm = sm_smem_bytes();
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
