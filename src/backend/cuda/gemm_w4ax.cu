@@ -752,11 +752,14 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 }
 #pragma unroll
                 for (int pt = 0; pt < PT; pt++) {
-                    /* one accumulator per k32 step: 2*KPB independent mma chains instead of one
-                     * chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly; with
-                     * PT > 1 two chains per tile (the tiles' chains are independent too), which
-                     * keeps the instances with 24-32 accumulators free of spills */
-                    constexpr int NCH = PT == 1 ? 2 * KPB : 2;
+                    /* PT = 1: one accumulator per k32 step, 2*KPB independent mma chains instead
+                     * of one chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly.
+                     * PT > 1: one chain per tile and token group, PT*MI independent ones, which
+                     * saves the integer add per output and block that two chains per tile
+                     * (session 13) cost: 0.979-0.987x the time at M = 12-32, 0.992-0.995x at
+                     * M = 1-8 (session 14, same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
+                     * shapes); no instance spills either way */
+                    constexpr int NCH = PT == 1 ? 2 * KPB : 1;
                     int cs[NCH][MI][4];
 #pragma unroll
                     for (int c = 0; c < KPB; c++) {
