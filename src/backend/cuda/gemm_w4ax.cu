@@ -707,9 +707,14 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     for (int d = 0; d < depth - 1; d++)
         issue_next(early ? 2 : 3);
 
+    /* this lane's row address in the ldmatrix.x4 of B fragments (load_b): matrix lane / 8, row
+     * lane % 8; at 16 tokens matrices (tokens 0-7 | 8-15) x (k 0-15 | 16-31) of one k32 step, at
+     * 8 tokens k 0-15 | 16-31 | 32-47 | 48-63 of two */
+    const int ldsm_off = MI == 2 ? ((lane >> 4) * 8 + (lane & 7)) * PP_RS + ((lane >> 3) & 1) * 16
+                                 : (lane & 7) * PP_RS + (lane >> 3) * 16;
     int slot = 0, par = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
-        const int nt0 = item % ni * PT, t0 = item / ni * TT, rows = min(TT, p.M - t0);
+        const int nt0 = item % ni * PT, t0 = item / ni * TT;
         float acc[PT][MI][4];
 #pragma unroll
         for (int pt = 0; pt < PT; pt++)
@@ -719,7 +724,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
             __syncwarp();                  /* ... and every lane's */
             const uint8_t *st = ring + slot * slot_bytes;
-            const uint8_t *act = st + A_OFF + tq * 4;
             const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
             for (int j = 0; j < BPS; j++) {
@@ -734,18 +738,24 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 float2 sa2[MI];
                 const float *sas = reinterpret_cast<const float *>(st + SA_OFF) + j * TT + tq * 2;
                 const int b = s * BPS + j;
-                auto load_b = [&](int x, int f) {
-                    const uint8_t *a = act + (f * 8 + g) * PP_RS + j * KPB * 64 + x * 32;
-                    const bool live = f * 8 + g < rows;
-                    bf[x][f][0] = live ? *reinterpret_cast<const uint32_t *>(a) : 0u;
-                    bf[x][f][1] = live ? *reinterpret_cast<const uint32_t *>(a + 16) : 0u;
+                /* The B fragments by ldmatrix.x4 (8 x 8 b16 matrices: lane l's 4 bytes of row
+                 * l / 4 are the fragment's k 4 tq .. 4 tq + 3 of token g): at 16 tokens one
+                 * k32 step's b0, b1 of both token groups, at 8 two steps' (x, x + 1). Rows past
+                 * the item's tokens hold stale codes: their sums land in outputs that are never
+                 * stored, scaled by activation scales the copies zero-filled. Four 4-byte loads
+                 * per instruction (session 14; before, one per fragment register). */
+                auto load_b = [&](int x) { /* at x odd with 8 tokens: loaded with x - 1 */
+                    if (MI == 1 && (x & 1))
+                        return;
+                    uint32_t r[4];
+                    ldsm_x4(r, st + A_OFF + j * KPB * 64 + x * 32 + ldsm_off);
+                    bf[x][0][0] = r[0], bf[x][0][1] = r[1];
+                    bf[MI == 1 ? x + 1 : x][MI - 1][0] = r[2], bf[MI == 1 ? x + 1 : x][MI - 1][1] = r[3];
                 };
                 if (!LAZY) {
 #pragma unroll
                     for (int x = 0; x < 2 * KPB; x++)
-#pragma unroll
-                        for (int f = 0; f < MI; f++)
-                            load_b(x, f);
+                        load_b(x);
 #pragma unroll
                     for (int f = 0; f < MI; f++)
                         sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
@@ -771,8 +781,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                             const int x = c * 2 + k2;
 #pragma unroll
                             for (int f = 0; f < MI; f++) {
-                                if (LAZY && pt == 0)
-                                    load_b(x, f);
+                                if (LAZY && pt == 0 && f == 0)
+                                    load_b(x);
                                 if (x < NCH)
 #pragma unroll
                                     for (int r = 0; r < 4; r++)
