@@ -561,20 +561,6 @@ __host__ __device__ constexpr int pp_red_bytes(int mi, int pt)
     return (pp_red2(mi, pt) ? 2 : 1) * PP_WARPS * 16 * pt * 8 * mi * 4;
 }
 
-__device__ __forceinline__ void cp_async_wait_upto(int n) /* n in [0, PP_MAX_DEPTH) */
-{
-    switch (n) {
-    case 0: cp_async_wait<0>(); break;
-    case 1: cp_async_wait<1>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 4: cp_async_wait<4>(); break;
-    case 5: cp_async_wait<5>(); break;
-    case 6: cp_async_wait<6>(); break;
-    default: cp_async_wait<7>(); break;
-    }
-}
-
 template <int MI, int KPB, int PT, bool BSUM>
 __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_kernel(const __grid_constant__ params p)
 {
@@ -712,6 +698,12 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * 8 tokens k 0-15 | 16-31 | 32-47 | 48-63 of two */
     const int ldsm_off = MI == 2 ? ((lane >> 4) * 8 + (lane & 7)) * PP_RS + ((lane >> 3) & 1) * 16
                                  : (lane & 7) * PP_RS + (lane >> 3) * 16;
+    /* The items, with the ring depth D as a compile-time constant (DC: std::integral_constant):
+     * the wait for a position (cp.async.wait_group takes an immediate) and the slot index then
+     * cost no run-time dispatch. Dispatched once per kernel below; before (session 13), a
+     * switch on the depth in every position, ~12 instructions and an indirect branch. */
+    auto run_items = [&](auto DC) {
+    constexpr int D = decltype(DC)::value;
     int slot = 0, par = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
         const int nt0 = item % ni * PT, t0 = item / ni * TT;
@@ -721,7 +713,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             zero_acc<MI>(acc[pt]);
         for (int s = warp; s < nstage; s += PP_WARPS) {
             issue_next(3);
-            cp_async_wait_upto(depth - 1); /* this position has landed (this lane's copies) */
+            cp_async_wait<D - 1>(); /* this position has landed (this lane's copies) */
             __syncwarp();                  /* ... and every lane's */
             const uint8_t *st = ring + slot * slot_bytes;
             const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
@@ -823,7 +815,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 }
             }
             __syncwarp(); /* the slot is refilled by the next issue */
-            slot = slot + 1 == depth ? 0 : slot + 1;
+            slot = slot + 1 == D ? 0 : slot + 1;
         }
         /* sum the warps' partial tiles in warp order; double-buffered by item, one barrier per
          * item suffices (a warp reaches the next item's barrier only after every warp has read
@@ -847,6 +839,17 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 store_out(p, t, n, v);
         }
         par ^= 1;
+    }
+    };
+    static_assert(PP_MAX_DEPTH == 8, "one case per ring depth");
+    switch (depth) {
+    case 2: run_items(std::integral_constant<int, 2>{}); break;
+    case 3: run_items(std::integral_constant<int, 3>{}); break;
+    case 4: run_items(std::integral_constant<int, 4>{}); break;
+    case 5: run_items(std::integral_constant<int, 5>{}); break;
+    case 6: run_items(std::integral_constant<int, 6>{}); break;
+    case 7: run_items(std::integral_constant<int, 7>{}); break;
+    default: run_items(std::integral_constant<int, 8>{}); break;
     }
     cp_async_wait<0>();
 }
