@@ -693,11 +693,11 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     for (int d = 0; d < depth - 1; d++)
         issue_next(early ? 2 : 3);
 
-    /* this lane's row address in the ldmatrix.x4 of B fragments (load_b): matrix lane / 8, row
-     * lane % 8; at 16 tokens matrices (tokens 0-7 | 8-15) x (k 0-15 | 16-31) of one k32 step, at
-     * 8 tokens k 0-15 | 16-31 | 32-47 | 48-63 of two */
-    const int ldsm_off = MI == 2 ? ((lane >> 4) * 8 + (lane & 7)) * PP_RS + ((lane >> 3) & 1) * 16
-                                 : (lane & 7) * PP_RS + (lane >> 3) * 16;
+    /* this lane's token row and byte offset in the ldmatrix.x4 of B fragments (load_b): matrix
+     * lane / 8, row lane % 8; at 16 tokens matrices (tokens 0-7 | 8-15) x (k 0-15 | 16-31) of one
+     * k32 step, at 8 tokens k 0-15 | 16-31 | 32-47 | 48-63 of two */
+    const int ldsm_row = MI == 2 ? (lane >> 4) * 8 + (lane & 7) : lane & 7;
+    const int ldsm_col = MI == 2 ? ((lane >> 3) & 1) * 16 : (lane >> 3) * 16;
     /* The items, with the ring depth D as a compile-time constant (DC: std::integral_constant):
      * the wait for a position (cp.async.wait_group takes an immediate) and the slot index then
      * cost no run-time dispatch. Dispatched once per kernel below; before (session 13), a
@@ -706,7 +706,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     constexpr int D = decltype(DC)::value;
     int slot = 0, par = 0;
     for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
-        const int nt0 = item % ni * PT, t0 = item / ni * TT;
+        const int nt0 = item % ni * PT, t0 = item / ni * TT, rows = min(TT, p.M - t0);
+        const int ldsm_off = min(ldsm_row, rows - 1) * PP_RS + ldsm_col; /* rows past the tokens: the last */
         float acc[PT][MI][4];
 #pragma unroll
         for (int pt = 0; pt < PT; pt++)
@@ -732,10 +733,13 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 const int b = s * BPS + j;
                 /* The B fragments by ldmatrix.x4 (8 x 8 b16 matrices: lane l's 4 bytes of row
                  * l / 4 are the fragment's k 4 tq .. 4 tq + 3 of token g): at 16 tokens one
-                 * k32 step's b0, b1 of both token groups, at 8 two steps' (x, x + 1). Rows past
-                 * the item's tokens hold stale codes: their sums land in outputs that are never
-                 * stored, scaled by activation scales the copies zero-filled. Four 4-byte loads
-                 * per instruction (session 14; before, one per fragment register). */
+                 * k32 step's b0, b1 of both token groups, at 8 two steps' (x, x + 1). Four
+                 * 4-byte loads per instruction (session 14; before, one per fragment register,
+                 * zero for rows past the item's tokens). Those rows now read the item's last
+                 * token row again (ldsm_off): their sums land in outputs that are never stored,
+                 * scaled by activation scales the copies zero-filled. (Read unclamped, they lay
+                 * past a slot of fewer rows, in the next slot's weights, and racecheck reported
+                 * them against that slot's copies.) */
                 auto load_b = [&](int x) { /* at x odd with 8 tokens: loaded with x - 1 */
                     if (MI == 1 && (x & 1))
                         return;
