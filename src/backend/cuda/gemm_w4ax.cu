@@ -519,7 +519,10 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
  * LLaMA-3 shape.
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
- * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8). */
+ * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8); in
+ * session 14 (bench/results/2026-12-02-h200-gemm-s14.md) a CTA keeping its token group's rows
+ * resident in shared memory for all its items, the rings carrying weights only (1.03-1.26x
+ * the time at M = 1-16: the one-time copy and barrier sit on the critical path). */
 #ifndef COMET_PP_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_WARPS=4 */
 #define COMET_PP_WARPS 8
 #endif
