@@ -45,6 +45,27 @@ constexpr int A_ROWS = 64, B_ROWS = 8;
 
 __device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
 
+/* The m16n8k32 (and wgmma A-from-registers) A fragment of k32 step s for lane (g, tq) of a
+ * 16-row slice a (rows KB bytes apart): rows g and g + 8, k 4 tq .. and 16 + 4 tq .. */
+__device__ __forceinline__ void load_a(uint32_t (&r)[4], const uint8_t *a, int s, int g, int tq)
+{
+    const int k = s * 32 + tq * 4;
+    r[0] = ld32(a + g * KB + k), r[1] = ld32(a + (g + 8) * KB + k);
+    r[2] = ld32(a + g * KB + k + 16), r[3] = ld32(a + (g + 8) * KB + k + 16);
+}
+
+/* this thread's four results of trial blockIdx.x: the fp32 ones (fp8) or the int32 ones */
+__device__ __forceinline__ void store_d(int *di, float *df, int fp8, const int (&ci)[4], const float (&cf)[4])
+{
+    const size_t o = ((size_t)blockIdx.x * 128 + threadIdx.x) * 4;
+    for (int r = 0; r < 4; r++) {
+        if (fp8)
+            df[o + r] = cf[r];
+        else
+            di[o + r] = ci[r];
+    }
+}
+
 /* mma.sync m16n8k32: warp w of the CTA takes A rows 16(w&3).., all of B; steps = 1 or 4 */
 __global__ void k_mma(const uint8_t *A, const uint8_t *B, int steps, int *di, float *df, int fp8)
 {
@@ -54,28 +75,21 @@ __global__ void k_mma(const uint8_t *A, const uint8_t *B, int steps, int *di, fl
     int ci[4] = {0, 0, 0, 0};
     float cf[4] = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < steps; s++) {
-        const int k = s * 32;
-        uint32_t a0 = ld32(a + g * KB + k + tq * 4), a1 = ld32(a + (g + 8) * KB + k + tq * 4);
-        uint32_t a2 = ld32(a + g * KB + k + 16 + tq * 4), a3 = ld32(a + (g + 8) * KB + k + 16 + tq * 4);
-        uint32_t b0 = ld32(b + g * KB + k + tq * 4), b1 = ld32(b + g * KB + k + 16 + tq * 4);
+        uint32_t af[4];
+        load_a(af, a, s, g, tq);
+        const uint32_t b0 = ld32(b + g * KB + s * 32 + tq * 4), b1 = ld32(b + g * KB + s * 32 + 16 + tq * 4);
         if (fp8)
             asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                          "{%8,%9}, {%0,%1,%2,%3};\n"
                          : "+f"(cf[0]), "+f"(cf[1]), "+f"(cf[2]), "+f"(cf[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
         else
             asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
                          "{%8,%9}, {%0,%1,%2,%3};\n"
                          : "+r"(ci[0]), "+r"(ci[1]), "+r"(ci[2]), "+r"(ci[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
     }
-    const size_t o = ((size_t)trial * 128 + threadIdx.x) * 4;
-    for (int r = 0; r < 4; r++) {
-        if (fp8)
-            df[o + r] = cf[r];
-        else
-            di[o + r] = ci[r];
-    }
+    store_d(di, df, fp8, ci, cf);
 }
 
 /* wgmma m64n8k32, A (64 x 32 per step) from registers, B (8 x 32 per step) from shared memory
@@ -96,9 +110,8 @@ __global__ void k_wgmma(const uint8_t *A, const uint8_t *B, int steps, int *di, 
     int ci[4] = {0, 0, 0, 0};
     float cf[4] = {0.f, 0.f, 0.f, 0.f};
     for (int s = 0; s < steps; s++) {
-        const int k = s * 32;
-        uint32_t a0 = ld32(a + g * KB + k + tq * 4), a1 = ld32(a + (g + 8) * KB + k + tq * 4);
-        uint32_t a2 = ld32(a + g * KB + k + 16 + tq * 4), a3 = ld32(a + (g + 8) * KB + k + 16 + tq * 4);
+        uint32_t af[4];
+        load_a(af, a, s, g, tq);
         const uint32_t addr = (uint32_t)__cvta_generic_to_shared(&sb[s][0][0][0]);
         const uint64_t desc = ((uint64_t)((addr & 0x3FFFF) >> 4)) | ((uint64_t)(128 >> 4) << 16) |
                               ((uint64_t)(256 >> 4) << 32);
@@ -108,22 +121,16 @@ __global__ void k_wgmma(const uint8_t *A, const uint8_t *B, int steps, int *di, 
                          "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
                          "1, 1;\n}\n"
                          : "+f"(cf[0]), "+f"(cf[1]), "+f"(cf[2]), "+f"(cf[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(s));
+                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "l"(desc), "r"(s));
         else
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
                          "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p;\n}\n"
                          : "+r"(ci[0]), "+r"(ci[1]), "+r"(ci[2]), "+r"(ci[3])
-                         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(s));
+                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "l"(desc), "r"(s));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
-    const size_t o = ((size_t)trial * 128 + threadIdx.x) * 4;
-    for (int r = 0; r < 4; r++) {
-        if (fp8)
-            df[o + r] = cf[r];
-        else
-            di[o + r] = ci[r];
-    }
+    store_d(di, df, fp8, ci, cf);
 #endif
 }
 
