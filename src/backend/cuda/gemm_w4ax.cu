@@ -6,8 +6,9 @@
  * (mma.sync.m16n8k32.s8). Products are 16x the true ones; every int32 block sum is a
  * multiple of 16, so S = acc >> 4 and float(acc) * 0.0625f == float(S), both exact; the
  * kernels fold the 1/16 into the weight scale (sw / 16 is exact, and sa * (sw / 16) is
- * sa * sw rounded, then / 16: the same product, one instruction per block instead of per
- * output). The
+ * sa * sw rounded, then / 16: the same product wherever |sa * sw| >= 2^-122, i.e. for any
+ * real scales -- below, the /16 lands in fp32 subnormals and may round differently; one
+ * instruction per block instead of per output). The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
@@ -597,7 +598,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     /* A slot's token rows as 16-byte pieces lane + 32 k: this lane copies bytes 16 (lane & 7)
      * of rows a_r0 + 4 k, from l_a + k a_step (global) to l_slot + d_a0 + k 4 PP_RS; l_a_rows
      * is the item's token rows past a_r0 (pieces 4 k < l_a_rows exist). One base and constant
-     * strides: with an offset pair per piece (two 64-bit ones at 16 tokens) the registers ran
+     * strides: with an offset pair per piece (a 32-bit shared and a 64-bit global offset, four
+     * pieces at 16 tokens) the registers ran
      * out at 128 per thread and ptxas recomputed each address in every position (~40
      * instructions for 4 copies, SASS of the 16-token instances). */
     const int a_r0 = lane >> 3;
@@ -728,7 +730,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 /* the block's B fragments (token codes) and activation scales, shared by the PT
                  * tiles: with PT = 1 loaded where the first tile uses them, the order of session 12
                  * (loaded first, it ran 1.07-1.14x the time at M = 2-8); with PT > 1 all loaded
-                 * first (where the first tile uses them, ptxas spills 8-20 bytes) */
+                 * first (where the first tile uses them, ptxas spilled 8-20 bytes). Both measured
+                 * in session 13, with one 4-byte load per fragment register, not since. */
                 constexpr bool LAZY = PT == 1;
                 uint32_t bf[2 * KPB][MI][2];
                 float2 sa2[MI];
@@ -741,8 +744,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                  * zero for rows past the item's tokens). Those rows now read the item's last
                  * token row again (ldsm_off): their sums land in outputs that are never stored,
                  * scaled by activation scales the copies zero-filled. (Read unclamped, they lay
-                 * past a slot of fewer rows, in the next slot's weights, and racecheck reported
-                 * them against that slot's copies.) */
+                 * past a slot of fewer rows -- in the next slot's weights, or past a warp's last
+                 * slot in the next warp's ring or the reduction buffer -- and racecheck reported
+                 * them against those copies.) */
                 auto load_b = [&](int x) { /* at x odd with 8 tokens: loaded with x - 1 */
                     if (MI == 1 && (x & 1))
                         return;
@@ -767,7 +771,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                      * saves the integer add per output and block that two chains per tile
                      * (session 13) cost: 0.979-0.987x the time at M = 12-32, 0.992-0.995x at
                      * M = 1-8 (session 14, same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
-                     * shapes); no instance spills either way */
+                     * shapes); no production instance spills either way */
                     constexpr int NCH = PT == 1 ? 2 * KPB : 1;
                     int cs[NCH][MI][4];
 #pragma unroll
@@ -856,7 +860,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     case 5: run_items(std::integral_constant<int, 5>{}); break;
     case 6: run_items(std::integral_constant<int, 6>{}); break;
     case 7: run_items(std::integral_constant<int, 7>{}); break;
-    default: run_items(std::integral_constant<int, 8>{}); break;
+    case 8: run_items(std::integral_constant<int, 8>{}); break;
+    default: __trap(); /* plan_pipe clamps the depth to 2..PP_MAX_DEPTH */
     }
     cp_async_wait<0>();
 }
@@ -2047,8 +2052,9 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
  * shape; not measured). */
 constexpr int PP_AUTO_TILES_M8 = 2;
 /* Token groups of 8 (MI = 1) up to this M. -DCOMET_PP_MI1_MAX_M=16 runs M = 9-16 as two
- * 8-token groups (twice the items, each weight tile read twice): 1.30-1.41x the time of
- * 16-token items, CUDA graphs with pdl, 8 LLaMA-3 shapes (session 14). */
+ * 8-token groups (twice the items, each weight tile read twice): 1.33-1.42x the time of
+ * 16-token items with PT = 2, 1.25-1.46x over PT = 2-4, CUDA graphs with pdl, 8 LLaMA-3
+ * shapes (session 14). */
 #ifndef COMET_PP_MI1_MAX_M
 #define COMET_PP_MI1_MAX_M 8
 #endif
