@@ -26,12 +26,12 @@
  *    cp.async ring in shared memory. Token rows are copied through L1 (.ca), shared by the
  *    SM's CTAs.
  *  - wgmma (M > 8 on sm_90a where the pipe plan does not apply): warp-specialized; a
- *    producer warp fills a ring of stages with TMA (tokens, swizzled) and bulk copies (weights) on mbarriers, two consumer warpgroups
- *    own 64 weight rows each of a 128 x TOK tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16
- *    with K >= 8192 / M <= 32 / M <= 64 / larger; three CTAs per SM at 16, two at 32 and 64;
- *    stream-K at 128 where the split plans leave SMs idle),
- *    weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B from shared
- *    memory.
+ *    producer warp fills a ring of stages with TMA (tokens, swizzled) and bulk copies
+ *    (weights) on mbarriers, two consumer warpgroups own 64 weight rows each of a 128 x TOK
+ *    tile (TOK = 16 / 32 / 64 / 128 tokens for M <= 16 with K >= 8192 / M <= 32 / M <= 64 /
+ *    larger; three CTAs per SM at 16, two at 32 and 64; stream-K at 128 where the split plans
+ *    leave SMs idle), weights as the register A operand of wgmma.m64nTOKk32.s8, tokens as B
+ *    from shared memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
  *    pipeline of 64-deep K slices, activations read with ldmatrix.
  * Measured speeds and what limits each kernel: docs/gemm.md, bench/results/.
@@ -599,9 +599,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * of rows a_r0 + 4 k, from l_a + k a_step (global) to l_slot + d_a0 + k 4 PP_RS; l_a_rows
      * is the item's token rows past a_r0 (pieces 4 k < l_a_rows exist). One base and constant
      * strides: with an offset pair per piece (a 32-bit shared and a 64-bit global offset, four
-     * pieces at 16 tokens) the registers ran
-     * out at 128 per thread and ptxas recomputed each address in every position (~40
-     * instructions for 4 copies, SASS of the 16-token instances). */
+     * pieces at 16 tokens) the registers ran out at 128 per thread and ptxas recomputed each
+     * address in every position (~40 instructions for 4 copies, SASS of the 16-token
+     * instances). */
     const int a_r0 = lane >> 3;
     const uint32_t d_a0 = A_OFF + a_r0 * PP_RS + (lane & 7) * 16;
     const size_t a_step = (size_t)4 * p.K;
