@@ -557,6 +557,14 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 {
     return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
 }
+/* Profiling builds (timing only: the sums are wrong), bench/gemm/build_variant.sh OUT
+ * -DCOMET_PP_ABL=x, bits: 1 half the token rows copied, 2 none, 4 no weight copies (the compute
+ * reads stale slots), 8 the weights' low nibbles unshifted (one instruction fewer per 8),
+ * 16 no compute, 32 no reduction (warp 0's partial tiles are the outputs). Session 15's
+ * measurements at M = 16 are in docs/gemm.md, "Where the time goes". */
+#ifndef COMET_PP_ABL
+#define COMET_PP_ABL 0
+#endif
 /* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
  * (one barrier per item), else single (two barriers) */
 __host__ __device__ constexpr bool pp_red2(int mi, int pt) { return pt * mi <= 2; }
@@ -632,6 +640,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * tiles; the slots of tiles past np16 (the last item along N of PT > 1) are zero-filled,
      * so that the compute needs no case for them */
     auto copy_w = [&](uint32_t slot, const uint8_t *w, const uint16_t *sw, bool two, int npt) {
+        if (COMET_PP_ABL & 4)
+            return;
         if (PT == 1) {
             cp_async16_s(slot + lane * 16, w);
             if (two)
@@ -660,8 +670,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             if (parts & 2) {
                 if (lane < (two ? BPS * TT : TT))
                     cp_async4_s(l_slot + SA_OFF + lane * 4, l_sa, l_sa_ok);
+                constexpr int PIECES = (COMET_PP_ABL & 2) ? 0 : (COMET_PP_ABL & 1) ? TT / 8 : TT / 4;
 #pragma unroll
-                for (int k = 0; k < TT / 4; k++)
+                for (int k = 0; k < PIECES; k++)
                     if (4 * k < l_a_rows && (two || (lane & 7) < 4))
                         cp_async16_tok_s(l_slot + d_a0 + k * 4 * PP_RS, l_a + k * a_step);
             }
@@ -725,7 +736,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
             for (int j = 0; j < BPS; j++) {
-                if (j >= nblk)
+                if (j >= nblk || (COMET_PP_ABL & 16))
                     break;
                 /* the block's B fragments (token codes) and activation scales, shared by the PT
                  * tiles: with PT = 1 loaded where the first tile uses them, the order of session 12
@@ -790,8 +801,12 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
 #pragma unroll
                                     for (int r = 0; r < 4; r++)
                                         cs[x][f][r] = 0;
-                                mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
-                                       bf[x][f][1]);
+                                if (COMET_PP_ABL & 8)
+                                    mma_s8(cs[x % NCH][f], w0 & 0x0F0F0F0Fu, hi16x(w0), w1 & 0x0F0F0F0Fu, hi16x(w1),
+                                           bf[x][f][0], bf[x][f][1]);
+                                else
+                                    mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
+                                           bf[x][f][1]);
                             }
                         }
                     }
@@ -832,6 +847,20 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
          * item suffices (a warp reaches the next item's barrier only after every warp has read
          * this item's buffer); single-buffered, the first barrier waits for the previous item's
          * reads. Tiles past np16 hold zeros and are not stored. */
+        if (COMET_PP_ABL & 32) { /* profiling: warp 0's partial tiles as the outputs */
+            if (warp == 0)
+#pragma unroll
+                for (int pt = 0; pt < PT; pt++)
+#pragma unroll
+                    for (int f = 0; f < MI; f++)
+#pragma unroll
+                        for (int r = 0; r < 4; r++) {
+                            const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
+                            if (t < p.M && n < p.N)
+                                store_out(p, t, n, acc[pt][f][r]);
+                        }
+            continue;
+        }
         constexpr int ROWS = 16 * PT;
         float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * ROWS * TT);
         if (!pp_red2(MI, PT))
