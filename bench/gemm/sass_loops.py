@@ -24,12 +24,13 @@ def main():
     at = {a: k for k, (a, _) in enumerate(ins)}
     for k, (a, t) in enumerate(ins):
         m = re.search(r"BRA (?:`\(.*?\) )?0x([0-9a-f]+)", t)
-        if not m or int(m.group(1), 16) >= a or int(m.group(1), 16) not in at:
+        head = int(m.group(1), 16) if m else None
+        if head is None or head >= a or head not in at:
             continue
-        body = [x for _, x in ins[at[int(m.group(1), 16)]:k + 1]]
+        body = [x for _, x in ins[at[head]:k + 1]]
         count = {op: sum(op in x for x in body) for op in ("IMMA", "LDGSTS", "UBLKCP", "UTMALDG")}
         if count["IMMA"]:
-            print(f"loop {int(m.group(1), 16):#x}-{a:#x}: {len(body)} instructions, "
+            print(f"loop {head:#x}-{a:#x}: {len(body)} instructions, "
                   + ", ".join(f"{op} {n}" for op, n in count.items()))
 
 

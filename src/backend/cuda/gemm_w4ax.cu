@@ -561,7 +561,7 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
  * -DCOMET_PP_ABL=x, bits: 1 half the token rows copied, 2 none, 4 no weight copies (the compute
  * reads stale slots), 8 the weights' low nibbles unshifted (one instruction fewer per 8),
  * 16 no compute, 32 no reduction (warp 0's partial tiles are the outputs). Session 15's
- * measurements at M = 16 are in docs/gemm.md, "Where the time goes". */
+ * measurements are in docs/gemm.md, "Where M = 16's time goes". */
 #ifndef COMET_PP_ABL
 #define COMET_PP_ABL 0
 #endif
@@ -784,6 +784,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                      * M = 1-8 (session 14, same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
                      * shapes); no production instance spills either way */
                     constexpr int NCH = PT == 1 ? 2 * KPB : 1;
+                    /* the low nibbles' A registers (profiling: unshifted, COMET_PP_ABL & 8) */
+                    auto lo = [](uint32_t w) { return (COMET_PP_ABL & 8) ? w & 0x0F0F0F0Fu : lo16x(w); };
                     int cs[NCH][MI][4];
 #pragma unroll
                     for (int c = 0; c < KPB; c++) {
@@ -801,12 +803,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
 #pragma unroll
                                     for (int r = 0; r < 4; r++)
                                         cs[x][f][r] = 0;
-                                if (COMET_PP_ABL & 8)
-                                    mma_s8(cs[x % NCH][f], w0 & 0x0F0F0F0Fu, hi16x(w0), w1 & 0x0F0F0F0Fu, hi16x(w1),
-                                           bf[x][f][0], bf[x][f][1]);
-                                else
-                                    mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
-                                           bf[x][f][1]);
+                                mma_s8(cs[x % NCH][f], lo(w0), hi16x(w0), lo(w1), hi16x(w1), bf[x][f][0],
+                                       bf[x][f][1]);
                             }
                         }
                     }
