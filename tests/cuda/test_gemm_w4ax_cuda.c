@@ -638,6 +638,8 @@ int main(int argc, char **argv)
         const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
                            {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
                            {16, 8192, 2112, 64, 4},
+                           /* N % 8 == 4 and N odd: the four-output stores and their fallback */
+                           {16, 100, 576, 64, 3},    {12, 13, 576, 64, 2},
                            /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
                             * stream-K (make_plan) */
                            {65, 17920, 2048, 64, 8}};
@@ -672,7 +674,11 @@ int main(int argc, char **argv)
             {65, 17920, 2048, 64, 8},
             /* N/16 = 11: the pipe kernel's last item along N holds 2 of 3 or 3 of 4 tiles (and
              * a half last stage at K = 576) */
-            {7, 168, 4096, 128, 4},     {16, 168, 576, 64, 3},     {33, 168, 1536, 64, 6}};
+            {7, 168, 4096, 128, 4},     {16, 168, 576, 64, 3},     {33, 168, 1536, 64, 6},
+            /* N % 8 == 4 (outputs four at a time, the last four of a row alone) and N odd (one at
+             * a time: the pipe kernel's and the split-K cluster's stores, store_out4) */
+            {16, 100, 1536, 64, 6},     {33, 100, 4096, 128, 8},   {3, 13, 576, 64, 1},
+            {16, 13, 1536, 128, 2},     {33, 13, 4096, 128, 4}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }
