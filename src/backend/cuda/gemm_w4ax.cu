@@ -1450,6 +1450,19 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
     return last;
 }
 
+/* A consumer warp's accumulators (weight rows 16 cw + g, + 8; tokens 8 j + 2 tq, + 1) into the
+ * CTA's fp32 tile in shared memory, token-major with rows of WS_RED_LD floats (conflict-free):
+ * the wgmma kernel's epilogues then read it four columns at a time */
+template <int TOK>
+__device__ __forceinline__ void ws_tile_to_red(float *red, const float (&acc)[TOK / 2], int cw, int g, int tq)
+{
+#pragma unroll
+    for (int j = 0; j < TOK / 8; j++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
+}
+
 template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false, bool SK = false>
 __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
@@ -1805,11 +1818,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
              * 0.985x the time at M = 512-8192; at 32-token tiles 1.07x on 70B gate_up, M = 24) */
             float *red = reinterpret_cast<float *>(smem);
             asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
-#pragma unroll
-            for (int j = 0; j < TOK / 8; j++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
+            ws_tile_to_red<TOK>(red, acc, cw, g, tq);
             asm volatile("bar.sync 1, 256;\n" ::: "memory");
             const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
             const bool out4 = out4_ok(p);
@@ -1830,11 +1839,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
          * order from 0.0f (the additions of the global path, so the same bits). */
         float *red = reinterpret_cast<float *>(smem);
         asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
-#pragma unroll
-        for (int j = 0; j < TOK / 8; j++)
-#pragma unroll
-            for (int r = 0; r < 4; r++)
-                red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
+        ws_tile_to_red<TOK>(red, acc, cw, g, tq);
         cluster_sync();
         const int q = (int)cluster_rank(), rv = min(TOK, p.M - t0);
         const bool out4 = out4_ok(p);
