@@ -5,7 +5,8 @@
  *   - int32 block sums written by the kernel's debug mode equal the oracle's bit for bit;
  *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
  *     rounding, and two runs give identical bits (deterministic split-K);
- *   - guard words around every output stay intact, and poisoned outputs are all written.
+ *   - guard words around every output stay intact, and poisoned outputs are all written;
+ *   - outputs one element past an aligned address get the aligned run's bits.
  * Usage: test_gemm_w4ax_cuda [--quick | --no-sm90a | --pdl]
  *   --quick: a few shapes, for compute-sanitizer;
  *   --pdl: only the chained calls with programmatic dependent launch (test_pdl_chain);
@@ -221,6 +222,31 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     if (memcmp(hy, hy2, ny * 4)) {
         fprintf(stderr, "  two runs differ (non-deterministic)\n");
         fails++;
+    }
+    /* 3. outputs one element past an aligned address (y 4-byte, y_f16 2-byte aligned): the
+     * four-wide stores (store_out4) fall back to single ones, with the same bits */
+    {
+        guarded uy = galloc((ny + 1) * 4), uy16 = galloc((ny + 1) * 2);
+        gpoison(&uy), gpoison(&uy16);
+        g.y = (float *)uy.p + 1, g.y_f16 = (uint16_t *)uy16.p + 1;
+        launch_or_die(&g, NULL);
+        CUDA_OK(cudaDeviceSynchronize());
+        uint16_t *u16 = malloc((ny + 1) * 2);
+        uint32_t w0;
+        CUDA_OK(cudaMemcpy(hy2, g.y, ny * 4, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(u16, uy16.p, (ny + 1) * 2, cudaMemcpyDeviceToHost));
+        CUDA_OK(cudaMemcpy(&w0, uy.p, 4, cudaMemcpyDeviceToHost));
+        if (memcmp(hy, hy2, ny * 4) || memcmp(hy16, u16 + 1, ny * 2)) {
+            fprintf(stderr, "  outputs at an unaligned address differ from the aligned run's\n");
+            fails++;
+        }
+        if (w0 != 0xFFFFFFFFu || u16[0] != 0xFFFF) {
+            fprintf(stderr, "  the element before the unaligned outputs was written\n");
+            fails++;
+        }
+        fails += gcheck(&uy, "unaligned y") + gcheck(&uy16, "unaligned y_f16");
+        free(u16);
+        gfree(&uy), gfree(&uy16);
     }
     size_t bad_y = 0, bad_16 = 0;
     double worst = 0;
@@ -638,8 +664,10 @@ int main(int argc, char **argv)
         const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
                            {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
                            {16, 8192, 2112, 64, 4},
-                           /* N % 8 == 4 and N odd: the four-output stores and their fallback */
-                           {16, 100, 576, 64, 3},    {12, 13, 576, 64, 2},
+                           /* N % 8 == 4 and N odd: the four-output stores and their fallback
+                            * (pipe kernel, and the wgmma kernel's 128-token tile without
+                            * split-K at K = 64) */
+                           {16, 100, 576, 64, 3},    {12, 13, 576, 64, 2},     {100, 13, 64, 64, 1},
                            /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
                             * stream-K (make_plan) */
                            {65, 17920, 2048, 64, 8}};
@@ -678,7 +706,9 @@ int main(int argc, char **argv)
             /* N % 8 == 4 (outputs four at a time, the last four of a row alone) and N odd (one at
              * a time: the pipe kernel's and the split-K cluster's stores, store_out4) */
             {16, 100, 1536, 64, 6},     {33, 100, 4096, 128, 8},   {3, 13, 576, 64, 1},
-            {16, 13, 1536, 128, 2},     {33, 13, 4096, 128, 4}};
+            {16, 13, 1536, 128, 2},     {33, 13, 4096, 128, 4},
+            /* one block (no split-K): the wgmma kernel's 128-token tile through shared memory */
+            {100, 13, 64, 64, 1},       {256, 100, 64, 64, 0}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }
