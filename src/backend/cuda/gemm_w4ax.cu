@@ -255,6 +255,20 @@ __device__ __forceinline__ void store_acc_tile(float *tile, int row0, int ld, co
             tile[(row0 + g + (r >> 1) * 8) * ld + f * 8 + tq * 2 + (r & 1)] = acc[f][r];
 }
 
+/* The same accumulators into a token-major float tile: one row of `ld` floats per token (tokens
+ * from tok0), the weight rows as columns (for epilogues that sum and store four weight rows at a
+ * time) */
+template <int MI>
+__device__ __forceinline__ void store_acc_tile_t(float *tile, int tok0, int row0, int ld, const float (&acc)[MI][4],
+                                                 int g, int tq)
+{
+#pragma unroll
+    for (int f = 0; f < MI; f++)
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            tile[(tok0 + f * 8 + tq * 2 + (r & 1)) * ld + row0 + g + (r >> 1) * 8] = acc[f][r];
+}
+
 /* Split-K hand-off: every thread has written its partials; returns true in the one CTA
  * that arrives last for this tile, after which it may read all partials. */
 __device__ __forceinline__ bool splitk_last(const params &p)
@@ -901,11 +915,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             __syncthreads();
 #pragma unroll
         for (int pt = 0; pt < PT; pt++)
-#pragma unroll
-            for (int f = 0; f < MI; f++)
-#pragma unroll
-                for (int r = 0; r < 4; r++)
-                    rb[(warp * TT + f * 8 + tq * 2 + (r & 1)) * LD + pt * 16 + g + (r >> 1) * 8] = acc[pt][f][r];
+            store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq);
         __syncthreads();
         for (int i = threadIdx.x; i < ROWS / 4 * TT; i += PP_WARPS * 32) {
             const int row = i % (ROWS / 4) * 4, tt = i / (ROWS / 4), t = t0 + tt;
@@ -1450,19 +1460,6 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
     return last;
 }
 
-/* A consumer warp's accumulators (weight rows 16 cw + g, + 8; tokens 8 j + 2 tq, + 1) into the
- * CTA's fp32 tile in shared memory, token-major with rows of WS_RED_LD floats (conflict-free):
- * the wgmma kernel's epilogues then read it four columns at a time */
-template <int TOK>
-__device__ __forceinline__ void ws_tile_to_red(float *red, const float (&acc)[TOK / 2], int cw, int g, int tq)
-{
-#pragma unroll
-    for (int j = 0; j < TOK / 8; j++)
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            red[(8 * j + 2 * tq + (r & 1)) * WS_RED_LD + cw * 16 + g + (r >> 1) * 8] = acc[j * 4 + r];
-}
-
 template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false, bool SK = false>
 __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kernel(const __grid_constant__ params p,
                                                                 const __grid_constant__ CUtensorMap tmap_a)
@@ -1818,7 +1815,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
              * 0.985x the time at M = 512-8192; at 32-token tiles 1.07x on 70B gate_up, M = 24) */
             float *red = reinterpret_cast<float *>(smem);
             asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
-            ws_tile_to_red<TOK>(red, acc, cw, g, tq);
+            store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
             asm volatile("bar.sync 1, 256;\n" ::: "memory");
             const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
             const bool out4 = out4_ok(p);
@@ -1839,7 +1836,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
          * order from 0.0f (the additions of the global path, so the same bits). */
         float *red = reinterpret_cast<float *>(smem);
         asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
-        ws_tile_to_red<TOK>(red, acc, cw, g, tq);
+        store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
         cluster_sync();
         const int q = (int)cluster_rank(), rv = min(TOK, p.M - t0);
         const bool out4 = out4_ok(p);
