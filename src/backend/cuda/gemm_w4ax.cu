@@ -71,6 +71,7 @@ struct params {
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
+    int pp_early;          /* pipe kernel with pdl: positions whose weights go out before the wait */
     int pdl;               /* launched with programmatic dependent launch: weights before the wait */
 };
 
@@ -611,15 +612,27 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 #endif
 /* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
  * (one barrier per item), else single (two barriers). A warp's tile is token-major, rows of
- * pp_red_ld(pt) floats (the 16 PT weight rows + 4: conflict-free fragment stores), so that the
- * sum runs along the weight rows, four per thread, and its stores are contiguous in y (session
- * 16: weight-row-major before, one token row per lane, so that a warp's store touched 16 token
- * rows: 0.95x the time at M = 12-16 in geomean, 0.85x on 8B o at M = 16, CUDA graphs with pdl) */
+ * pp_red_ld floats, so that the sum runs along the weight rows, four per thread, and its stores
+ * are contiguous in y (session 16: weight-row-major before, one token row per lane, so that a
+ * warp's store touched 16 token rows: 0.95x the time at M = 12-16 in geomean, 0.85x on 8B o at
+ * M = 16, CUDA graphs with pdl). The fragment stores (4 tokens x 8 rows per warp store) would
+ * hit the same banks for the 4 tokens; at 8-token groups the rows are padded to 16 PT + 4, at
+ * 16 the weight row `row` of token tt sits at column pp_red_col instead: bits 3-4 (PT even; bit
+ * 3 at PT odd, which keeps it among the tile's rows) XORed with bits 1-2 of the token, 32
+ * banks at PT even and 2 ways at PT odd, with no padding, so that the 16-token plans' rings
+ * get the room (session 17: padded rows left 8B gate_up and 70B qkv at M = 16 a ring slot
+ * short, 0.93x / 0.97x the time with it; at 8-token groups the swizzle cost 1.01x). Groups of
+ * 4 rows stay 16-byte aligned. */
 __host__ __device__ constexpr bool pp_red2(int mi, int pt) { return pt * mi <= 2; }
-__host__ __device__ constexpr int pp_red_ld(int pt) { return 16 * pt + 4; }
+__host__ __device__ constexpr int pp_red_ld(int mi, int pt) { return 16 * pt + (mi == 1 ? 4 : 0); }
 __host__ __device__ constexpr int pp_red_bytes(int mi, int pt)
 {
-    return (pp_red2(mi, pt) ? 2 : 1) * PP_WARPS * pp_red_ld(pt) * 8 * mi * 4;
+    return (pp_red2(mi, pt) ? 2 : 1) * PP_WARPS * pp_red_ld(mi, pt) * 8 * mi * 4;
+}
+template <int MI, int PT>
+__device__ __forceinline__ int pp_red_col(int row, int tt)
+{
+    return MI == 1 ? row : row ^ (((tt >> 1) & (PT % 2 ? 1 : 3)) << 3);
 }
 
 template <int MI, int KPB, int PT, bool BSUM>
@@ -741,12 +754,15 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
         if (parts & 2)
             cp_async_commit();
     };
-    const bool early = PP_PDL_EARLY && p.pdl;
-    if (early) {
-        /* launched early: the weights of the first depth - 1 positions go out before the wait
-         * (joining the first position's commit group below); the same walk as issue_next */
+    /* launched early: the weights of the first n_early positions go out before the wait, the
+     * same walk as issue_next. They join the first position's commit group (cp.async groups
+     * complete in order, and that position's token rows can only be copied after the wait), so
+     * the first position waits for all of them: p.pp_early, at most depth - 1, is the plan's
+     * (plan_pipe) */
+    const int n_early = PP_PDL_EARLY && p.pdl ? min(depth - 1, p.pp_early) : 0;
+    if (n_early > 0) {
         int it = l_item, st = l_s;
-        for (int d = 0; d < depth - 1 && it < n_items; d++) {
+        for (int d = 0; d < n_early && it < n_items; d++) {
             const int nt0 = it % ni * PT;
             copy_w(ring_s + d * slot_bytes, w_at(nt0, st), sw_at(nt0, st), KPB == 2 || 2 * st + 2 <= k64,
                    min(PT, np16 - nt0));
@@ -757,7 +773,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     }
     pdl_wait(); /* everything below reads the activations */
     for (int d = 0; d < depth - 1; d++)
-        issue_next(early ? 2 : 3);
+        issue_next(d < n_early ? 2 : 3);
 
     /* this lane's token row and byte offset in the ldmatrix.x4 of B fragments (load_b): matrix
      * lane / 8, row lane % 8; at 16 tokens matrices (tokens 0-7 | 8-15) x (k 0-15 | 16-31) of one
@@ -909,20 +925,30 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                         }
             continue;
         }
-        constexpr int ROWS = 16 * PT, LD = pp_red_ld(PT);
+        constexpr int ROWS = 16 * PT, LD = pp_red_ld(MI, PT);
         float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * TT * LD);
         if (!pp_red2(MI, PT))
             __syncthreads();
 #pragma unroll
-        for (int pt = 0; pt < PT; pt++)
-            store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq);
+        for (int pt = 0; pt < PT; pt++) {
+            if constexpr (MI == 1) {
+                store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq);
+            } else {
+#pragma unroll
+                for (int f = 0; f < MI; f++)
+#pragma unroll
+                    for (int r = 0; r < 4; r++)
+                        rb[(warp * TT + f * 8 + tq * 2 + (r & 1)) * LD +
+                           pp_red_col<MI, PT>(pt * 16 + g + (r >> 1) * 8, f * 8 + tq * 2 + (r & 1))] = acc[pt][f][r];
+            }
+        }
         __syncthreads();
         for (int i = threadIdx.x; i < ROWS / 4 * TT; i += PP_WARPS * 32) {
             const int row = i % (ROWS / 4) * 4, tt = i / (ROWS / 4), t = t0 + tt;
             float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
             for (int w = 0; w < PP_WARPS; w++) {
-                const float4 x = *reinterpret_cast<const float4 *>(rb + (w * TT + tt) * LD + row);
+                const float4 x = *reinterpret_cast<const float4 *>(rb + (w * TT + tt) * LD + pp_red_col<MI, PT>(row, tt));
                 v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
             }
             if (t < p.M)
@@ -1911,6 +1937,8 @@ struct plan_t {
     int tok; /* wgmma: tokens per CTA tile (16, 32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
+    int pp_early;                   /* pipe with pdl: ring positions copied before the wait */
+    int carveout; /* shared memory asked of each SM, % of its maximum (launch attribute); 0: none */
     int pp_tiles;                   /* pipe: 16-row weight tiles per item (1..PP_MAX_TILES) */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
@@ -2196,9 +2224,35 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     pl.pp_depth = clampi((budget - fixed) / slot, 2, PP_MAX_DEPTH);
     pl.pp_ctas = c;
     pl.grid = dim3((unsigned)(items < (long)sms * c ? items : (long)sms * c), 1, 1);
+    /* A ring deeper than a warp's work has nothing to overlap: all of it is in flight at once
+     * and the compute runs after the last bytes land. Where one CTA runs per SM and its warps
+     * have P ring positions each (items x positions per item), the ring is held to P - 1 slots
+     * at 8-token groups (at least 3) and P / 2 at 16 (at least 2). With pdl, the weights of the
+     * first pp_early positions go out before the wait; they share the first position's cp.async
+     * group (kernel above), so at 16-token groups only one does. Same-run A/Bs (session 17, CUDA
+     * graphs with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s17.md; the capped
+     * ones are 8B qkv and o, P = 4): the caps take 8B o to 0.87-0.90x the time at M = 1-12 and
+     * 8B qkv to 0.97x at M = 12; one early position instead of depth - 1 0.98-0.99x at
+     * M = 10-16 (8B down 0.98x), none at all 1.02-1.07x; at 8-token groups one or two cost
+     * 1.02x on 8B gate_up (M = 1), and 8B qkv there (two CTAs per SM) lost 1.025x with the cap. */
+    {
+        const long per_cta = (items + pl.grid.x - 1) / pl.grid.x;
+        const long P = per_cta * (((g->K / 64 + 1) / 2 + PP_WARPS - 1) / PP_WARPS);
+        const long cap_d = pl.MI == 1 ? (P - 1 > 3 ? P - 1 : 3) : (P / 2 > 2 ? P / 2 : 2);
+        if (c == 1 && pl.pp_depth > cap_d)
+            pl.pp_depth = (int)cap_d;
+        pl.pp_early = pl.MI == 1 ? pl.pp_depth - 1 : 1;
+    }
     pl.block = dim3(PP_WARPS * 32);
     pl.smem = (size_t)pl.pp_depth * slot + fixed;
     pl.S = 1;
+    /* The shared memory of the plan's c CTAs and no more, the rest of the SM's 256 KB left to
+     * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
+     * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
+     * took 6.30 us, 5.04 with this hint (session 17, same GPU; the hint alone changes nothing
+     * where the rings are deep), and the whole carveout for shared memory cost 1.05-1.11x the
+     * time on 8B o and down at M = 8-16. */
+    pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
 }
 
 /* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
@@ -2479,8 +2533,13 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
         return e;
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = pl.grid, cfg.blockDim = pl.block, cfg.dynamicSmemBytes = pl.smem, cfg.stream = st;
-    cudaLaunchAttribute attr[2];
+    cudaLaunchAttribute attr[3];
     unsigned n = 0;
+    if (pl.carveout > 0) { /* a hint: the driver rounds up to a carveout the SM has */
+        attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attr[n].val.sharedMemCarveout = (unsigned)(pl.carveout < 100 ? pl.carveout : 100);
+        n++;
+    }
     if (pl.cluster) { /* the S splits of a tile form one cluster (dims 1 x 1 x S) */
         attr[n].id = cudaLaunchAttributeClusterDimension;
         attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = (unsigned)pl.S;
@@ -2729,7 +2788,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
     p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
-    p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pdl = pl.pdl;
+    p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pp_early = pl.pp_early, p.pdl = pl.pdl;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
