@@ -2231,7 +2231,7 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * first pp_early positions go out before the wait; they share the first position's cp.async
      * group (kernel above), so at 16-token groups only one does. Same-run A/Bs (session 17, CUDA
      * graphs with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s17.md; the capped
-     * ones are 8B qkv and o, P = 4): the caps take 8B o to 0.87-0.90x the time at M = 1-12 and
+     * ones are 8B qkv and o, P = 4): the caps take 8B o to 0.85-0.90x the time at M = 1-12 and
      * 8B qkv to 0.97x at M = 12; one early position instead of depth - 1 0.98-0.99x at
      * M = 10-16 (8B down 0.98x), none at all 1.02-1.07x; at 8-token groups one or two cost
      * 1.02x on 8B gate_up (M = 1), and 8B qkv there (two CTAs per SM) lost 1.025x with the cap. */
@@ -2250,7 +2250,7 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
      * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
      * took 6.30 us, 5.04 with this hint (session 17, same GPU; the hint alone changes nothing
-     * where the rings are deep), and the whole carveout for shared memory cost 1.05-1.11x the
+     * where the rings are deep), and the whole carveout for shared memory cost 1.03-1.12x the
      * time on 8B o and down at M = 8-16. */
     pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
 }
