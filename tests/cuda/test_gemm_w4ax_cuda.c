@@ -309,9 +309,11 @@ static void test_shape(const shape *s, int quick)
         n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 0, 1, &in, y_ref, bs_ref, mag) > 0;
         /* the pipe kernel with each count of weight tiles per item, which share the token rows
          * (the last item along N short of them where N/16 is not a multiple: N = 8, 136, 168),
-         * the 4-tile one also with pdl; the automatic plan takes 2-4 wherever N/16 >= 2 */
+         * the 3- and 4-tile ones also with pdl (at 16 tokens fewer early positions than ring
+         * slots - 1, session 17); the automatic plan takes 2-4 wherever N/16 >= 2 */
         for (int pt = 1; pt <= 4; pt++)
             n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, pt, 0, &in, y_ref, bs_ref, mag) > 0;
+        n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 1, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 4, 1, &in, y_ref, bs_ref, mag) > 0;
         /* the wgmma kernel with the token tiles that its automatic plan does not pick here */
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
@@ -435,6 +437,8 @@ static void test_pdl_chain(void)
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0, 0, 0},
         {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* stream-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 0}, /* pipe, 3 tiles per item */
+        /* pipe, 3 tiles per item, a 3-slot ring with one early position (8B gate_up at M = 16) */
+        {{16, 28672, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         /* activation codes written by the previous kernel */
         {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 1},
         {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
@@ -668,6 +672,9 @@ int main(int argc, char **argv)
                             * (pipe kernel, and the wgmma kernel's 128-token tile without
                             * split-K at K = 64) */
                            {16, 100, 576, 64, 3},    {12, 13, 576, 64, 2},     {100, 13, 64, 64, 1},
+                           /* one 16-row tile, 6 ring positions per warp: the pipe kernel's
+                            * ring held to 3 slots, one early position with pdl (plan_pipe) */
+                           {16, 8, 6144, 64, 12},
                            /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
                             * stream-K (make_plan) */
                            {65, 17920, 2048, 64, 8}};

@@ -71,7 +71,8 @@ struct params {
     int tiles_n, tiles_m; /* warp-specialized kernel: output tiles along N and M */
     int ablate;           /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
-    int pp_early;          /* pipe kernel with pdl: positions whose weights go out before the wait */
+    int pp_early;          /* pipe kernel, launched with pdl: ring positions whose weights (codes and
+                            * scales) are copied before the wait; the kernel takes at most depth - 1 */
     int pdl;               /* launched with programmatic dependent launch: weights before the wait */
 };
 
@@ -621,7 +622,8 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
  * 3 at PT odd, which keeps it among the tile's rows) XORed with bits 1-2 of the token, 32
  * banks at PT even and 2 ways at PT odd, with no padding, so that the 16-token plans' rings
  * get the room (session 17: padded rows left 8B gate_up and 70B qkv at M = 16 a ring slot
- * short, 0.93x / 0.97x the time with it; at 8-token groups the swizzle cost 1.01x). Groups of
+ * short, 0.92x / 0.97x the time with it; at 8-token groups the swizzle cost 1.01x in geomean,
+ * 1.02x on 8B qkv at M = 1-4). Groups of
  * 4 rows stay 16-byte aligned. */
 __host__ __device__ constexpr bool pp_red2(int mi, int pt) { return pt * mi <= 2; }
 __host__ __device__ constexpr int pp_red_ld(int mi, int pt) { return 16 * pt + (mi == 1 ? 4 : 0); }
@@ -1937,12 +1939,12 @@ struct plan_t {
     int tok; /* wgmma: tokens per CTA tile (16, 32, 64 or 128) */
     int tiles_n, tiles_m;
     int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
-    int pp_early;                   /* pipe with pdl: ring positions copied before the wait */
-    int carveout; /* shared memory asked of each SM, % of its maximum (launch attribute); 0: none */
     int pp_tiles;                   /* pipe: 16-row weight tiles per item (1..PP_MAX_TILES) */
+    int pp_early;                   /* pipe, with pdl only: positions whose weights go before the wait */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
     bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
+    int carveout; /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
@@ -2233,8 +2235,10 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * graphs with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s17.md; the capped
      * ones are 8B qkv and o, P = 4): the caps take 8B o to 0.85-0.90x the time at M = 1-12 and
      * 8B qkv to 0.97x at M = 12; one early position instead of depth - 1 0.98-0.99x at
-     * M = 10-16 (8B down 0.98x), none at all 1.02-1.07x; at 8-token groups one or two cost
-     * 1.02x on 8B gate_up (M = 1), and 8B qkv there (two CTAs per SM) lost 1.025x with the cap. */
+     * M = 10-16 (8B down 0.98x), none at all 1.02-1.07x at M = 1-8 and 1.02x at M = 10-16; at
+     * 8-token groups one or two cost 1.02x on 8B gate_up (M = 1). Measured only where one CTA
+     * runs per SM: with two (8B qkv at M <= 8, ring 4) a cap to 3 measured 0.98-1.01x against
+     * none, not separated from other changes, so it is left out there. */
     {
         const long per_cta = (items + pl.grid.x - 1) / pl.grid.x;
         const long P = per_cta * (((g->K / 64 + 1) / 2 + PP_WARPS - 1) / PP_WARPS);
@@ -2249,9 +2253,12 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     /* The shared memory of the plan's c CTAs and no more, the rest of the SM's 256 KB left to
      * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
      * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
-     * took 6.30 us, 5.04 with this hint (session 17, same GPU; the hint alone changes nothing
-     * where the rings are deep), and the whole carveout for shared memory cost 1.03-1.12x the
-     * time on 8B o and down at M = 8-16. */
+     * took 6.30 us (session 16's depth runs), 5.04 with this hint (session 17's; the hint alone
+     * changes nothing where the rings are deep), and the whole carveout for shared memory cost
+     * 1.03-1.12x the time on 8B o and down at M = 8-16. Measured in CUDA graphs of one shape
+     * repeated; the next kernel under pdl finds no shared memory left on these SMs until this
+     * one's CTAs leave, which chains of different kernels (qkv, then attention) have not been
+     * timed with. */
     pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
 }
 
@@ -2551,7 +2558,13 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
         n++;
     }
     cfg.attrs = n ? attr : nullptr, cfg.numAttrs = n;
-    return cudaLaunchKernelEx(&cfg, kernel, args...);
+    e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    if (e != cudaSuccess && pl.carveout > 0) { /* a driver without the hint: launch without it */
+        cudaGetLastError();                    /* clear */
+        cfg.attrs = n > 1 ? attr + 1 : nullptr, cfg.numAttrs = n - 1;
+        e = cudaLaunchKernelEx(&cfg, kernel, args...);
+    }
+    return e;
 }
 
 /* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x tok rows,
@@ -2726,8 +2739,11 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " stream-K");
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
-    else if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
+    else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         snprintf(cl, sizeof cl, " %d/SM ring=%d tiles=%d", pl.pp_ctas, pl.pp_depth, pl.pp_tiles);
+        if (pl.pdl && pl.pp_early < pl.pp_depth - 1) /* fewer early positions than the kernel could take */
+            snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " early=%d", pl.pp_early);
+    }
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     if (pl.pdl)
