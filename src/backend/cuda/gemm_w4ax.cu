@@ -259,16 +259,21 @@ __device__ __forceinline__ void store_acc_tile(float *tile, int row0, int ld, co
 
 /* The same accumulators into a token-major float tile: one row of `ld` floats per token (tokens
  * from tok0), the weight rows as columns (for epilogues that sum and store four weight rows at a
- * time) */
-template <int MI>
+ * time); weight row `row` of token tok0 + t at column col(row, t) (a layout against bank
+ * conflicts, pp_red_col), by default at column row */
+struct tile_col_id {
+    __device__ int operator()(int row, int) const { return row; }
+};
+template <int MI, typename Col = tile_col_id>
 __device__ __forceinline__ void store_acc_tile_t(float *tile, int tok0, int row0, int ld, const float (&acc)[MI][4],
-                                                 int g, int tq)
+                                                 int g, int tq, Col col = Col())
 {
 #pragma unroll
     for (int f = 0; f < MI; f++)
 #pragma unroll
         for (int r = 0; r < 4; r++)
-            tile[(tok0 + f * 8 + tq * 2 + (r & 1)) * ld + row0 + g + (r >> 1) * 8] = acc[f][r];
+            tile[(tok0 + f * 8 + tq * 2 + (r & 1)) * ld + col(row0 + g + (r >> 1) * 8, f * 8 + tq * 2 + (r & 1))] =
+                acc[f][r];
 }
 
 /* Split-K hand-off: every thread has written its partials; returns true in the one CTA
@@ -932,18 +937,9 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
         if (!pp_red2(MI, PT))
             __syncthreads();
 #pragma unroll
-        for (int pt = 0; pt < PT; pt++) {
-            if constexpr (MI == 1) {
-                store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq);
-            } else {
-#pragma unroll
-                for (int f = 0; f < MI; f++)
-#pragma unroll
-                    for (int r = 0; r < 4; r++)
-                        rb[(warp * TT + f * 8 + tq * 2 + (r & 1)) * LD +
-                           pp_red_col<MI, PT>(pt * 16 + g + (r >> 1) * 8, f * 8 + tq * 2 + (r & 1))] = acc[pt][f][r];
-            }
-        }
+        for (int pt = 0; pt < PT; pt++)
+            store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq,
+                                 [](int row, int tt) { return pp_red_col<MI, PT>(row, tt); });
         __syncthreads();
         for (int i = threadIdx.x; i < ROWS / 4 * TT; i += PP_WARPS * 32) {
             const int row = i % (ROWS / 4) * 4, tt = i / (ROWS / 4), t = t0 + tt;
