@@ -19,9 +19,16 @@
  * call's end, as in an engine whose kernels all allow it; the cuBLAS baselines launch as
  * cuBLAS does. With events around each call (no --graph) there is nothing to overlap.
  *
- * Usage: bench_gemm [--quick] [--graph] [--pdl] [--out results.md] [--ms 1,16] [--fracs 0.125]
- *        [--shapes 8] [--kernel K] [--splits S] [--tok T] [--pipe-tiles PT] [--ablate A]
- *        [--one M N K kernel]
+ * --chain times a model's four linear layers in turn (qkv, o, gate_up, down; LLaMA-3-8B and
+ * -70B, 12.5 % INT8), as a decode step runs them: 20 calls, five layers' worth, in one CUDA graph
+ * (with --pdl ours chained by programmatic dependent launch), each call on its own rotated
+ * inputs; the time per layer (four calls) against the same chain of cuBLAS FP16 calls. Unlike
+ * --graph, each call follows a different shape, so what one kernel leaves on the SMs (registers,
+ * shared memory, its carveout) meets the next one's plan.
+ *
+ * Usage: bench_gemm [--quick] [--graph] [--pdl] [--chain] [--out results.md] [--ms 1,16]
+ *        [--fracs 0.125] [--shapes 8] [--kernel K] [--splits S] [--tok T] [--pipe-tiles PT]
+ *        [--ablate A] [--one M N K kernel]
  * Prints one row per (shape, M, fraction), then the summary; --out also writes the markdown
  * table (with GPU, date) to the given file. */
 #include <cublasLt.h>
@@ -158,10 +165,86 @@ struct row_t {
 };
 
 static int sets_for(size_t bytes) { return (int)std::min<size_t>(64, std::max<size_t>(2, (ROT + bytes - 1) / bytes)); }
+/* the weight sets (count, stride in elements) that run_ours / run_fp16 rotate through */
+static void c_set(ctx_t &c, int nsw, size_t wstride) { c.nsw = nsw, c.wstride = wstride; }
+
+/* --chain (see the top): per M, the time of one layer's four calls of each model, ours and
+ * cuBLAS FP16, as a markdown table on stdout */
+static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cublasHandle_t blas)
+{
+    const int B = 128;
+    printf("| model | M | ours µs per layer | cuBLAS FP16 µs per layer | × FP16 | plans |\n|---|---|---|---|---|---|\n");
+    for (int model = 0; model < 2; model++) {
+        ctx_t cs[4] = {};
+        int ns4[4], ns16[4];
+        size_t w4s[4];
+        const int Mmax = Ms.back();
+        for (int l = 0; l < 4; l++) {
+            ctx_t &c = cs[l];
+            const shape_t &s = shapes[4 * model + l];
+            c.N = s.N, c.K = s.K, c.B = B, c.n8 = (int)std::lround(0.125 * (s.K / B)), c.blas = blas;
+            const size_t w16b = (size_t)c.N * c.K * 2, w4b = comet_cuda_w4ax_packed_qw_bytes(c.N, c.K);
+            const size_t swb = comet_cuda_w4ax_packed_sw_bytes(c.N, c.K, B);
+            ns16[l] = sets_for(w16b), ns4[l] = sets_for(w4b + swb);
+            c.w16 = (__half *)dmalloc(w16b * ns16[l]);
+            c.qw = (uint8_t *)dmalloc(w4b * ns4[l]);
+            c.sw = (uint16_t *)dmalloc(swb * ns4[l]);
+            w4s[l] = w4b, c.swstride = swb / 2;
+            fill_half<<<1024, 256>>>(c.w16, w16b / 2 * ns16[l], 11 + l);
+            fill_bytes<<<1024, 256>>>(c.qw, w4b * ns4[l], 21 + l);
+            fill_scale_f16<<<1024, 256>>>(c.sw, swb / 2 * ns4[l], 31 + l);
+            c.nsx = 8; /* activations: 8 rotated sets of the largest M */
+            c.x16 = (__half *)dmalloc((size_t)c.nsx * Mmax * c.K * 2);
+            c.qa = (int8_t *)dmalloc((size_t)c.nsx * Mmax * c.K);
+            c.sa = (float *)dmalloc((size_t)c.nsx * Mmax * (c.K / B) * 4);
+            fill_half<<<1024, 256>>>(c.x16, (size_t)c.nsx * Mmax * c.K, 41 + l);
+            fill_codes<<<1024, 256>>>(c.qa, (size_t)c.nsx * Mmax * c.K, c.K, B, c.n8, 51 + l);
+            fill_scale_f32<<<1024, 256>>>(c.sa, (size_t)c.nsx * Mmax * (c.K / B), 61 + l);
+            c.c16 = (__half *)dmalloc((size_t)Mmax * c.N * 2);
+            c.y16 = (uint16_t *)dmalloc((size_t)Mmax * c.N * 2);
+        }
+        for (int M : Ms) {
+            std::string plans;
+            for (int l = 0; l < 4; l++) {
+                ctx_t &c = cs[l];
+                c.M = M, c.xstride = (size_t)M * c.K, c.sastride = (size_t)M * (c.K / B);
+                comet_cuda_w4ax_gemm g = {};
+                g.M = M, g.N = c.N, g.K = c.K, g.B = B, g.kernel = g_kernel, g.pdl = g_pdl;
+                const size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
+                if (need > c.ws_bytes) {
+                    cudaFree(c.ws);
+                    c.ws = dmalloc(need);
+                    c.ws_bytes = need;
+                    CK(cudaMemset(c.ws, 0, need));
+                }
+                plans += std::string(l ? "; " : "") + comet_cuda_gemm_w4ax_plan_name(&g);
+            }
+            CK(cudaDeviceSynchronize());
+            /* call index i: layer i % 4, its weight set (i / 4) % its sets */
+            auto ours_call = [&](int i) {
+                c_set(cs[i % 4], ns4[i % 4], w4s[i % 4]);
+                run_ours(&cs[i % 4], i / 4);
+            };
+            auto fp16_call = [&](int i) {
+                c_set(cs[i % 4], ns16[i % 4], (size_t)cs[i % 4].N * cs[i % 4].K);
+                run_fp16(&cs[i % 4], i / 4);
+            };
+            const double ours = 4 * time_graph_us(ours_call, 4 * 64, g_stream);
+            const double fp16 = 4 * time_graph_us(fp16_call, 4 * 64, g_stream);
+            printf("| LLaMA-3-%s | %d | %.2f | %.2f | %.2f | %s |\n", model ? "70B" : "8B", M, ours, fp16, fp16 / ours,
+                   plans.c_str());
+            fflush(stdout);
+        }
+        for (ctx_t &c : cs) {
+            cudaFree(c.w16), cudaFree(c.qw), cudaFree(c.sw), cudaFree(c.x16), cudaFree(c.qa), cudaFree(c.sa);
+            cudaFree(c.c16), cudaFree(c.y16), cudaFree(c.ws);
+        }
+    }
+}
 
 int main(int argc, char **argv)
 {
-    bool quick = false, graph = false;
+    bool quick = false, graph = false, chain = false;
     const char *out = NULL;
     int one_m = 0, one_n = 0, one_k = 0, one_kernel = 0, n_shapes_arg = 0;
     const char *ms_arg = NULL, *fr_arg = NULL;
@@ -172,6 +255,8 @@ int main(int argc, char **argv)
             graph = true;
         else if (!strcmp(argv[i], "--pdl")) /* our calls with programmatic dependent launch */
             g_pdl = 1;
+        else if (!strcmp(argv[i], "--chain")) /* a model's four layers in turn, in CUDA graphs */
+            chain = graph = true;
         else if (!strcmp(argv[i], "--one") && i + 4 < argc) /* --one M N K kernel: profiling */
             one_m = atoi(argv[i + 1]), one_n = atoi(argv[i + 2]), one_k = atoi(argv[i + 3]),
             one_kernel = atoi(argv[i + 4]), i += 4;
@@ -272,6 +357,10 @@ int main(int argc, char **argv)
         CKB(cublasSetStream(c.blas, g_stream));
     }
     CKB(cublasSetWorkspace(c.blas, dmalloc(32 << 20), 32 << 20));
+    if (chain) {
+        chain_bench(shapes, Ms, c.blas);
+        return 0;
+    }
     /* the timing method of every row */
     auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, g_stream) : time_us(call, nsets); };
     printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer", "N",

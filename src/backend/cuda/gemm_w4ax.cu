@@ -604,6 +604,9 @@ constexpr int PP_SLOT_ALIGN = 128;
 #define COMET_PP_PDL_EARLY 1
 #endif
 constexpr bool PP_PDL_EARLY = COMET_PP_PDL_EARLY;
+#ifndef COMET_PP_CARVEOUT
+#define COMET_PP_CARVEOUT 1 /* the pipe plan's shared-memory carveout hint (make_pipe_plan) */
+#endif
 __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 {
     return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
@@ -2249,13 +2252,15 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     /* The shared memory of the plan's c CTAs and no more, the rest of the SM's 256 KB left to
      * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
      * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
-     * took 6.30 us (session 16's depth runs), 5.04 with this hint (session 17's; the hint alone
-     * changes nothing where the rings are deep), and the whole carveout for shared memory cost
-     * 1.03-1.12x the time on 8B o and down at M = 8-16. Measured in CUDA graphs of one shape
-     * repeated; the next kernel under pdl finds no shared memory left on these SMs until this
-     * one's CTAs leave, which chains of different kernels (qkv, then attention) have not been
-     * timed with. */
-    pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
+     * took 6.30 us (session 16's depth runs), 5.04 with this hint (session 17's), and the whole
+     * carveout for shared memory cost 1.03-1.12x the time on 8B o and down at M = 8-16. Without
+     * the hint (session 18, CUDA graphs with pdl): one shape repeated, 8B o at M = 1-8 (its ring
+     * capped) 1.08-1.14x the time, the others 0.995-1.0x; a chain of a model's four layers
+     * (bench_gemm --chain, where each kernel follows one with another carveout) 0.99x at
+     * M = 1-4 and 1.11x at M = 12 on 8B, 1.00x on 70B. The hint on 16-token groups and capped
+     * rings only measured the same as on every plan (0.999x, chain 1.00x), so every plan sends
+     * it. -DCOMET_PP_CARVEOUT=0 leaves it out (A/B). */
+    pl.carveout = COMET_PP_CARVEOUT ? (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm) : 0;
 }
 
 /* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
@@ -2728,7 +2733,7 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         return "invalid";
     }
     plan_t pl = make_plan(g);
-    char cl[40] = "";
+    char cl[64] = "";
     if (pl.cluster && pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
     else if (pl.streamk)
@@ -2739,6 +2744,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " %d/SM ring=%d tiles=%d", pl.pp_ctas, pl.pp_depth, pl.pp_tiles);
         if (pl.pdl && pl.pp_early < pl.pp_depth - 1) /* fewer early positions than the kernel could take */
             snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " early=%d", pl.pp_early);
+        if (pl.carveout > 0) /* the shared-memory carveout hint, % */
+            snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " carve=%d", pl.carveout);
     }
     if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
