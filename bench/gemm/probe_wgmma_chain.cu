@@ -26,22 +26,13 @@
  * Build: nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
  *          -o probe_wgmma_chain bench/gemm/probe_wgmma_chain.cu
  * Run:   ./probe_wgmma_chain [NB]   (a markdown table; NB = blocks per warpgroup, default 4096) */
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
-#define CK(x)                                                                                      \
-    do {                                                                                           \
-        cudaError_t e_ = (x);                                                                      \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));             \
-            exit(1);                                                                               \
-        }                                                                                          \
-    } while (0)
+#include "harness.cuh" /* CK */
 
 enum Mode { S8_RS, S8_RS_NP, S8_RS_NW, S8_SS, S8_RS_2ACC, S8_RS_2OP, F8_RS, F8_RS_2ACC, F8_RS_1OP };
 static const char *mode_name[] = {"s8 rs",      "s8 rs np", "s8 rs nw", "s8 ss",     "s8 rs 2acc",

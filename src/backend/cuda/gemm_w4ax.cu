@@ -261,8 +261,8 @@ __device__ __forceinline__ void store_acc_tile(float *tile, int row0, int ld, co
  * from tok0), the weight rows as columns (for epilogues that sum and store four weight rows at a
  * time); weight row `row` of token tok0 + t at column col(row, t) (a layout against bank
  * conflicts, pp_red_col), by default at column row */
-struct tile_col_id {
-    __device__ int operator()(int row, int) const { return row; }
+struct tile_col_id { /* a template: no unused-function warning where no kernel calls it (sm_80) */
+    template <typename T> __device__ int operator()(int row, T) const { return row; }
 };
 template <int MI, typename Col = tile_col_id>
 __device__ __forceinline__ void store_acc_tile_t(float *tile, int tok0, int row0, int ld, const float (&acc)[MI][4],
