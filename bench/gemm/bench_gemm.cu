@@ -134,12 +134,33 @@ static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (32, 64 o
 static int g_pt = 0;     /* --pipe-tiles: force the pipe kernel's weight tiles per item (1-4) */
 static int g_pdl = 0;    /* --pdl: programmatic dependent launch for our calls */
 
-static void run_ours(void *p, int set)
+/* our call's shape and the command line's plan options, no buffers (the plan, its name and its
+ * workspace depend on exactly these) */
+static comet_cuda_w4ax_gemm ours_call(const ctx_t *c)
 {
-    ctx_t *c = (ctx_t *)p;
     comet_cuda_w4ax_gemm g = {};
     g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel, g.ablate = g_ablate, g.splits = g_splits;
     g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl;
+    return g;
+}
+
+/* c's workspace grown (and zeroed) to what our call g needs */
+static void ensure_ws(ctx_t &c, const comet_cuda_w4ax_gemm &g)
+{
+    const size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
+    if (need > c.ws_bytes) {
+        cudaFree(c.ws);
+        c.ws = dmalloc(need);
+        c.ws_bytes = need;
+    }
+    if (c.ws)
+        CK(cudaMemset(c.ws, 0, c.ws_bytes));
+}
+
+static void run_ours(void *p, int set)
+{
+    ctx_t *c = (ctx_t *)p;
+    comet_cuda_w4ax_gemm g = ours_call(c);
     g.qw = c->qw + (set % c->nsw) * c->wstride;
     g.sw = c->sw + (set % c->nsw) * c->swstride;
     g.qa = c->qa + (set % c->nsx) * c->xstride;
@@ -208,15 +229,8 @@ static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cubla
             for (int l = 0; l < 4; l++) {
                 ctx_t &c = cs[l];
                 c.M = M, c.xstride = (size_t)M * c.K, c.sastride = (size_t)M * (c.K / B);
-                comet_cuda_w4ax_gemm g = {};
-                g.M = M, g.N = c.N, g.K = c.K, g.B = B, g.kernel = g_kernel, g.pdl = g_pdl;
-                const size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
-                if (need > c.ws_bytes) {
-                    cudaFree(c.ws);
-                    c.ws = dmalloc(need);
-                    c.ws_bytes = need;
-                    CK(cudaMemset(c.ws, 0, need));
-                }
+                const comet_cuda_w4ax_gemm g = ours_call(&c);
+                ensure_ws(c, g);
                 plans += std::string(l ? "; " : "") + comet_cuda_gemm_w4ax_plan_name(&g);
             }
             CK(cudaDeviceSynchronize());
@@ -433,18 +447,8 @@ int main(int argc, char **argv)
                 fill_codes<<<1024, 256>>>(c.qa, xpool / 2, K, B, c.n8, 8);
                 c.wstride = w4b, c.swstride = swb / 2, c.nsw = ns4;
                 c.sastride = (size_t)M * nb;
-                comet_cuda_w4ax_gemm g = {};
-                g.M = M, g.N = N, g.K = K, g.B = B, g.kernel = g_kernel, g.splits = g_splits, g.tile_tokens = g_tok;
-                g.pipe_tiles = g_pt;
-                g.pdl = g_pdl, g.ablate = g_ablate; /* the plan (and its workspace) depends on ablate */
-                size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
-                if (need > c.ws_bytes) {
-                    cudaFree(c.ws);
-                    c.ws = dmalloc(need);
-                    c.ws_bytes = need;
-                }
-                if (c.ws)
-                    CK(cudaMemset(c.ws, 0, c.ws_bytes));
+                const comet_cuda_w4ax_gemm g = ours_call(&c); /* the plan (and its workspace) depends on ablate */
+                ensure_ws(c, g);
                 double t4 = timed([&](int set) { run_ours(&c, set); }, 64);
                 row_t r;
                 r.s = s, r.M = M, r.frac = fr, r.us = t4, r.fp16_us = t16, r.int8_us = t8;

@@ -291,7 +291,7 @@ __global__ void __launch_bounds__((NWG + (MOVE ? 1 : 0)) * 128, 1)
 #pragma unroll
     for (int i = 0; i < 64; i++)
         s += acc[i];
-    out[blockIdx.x * blockDim.x + tid] = s;
+    out[blockIdx.x * NWG * 128 + tid] = s; /* consumers only (the producer warpgroup has left) */
     if ((tid & 127) == 0)
         cycles[blockIdx.x * NWG + wg] = c1 - c0;
     if (MOVE) /* the producer's last copies land before the CTA leaves */

@@ -2253,13 +2253,14 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
      * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
      * took 6.30 us (session 16's depth runs), 5.04 with this hint (session 17's), and the whole
-     * carveout for shared memory cost 1.03-1.12x the time on 8B o and down at M = 8-16. Without
-     * the hint (session 18, CUDA graphs with pdl): one shape repeated, 8B o at M = 1-8 (its ring
-     * capped) 1.08-1.14x the time, the others 0.995-1.0x; a chain of a model's four layers
-     * (bench_gemm --chain, where each kernel follows one with another carveout) 0.99x at
-     * M = 1-4 and 1.11x at M = 12 on 8B, 1.00x on 70B. The hint on 16-token groups and capped
-     * rings only measured the same as on every plan (0.999x, chain 1.00x), so every plan sends
-     * it. -DCOMET_PP_CARVEOUT=0 leaves it out (A/B). */
+     * carveout for shared memory cost 1.03-1.12x the time on 8B o and down at M = 8-16. Session
+     * 18 (CUDA graphs with pdl): without the hint at 8-token groups, one shape repeated, 8B o at
+     * M = 1-8 (its ring capped) took 1.08-1.14x the time, the others 0.991-1.002x; in a chain of
+     * a model's four layers (bench_gemm --chain, each kernel after one with another carveout)
+     * 0.99x at M = 1-4 on 8B, and without the hint on any plan 0.99x there but 1.11x at M = 12
+     * (70B: 1.00x). The hint on 16-token groups and capped rings only measured the same as on
+     * every plan (0.999x, chain 1.00x), so every plan sends it. -DCOMET_PP_CARVEOUT=0 leaves it
+     * out (A/B). */
     pl.carveout = COMET_PP_CARVEOUT ? (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm) : 0;
 }
 
