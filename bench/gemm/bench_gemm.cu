@@ -186,8 +186,6 @@ struct row_t {
 };
 
 static int sets_for(size_t bytes) { return (int)std::min<size_t>(64, std::max<size_t>(2, (ROT + bytes - 1) / bytes)); }
-/* the weight sets (count, stride in elements) that run_ours / run_fp16 rotate through */
-static void c_set(ctx_t &c, int nsw, size_t wstride) { c.nsw = nsw, c.wstride = wstride; }
 
 /* --chain (see the top): per M, the time of one layer's four calls of each model, ours and
  * cuBLAS FP16, as a markdown table on stdout */
@@ -234,17 +232,20 @@ static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cubla
                 plans += std::string(l ? "; " : "") + comet_cuda_gemm_w4ax_plan_name(&g);
             }
             CK(cudaDeviceSynchronize());
-            /* call index i: layer i % 4, its weight set (i / 4) % its sets */
-            auto ours_call = [&](int i) {
-                c_set(cs[i % 4], ns4[i % 4], w4s[i % 4]);
-                run_ours(&cs[i % 4], i / 4);
+            /* call index i: layer i % 4, its weight set (i / 4) % its sets (count and stride
+             * differ between the packed and the fp16 weights) */
+            auto ours_layer = [&](int i) {
+                ctx_t &c = cs[i % 4];
+                c.nsw = ns4[i % 4], c.wstride = w4s[i % 4];
+                run_ours(&c, i / 4);
             };
-            auto fp16_call = [&](int i) {
-                c_set(cs[i % 4], ns16[i % 4], (size_t)cs[i % 4].N * cs[i % 4].K);
-                run_fp16(&cs[i % 4], i / 4);
+            auto fp16_layer = [&](int i) {
+                ctx_t &c = cs[i % 4];
+                c.nsw = ns16[i % 4], c.wstride = (size_t)c.N * c.K;
+                run_fp16(&c, i / 4);
             };
-            const double ours = 4 * time_graph_us(ours_call, 4 * 64, g_stream);
-            const double fp16 = 4 * time_graph_us(fp16_call, 4 * 64, g_stream);
+            const double ours = 4 * time_graph_us(ours_layer, 4 * 64, g_stream);
+            const double fp16 = 4 * time_graph_us(fp16_layer, 4 * 64, g_stream);
             printf("| LLaMA-3-%s | %d | %.2f | %.2f | %.2f | %s |\n", model ? "70B" : "8B", M, ours, fp16, fp16 / ours,
                    plans.c_str());
             fflush(stdout);

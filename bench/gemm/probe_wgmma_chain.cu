@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <type_traits>
 #include <vector>
 
 #include "harness.cuh" /* CK */
@@ -58,7 +59,7 @@ template <typename T> __device__ __forceinline__ void fence_operand(T (&d)[64])
 {
 #pragma unroll
     for (int i = 0; i < 64; i++)
-        if constexpr (sizeof(T) == 4 && T(0.5) == T(0))
+        if constexpr (std::is_integral<T>::value)
             asm volatile("" : "+r"(d[i])::"memory");
         else
             asm volatile("" : "+f"(d[i])::"memory");
