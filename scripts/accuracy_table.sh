@@ -45,7 +45,9 @@ Q[w4axkv4_norot_gptq]="--kv-bits 4 --kv-rotation none --wmethod gptq"
 Q[w4a16kv4_gptq]="--abits 16 --kv-bits 4 --wmethod gptq"
 Q[w4axkv4g16_gptq]="--kv-bits 4 --kv-group 16 --wmethod gptq"
 Q[w4axkv4g16_b32_gptq]="--block 32 --kv-bits 4 --kv-group 16 --wmethod gptq"
-ORDER="fp fp_kv4 w4axkv4_gptq w4a16_gptq w4ax_gptq w4a16_rtn w4ax_rtn w8a8 w4a16kv4_gptq w4a4_reorder w4a4_naive fp_kv4_norot fp_kv4g16 fp_kv4g16_norot w4axkv4_norot_gptq w4axkv4g16_gptq w4axkv4g16_b32_gptq"
+Q[w4a8_gptq]="--abits 8 --kv-bits 16 --wmethod gptq"
+Q[w4a8kv4_gptq]="--abits 8 --kv-bits 4 --wmethod gptq"
+ORDER="fp fp_kv4 w4axkv4_gptq w4a16_gptq w4ax_gptq w4a16_rtn w4ax_rtn w8a8 w4a16kv4_gptq w4a4_reorder w4a4_naive fp_kv4_norot fp_kv4g16 fp_kv4g16_norot w4axkv4_norot_gptq w4axkv4g16_gptq w4axkv4g16_b32_gptq w4a8_gptq w4a8kv4_gptq"
 
 rows=${*:-$ORDER}
 for r in $rows; do

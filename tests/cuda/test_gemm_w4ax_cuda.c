@@ -677,7 +677,10 @@ int main(int argc, char **argv)
                            {16, 8, 6144, 64, 12},
                            /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
                             * stream-K (make_plan) */
-                           {65, 17920, 2048, 64, 8}};
+                           {65, 17920, 2048, 64, 8},
+                           /* 192 tiles of 128 tokens, 9 blocks: a persistent plan (make_plan),
+                            * the last token tile 4 rows */
+                           {260, 8192, 576, 64, 3}};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
             test_shape(&q[i], 1);
     } else {

@@ -74,6 +74,7 @@ struct params {
     int pp_early;          /* pipe kernel, launched with pdl: ring positions whose weights (codes and
                             * scales) are copied before the wait; the kernel takes at most depth - 1 */
     int pdl;               /* launched with programmatic dependent launch: weights before the wait */
+    int persist;           /* wgmma kernel, stream-K instance: whole tiles blockIdx.x, + gridDim.x, ... */
 };
 
 /* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every kernel lets the
@@ -1466,6 +1467,34 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
 {
     return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 1024 + 2 * 8 * ws_stages(kpb, tok);
 }
+/* Persistent plans (128-token tiles past one wave, at most WS_PERSIST_MAX_NB blocks per tile):
+ * one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K instance, whole tiles),
+ * the ring running on across them, so the next tile's first stages load while this one's
+ * epilogue runs, and no CTA starts, initializes or fills its ring per tile. Why: at M = 8192
+ * the plain grid ran 593-626 TOPS at K = 4096 and 677 at K = 28672 (session 18), as if a tile
+ * cost ~4.5 blocks more than its blocks. Same-run A/B, graphs + pdl, 8 LLaMA-3 shapes, M =
+ * 1024-8192, 3 reps (session 19, bench/results/2026-12-03-h200-gemm-s19.md): 0.95x the time
+ * on the K = 4096 shapes (8B gate_up 0.946-0.950 at every M), 0.98-0.99x on the 70B K = 8192
+ * ones, 1.015x on 70B down (K = 28672, 224 blocks), so long K keeps the grid. Most of the
+ * tile's cost stays: the consumers' epilogue still stops their MMA. With
+ * COMET_WS_PERSIST_STAGED (default) the epilogue goes through a staging tile of its own past
+ * the ring and its barriers (67.6 KB more shared memory); direct stores measured 0.99x where
+ * the staged tile measured 0.95x. */
+#ifndef COMET_WS_PERSIST
+#define COMET_WS_PERSIST 1
+#endif
+constexpr int WS_PERSIST_MAX_NB = 64;
+#ifndef COMET_WS_PERSIST_STAGED
+#define COMET_WS_PERSIST_STAGED 1
+#endif
+__host__ __device__ constexpr int ws_persist_staging_offset(int kpb, int tok)
+{
+    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 256; /* past the ring's 2 x ST barriers */
+}
+__host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok)
+{
+    return ws_persist_staging_offset(kpb, tok) + (COMET_WS_PERSIST_STAGED ? tok * (128 + 4) * 4 : 0) + 1024;
+}
 
 /* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
  * splitk_last, for kernels whose producer warps have already left; true in the last of the
@@ -1522,6 +1551,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         if constexpr (!SK) {
             const int s = blockIdx.z;
             f((int)blockIdx.x, s * p.nb / p.S, (s + 1) * p.nb / p.S);
+        } else if (p.persist) { /* persistent: whole tiles, a wave's worth of consecutive ids at a time */
+            for (int tile = blockIdx.x; tile < p.tiles_n * p.tiles_m; tile += gridDim.x)
+                f(tile, 0, p.nb);
         } else {
             const long long W = (long long)p.tiles_n * p.tiles_m * p.nb;
             const long long r1 = W * (blockIdx.x + 1) / gridDim.x;
@@ -1831,6 +1863,22 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 for (int i = 0; i < NACC; i++)
                     acc[i] += __ldcg(pc + i * 256 + ctid);
             }
+        } else if (COMET_WS_PERSIST_STAGED && p.persist) {
+            /* A persistent CTA's whole tile, stored as the S = 1 path below does but through its
+             * own staging area past the ring (the producer is already filling the ring with the
+             * next tile's blocks): the first barrier keeps this tile's writes behind the other
+             * warpgroup's reads of the previous one. */
+            float *red = reinterpret_cast<float *>(smem + ws_persist_staging_offset(KPB, TOK));
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
+            asm volatile("bar.sync 1, 256;\n" ::: "memory");
+            const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
+            const bool out4 = out4_ok(p);
+            for (int i = ctid; i < rv * (WS_ROWS / 4); i += 256) {
+                const int row = i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
+                store_out4(p, t0 + row, n0 + c, *reinterpret_cast<const float4 *>(red + row * WS_RED_LD + c), out4);
+            }
+            return;
         }
         W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
         return;
@@ -1942,6 +1990,7 @@ struct plan_t {
     int pp_early;                   /* pipe, with pdl only: positions whose weights go before the wait */
     bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
+    bool persist; /* wgmma, 128-token tiles past one wave: one CTA per SM, whole tiles in turn */
     bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
     int carveout; /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
     dim3 grid, block;
@@ -2074,7 +2123,7 @@ int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the
  * decode kernel's token rows): static_asserts and plan_decode hold the plans to it. */
-constexpr int MAX_SMEM = 160 * 1024;
+constexpr int MAX_SMEM = 200 * 1024;
 
 /* Allow `kernel` `bytes` of dynamic shared memory on the current device. Above 48 KB this
  * must be set per kernel and per device (the attribute lives in the device's context), and
@@ -2434,6 +2483,11 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         }
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
+        if (COMET_WS_PERSIST && !pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
+            ctas > slots && nb <= WS_PERSIST_MAX_NB) {
+            pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1);
+            pl.smem = (size_t)ws_persist_smem_bytes(g->B / 64, pl.tok);
+        }
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
@@ -2460,6 +2514,9 @@ static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM &&
                   ws_smem_bytes(2, 16) <= MAX_SMEM && ws_smem_bytes(1, 16) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
+static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM && ws_persist_smem_bytes(2, 128) <= MAX_SMEM &&
+                  2 * 8 * ws_stages(1, 128) <= 256 && 2 * 8 * ws_stages(2, 128) <= 256,
+              "the persistent wgmma plans' staging tile does not fit");
 /* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB) */
 constexpr bool ws_fits_sm(int kpb, int tok) { return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok) + 1024) <= 228 * 1024; }
 static_assert(ws_fits_sm(1, 16) && ws_fits_sm(2, 16) && ws_fits_sm(1, 32) && ws_fits_sm(2, 32) && ws_fits_sm(1, 64) &&
@@ -2647,7 +2704,7 @@ cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap
             return launch_ws_ablation<TOK>(pl, p, tmap, st,
                                            std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
     if constexpr (TOK == 128)
-        if (pl.streamk)
+        if (pl.streamk || pl.persist)
             return launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, false, true>, pl, st, p, tmap);
     return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, true>, pl, st, p, tmap)
                       : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
@@ -2739,6 +2796,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " cluster(fit %d)", ws_cluster_capacity(g->B / 64, pl.tok, pl.S));
     else if (pl.streamk)
         snprintf(cl, sizeof cl, " stream-K");
+    else if (pl.persist)
+        snprintf(cl, sizeof cl, " persistent");
     else if (pl.cluster)
         snprintf(cl, sizeof cl, " cluster");
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
@@ -2809,6 +2868,7 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
     p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
     p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pp_early = pl.pp_early, p.pdl = pl.pdl;
+    p.persist = pl.persist;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
