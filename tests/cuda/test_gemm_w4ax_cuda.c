@@ -678,9 +678,9 @@ int main(int argc, char **argv)
                            /* 140 tiles of 128 tokens, 32 blocks: the automatic plan runs
                             * stream-K (make_plan) */
                            {65, 17920, 2048, 64, 8},
-                           /* 192 tiles of 128 tokens, 9 blocks: a persistent plan (make_plan),
-                            * the last token tile 4 rows */
-                           {260, 8192, 576, 64, 3}};
+                           /* 256 tiles of 128 tokens, 9 blocks: a persistent plan (make_plan),
+                            * the last token tile 104 rows */
+                           {1000, 4096, 576, 64, 3}};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
             test_shape(&q[i], 1);
     } else {

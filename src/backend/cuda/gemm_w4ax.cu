@@ -1467,7 +1467,8 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
 {
     return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 1024 + 2 * 8 * ws_stages(kpb, tok);
 }
-/* Persistent plans (128-token tiles past one wave, at most WS_PERSIST_MAX_NB blocks per tile):
+/* Persistent plans (128-token tiles past one wave, at most WS_PERSIST_MAX_NB blocks per tile and
+ * at least WS_PERSIST_MIN_TILES_M token tiles):
  * one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K instance, whole tiles),
  * the ring running on across them, so the next tile's first stages load while this one's
  * epilogue runs, and no CTA starts, initializes or fills its ring per tile. Why: at M = 8192
@@ -1475,7 +1476,10 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
  * cost ~4.5 blocks more than its blocks. Same-run A/B, graphs + pdl, 8 LLaMA-3 shapes, M =
  * 1024-8192, 3 reps (session 19, bench/results/2026-12-03-h200-gemm-s19.md): 0.95x the time
  * on the K = 4096 shapes (8B gate_up 0.946-0.950 at every M), 0.98-0.99x on the 70B K = 8192
- * ones, 1.015x on 70B down (K = 28672, 224 blocks), so long K keeps the grid. Most of the
+ * ones, 1.015x on 70B down (K = 28672, 224 blocks), so long K keeps the grid; at M = 512 (4
+ * token tiles) it measured 1.002x on the LLaMA-3 shapes, and LLaMA-2-7B qkv and gate_up took
+ * 1.09x / 1.17x session 18's time there (another session's run, not a same-run A/B), so it
+ * starts at 8 token tiles (M > 896), where every gain above was measured. Most of the
  * tile's cost stays: the consumers' epilogue still stops their MMA. With
  * COMET_WS_PERSIST_STAGED (default) the epilogue goes through a staging tile of its own past
  * the ring and its barriers (67.6 KB more shared memory); direct stores measured 0.99x where
@@ -1483,7 +1487,7 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
 #ifndef COMET_WS_PERSIST
 #define COMET_WS_PERSIST 1
 #endif
-constexpr int WS_PERSIST_MAX_NB = 64;
+constexpr int WS_PERSIST_MAX_NB = 64, WS_PERSIST_MIN_TILES_M = 8;
 #ifndef COMET_WS_PERSIST_STAGED
 #define COMET_WS_PERSIST_STAGED 1
 #endif
@@ -1688,6 +1692,20 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     };
     /* every consumer thread is done with stage q */
     auto release = [&](int q) { mbar_arrive(&empty[q % ST]); };
+    /* The segment's tile (acc) through shared memory at red, token-major in rows of WS_RED_LD
+     * floats, stored four columns at a time, contiguous in y. The first barrier holds the writes
+     * until both consumer warpgroups are done with what red held (stages, or the last tile). */
+    auto store_tile_staged = [&](float *red) {
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
+        asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
+        const bool out4 = out4_ok(p);
+        for (int i = ctid; i < rv * (WS_ROWS / 4); i += 256) {
+            const int row = i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
+            store_out4(p, t0 + row, n0 + c, *reinterpret_cast<const float4 *>(red + row * WS_RED_LD + c), out4);
+        }
+    };
     /* Weight scales (/16 for the x16 trick) of blocks x .. x+SWD-1 in registers: each is
      * loaded SWD blocks ahead of its use. Loaded in the step itself, the scale's DRAM latency
      * was exposed once per block (the sw rows of successive blocks are Np apart). */
@@ -1868,16 +1886,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
              * own staging area past the ring (the producer is already filling the ring with the
              * next tile's blocks): the first barrier keeps this tile's writes behind the other
              * warpgroup's reads of the previous one. */
-            float *red = reinterpret_cast<float *>(smem + ws_persist_staging_offset(KPB, TOK));
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");
-            store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");
-            const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
-            const bool out4 = out4_ok(p);
-            for (int i = ctid; i < rv * (WS_ROWS / 4); i += 256) {
-                const int row = i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
-                store_out4(p, t0 + row, n0 + c, *reinterpret_cast<const float4 *>(red + row * WS_RED_LD + c), out4);
-            }
+            store_tile_staged(reinterpret_cast<float *>(smem + ws_persist_staging_offset(KPB, TOK)));
             return;
         }
         W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
@@ -1888,16 +1897,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             /* The tile through the (now idle) stage memory, token-major as the cluster
              * reduction's below, stored four columns at a time, contiguous in y (session 16:
              * 0.985x the time at M = 512-8192; at 32-token tiles 1.07x on 70B gate_up, M = 24) */
-            float *red = reinterpret_cast<float *>(smem);
-            asm volatile("bar.sync 1, 256;\n" ::: "memory"); /* both warpgroups are done with the stages */
-            store_acc_tile_t<TOK / 8>(red, 0, cw * 16, WS_RED_LD, *reinterpret_cast<float(*)[TOK / 8][4]>(acc), g, tq);
-            asm volatile("bar.sync 1, 256;\n" ::: "memory");
-            const int rv = min(TOK, p.M - t0), n0 = nt0 * 16;
-            const bool out4 = out4_ok(p);
-            for (int i = ctid; i < rv * (WS_ROWS / 4); i += 256) {
-                const int row = i / (WS_ROWS / 4), c = (i % (WS_ROWS / 4)) * 4;
-                store_out4(p, t0 + row, n0 + c, *reinterpret_cast<const float4 *>(red + row * WS_RED_LD + c), out4);
-            }
+            store_tile_staged(reinterpret_cast<float *>(smem)); /* the stages are idle: the last segment */
         } else {
             W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
         }
@@ -2484,7 +2484,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
         if (COMET_WS_PERSIST && !pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
-            ctas > slots && nb <= WS_PERSIST_MAX_NB) {
+            ctas > slots && nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M) {
             pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1);
             pl.smem = (size_t)ws_persist_smem_bytes(g->B / 64, pl.tok);
         }
