@@ -2122,8 +2122,13 @@ bool pdl_supported()
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the
- * decode kernel's token rows): static_asserts and plan_decode hold the plans to it. */
-constexpr int MAX_SMEM = 200 * 1024;
+ * decode kernel's token rows, the pipe kernel's ring budget at one CTA per SM): static_asserts,
+ * plan_decode and plan_pipe hold the plans to it. The persistent wgmma plans alone go past it,
+ * to at most MAX_SMEM_SM90 (they exist on sm_90 only, whose opt-in limit is 227 KB). Raising
+ * MAX_SMEM itself deepens the pipe kernel's rings at one CTA per SM, which measured slower
+ * (session 13; session 19 did so by mistake for one run: the 8B chain at M = 12-16 ran 2.98x FP16
+ * against 3.09x, bench/results/2026-12-03-h200-gemm-s19.md). */
+constexpr int MAX_SMEM = 160 * 1024, MAX_SMEM_SM90 = 227 * 1024;
 
 /* Allow `kernel` `bytes` of dynamic shared memory on the current device. Above 48 KB this
  * must be set per kernel and per device (the attribute lives in the device's context), and
@@ -2514,7 +2519,7 @@ static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM &&
                   ws_smem_bytes(2, 16) <= MAX_SMEM && ws_smem_bytes(1, 16) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
-static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM && ws_persist_smem_bytes(2, 128) <= MAX_SMEM &&
+static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM_SM90 && ws_persist_smem_bytes(2, 128) <= MAX_SMEM_SM90 &&
                   2 * 8 * ws_stages(1, 128) <= 256 && 2 * 8 * ws_stages(2, 128) <= 256,
               "the persistent wgmma plans' staging tile does not fit");
 /* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB) */
