@@ -717,6 +717,9 @@ int main(int argc, char **argv)
              * a time: the pipe kernel's and the split-K cluster's stores, store_out4) */
             {16, 100, 1536, 64, 6},     {33, 100, 4096, 128, 8},   {3, 13, 576, 64, 1},
             {16, 13, 1536, 128, 2},     {33, 13, 4096, 128, 4},
+            /* persistent (256 tiles, 9 blocks, 8 token tiles) with a partial last weight tile and
+             * N % 8 == 4: the staged epilogue's four-output stores and their fallback */
+            {1000, 4100, 576, 64, 3},
             /* one block (no split-K): the wgmma kernel's 128-token tile through shared memory */
             {100, 13, 64, 64, 1},       {256, 100, 64, 64, 0}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
