@@ -1477,11 +1477,10 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
  * 1024-8192 (session 19, bench/results/2026-12-03-h200-gemm-s19.md, two runs): 0.96x the time
  * in geomean on the 8B K = 4096 shapes (8B gate_up 0.946-0.961 at every M), 0.98-0.99x on the
  * 70B K = 8192 ones (0.95-1.01 per case), 1.015x on 70B down (K = 28672, 224 blocks), so long K
- * keeps the grid; at M = 512 (4
- * token tiles) it measured 1.002x on the LLaMA-3 shapes, and LLaMA-2-7B qkv and gate_up took
- * 1.09x / 1.17x session 18's time there (another session's run, not a same-run A/B), so it
- * starts at 8 token tiles (M > 896), where every gain above was measured. Most of the
- * tile's cost stays: the consumers' epilogue still stops their MMA. With
+ * keeps the grid. At M = 512 (4 token tiles) it measured 1.002x on the LLaMA-3 shapes, and
+ * LLaMA-2-7B qkv and gate_up took 1.09x / 1.17x session 18's time there (another session's run,
+ * not a same-run A/B), so it starts at 8 token tiles (M > 896), where every gain above was
+ * measured. Most of the tile's cost stays: the consumers' epilogue still stops their MMA. With
  * COMET_WS_PERSIST_STAGED (default) the epilogue goes through a staging tile of its own past
  * the ring and its barriers (66 KiB more shared memory, 171 / 192 KiB per CTA at B = 64 / 128,
  * so a device whose opt-in limit is lower keeps the grid); direct stores measured 0.998x in
@@ -2490,12 +2489,11 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         }
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
+        const int persist_smem = ws_persist_smem_bytes(g->B / 64, pl.tok);
         if (COMET_WS_PERSIST && !pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
             ctas > slots && nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
-            device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= ws_persist_smem_bytes(g->B / 64, pl.tok)) {
-            pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1);
-            pl.smem = (size_t)ws_persist_smem_bytes(g->B / 64, pl.tok);
-        }
+            device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= persist_smem)
+            pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1), pl.smem = (size_t)persist_smem;
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
