@@ -42,6 +42,10 @@ comet_status comet_set_error(comet_status st, const char *fmt, ...)
  * on the same thread. */
 const char *comet_last_error(void);
 
+/* The status given with the calling thread's last error message; COMET_OK if none (for
+ * constructors that return NULL and callers that want the status as well). */
+comet_status comet_last_status(void);
+
 /* Clear the calling thread's last-error message. */
 void comet_clear_error(void);
 

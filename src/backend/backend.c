@@ -1,10 +1,12 @@
-/* backend.c — backend-independent helpers of the op table: releasing a backend and the
- * argument checks of the W4Ax ops, shared so that every backend refuses the same calls with
- * the same messages. Depends on core/status.c only (the GPU machine's nvcc/gcc build of the
+/* backend.c — backend-independent helpers of the op table: releasing a backend, the model's linears / norms / groups by role, and the argument checks
+ * of the W4Ax ops, shared so that every backend refuses the same calls with the same
+ * messages. Depends on core/status.c only (the GPU machine's nvcc/gcc build of the
  * CUDA backend, bench/gemm/build.sh, links it without the rest of the library). */
 #include "backend/backend.h"
 
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 void comet_backend_free(comet_backend *be) {
     if (be)
@@ -58,4 +60,57 @@ comet_status comet_w4ax_check_gemm(const comet_backend *be, const comet_w4ax_wei
                                "gemm_w4ax (backend '%s'): n8 = %d INT8 blocks is outside "
                                "[0, K/B = %d]", name, n8, K / B);
     return COMET_OK;
+}
+
+comet_group comet_role_group(comet_role r) {
+    switch (r) {
+    case COMET_ROLE_Q:
+    case COMET_ROLE_K:
+    case COMET_ROLE_V:
+        return COMET_GROUP_QKV;
+    case COMET_ROLE_O:
+        return COMET_GROUP_O;
+    case COMET_ROLE_GATE:
+    case COMET_ROLE_UP:
+        return COMET_GROUP_GATE_UP;
+    case COMET_ROLE_DOWN:
+        return COMET_GROUP_DOWN;
+    case COMET_ROLE_COUNT:
+        break;
+    }
+    COMET_ASSERT(!"comet_role_group: invalid role");
+    return COMET_GROUP_COUNT;
+}
+
+const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r) {
+    COMET_ASSERT(l >= 0 && l < m->cfg.n_layer);
+    const comet_layer_weights *w = &m->layers[l];
+    const comet_linear *lins[COMET_ROLE_COUNT] = {&w->wq, &w->wk,     &w->wv,    &w->wo,
+                                                  &w->w_gate, &w->w_up, &w->w_down};
+    COMET_ASSERT((unsigned)r < COMET_ROLE_COUNT);
+    return lins[r];
+}
+
+const float *comet_model_norm(const comet_model *m, int l, comet_group g) {
+    switch (g) {
+    case COMET_GROUP_QKV:
+        return m->layers[l].attn_norm;
+    case COMET_GROUP_GATE_UP:
+        return m->layers[l].ffn_norm;
+    case COMET_GROUP_LM_HEAD:
+        return m->output_norm;
+    default:
+        return NULL;
+    }
+}
+
+int comet_group_width(const comet_model_config *c, comet_group g) {
+    switch (g) {
+    case COMET_GROUP_O:
+        return c->n_head * c->head_dim;
+    case COMET_GROUP_DOWN:
+        return c->n_ff;
+    default:
+        return c->n_embd;
+    }
 }

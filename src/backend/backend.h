@@ -1,19 +1,24 @@
 /* backend.h — the op table: the one seam between the model's layer loop and hardware.
  *
  * The forward pass (src/model/forward.c) is written once as a loop over layers calling
- * these function pointers; the CPU backend (scalar reference + threaded fast paths) and
- * the CUDA backend each fill one table. Tests run every op on two implementations and
- * compare (ARCHITECTURE.md "The op table"). Pointers passed to ops live in the backend's
- * memory space (host for CPU, device for CUDA). Ops return COMET_OK or a negative status
- * (never abort on a runtime failure); shape violations are bugs and assert, except in the
- * W4Ax ops, which check their shapes and pointers and return COMET_ERR_INVALID_ARG (they
- * are the GEMM's public launcher).
+ * the "step ops" below; the CPU backends (scalar reference + threaded fast paths) and the
+ * CUDA backend each fill one table (ARCHITECTURE.md "The op table"). A backend owns its
+ * memory: it allocates, frees and copies its own buffers (alloc / free / upload /
+ * download, with sync as the point where queued work is done), holds its own copy of a
+ * model's weights in its own layout (weights_load), and its own KV page storage
+ * (kv_init). Every pointer an op takes lives in that backend's memory (host for the CPU,
+ * device for CUDA) unless its comment says "host".
  *
- * A backend may leave an op NULL when it does not implement it yet (the CUDA backend has
- * only the W4Ax GEMM so far); comet_forward_init refuses such a backend, naming the op.
+ * Ops return COMET_OK or a negative status (never abort on a runtime failure); shape
+ * violations are bugs and assert, except in the W4Ax ops, which check their shapes and
+ * pointers and return COMET_ERR_INVALID_ARG (they are the GEMM's public launcher). A
+ * backend may leave an op NULL when it does not have it; comet_forward_init refuses a
+ * backend without a step op, naming it. The fp32 primitives (embed ... logits) are the
+ * CPU backends' building blocks and reference: the CPU step ops are made of them, tests
+ * compare them between the two CPU backends, and the CUDA backend leaves them NULL.
  *
- * Shape letters: T tokens in the step, C hidden, F FFN, H/Hkv heads, D head dim, V vocab.
- * Activations are row-major [T, width] fp32.
+ * Shape letters: T tokens in the step, C hidden, F FFN, H/Hkv heads, D head dim, V vocab,
+ * K a linear's input width, B activation block. Activations are row-major [T, width] fp32.
  */
 #ifndef COMET_BACKEND_H
 #define COMET_BACKEND_H
@@ -42,8 +47,133 @@ typedef struct comet_rope_params {
     int orig_ctx;
 } comet_rope_params;
 
+/* A model's weights in one backend's own layout and memory, made by weights_load. Opaque:
+ * each backend defines the struct. */
+typedef struct comet_weights comet_weights;
+
+/* The linear input groups of a layer (NUMERICS.md "Names"): the linears of a group read
+ * one activation, so they share its channel permutation, block size and INT8 blocks. The
+ * lm_head's input (the final RMSNorm's output) is a group of its own. */
+typedef enum comet_group {
+    COMET_GROUP_QKV,     /* q, k, v from attn_norm(x) */
+    COMET_GROUP_O,       /* o from the attention output */
+    COMET_GROUP_GATE_UP, /* gate, up from ffn_norm(x) */
+    COMET_GROUP_DOWN,    /* down from silu(gate) * up */
+    COMET_GROUP_LM_HEAD, /* lm_head from output_norm(x); layer ignored */
+    COMET_GROUP_COUNT
+} comet_group;
+
+/* The linears of a layer, by role. */
+typedef enum comet_role {
+    COMET_ROLE_Q,
+    COMET_ROLE_K,
+    COMET_ROLE_V,
+    COMET_ROLE_O,
+    COMET_ROLE_GATE,
+    COMET_ROLE_UP,
+    COMET_ROLE_DOWN,
+    COMET_ROLE_COUNT
+} comet_role;
+
+/* The group a role's linear reads. */
+comet_group comet_role_group(comet_role r);
+/* The linear of `r` in layer l of m. */
+const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r);
+/* The RMSNorm weight [C] in front of group g of layer l (QKV: attn_norm, GATE_UP:
+ * ffn_norm, LM_HEAD: output_norm); NULL for O and DOWN, which have none. */
+const float *comet_model_norm(const comet_model *m, int l, comet_group g);
+/* The input width K of group g: C, or H*D for O, or F for DOWN. */
+int comet_group_width(const comet_model_config *c, comet_group g);
+
+/* Bytes of an "activation" buffer for T rows of width K: the input of a group's linears
+ * as a backend's GEMMs read it (CPU: fp32 [T, K]; CUDA: INT8 codes + fp32 block scales,
+ * or fp16). Every backend's layout fits in 4 bytes per element plus 256. */
+static inline size_t comet_act_bytes(int T, int K) { return (size_t)T * (size_t)K * 4 + 256; }
+
+/* One step's batch as the ops see it (made by step_begin). */
+typedef struct comet_step {
+    comet_batch host; /* the batch with host arrays (the caller's, borrowed for the step) */
+    comet_batch dev;  /* the same arrays in the backend's memory (CPU: equal to host) */
+    int max_kv_len;   /* the longest KV length of a sequence after this step's append */
+    int max_q_len;    /* the most tokens one sequence has in this step */
+} comet_step;
+
 typedef struct comet_backend_ops {
     const char *name;
+    int host_memory; /* 1 when the backend's memory is the host's (CPU): its buffers are
+                      * host pointers, so the forward pass writes logits straight into the
+                      * caller's array */
+
+    /* ---- memory ----
+     * alloc: `bytes` (> 0) of the backend's memory, 256-byte aligned, contents undefined;
+     * NULL + comet_last_error() (COMET_ERR_NOMEM) when it does not fit. free: NULL is a
+     * no-op. upload copies `bytes` from host `src` to backend `dst` in stream order (src
+     * may be reused when it returns); download copies backend `src` to host `dst` after
+     * the work queued before it, and returns when dst holds the data. sync waits for the
+     * queued work and reports a failure inside it (COMET_ERR_CUDA, named). */
+    void *(*alloc)(comet_backend *be, size_t bytes);
+    void (*free)(comet_backend *be, void *p);
+    comet_status (*upload)(comet_backend *be, void *dst, const void *src, size_t bytes);
+    comet_status (*download)(comet_backend *be, void *dst, const void *src, size_t bytes);
+    comet_status (*sync)(comet_backend *be);
+
+    /* ---- the model's weights and the KV page pool ----
+     * weights_load: the backend's own copy of m's weights (the CPU borrows m's fp32
+     * arrays; CUDA: W4Ax weights packed on the device, FP16 weights for floating-point
+     * linears, fp32 norms and embedding table, an FP16 lm_head). m must outlive the
+     * weights. COMET_OK; COMET_ERR_NOMEM; COMET_ERR_UNSUPPORTED naming a layout this
+     * backend cannot run; COMET_ERR_CUDA. weights_free: NULL is a no-op.
+     * kv_init: storage for kv's pool, whose fields n_layer .. kv_rotation the caller has
+     * set (CPU: fp32 k and v; CUDA: kv->storage, INT4/INT8 codes with per-token fp16
+     * scale and zero per group, or fp16 for kv_bits 0 / 16). kv_free releases it. */
+    comet_status (*weights_load)(comet_backend *be, const comet_model *m, comet_weights **out);
+    void (*weights_free)(comet_backend *be, comet_weights *w);
+    comet_status (*kv_init)(comet_backend *be, comet_kv_cache *kv);
+    void (*kv_free)(comet_backend *be, comet_kv_cache *kv);
+
+    /* ---- step ops: what the layer loop calls ----
+     *
+     * step_begin: copy the host batch b (borrowed until the step's last op) to the
+     * backend in one upload and describe it in *st (st->host = *b).
+     * embed_tokens: x[t, :] = embd[tokens[t], :]; x [T, C].
+     * rmsnorm_quant: when residual != NULL, x[T, C] += residual[T, C] first (x keeps the
+     * sum); then h = RMSNorm(x) * norm of group g (comet_model_norm), and act = h as
+     * group g's linears read it (a floating-point group: h itself; a quantized one: h
+     * gathered by the group's permutation and quantized per token per block, NUMERICS.md
+     * "Activations"). act: comet_act_bytes(T, C).
+     * act_quant: act = x [T, K] as group g's linears read it (no norm; used for O).
+     * silu_mul_quant: act = silu(gate) * up [T, F] as DOWN reads it (its permutation is
+     * folded into gate / up offline).
+     * matmul: y [T, N] = the linear of role r applied to act of its group (fp32 out).
+     * rope_kv_append: RoPE on q [T, H, D] and k [T, Hkv, D] in place by the step's
+     * positions, then k and v [T, Hkv, D] written into layer's pages of kv (rotated by the
+     * KV Hadamard and quantized as kv says). q leaves rotated by RoPE only.
+     * attention: causal GQA attention of q [T, H, D] over each token's own sequence,
+     * positions 0..positions[t] (this step's K/V already appended), out [T, H, D]; the KV
+     * rotation is undone inside: out equals attention over the unrotated cache.
+     * lm_head: logits [n_logits, V] fp32 for the rows st->dev.logit_rows of act (group
+     * LM_HEAD's input, [T, C]). */
+    comet_status (*step_begin)(comet_backend *be, const comet_batch *b, comet_step *st);
+    comet_status (*embed_tokens)(comet_backend *be, const comet_weights *w, const comet_step *st,
+                                 float *x);
+    comet_status (*rmsnorm_quant)(comet_backend *be, const comet_weights *w, int layer,
+                                  comet_group g, float *x, const float *residual, int T,
+                                  void *act);
+    comet_status (*act_quant)(comet_backend *be, const comet_weights *w, int layer, comet_group g,
+                              const float *x, int T, void *act);
+    comet_status (*silu_mul_quant)(comet_backend *be, const comet_weights *w, int layer,
+                                   const float *gate, const float *up, int T, void *act);
+    comet_status (*matmul)(comet_backend *be, const comet_weights *w, int layer, comet_role r,
+                           const void *act, int T, float *y);
+    comet_status (*rope_kv_append)(comet_backend *be, comet_kv_cache *kv, int layer,
+                                   const comet_step *st, const comet_rope_params *rp, float *q,
+                                   int H, float *k, const float *v);
+    comet_status (*paged_attention)(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                    const comet_step *st, const float *q, int H, float *out);
+    comet_status (*lm_head)(comet_backend *be, const comet_weights *w, const void *act,
+                            const comet_step *st, float *logits);
+
+    /* ---- fp32 primitives (CPU backends) ---- */
 
     /* x[t, :] = embd[tokens[t], :]. embd [V, C]; x [T, C]. */
     comet_status (*embed)(comet_backend *be, const float *embd, int C, const int32_t *tokens,
@@ -145,6 +275,10 @@ struct comet_backend {
  * A backend is driven by one thread at a time (ops keep per-thread scratch). */
 comet_backend *comet_backend_cpu_ref_init(void);
 comet_backend *comet_backend_cpu_init(int n_threads);
+/* The backend named `device`: "cpu" (the threaded CPU backend, n_threads as for
+ * comet_backend_cpu_init), "cpu-ref" (the scalar oracle), "cuda" (GPU 0) or "cuda:N".
+ * NULL + comet_last_error() for another name or when that backend cannot start. */
+comet_backend *comet_backend_open(const char *device, int n_threads);
 /* Release a backend through its ops->destroy. NULL is a no-op. */
 void comet_backend_free(comet_backend *be);
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 static _Thread_local char last_error[1024];
+static _Thread_local comet_status last_status;
 
 const char *comet_status_name(comet_status st) {
     switch (st) {
@@ -30,12 +31,18 @@ comet_status comet_set_error(comet_status st, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    last_status = st;
     return st;
 }
 
+comet_status comet_last_status(void) { return last_error[0] ? last_status : COMET_OK; }
+
 const char *comet_last_error(void) { return last_error; }
 
-void comet_clear_error(void) { last_error[0] = '\0'; }
+void comet_clear_error(void) {
+    last_error[0] = '\0';
+    last_status = COMET_OK;
+}
 
 void comet_assert_fail(const char *expr, const char *file, int line) {
     fprintf(stderr, "comet: assertion failed: %s at %s:%d\n", expr, file, line);

@@ -25,9 +25,8 @@
 
 #include "backend/backend.h"
 #include "comet/tokenizer.h"
-#include "engine/kv_pages.h"
+#include "engine/runner.h"
 #include "engine/sampler.h"
-#include "model/forward.h"
 
 #define PIECE_CAP 256
 #define PROMPT_LOGIT_ROWS 128 /* logits rows per step for prompt logprobs (echo) */
@@ -64,10 +63,7 @@ struct comet_engine {
     const comet_model *m;
     comet_engine_params p;
     comet_backend *be;
-    comet_forward_ctx *fc;
-    comet_kv_cache kv;
-    comet_kv_pool pool;
-    comet_batch_builder bb;
+    comet_runner run; /* the model on be, its KV pool and the batch builder */
     float *logits; /* [rows_cap, V] */
     int rows_cap;
     float *raw;    /* [V] a row before sampling (for logprobs) */
@@ -163,7 +159,7 @@ static void emit_token(comet_engine *e, req *r, comet_event_kind kind, int32_t t
 static void finish(comet_engine *e, req *r, comet_finish_reason why, const char *error,
                    const char *text, size_t len) {
     pthread_mutex_lock(&e->mu);
-    comet_kv_seq_release(&e->pool, &r->seq);
+    comet_kv_seq_release(&e->run.pool, &r->seq);
     int found = 0;
     for (int i = 0; i < e->n_running && !found; i++)
         found = e->running[i] == r;
@@ -190,7 +186,7 @@ static void finish(comet_engine *e, req *r, comet_finish_reason why, const char 
 /* Free a running sequence's pages and send it back to the waiting queue (recompute). */
 static void preempt(comet_engine *e, req *r) {
     pthread_mutex_lock(&e->mu);
-    comet_kv_seq_release(&e->pool, &r->seq);
+    comet_kv_seq_release(&e->run.pool, &r->seq);
     r->n_computed = 0;
     r->n_preempt++;
     e->stats.preemptions++;
@@ -384,7 +380,7 @@ static int planned(const comet_engine *e, int n_plans, const req *r) {
  * left to preempt), or a failure. */
 static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_plans) {
     for (;;) {
-        comet_status st = comet_kv_seq_reserve(&e->pool, &r->seq, k);
+        comet_status st = comet_kv_seq_reserve(&e->run.pool, &r->seq, k);
         if (st != COMET_KV_FULL)
             return st;
         req *victim = newest_running(e);
@@ -401,7 +397,7 @@ static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_pla
 /* Build and run one step. Returns 0 when there was nothing to do. */
 static int step(comet_engine *e) {
     const int V = e->m->cfg.n_vocab;
-    comet_batch_builder_reset(&e->bb);
+    comet_batch_builder_reset(&e->run.bb);
     int n_plans = 0, budget = e->p.max_batch_tokens, rows = 0;
 
     /* cancelled requests free their pages first */
@@ -451,7 +447,7 @@ static int step(comet_engine *e) {
                 continue;
             }
             int k = remaining < budget ? remaining : budget;
-            int room = e->pool.n_free * e->p.page_size +
+            int room = e->run.pool.n_free * e->p.page_size +
                        (r->seq.n_pages * e->p.page_size - r->seq.n_tokens);
             if (k > room)
                 k = room; /* a shorter chunk under memory pressure */
@@ -465,7 +461,7 @@ static int step(comet_engine *e) {
                 if (k > free_rows)
                     k = free_rows;
             }
-            comet_status st = comet_kv_seq_reserve(&e->pool, &r->seq, k);
+            comet_status st = comet_kv_seq_reserve(&e->run.pool, &r->seq, k);
             if (st == COMET_KV_FULL)
                 break; /* FCFS: later requests wait for this one */
             if (st < 0) {
@@ -504,12 +500,12 @@ static int step(comet_engine *e) {
     for (int i = 0; i < n_plans; i++) {
         plan *pl = &e->plans[i];
         int logits = pl->all_rows ? 2 : pl->row >= 0 ? 1 : 0;
-        comet_status st = comet_batch_builder_add(&e->bb, &pl->r->seq,
+        comet_status st = comet_batch_builder_add(&e->run.bb, &pl->r->seq,
                                                   pl->r->tokens + pl->r->n_computed, pl->k, logits);
         COMET_ASSERT(st == COMET_OK);
     }
-    COMET_ASSERT(e->bb.batch.n_logits == rows);
-    comet_status st = comet_forward(e->fc, &e->kv, &e->bb.batch, e->logits);
+    COMET_ASSERT(e->run.bb.batch.n_logits == rows);
+    comet_status st = comet_runner_step(&e->run, e->logits);
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     pthread_mutex_unlock(&e->mu);
@@ -602,19 +598,12 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
         comet_set_error(COMET_ERR_NOMEM, "engine: out of memory for %d logits rows", e->rows_cap);
         goto fail;
     }
-    e->be = comet_backend_cpu_init(p.n_threads);
+    e->be = comet_backend_open(p.device, p.n_threads);
     if (!e->be)
         goto fail;
-    if (comet_kv_cache_init(&e->kv, c->n_layer, p.n_pages, p.page_size, c->n_head_kv,
-                            c->head_dim) < 0 ||
-        comet_kv_pool_init(&e->pool, p.n_pages, p.page_size) < 0 ||
-        comet_batch_builder_init(&e->bb, p.max_batch_tokens, p.max_seqs, p.n_pages, p.page_size) < 0)
-        goto fail;
-    e->kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
-    e->kv.kv_group = m->kv_group;
-    e->kv.kv_rotation = m->kv_rotation;
-    e->fc = comet_forward_init(m, e->be, p.max_batch_tokens);
-    if (!e->fc)
+    comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
+                              .n_pages = p.n_pages, .page_size = p.page_size};
+    if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
@@ -650,10 +639,7 @@ void comet_engine_free(comet_engine *e) {
             req_free(r);
         }
     }
-    comet_forward_free(e->fc);
-    comet_batch_builder_free(&e->bb);
-    comet_kv_pool_free(&e->pool);
-    comet_kv_cache_free(&e->kv);
+    comet_runner_free(&e->run);
     comet_backend_free(e->be);
     free(e->incoming);
     free(e->waiting);
@@ -853,8 +839,8 @@ void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s) {
     *s = e->stats;
     s->running = e->n_running;
     s->waiting = e->n_waiting + e->n_incoming;
-    s->pages_free = e->pool.n_free;
-    s->pages_used = e->pool.n_pages - e->pool.n_free;
+    s->pages_free = e->run.pool.n_free;
+    s->pages_used = e->run.pool.n_pages - e->run.pool.n_free;
     pthread_mutex_unlock(&e->mu);
 }
 

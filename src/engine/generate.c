@@ -7,8 +7,7 @@
 #include <time.h>
 
 #include "comet/tokenizer.h"
-#include "engine/kv_pages.h"
-#include "model/forward.h"
+#include "engine/runner.h"
 
 #define PIECE_CAP 256
 
@@ -131,11 +130,8 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
             max_stop = strlen(p->stop[i]);
 
     comet_status st = COMET_OK;
-    comet_kv_cache kv = {0};
-    comet_kv_pool pool = {0};
+    comet_runner run = {0};
     comet_kv_seq seq = {0};
-    comet_batch_builder bb = {0};
-    comet_forward_ctx *fc = NULL;
     comet_sampler *smp = NULL;
     float *logits = malloc((size_t)c->n_vocab * sizeof(float));
     int32_t *hist = malloc((size_t)max_len * sizeof(int32_t));
@@ -146,19 +142,12 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         st = comet_set_error(COMET_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
-    if ((st = comet_kv_cache_init(&kv, c->n_layer, n_pages, P, c->n_head_kv, c->head_dim)) < 0 ||
-        (st = comet_kv_pool_init(&pool, n_pages, P)) < 0 ||
-        (st = comet_kv_seq_init(&seq, max_len, P)) < 0 ||
-        (st = comet_batch_builder_init(&bb, chunk, 1, n_pages, P)) < 0)
+    comet_runner_params rp = {.max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages,
+                              .page_size = P};
+    if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
+        (st = comet_kv_seq_init(&seq, max_len, P)) < 0)
         goto done;
-    kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
-    kv.kv_group = m->kv_group;
-    kv.kv_rotation = m->kv_rotation;
-    fc = comet_forward_init(m, be, chunk);
-    if (!fc) {
-        st = COMET_ERR_NOMEM;
-        goto done;
-    }
+    comet_batch_builder *bb = &run.bb;
     smp = comet_sampler_init(&p->sampling, c->n_vocab);
     if (!smp) {
         st = COMET_ERR_INVALID_ARG; /* bad sampling params (or no memory), named */
@@ -170,11 +159,11 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     double t0 = now_s();
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < chunk ? n_prompt - done : chunk;
-        if ((st = reserve(&pool, &seq, n)) < 0)
+        if ((st = reserve(&run.pool, &seq, n)) < 0)
             goto done;
-        comet_batch_builder_reset(&bb);
-        if ((st = comet_batch_builder_add(&bb, &seq, prompt + done, n, done + n == n_prompt)) < 0 ||
-            (st = comet_forward(fc, &kv, &bb.batch, logits)) < 0)
+        comet_batch_builder_reset(bb);
+        if ((st = comet_batch_builder_add(bb, &seq, prompt + done, n, done + n == n_prompt)) < 0 ||
+            (st = comet_runner_step(&run, logits)) < 0)
             goto done;
         done += n;
     }
@@ -206,11 +195,11 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         }
         if (gs.n_generated >= max_new)
             break;
-        if ((st = reserve(&pool, &seq, 1)) < 0)
+        if ((st = reserve(&run.pool, &seq, 1)) < 0)
             goto done;
-        comet_batch_builder_reset(&bb);
-        if ((st = comet_batch_builder_add(&bb, &seq, &id, 1, 1)) < 0 ||
-            (st = comet_forward(fc, &kv, &bb.batch, logits)) < 0)
+        comet_batch_builder_reset(bb);
+        if ((st = comet_batch_builder_add(bb, &seq, &id, 1, 1)) < 0 ||
+            (st = comet_runner_step(&run, logits)) < 0)
             goto done;
         gs.n_decode_steps++;
     }
@@ -227,11 +216,8 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     st = COMET_OK;
 done:
     comet_sampler_free(smp);
-    comet_forward_free(fc);
-    comet_batch_builder_free(&bb);
     comet_kv_seq_free(&seq);
-    comet_kv_pool_free(&pool);
-    comet_kv_cache_free(&kv);
+    comet_runner_free(&run);
     free(out.hold);
     free(hist);
     free(logits);

@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "backend/backend.h"
 #include "comet/status.h"
 #include "model/batch.h"
 
@@ -23,6 +24,18 @@ comet_status comet_kv_cache_init(comet_kv_cache *kv, int n_layer, int n_pages, i
                                  int n_head_kv, int head_dim);
 /* Release the storage (the struct itself is the caller's). NULL or zeroed: no-op. */
 void comet_kv_cache_free(comet_kv_cache *kv);
+
+/* The KV pool of backend `be` (backend.h kv_init): n_pages pages of page_size tokens for
+ * every layer, stored as kv_bits says (0 / 16 unquantized: fp32 on the CPU, fp16 on CUDA;
+ * 4 / 8 quantized per token per KV head in groups of kv_group channels, 0 = head_dim) after
+ * the rotation kv_rotation (comet_kv_rotation). kv is caller-owned; release with
+ * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes,
+ * a group that does not divide head_dim, a Hadamard rotation with head_dim not a power of
+ * two), COMET_ERR_NOMEM (size named), or the backend's failure. */
+comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
+                                    int n_pages, int page_size, int n_head_kv, int head_dim,
+                                    int kv_bits, int kv_group, int kv_rotation);
+void comet_kv_cache_free_on(comet_backend *be, comet_kv_cache *kv);
 
 /* The page allocator: a stack of free page ids. */
 typedef struct comet_kv_pool {

@@ -34,10 +34,11 @@ typedef struct comet_batch {
 } comet_batch;
 
 /* The KV cache storage: a pool of pages shared by all sequences. A page id covers one
- * page in every layer (vLLM-style). FP32 layout, per layer:
- *   k[layer][page][slot][Hkv][D], v likewise.
- * The quantized page format (INT4 codes + per-token per-head fp16 scale/zero,
- * NUMERICS.md "KV cache") is a later variant of this struct. */
+ * page in every layer (vLLM-style). The storage belongs to the backend that made it
+ * (backend.h kv_init). CPU backends: fp32, per layer
+ *   k[layer][page][slot][Hkv][D], v likewise,
+ * holding quantized->dequantized values when kv_bits is 4 or 8. CUDA: `storage` in device
+ * memory, the codes with their fp16 scale and zero (src/backend/cuda/cuda_kv.h). */
 typedef struct comet_kv_cache {
     int n_layer;
     int n_pages;   /* pool size */
@@ -54,6 +55,8 @@ typedef struct comet_kv_cache {
                       * stores H_D·k and H_D·v per KV head (then quantizes them as above) and
                       * attention uses H_D·q and rotates its output back by H_D; D must be
                       * a power of two */
+    void *storage;   /* a non-CPU backend's page storage (NULL on the CPU) */
+    size_t storage_bytes;
 } comet_kv_cache;
 
 /* Tokens held by sequence s of batch b after the step's append (see comet_batch). */

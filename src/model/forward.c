@@ -1,63 +1,83 @@
-/* forward.c — the LLaMA decoder forward pass as a list of op-table calls.
+/* forward.c — the LLaMA decoder forward pass as a list of step-op calls (backend.h).
  *
  *   x = embed(tokens)
  *   for each layer:
- *       h = rmsnorm(x) ; q,k,v = h·Wq, h·Wk, h·Wv ; rope(q, k) ; kv_append(k, v)
- *       x += attention(q, KV cache) · Wo
- *       h = rmsnorm(x) ; x += (silu(h·Wgate) * h·Wup) · Wdown
- *   logits = rmsnorm(x)[rows] · lm_headᵀ
+ *       a = rmsnorm_quant(x [+= down output of the layer before], attn_norm)   group qkv
+ *       q, k, v = a·Wq, a·Wk, a·Wv ; rope_kv_append(q, k, v)
+ *       a = act_quant(attention(q, KV cache))                                  group o
+ *       a = rmsnorm_quant(x += a·Wo, ffn_norm)                                 group gate_up
+ *       a = silu_mul_quant(a·Wgate, a·Wup)                                     group down
+ *       down output = a·Wdown
+ *   logits = rmsnorm_quant(x += down output, output_norm)[rows] · lm_headᵀ
  *
- * Batch-first: every op sees all T tokens of the step at once, whatever sequences they
- * belong to; only attention and kv_append look at the batch's sequence structure.
+ * Written once for every backend: all buffers live in the backend's memory, allocated here
+ * once for max_batch_tokens; a step allocates nothing. The residual add is fused into the
+ * next RMSNorm. Batch-first: every op sees all T tokens of the step at once, whatever
+ * sequences they belong to; only rope_kv_append and paged_attention look at the batch's
+ * sequence structure. The host sends the batch in one upload (step_begin) and receives
+ * the logits rows it asked for.
  */
 #include "model/forward.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct comet_forward_ctx {
     const comet_model *m;
     comet_backend *be;
+    comet_weights *w; /* the backend's copy of m's weights */
     int max_tokens;
     comet_rope_params rope;
-    float *x;    /* [T, C] residual stream */
-    float *h;    /* [T, C] normalized */
-    float *q;    /* [T, H*D] */
-    float *k;    /* [T, Hkv*D] */
-    float *v;    /* [T, Hkv*D] */
-    float *att;  /* [T, H*D] attention output */
-    float *tmp;  /* [T, C] projection output before the residual add */
-    float *gate; /* [T, F] */
-    float *up;   /* [T, F] */
+    /* workspace in the backend's memory, for max_tokens rows */
+    float *x;      /* [T, C] residual stream */
+    float *q;      /* [T, H*D] */
+    float *k;      /* [T, Hkv*D] */
+    float *v;      /* [T, Hkv*D] */
+    float *att;    /* [T, H*D] attention output */
+    float *tmp;    /* [T, C] o / down output, added to x by the next rmsnorm_quant */
+    float *gate;   /* [T, F] */
+    float *up;     /* [T, F] */
+    void *act;     /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
+    float *logits; /* [T, V] (backends without host memory) */
 };
 
 void comet_forward_free(comet_forward_ctx *fc) {
     if (!fc)
         return;
-    free(fc->x);
-    free(fc->h);
-    free(fc->q);
-    free(fc->k);
-    free(fc->v);
-    free(fc->att);
-    free(fc->tmp);
-    free(fc->gate);
-    free(fc->up);
+    comet_backend *be = fc->be;
+    void *bufs[] = {fc->x, fc->q, fc->k, fc->v, fc->att, fc->tmp, fc->gate, fc->up, fc->act,
+                    fc->logits};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i])
+            be->ops->free(be, bufs[i]);
+    if (fc->w)
+        be->ops->weights_free(be, fc->w);
     free(fc);
 }
 
-/* Every op the layer loop calls must be there: a backend may leave ops it does not have
- * yet NULL (the CUDA backend has only the W4Ax GEMM so far). */
+/* Every op the layer loop calls must be there: a backend may leave ops it lacks NULL. */
 static comet_status check_ops(const comet_backend *be) {
     const comet_backend_ops *op = be->ops;
     const struct {
         const char *name;
         int present;
     } need[] = {
-        {"embed", op->embed != NULL},         {"rmsnorm", op->rmsnorm != NULL},
-        {"linear", op->linear != NULL},       {"rope", op->rope != NULL},
-        {"kv_append", op->kv_append != NULL}, {"attention", op->attention != NULL},
-        {"silu_mul", op->silu_mul != NULL},   {"residual_add", op->residual_add != NULL},
-        {"logits", op->logits != NULL},
+        {"alloc", op->alloc != NULL},
+        {"free", op->free != NULL},
+        {"upload", op->upload != NULL},
+        {"download", op->download != NULL},
+        {"sync", op->sync != NULL},
+        {"weights_load", op->weights_load != NULL},
+        {"weights_free", op->weights_free != NULL},
+        {"step_begin", op->step_begin != NULL},
+        {"embed_tokens", op->embed_tokens != NULL},
+        {"rmsnorm_quant", op->rmsnorm_quant != NULL},
+        {"act_quant", op->act_quant != NULL},
+        {"silu_mul_quant", op->silu_mul_quant != NULL},
+        {"matmul", op->matmul != NULL},
+        {"rope_kv_append", op->rope_kv_append != NULL},
+        {"paged_attention", op->paged_attention != NULL},
+        {"lm_head", op->lm_head != NULL},
     };
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
         if (!need[i].present)
@@ -65,6 +85,15 @@ static comet_status check_ops(const comet_backend *be) {
                                    "forward: backend '%s' has no '%s' op yet; the forward pass "
                                    "needs it", op->name, need[i].name);
     return COMET_OK;
+}
+
+static void *ws_alloc(comet_forward_ctx *fc, size_t bytes, comet_status *st) {
+    if (*st < 0)
+        return NULL;
+    void *p = fc->be->ops->alloc(fc->be, bytes);
+    if (!p)
+        *st = COMET_ERR_NOMEM;
+    return p;
 }
 
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
@@ -81,24 +110,37 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
         comet_set_error(COMET_ERR_NOMEM, "forward: out of memory");
         return NULL;
     }
-    size_t T = (size_t)max_batch_tokens;
+    size_t T = (size_t)max_batch_tokens, f = sizeof(float);
+    size_t HD = (size_t)c->n_head * c->head_dim, KVD = (size_t)c->n_head_kv * c->head_dim;
+    int k_max = c->n_embd;
+    if ((int)HD > k_max)
+        k_max = (int)HD;
+    if (c->n_ff > k_max)
+        k_max = c->n_ff;
     fc->m = m;
     fc->be = be;
     fc->max_tokens = max_batch_tokens;
-    fc->x = malloc(T * c->n_embd * sizeof(float));
-    fc->h = malloc(T * c->n_embd * sizeof(float));
-    fc->q = malloc(T * c->n_head * c->head_dim * sizeof(float));
-    fc->k = malloc(T * c->n_head_kv * c->head_dim * sizeof(float));
-    fc->v = malloc(T * c->n_head_kv * c->head_dim * sizeof(float));
-    fc->att = malloc(T * c->n_head * c->head_dim * sizeof(float));
-    fc->tmp = malloc(T * c->n_embd * sizeof(float));
-    fc->gate = malloc(T * c->n_ff * sizeof(float));
-    fc->up = malloc(T * c->n_ff * sizeof(float));
-    if (!fc->x || !fc->h || !fc->q || !fc->k || !fc->v || !fc->att || !fc->tmp || !fc->gate ||
-        !fc->up) {
+    comet_status st = be->ops->weights_load(be, m, &fc->w);
+    if (st < 0) {
+        fc->w = NULL;
         comet_forward_free(fc);
-        comet_set_error(COMET_ERR_NOMEM, "forward: cannot allocate the workspace for %d tokens",
-                        max_batch_tokens);
+        return NULL;
+    }
+    fc->x = ws_alloc(fc, T * c->n_embd * f, &st);
+    fc->q = ws_alloc(fc, T * HD * f, &st);
+    fc->k = ws_alloc(fc, T * KVD * f, &st);
+    fc->v = ws_alloc(fc, T * KVD * f, &st);
+    fc->att = ws_alloc(fc, T * HD * f, &st);
+    fc->tmp = ws_alloc(fc, T * c->n_embd * f, &st);
+    fc->gate = ws_alloc(fc, T * c->n_ff * f, &st);
+    fc->up = ws_alloc(fc, T * c->n_ff * f, &st);
+    fc->act = ws_alloc(fc, comet_act_bytes(max_batch_tokens, k_max), &st);
+    if (!be->ops->host_memory)
+        fc->logits = ws_alloc(fc, T * c->n_vocab * f, &st);
+    if (st < 0) {
+        comet_forward_free(fc);
+        comet_set_error(COMET_ERR_NOMEM, "forward: cannot allocate the workspace for %d tokens "
+                        "on backend '%s'", max_batch_tokens, be->ops->name);
         return NULL;
     }
     fc->rope = (comet_rope_params){
@@ -115,6 +157,8 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc) { return fc->max_tokens; }
 
+comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->be; }
+
 static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
                                 const comet_batch *b) {
     const comet_model_config *c = &fc->m->cfg;
@@ -124,6 +168,11 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
                                b->n_tokens, fc->max_tokens);
     COMET_ASSERT(kv->n_layer == c->n_layer && kv->n_head_kv == c->n_head_kv &&
                  kv->head_dim == c->head_dim);
+    if (fc->be->ops->host_memory ? !kv->k : !kv->storage)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "forward: the KV cache has no storage of backend '%s' (make it "
+                               "with comet_kv_cache_init_on for that backend)",
+                               fc->be->ops->name);
     COMET_ASSERT(b->token_indptr[0] == 0 && b->token_indptr[b->n_seqs] == b->n_tokens);
     for (int s = 0; s < b->n_seqs; s++) {
         int kv_len = comet_batch_kv_len(b, kv->page_size, s);
@@ -146,35 +195,38 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
 
 comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
                            float *logits) {
-    const comet_model *m = fc->m;
-    const comet_model_config *c = &m->cfg;
+    const comet_model_config *c = &fc->m->cfg;
     const comet_backend_ops *op = fc->be->ops;
     comet_backend *be = fc->be;
-    int T = b->n_tokens, C = c->n_embd, F = c->n_ff, H = c->n_head, Hkv = c->n_head_kv;
+    const comet_weights *w = fc->w;
+    int T = b->n_tokens, H = c->n_head;
     COMET_TRY(check_batch(fc, kv, b));
 
-    COMET_TRY(op->embed(be, m->tok_embd, C, b->tokens, T, fc->x));
+    comet_step st;
+    COMET_TRY(op->step_begin(be, b, &st));
+    COMET_TRY(op->embed_tokens(be, w, &st, fc->x));
     for (int l = 0; l < c->n_layer; l++) {
-        const comet_layer_weights *w = &m->layers[l];
-        COMET_TRY(op->rmsnorm(be, fc->x, w->attn_norm, T, C, c->rms_eps, fc->h));
-        COMET_TRY(op->linear(be, &w->wq, fc->h, T, fc->q));
-        COMET_TRY(op->linear(be, &w->wk, fc->h, T, fc->k));
-        COMET_TRY(op->linear(be, &w->wv, fc->h, T, fc->v));
-        COMET_TRY(op->rope(be, &fc->rope, b->positions, T, fc->q, H, fc->k, Hkv));
-        COMET_TRY(op->kv_append(be, kv, l, b, fc->k, fc->v));
-        COMET_TRY(op->attention(be, kv, l, b, fc->q, H, fc->att));
-        COMET_TRY(op->linear(be, &w->wo, fc->att, T, fc->tmp));
-        COMET_TRY(op->residual_add(be, fc->x, fc->tmp, T, C));
+        COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
+                                    fc->act));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_Q, fc->act, T, fc->q));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_K, fc->act, T, fc->k));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
+        COMET_TRY(op->rope_kv_append(be, kv, l, &st, &fc->rope, fc->q, H, fc->k, fc->v));
+        COMET_TRY(op->paged_attention(be, kv, l, &st, fc->q, H, fc->att));
+        COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, fc->att, T, fc->act));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
 
-        COMET_TRY(op->rmsnorm(be, fc->x, w->ffn_norm, T, C, c->rms_eps, fc->h));
-        COMET_TRY(op->linear(be, &w->w_gate, fc->h, T, fc->gate));
-        COMET_TRY(op->linear(be, &w->w_up, fc->h, T, fc->up));
-        COMET_TRY(op->silu_mul(be, fc->gate, fc->up, T, F, fc->gate));
-        COMET_TRY(op->linear(be, &w->w_down, fc->gate, T, fc->tmp));
-        COMET_TRY(op->residual_add(be, fc->x, fc->tmp, T, C));
+        COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_GATE, fc->act, T, fc->gate));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_UP, fc->act, T, fc->up));
+        COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
+        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
     }
     if (b->n_logits == 0)
-        return COMET_OK;
-    COMET_TRY(op->rmsnorm(be, fc->x, m->output_norm, T, C, c->rms_eps, fc->h));
-    return op->logits(be, fc->h, b->logit_rows, b->n_logits, m->lm_head, C, c->n_vocab, logits);
+        return op->sync(be);
+    COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
+    if (op->host_memory)
+        return op->lm_head(be, w, fc->act, &st, logits);
+    COMET_TRY(op->lm_head(be, w, fc->act, &st, fc->logits));
+    return op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float));
 }

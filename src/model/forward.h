@@ -15,21 +15,27 @@
 
 typedef struct comet_forward_ctx comet_forward_ctx;
 
-/* Bind a model to a backend with workspace for steps of up to max_batch_tokens tokens.
- * Both are borrowed and must outlive the context. NULL + comet_last_error() on failure:
- * COMET_ERR_UNSUPPORTED when the backend lacks an op of the layer loop ("backend 'cuda'
- * has no 'embed' op yet"), COMET_ERR_INVALID_ARG, COMET_ERR_NOMEM. */
+/* Bind a model to a backend: load the backend's copy of the weights and reserve workspace
+ * for steps of up to max_batch_tokens tokens (plus, on a backend whose memory is not the
+ * host's, a [max_batch_tokens, V] fp32 logits buffer there). m and be are borrowed and must
+ * outlive the context. NULL + comet_last_error() on failure: COMET_ERR_UNSUPPORTED when the
+ * backend lacks an op of the layer loop ("backend 'x' has no 'matmul' op yet") or cannot
+ * hold a weight format, COMET_ERR_INVALID_ARG, COMET_ERR_NOMEM, COMET_ERR_CUDA. */
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
                                       int max_batch_tokens);
 void comet_forward_free(comet_forward_ctx *fc);
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc);
 
-/* Run one step: append the K/V of every token of `b` into `kv` (at the positions given by
- * b's page tables) and write logits [b->n_logits, V] for the rows b->logit_rows into
- * `logits` (host memory, may be NULL when n_logits == 0). Returns COMET_OK, or
- * COMET_ERR_INVALID_ARG (a token id out of the vocabulary, a step larger than the
- * workspace, a position beyond the KV pages given) with the problem named. */
+/* The backend the context runs on (borrowed). */
+comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
+
+/* Run one step: append the K/V of every token of `b` (host arrays) into `kv` (at the
+ * positions given by b's page tables) and write logits [b->n_logits, V] for the rows
+ * b->logit_rows into `logits` (host memory, may be NULL when n_logits == 0). Returns when
+ * the step is done. COMET_OK, or COMET_ERR_INVALID_ARG (a token id out of the vocabulary, a
+ * step larger than the workspace, a position beyond the KV pages given, a KV cache of
+ * another backend) with the problem named; a backend's failure (COMET_ERR_CUDA, ...). */
 comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
                            float *logits);
 

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "model/perplexity.h"
+#include "backend/cpu/cpu_common.h"
+#include "engine/perplexity.h"
 
 typedef struct calib_backend {
     comet_backend base; /* base.impl points back to this struct */
@@ -83,12 +84,14 @@ static comet_status c_logits(comet_backend *be, const float *x, const int32_t *r
     return in->ops->logits(in, x, rows, n_rows, lm_head, C, V, logits);
 }
 
-/* The wrapping table forwards the ops of the forward pass. The W4Ax ops stay NULL:
+/* The wrapping table forwards the fp32 primitives, and its step ops are the CPU ones made
+ * of those primitives, so every linear input passes through c_linear. The W4Ax ops stay NULL:
  * calibration runs the fp32 (or simulated) model through `linear` to collect salience of
  * the linear inputs before any W4Ax weight exists, and the forward pass never calls them.
  * destroy stays NULL too: the wrapper lives on comet_calib_run's stack. */
 static const comet_backend_ops calib_ops = {
     .name = "calibration",
+    COMET_CPU_STEP_OPS,
     .embed = c_embed,
     .rmsnorm = c_rmsnorm,
     .linear = c_linear,

@@ -12,6 +12,8 @@
 #include "comet/status.h"
 #include "commands.h"
 
+#include "backend/backend.h"
+
 #define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 static int file_exists(const char *p) { return access(p, R_OK) == 0; }
@@ -154,4 +156,24 @@ char *cli_read_file(const char *path, size_t *len) {
     errno = e;
     *len = n;
     return buf;
+}
+
+int cli_device_ok(const char *cmd, const char *device) {
+    if (!strcmp(device, "cpu") || !strcmp(device, "cuda"))
+        return 0;
+    if (!strncmp(device, "cuda:", 5) && device[5] >= '0' && device[5] <= '9' &&
+        strspn(device + 5, "0123456789") == strlen(device + 5))
+        return 0;
+    fprintf(stderr, "comet %s: --device '%s' is not one of cpu, cuda, cuda:N\n", cmd, device);
+    return 1;
+}
+
+comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads) {
+    comet_backend *be = comet_backend_open(device, n_threads);
+    if (!be) {
+        char what[96];
+        snprintf(what, sizeof what, "cannot start the %s backend", device);
+        cli_report_error(cmd, what);
+    }
+    return be;
 }

@@ -40,7 +40,7 @@ static void usage(FILE *f) {
             "  --chat-template NAME chatml | llama3 | llama2 (default: detected from the model)\n"
             "  --system S           system message for the chat template\n"
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
-            "  --device cpu|cuda    (default cpu)\n"
+            "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --stats              print prefill and decode tokens/s to stderr\n"
             "  --verbose            debug logs on stderr\n",
@@ -235,14 +235,8 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "comet generate: the prompt is empty; give --prompt some text\n");
         return 1;
     }
-    if (strcmp(device, "cpu") != 0) {
-        if (!strcmp(device, "cuda"))
-            fprintf(stderr, "comet generate: --device cuda: the CUDA backend runs only the "
-                            "W4Ax GEMM so far, not the forward pass; use --device cpu\n");
-        else
-            fprintf(stderr, "comet generate: --device '%s' is not one of cpu, cuda\n", device);
-        return 1;
-    }
+    if (cli_device_ok("generate", device))
+        return 2;
     if (!seed_given)
         sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
 
@@ -270,11 +264,8 @@ int cmd_generate(int argc, char **argv) {
                 n_ids, m->cfg.n_ctx);
         goto out;
     }
-    be = comet_backend_cpu_init((int)threads);
-    if (!be) {
-        cli_report_error("generate", "cannot start the CPU backend");
+    if (!(be = cli_open_backend("generate", device, (int)threads)))
         goto out;
-    }
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               be->n_threads, (unsigned long long)sp->seed);
     int ends_nl = 1;

@@ -12,7 +12,7 @@
 #include "comet/model.h"
 #include "comet/tokenizer.h"
 #include "commands.h"
-#include "model/perplexity.h"
+#include "engine/perplexity.h"
 #include "quant/quant.h"
 
 static void usage(FILE *f) {
@@ -30,6 +30,7 @@ static void usage(FILE *f) {
             "                     smaller)\n"
             "  --max-windows N    evaluate the first N windows only (default: all)\n"
             "  --chunk N          tokens per prefill step (default 256)\n"
+            "  --device D         cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N        CPU threads (default: all cores)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
@@ -46,6 +47,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     int verbose = 0, kv_rotation = -1;
+    const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -86,6 +88,11 @@ int cmd_perplexity(int argc, char **argv) {
                         kv_bits);
                 return 2;
             }
+            i++;
+        } else if (!strcmp(a, "--device")) {
+            device = val;
+            if (cli_device_ok("perplexity", device))
+                return 2;
             i++;
         } else if (!strcmp(a, "--kv-rotation")) {
             kv_rotation = comet_kv_rotation_parse(val);
@@ -168,11 +175,8 @@ int cmd_perplexity(int argc, char **argv) {
         pp.ctx = m->cfg.n_ctx;
     pp.max_windows = (int)max_windows;
     pp.chunk = (int)chunk;
-    be = comet_backend_cpu_init((int)threads);
-    if (!be) {
-        cli_report_error("perplexity", "cannot start the CPU backend");
+    if (!(be = cli_open_backend("perplexity", device, (int)threads)))
         goto out;
-    }
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads", text_path, n,
               pp.ctx, be->n_threads);
     const comet_quant_config *q = m->quant;

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  --max-waiting N        queued requests before 503 (default 256)\n"
             "  --max-body-bytes N     request body limit (default 4194304)\n"
             "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
+            "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
             "  --verbose              debug logs on stderr\n");
@@ -64,7 +65,7 @@ static void model_id_from_path(const char *path, char *out, size_t cap) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("COMET_API_KEY");
-    const char *model_id = NULL, *template_name = NULL;
+    const char *model_id = NULL, *template_name = NULL, *device = "cpu";
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
     long max_body = 4L << 20, threads = 0, drain = 30;
     int verbose = 0;
@@ -97,6 +98,7 @@ int cmd_serve(int argc, char **argv) {
         STR_OPT("--api-key", api_key)
         STR_OPT("--model-id", model_id)
         STR_OPT("--chat-template", template_name)
+        STR_OPT("--device", device)
         INT_OPT("--port", port, 0, 65535)
         INT_OPT("--max-seqs", max_seqs, 1, 4096)
         INT_OPT("--max-batch-tokens", max_batch, 1, 1 << 20)
@@ -115,6 +117,8 @@ int cmd_serve(int argc, char **argv) {
 #undef STR_OPT
     }
     cli_log_to_stderr(verbose);
+    if (cli_device_ok("serve", device))
+        return 2;
     if (!model_path)
         model_path = cli_default_model();
     char id_buf[256];
@@ -134,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
     ep.n_pages = (int)pages;
     ep.max_waiting = (int)max_waiting;
     ep.n_threads = (int)threads;
+    ep.device = device;
     comet_engine *e = comet_engine_init(m, &ep);
     if (!e) {
         cli_report_error("serve", "cannot start the engine");

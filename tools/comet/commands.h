@@ -33,4 +33,12 @@ int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo
  * size in *len. NULL with errno set when it cannot be opened or read. */
 char *cli_read_file(const char *path, size_t *len);
 
+/* 0 when `device` names a backend comet_backend_open knows (cpu, cuda, cuda:N), else prints
+ * "comet <cmd>: --device ..." and returns 1: checked before the model loads. */
+int cli_device_ok(const char *cmd, const char *device);
+
+/* The backend for `device` with n_threads CPU threads, or NULL after printing why. */
+struct comet_backend;
+struct comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads);
+
 #endif

@@ -58,4 +58,46 @@ void comet_cpu_w4ax_free(comet_backend *be, comet_w4ax_weight *w);
 comet_status comet_cpu_w4ax_check(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
                                   const int8_t *qa, const float *sa, const float *y);
 
+/* The memory, weight, KV and step ops of both CPU backends (cpu_step.c, backend.h): made
+ * of the calling backend's own fp32 primitives. */
+void *comet_cpu_alloc(comet_backend *be, size_t bytes);
+void comet_cpu_free(comet_backend *be, void *p);
+comet_status comet_cpu_copy(comet_backend *be, void *dst, const void *src, size_t bytes);
+comet_status comet_cpu_sync(comet_backend *be);
+comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, comet_weights **out);
+void comet_cpu_weights_free(comet_backend *be, comet_weights *w);
+comet_status comet_cpu_kv_init(comet_backend *be, comet_kv_cache *kv);
+void comet_cpu_kv_free(comet_backend *be, comet_kv_cache *kv);
+comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet_step *st);
+comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w,
+                                    const comet_step *st, float *x);
+comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *w, int layer,
+                                     comet_group g, float *x, const float *residual, int T,
+                                     void *act);
+comet_status comet_cpu_act_quant(comet_backend *be, const comet_weights *w, int layer,
+                                 comet_group g, const float *x, int T, void *act);
+comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *w, int layer,
+                                      const float *gate, const float *up, int T, void *act);
+comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
+                              const void *act, int T, float *y);
+comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                      const comet_step *st, const comet_rope_params *rp, float *q,
+                                      int H, float *k, const float *v);
+comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                       const comet_step *st, const float *q, int H, float *out);
+comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
+                               const comet_step *st, float *logits);
+
+/* Designated initializers of those ops, for a CPU backend's table. */
+#define COMET_CPU_STEP_OPS                                                                     \
+    .host_memory = 1, .alloc = comet_cpu_alloc, .free = comet_cpu_free,                       \
+    .upload = comet_cpu_copy, .download = comet_cpu_copy, .sync = comet_cpu_sync,             \
+    .weights_load = comet_cpu_weights_load, .weights_free = comet_cpu_weights_free,           \
+    .kv_init = comet_cpu_kv_init, .kv_free = comet_cpu_kv_free,                               \
+    .step_begin = comet_cpu_step_begin, .embed_tokens = comet_cpu_embed_tokens,               \
+    .rmsnorm_quant = comet_cpu_rmsnorm_quant, .act_quant = comet_cpu_act_quant,               \
+    .silu_mul_quant = comet_cpu_silu_mul_quant, .matmul = comet_cpu_matmul,                   \
+    .rope_kv_append = comet_cpu_rope_kv_append, .paged_attention = comet_cpu_paged_attention, \
+    .lm_head = comet_cpu_lm_head
+
 #endif

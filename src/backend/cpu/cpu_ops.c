@@ -657,6 +657,7 @@ static comet_status cpu_attention(comet_backend *be, const comet_kv_cache *kv, i
 
 static const comet_backend_ops cpu_ops = {
     .name = "cpu",
+    COMET_CPU_STEP_OPS,
     .embed = cpu_embed,
     .rmsnorm = cpu_rmsnorm,
     .linear = cpu_linear,

@@ -162,6 +162,7 @@ static comet_status ref_attention(comet_backend *be, const comet_kv_cache *kv, i
 
 static const comet_backend_ops ref_ops = {
     .name = "cpu-ref",
+    COMET_CPU_STEP_OPS,
     .embed = ref_embed,
     .rmsnorm = ref_rmsnorm,
     .linear = ref_linear,

@@ -4,8 +4,8 @@
  * accumulated in double. Windows are prefilled in chunks so the logits buffer stays
  * [chunk, V]. Progress goes through comet_log_progress with the running PPL.
  */
-#ifndef COMET_MODEL_PERPLEXITY_H
-#define COMET_MODEL_PERPLEXITY_H
+#ifndef COMET_ENGINE_PERPLEXITY_H
+#define COMET_ENGINE_PERPLEXITY_H
 
 #include <stddef.h>
 #include <stdint.h>

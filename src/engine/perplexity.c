@@ -1,13 +1,12 @@
 /* perplexity.c — the accuracy protocol of NUMERICS.md (see perplexity.h). */
-#include "model/perplexity.h"
+#include "engine/perplexity.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "comet/log.h"
-#include "engine/kv_pages.h"
-#include "model/forward.h"
+#include "engine/runner.h"
 
 comet_ppl_params comet_ppl_default_params(void) {
     return (comet_ppl_params){.ctx = 2048, .max_windows = 0, .chunk = 256};
@@ -50,43 +49,33 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     int n_pages = (ctx + P - 1) / P;
 
     comet_status st = COMET_OK;
-    comet_kv_cache kv = {0};
-    comet_kv_pool pool = {0};
+    comet_runner run = {0};
     comet_kv_seq seq = {0};
-    comet_batch_builder bb = {0};
-    comet_forward_ctx *fc = NULL;
     float *logits = malloc((size_t)chunk * V * sizeof(float));
     if (!logits) {
         st = comet_set_error(COMET_ERR_NOMEM, "perplexity: cannot allocate logits for %d tokens",
                              chunk);
         goto done;
     }
-    if ((st = comet_kv_cache_init(&kv, c->n_layer, n_pages, P, c->n_head_kv, c->head_dim)) < 0 ||
-        (st = comet_kv_pool_init(&pool, n_pages, P)) < 0 ||
-        (st = comet_kv_seq_init(&seq, ctx, P)) < 0 ||
-        (st = comet_batch_builder_init(&bb, chunk, 1, n_pages, P)) < 0)
+    comet_runner_params rp = {.max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages,
+                              .page_size = P};
+    if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
+        (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
         goto done;
-    kv.kv_bits = m->kv_bits; /* quantized checkpoints: simulated KV4/KV8 */
-    kv.kv_group = m->kv_group;
-    kv.kv_rotation = m->kv_rotation;
-    if (!(fc = comet_forward_init(m, be, chunk))) {
-        st = COMET_ERR_NOMEM;
-        goto done;
-    }
     double nll = 0.0;
     long scored = 0;
     for (long w = 0; w < n_windows; w++) {
         const int32_t *win = tokens + (size_t)w * ctx;
-        comet_kv_seq_release(&pool, &seq); /* each window from an empty cache */
+        comet_kv_seq_release(&run.pool, &seq); /* each window from an empty cache */
         for (int done = 0; done < ctx;) {
             int n = ctx - done < chunk ? ctx - done : chunk;
-            st = comet_kv_seq_reserve(&pool, &seq, n);
+            st = comet_kv_seq_reserve(&run.pool, &seq, n);
             COMET_ASSERT(st != COMET_KV_FULL);
             if (st < 0)
                 goto done;
-            comet_batch_builder_reset(&bb);
-            if ((st = comet_batch_builder_add(&bb, &seq, win + done, n, 2)) < 0 ||
-                (st = comet_forward(fc, &kv, &bb.batch, logits)) < 0)
+            comet_batch_builder_reset(&run.bb);
+            if ((st = comet_batch_builder_add(&run.bb, &seq, win + done, n, 2)) < 0 ||
+                (st = comet_runner_step(&run, logits)) < 0)
                 goto done;
             /* logits of window position j predict token j + 1 */
             for (int i = 0; i < n && done + i + 1 < ctx; i++)
@@ -105,11 +94,8 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     out->windows = (int)n_windows;
     st = COMET_OK;
 done:
-    comet_forward_free(fc);
-    comet_batch_builder_free(&bb);
     comet_kv_seq_free(&seq);
-    comet_kv_pool_free(&pool);
-    comet_kv_cache_free(&kv);
+    comet_runner_free(&run);
     free(logits);
     return st;
 }

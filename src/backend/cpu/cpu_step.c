@@ -1,0 +1,191 @@
+/* cpu_step.c — the step ops, memory ops, weights and KV pool of both CPU backends (backend.h),
+ * made of each backend's own fp32 primitives (embed, rmsnorm, linear, rope, kv_append,
+ * attention, silu_mul, residual_add, logits), so the reference and the fast backend keep
+ * their own arithmetic and the layer loop runs the same on both.
+ *
+ * Memory is the host's; the weights are the model's own fp32 arrays (borrowed). A quantized
+ * group's activation is the fp32 simulation of NUMERICS.md: x gathered by the group's
+ * permutation and quantized->dequantized per token per block (quant/qlinear.h), which the
+ * group's linears then multiply by their dequantized weights.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_common.h"
+#include "engine/kv_pages.h"
+#include "quant/qlinear.h"
+
+struct comet_weights {
+    const comet_model *m;
+    float *scratch; /* [scratch_floats] rows before the group's quantization */
+    size_t scratch_floats;
+};
+
+void *comet_cpu_alloc(comet_backend *be, size_t bytes) {
+    void *p = NULL;
+    if (bytes == 0 || posix_memalign(&p, 256, bytes)) {
+        comet_set_error(COMET_ERR_NOMEM, "%s backend: cannot allocate %zu MiB", be->ops->name,
+                        bytes >> 20);
+        return NULL;
+    }
+    return p;
+}
+
+void comet_cpu_free(comet_backend *be, void *p) { free(p); }
+
+comet_status comet_cpu_copy(comet_backend *be, void *dst, const void *src, size_t bytes) {
+    if (bytes)
+        memmove(dst, src, bytes);
+    return COMET_OK;
+}
+
+comet_status comet_cpu_sync(comet_backend *be) { return COMET_OK; }
+
+comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, comet_weights **out) {
+    comet_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return comet_set_error(COMET_ERR_NOMEM, "%s backend: out of memory", be->ops->name);
+    w->m = m;
+    *out = w;
+    return COMET_OK;
+}
+
+void comet_cpu_weights_free(comet_backend *be, comet_weights *w) {
+    if (!w)
+        return;
+    free(w->scratch);
+    free(w);
+}
+
+comet_status comet_cpu_kv_init(comet_backend *be, comet_kv_cache *kv) {
+    comet_kv_cache shape;
+    COMET_TRY(comet_kv_cache_init(&shape, kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
+                                  kv->head_dim));
+    kv->k = shape.k;
+    kv->v = shape.v;
+    return COMET_OK;
+}
+
+void comet_cpu_kv_free(comet_backend *be, comet_kv_cache *kv) { comet_kv_cache_free(kv); }
+
+comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet_step *st) {
+    st->host = *b;
+    st->dev = *b;
+    st->max_kv_len = 0;
+    st->max_q_len = 0;
+    return COMET_OK;
+}
+
+comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w,
+                                     const comet_step *st, float *x) {
+    return be->ops->embed(be, w->m->tok_embd, w->m->cfg.n_embd, st->dev.tokens, st->dev.n_tokens,
+                          x);
+}
+
+/* The group's first linear: its permutation, block, n8 and a_bits are the group's. */
+static const comet_linear *group_linear(const comet_model *m, int layer, comet_group g) {
+    static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O,
+                                                        COMET_ROLE_GATE, COMET_ROLE_DOWN,
+                                                        COMET_ROLE_COUNT};
+    if (g == COMET_GROUP_LM_HEAD)
+        return NULL;
+    return comet_model_linear(m, layer, first[g]);
+}
+
+static int group_quantized(const comet_linear *lin) { return lin && lin->fmt == COMET_WFMT_QSIM; }
+
+/* A [n] fp32 scratch owned by w, grown when a larger step comes. */
+static float *scratch(comet_weights *w, size_t n) {
+    if (w->scratch_floats < n) {
+        float *p = realloc(w->scratch, n * sizeof *p);
+        if (!p) {
+            comet_set_error(COMET_ERR_NOMEM, "cpu backend: cannot grow scratch to %zu MiB",
+                            n * sizeof *p >> 20);
+            return NULL;
+        }
+        w->scratch = p;
+        w->scratch_floats = n;
+    }
+    return w->scratch;
+}
+
+comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *cw, int layer,
+                                      comet_group g, float *x, const float *residual, int T,
+                                      void *act) {
+    comet_weights *w = (comet_weights *)cw;
+    const comet_model *m = w->m;
+    int C = m->cfg.n_embd;
+    const float *norm = comet_model_norm(m, layer, g);
+    COMET_ASSERT(norm);
+    if (residual)
+        COMET_TRY(be->ops->residual_add(be, x, residual, T, C));
+    const comet_linear *lin = group_linear(m, layer, g);
+    if (!group_quantized(lin))
+        return be->ops->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, act);
+    float *h = scratch(w, (size_t)T * C);
+    if (!h)
+        return COMET_ERR_NOMEM;
+    COMET_TRY(be->ops->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, h));
+    comet_qlinear_input(lin, h, T, act);
+    return COMET_OK;
+}
+
+comet_status comet_cpu_act_quant(comet_backend *be, const comet_weights *w, int layer,
+                                  comet_group g, const float *x, int T, void *act) {
+    const comet_linear *lin = group_linear(w->m, layer, g);
+    if (group_quantized(lin))
+        comet_qlinear_input(lin, x, T, act);
+    else
+        memcpy(act, x, (size_t)T * comet_group_width(&w->m->cfg, g) * sizeof(float));
+    return COMET_OK;
+}
+
+comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *cw, int layer,
+                                       const float *gate, const float *up, int T, void *act) {
+    comet_weights *w = (comet_weights *)cw;
+    int F = w->m->cfg.n_ff;
+    const comet_linear *lin = group_linear(w->m, layer, COMET_GROUP_DOWN);
+    if (!group_quantized(lin))
+        return be->ops->silu_mul(be, gate, up, T, F, act);
+    float *h = scratch(w, (size_t)T * F);
+    if (!h)
+        return COMET_ERR_NOMEM;
+    COMET_TRY(be->ops->silu_mul(be, gate, up, T, F, h));
+    comet_qlinear_input(lin, h, T, act);
+    return COMET_OK;
+}
+
+/* The act is already the group's input: the linear runs without gathering or quantizing
+ * again (a QSIM linear as an identity-permuted, unquantized-input one), so each backend's
+ * own linear multiplies it as before. */
+comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
+                               const void *act, int T, float *y) {
+    const comet_linear *orig = comet_model_linear(w->m, layer, r);
+    if (orig->fmt != COMET_WFMT_QSIM)
+        return be->ops->linear(be, orig, act, T, y); /* the model's own linear: calibration
+                                                      * tells the linears apart by address */
+    comet_linear lin = *orig;
+    lin.perm = NULL;
+    lin.a_bits = 16;
+    return be->ops->linear(be, &lin, act, T, y);
+}
+
+comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                       const comet_step *st, const comet_rope_params *rp,
+                                       float *q, int H, float *k, const float *v) {
+    COMET_TRY(be->ops->rope(be, rp, st->dev.positions, st->dev.n_tokens, q, H, k, kv->n_head_kv));
+    return be->ops->kv_append(be, kv, layer, &st->dev, k, v);
+}
+
+comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                        const comet_step *st, const float *q, int H, float *out) {
+    return be->ops->attention(be, kv, layer, &st->dev, q, H, out);
+}
+
+comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
+                                const comet_step *st, float *logits) {
+    const comet_model_config *c = &w->m->cfg;
+    return be->ops->logits(be, act, st->dev.logit_rows, st->dev.n_logits, w->m->lm_head, c->n_embd,
+                           c->n_vocab, logits);
+}
