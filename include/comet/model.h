@@ -153,6 +153,10 @@ typedef struct comet_model {
                   * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
     int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
     int kv_rotation; /* comet_kv_rotation of the KV cache (the CPU backends apply it) */
+    /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and
+     * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy
+     * with random weights from this seed, others refuse the model. */
+    uint64_t synthetic_seed;
     /* Every weight buffer above is owned by the model and released by comet_model_free:
      * weight/quantization buffers through this registry (comet_model_own); `layers` (calloc),
      * `tok`, `chat_template`, `name` and `path` are freed directly. */
@@ -167,6 +171,15 @@ typedef struct comet_model {
  * the file/field and the problem: COMET_ERR_IO, COMET_ERR_FORMAT (malformed),
  * COMET_ERR_UNSUPPORTED (architecture, tensor type). */
 comet_status comet_model_load(const char *path, comet_model **out);
+
+/* A synthetic model of a known shape for benchmarks, with no weights in host memory
+ * (comet_model.synthetic_seed): preset "llama3-8b" or "llama3-70b" (LLaMA-3.1 shapes,
+ * vocabulary 128256, context 8192). quantized: W4AxKV4 linears (block 128, the first 1/8 of
+ * each group's blocks INT8, KV4 with the Hadamard rotation); else floating-point linears and a
+ * 16-bit KV cache. No tokenizer. COMET_OK and *out (free with comet_model_free), or
+ * COMET_ERR_INVALID_ARG naming the preset, COMET_ERR_NOMEM. */
+comet_status comet_model_synthetic(const char *preset, int quantized, uint64_t seed,
+                                   comet_model **out);
 
 /* Release a model and everything it owns. NULL is a no-op. */
 void comet_model_free(comet_model *m);

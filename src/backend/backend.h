@@ -98,6 +98,12 @@ typedef struct comet_step {
     int max_q_len;    /* the most tokens one sequence has in this step */
 } comet_step;
 
+/* inv_freq[i] for i < D/2: theta^(-2i/D), then the model's scaling: LINEAR divides by
+ * factor; LLAMA3 applies Llama-3.1's wavelength-dependent blend (HF
+ * _compute_llama3_parameters). inv_freq has room for D/2 doubles. Every backend rotates
+ * position p's pair i by the angle p * inv_freq[i], computed in double. */
+void comet_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
+
 typedef struct comet_backend_ops {
     const char *name;
     int host_memory; /* 1 when the backend's memory is the host's (CPU): its buffers are

@@ -39,6 +39,8 @@ struct comet_forward_ctx {
     float *up;     /* [T, F] */
     void *act;     /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
     float *logits; /* [T, V] (backends without host memory) */
+    comet_forward_op_fn on_op; /* profiler, or NULL */
+    void *on_op_user;
 };
 
 void comet_forward_free(comet_forward_ctx *fc) {
@@ -159,6 +161,11 @@ int comet_forward_max_tokens(const comet_forward_ctx *fc) { return fc->max_token
 
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->be; }
 
+void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user) {
+    fc->on_op = fn;
+    fc->on_op_user = user;
+}
+
 static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
                                 const comet_batch *b) {
     const comet_model_config *c = &fc->m->cfg;
@@ -201,32 +208,64 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
     const comet_weights *w = fc->w;
     int T = b->n_tokens, H = c->n_head;
     COMET_TRY(check_batch(fc, kv, b));
+#define PROF(name)                                \
+    do {                                          \
+        if (fc->on_op)                            \
+            fc->on_op(fc->on_op_user, (name));    \
+    } while (0)
 
     comet_step st;
+    PROF("step_begin");
     COMET_TRY(op->step_begin(be, b, &st));
+    PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, &st, fc->x));
     for (int l = 0; l < c->n_layer; l++) {
+        PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
                                     fc->act));
+        PROF("matmul q");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_Q, fc->act, T, fc->q));
+        PROF("matmul k");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_K, fc->act, T, fc->k));
+        PROF("matmul v");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
+        PROF("rope_kv_append");
         COMET_TRY(op->rope_kv_append(be, kv, l, &st, &fc->rope, fc->q, H, fc->k, fc->v));
+        PROF("paged_attention");
         COMET_TRY(op->paged_attention(be, kv, l, &st, fc->q, H, fc->att));
+        PROF("act_quant");
         COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, fc->att, T, fc->act));
+        PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
 
+        PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
+        PROF("matmul gate");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_GATE, fc->act, T, fc->gate));
+        PROF("matmul up");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_UP, fc->act, T, fc->up));
+        PROF("silu_mul_quant");
         COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
+        PROF("matmul down");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
     }
-    if (b->n_logits == 0)
+    if (b->n_logits == 0) {
+        PROF(NULL);
         return op->sync(be);
+    }
+    PROF("rmsnorm_quant");
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
-    if (op->host_memory)
-        return op->lm_head(be, w, fc->act, &st, logits);
-    COMET_TRY(op->lm_head(be, w, fc->act, &st, fc->logits));
-    return op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float));
+    PROF("lm_head");
+    if (op->host_memory) {
+        COMET_TRY(op->lm_head(be, w, fc->act, &st, logits));
+    } else {
+        COMET_TRY(op->lm_head(be, w, fc->act, &st, fc->logits));
+        PROF("logits download");
+        COMET_TRY(op->download(be, logits, fc->logits,
+                               (size_t)b->n_logits * c->n_vocab * sizeof(float)));
+    }
+    PROF(NULL);
+    return COMET_OK;
+#undef PROF
 }
+#undef PROF

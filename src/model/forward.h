@@ -30,6 +30,13 @@ int comet_forward_max_tokens(const comet_forward_ctx *fc);
 /* The backend the context runs on (borrowed). */
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
 
+/* A profiler hook: comet_forward calls fn(user, "op name") before each op of a step and
+ * fn(user, NULL) after the last, so fn can close the previous op's interval (e.g. sync the
+ * backend and read a clock). The names are the step ops' (backend.h), matmul with
+ * its role ("matmul q"), and "logits download". NULL turns it off. */
+typedef void (*comet_forward_op_fn)(void *user, const char *op);
+void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user);
+
 /* Run one step: append the K/V of every token of `b` (host arrays) into `kv` (at the
  * positions given by b's page tables) and write logits [b->n_logits, V] for the rows
  * b->logit_rows into `logits` (host memory, may be NULL when n_logits == 0). Returns when

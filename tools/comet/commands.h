@@ -10,6 +10,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_perplexity(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Path of the bundled default model (SmolLM2-135M-Instruct Q4_1 GGUF), looked up in
  * $COMET_MODELS_DIR, then models/ beside the build directory of this executable, then

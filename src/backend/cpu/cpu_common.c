@@ -1,4 +1,4 @@
-/* cpu_common.c — RoPE frequencies, the KV append, the KV rotation around attention and the
+/* cpu_common.c — the KV append, the KV rotation around attention and the
  * W4Ax weight loading, shared by the CPU backends. */
 #include "backend/cpu/cpu_common.h"
 
@@ -10,28 +10,6 @@
 #include "comet/model.h"
 #include "quant/quant.h"
 #include "quant/w4_plain.h"
-
-void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq) {
-    int D = rp->head_dim;
-    for (int i = 0; i < D / 2; i++) {
-        double f = pow((double)rp->theta, -(double)(2 * i) / D);
-        if (rp->scaling == COMET_ROPE_SCALING_LINEAR) {
-            f /= rp->factor;
-        } else if (rp->scaling == COMET_ROPE_SCALING_LLAMA3) {
-            double low_wavelen = rp->orig_ctx / rp->low_freq_factor;
-            double high_wavelen = rp->orig_ctx / rp->high_freq_factor;
-            double wavelen = 2.0 * M_PI / f;
-            if (wavelen > low_wavelen) {
-                f /= rp->factor;
-            } else if (wavelen >= high_wavelen) {
-                double smooth = (rp->orig_ctx / wavelen - rp->low_freq_factor) /
-                                (rp->high_freq_factor - rp->low_freq_factor);
-                f = (1.0 - smooth) * f / rp->factor + smooth * f;
-            }
-        }
-        inv_freq[i] = f;
-    }
-}
 
 comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                  const comet_batch *b, const float *k, const float *v) {

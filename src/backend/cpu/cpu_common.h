@@ -1,6 +1,6 @@
-/* cpu_common.h — pieces shared by the CPU reference and fast backends: limits and the
- * RoPE frequency table (so both rotate by exactly the same angles), the KV append and the
- * KV rotation around attention, and the W4Ax weights both load the same way. */
+/* cpu_common.h — pieces shared by the CPU reference and fast backends: limits, the KV
+ * append and the KV rotation around attention, the W4Ax weights both load the same way,
+ * and the step ops made of their primitives. */
 #ifndef COMET_BACKEND_CPU_COMMON_H
 #define COMET_BACKEND_CPU_COMMON_H
 
@@ -9,10 +9,6 @@
 #define COMET_CPU_MAX_HEAD_DIM 256 /* D */
 #define COMET_CPU_MAX_GQA_GROUP 32 /* H / Hkv */
 
-/* inv_freq[i] for i < D/2: theta^(-2i/D), then the model's scaling: LINEAR divides by
- * factor; LLAMA3 applies Llama-3.1's wavelength-dependent blend (HF
- * _compute_llama3_parameters). inv_freq has room for D/2 doubles. */
-void comet_cpu_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
 
 /* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
  * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv_bits 4 or 8 each token's

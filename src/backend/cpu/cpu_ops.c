@@ -261,7 +261,7 @@ static comet_status cpu_rope(comet_backend *be, const comet_rope_params *rp,
                              const int32_t *positions, int T, float *q, int H, float *k, int Hkv) {
     double inv_freq[COMET_CPU_MAX_HEAD_DIM / 2];
     COMET_ASSERT(rp->head_dim % 2 == 0 && rp->head_dim <= COMET_CPU_MAX_HEAD_DIM);
-    comet_cpu_rope_inv_freq(rp, inv_freq);
+    comet_rope_inv_freq(rp, inv_freq);
     rope_job j = {rp, inv_freq, positions, q, k, T, H, Hkv, 0};
     j.n_chunks = n_chunks_for(pool(be), (size_t)T * (H + Hkv) * rp->head_dim, MIN_PAR_ELEMS);
     if (j.n_chunks > T)

@@ -43,6 +43,10 @@ comet_status comet_cpu_copy(comet_backend *be, void *dst, const void *src, size_
 comet_status comet_cpu_sync(comet_backend *be) { return COMET_OK; }
 
 comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, comet_weights **out) {
+    if (m->synthetic_seed)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s backend: the synthetic model '%s' has no weights in host "
+                               "memory; it runs on --device cuda", be->ops->name, m->name);
     comet_weights *w = calloc(1, sizeof *w);
     if (!w)
         return comet_set_error(COMET_ERR_NOMEM, "%s backend: out of memory", be->ops->name);

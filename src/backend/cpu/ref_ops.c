@@ -69,7 +69,7 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
     int D = rp->head_dim;
     double inv_freq[COMET_CPU_MAX_HEAD_DIM / 2];
     COMET_ASSERT(D % 2 == 0 && D <= COMET_CPU_MAX_HEAD_DIM);
-    comet_cpu_rope_inv_freq(rp, inv_freq);
+    comet_rope_inv_freq(rp, inv_freq);
     for (int t = 0; t < T; t++) {
         for (int h = 0; h < H; h++)
             rope_rotate(q + ((size_t)t * H + h) * D, D, positions[t], inv_freq);

@@ -1,34 +1,71 @@
-/* cuda_backend.c — the CUDA backend's op table (backend.h). So far it holds the W4Ax GEMM
- * only: w4ax_load packs plain weights (comet_cuda_w4ax_pack) into device memory, gemm_w4ax
- * launches comet_cuda_gemm_w4ax (kernel AUTO, fp32 output, programmatic dependent launch) on
- * the backend's own stream;
- * the other ops are NULL until their kernels exist, and comet_forward_init refuses the
- * backend, naming the first op missing.
+/* cuda_backend.c — the CUDA backend's op table (backend.h): memory, weights, the KV page
+ * pool and the step ops of the layer loop, all queued on the backend's own non-blocking
+ * stream of one GPU.
  *
- * Plain C against the CUDA runtime. It depends only on gemm_w4ax.h (+ the kernels),
- * gemm_w4ax_pack.c, backend.c and core/status.c, so the GPU machine, which cannot build
- * comet_lib, builds it with gcc in bench/gemm/build.sh. Without COMET_HAVE_CUDA this file
+ * - Memory ops: cudaMalloc / cudaFree and stream-ordered copies.
+ * - weights_load: W4Ax linears (QSIM, INT4 weights, INT4/INT8 activations) packed with
+ *   comet_cuda_w4ax_pack into device memory; FP16 copies of fp32 and of a16 QSIM linears
+ *   (converted on the device); fp32 norms and embedding table; an FP16 lm_head; per group
+ *   its activation format (model_ops.h) and permutation.
+ * - Step ops: step_begin packs the batch (and the attention tiles) into one pinned buffer
+ *   and one copy; the elementwise + quantize, RoPE + KV append and attention kernels are in
+ *   model_ops.cu; matmul runs the W4Ax GEMM (comet_cuda_gemm_w4ax, kernel AUTO, fp32 output,
+ *   programmatic dependent launch) or cuBLAS (FP16 in, fp32 out); lm_head gathers the rows
+ *   wanted and runs cuBLAS.
+ * - The KV pool: kv_init allocates the layout of cuda_kv.h.
+ * The fp32 primitives of the CPU backends (embed ... logits) are NULL here. The step ops
+ * read the batch of the backend's latest step_begin (its device copy and attention tiles
+ * live in the backend; a step must not be used after the next step_begin). Per-step ops
+ * allocate nothing except when a step needs more than any before: the step buffers and
+ * attention's split workspace grow (geometrically; growing waits for the stream).
+ *
+ * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
+ * gemm_w4ax.h and model_ops.h (+ their kernels), gemm_w4ax_pack.c, backend.c, rope.c and
+ * core/status.c. Without COMET_HAVE_CUDA this file
  * compiles to stubs that fail with a message, so that callers always link.
  */
 #include "backend/backend.h"
 
 #ifdef COMET_HAVE_CUDA
 
+#include <math.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
+#include <cublas_v2.h>
 #include <cuda.h> /* types of the two driver functions below, reached through the runtime */
 #include <cuda_runtime_api.h>
 
+#include "backend/cuda/cuda_kv.h"
 #include "backend/cuda/gemm_w4ax.h"
+#include "backend/cuda/model_ops.h"
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
 
+#define ROPE_SLOTS 8                                /* distinct RoPE tables kept */
+#define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
+
 typedef struct cuda_impl {
     int device;
+    int n_sm; /* multiprocessors of the device (attention's split choice) */
     cudaStream_t stream;
     void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
     size_t workspace_bytes;
+    cublasHandle_t cublas; /* bound to stream */
+    /* the step's batch: host staging (pinned) and its device copy, step_cap int32 each */
+    int32_t *step_host, *step_dev;
+    size_t step_cap;
+    cudaEvent_t step_copied; /* recorded after the staging copy: the next step waits on it */
+    comet_cuda_step_view view; /* the latest step_begin's batch on the device */
+    void *attn_ws; /* attention's split partials, grown on demand */
+    size_t attn_ws_bytes;
+    double *rope_dev; /* [ROPE_SLOTS, ROPE_SLOT_FREQS] inv_freq tables, allocated on first use */
+    comet_rope_params rope_key[ROPE_SLOTS];
+    int rope_used, rope_next;
+    double rope_host[ROPE_SLOTS][ROPE_SLOT_FREQS];
 } cuda_impl;
 
 struct comet_w4ax_weight {
@@ -246,18 +283,845 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
     return st;
 }
 
+/* ---- memory ---- */
+
+static void *cuda_alloc(comet_backend *be, size_t bytes) {
+    cuda_impl *im = impl_of(be);
+    if (bytes == 0) {
+        comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: alloc of 0 bytes");
+        return NULL;
+    }
+    CUcontext prev;
+    void *p = NULL;
+    cudaError_t e = device_enter(im->device, &prev);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&p, bytes);
+    device_leave(prev);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        comet_set_error(e == cudaErrorMemoryAllocation ? COMET_ERR_NOMEM : COMET_ERR_CUDA,
+                        "cuda backend: alloc of %zu MiB: %s", bytes >> 20, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free_op(comet_backend *be, void *p) {
+    if (!p)
+        return;
+    CUcontext prev;
+    if (device_enter(impl_of(be)->device, &prev) == cudaSuccess)
+        cudaFree(p); /* waits for the device's queued work */
+    device_leave(prev);
+}
+
+/* upload: stream-ordered; a page-locked source (which the copy would read later) is waited
+ * for, so that src may be reused when the call returns, as backend.h promises. */
+static comet_status cuda_upload(comet_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *im = impl_of(be);
+    if (bytes == 0)
+        return COMET_OK;
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "upload: cudaSetDevice");
+    struct cudaPointerAttributes at;
+    int pinned = cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream);
+    if (e == cudaSuccess && pinned)
+        e = cudaStreamSynchronize(im->stream);
+    device_leave(prev);
+    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "upload");
+}
+
+static comet_status cuda_download(comet_backend *be, void *dst, const void *src, size_t bytes) {
+    cuda_impl *im = impl_of(be);
+    if (bytes == 0)
+        return COMET_OK;
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "download: cudaSetDevice");
+    cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream);
+    if (e == cudaSuccess)
+        e = cudaStreamSynchronize(im->stream);
+    device_leave(prev);
+    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "download");
+}
+
+static comet_status cuda_sync_op(comet_backend *be) { return comet_backend_cuda_sync(be); }
+
+/* ---- weights ---- */
+
+#define CUDA_WEIGHTS_MAGIC 0x57415543u /* "CUAW" */
+#define F16_STAGE_FLOATS ((size_t)16 << 20) /* fp32 staging for the FP16 conversion (64 MiB) */
+
+typedef enum cuda_lin_kind { LIN_NONE = 0, LIN_F16, LIN_W4AX } cuda_lin_kind;
+
+typedef struct cuda_lin {
+    cuda_lin_kind kind;
+    int N, K;
+    comet_w4ax_weight *w4; /* LIN_W4AX */
+    uint16_t *w16;         /* LIN_F16: device fp16 [N, K] */
+} cuda_lin;
+
+typedef struct cuda_grp {
+    comet_cuda_act_fmt fmt; /* fmt.perm: device [K] or NULL */
+    float *norm;            /* device fp32 [C], or NULL for O and DOWN */
+} cuda_grp;
+
+#define LAYER_GROUPS COMET_GROUP_LM_HEAD /* groups per layer; the lm_head's comes after */
+
+struct comet_weights {
+    uint32_t magic;
+    int device;
+    const comet_model *m;
+    int n_layer, C, V;
+    cuda_lin *lin;    /* [n_layer, COMET_ROLE_COUNT] */
+    cuda_grp *grp;    /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
+    float *embd;      /* device fp32 [V, C] */
+    uint16_t *lm_head; /* device fp16 [V, C] */
+};
+
+static const char *const role_names[COMET_ROLE_COUNT] = {"q_proj",    "k_proj",  "v_proj",
+                                                         "o_proj",    "gate_proj", "up_proj",
+                                                         "down_proj"};
+static const char *const group_names[COMET_GROUP_COUNT] = {"qkv", "o", "gate_up", "down",
+                                                           "lm_head"};
+
+static const cuda_grp *group_of(const comet_weights *w, int layer, comet_group g) {
+    return g == COMET_GROUP_LM_HEAD ? &w->grp[(size_t)w->n_layer * LAYER_GROUPS]
+                                    : &w->grp[(size_t)layer * LAYER_GROUPS + g];
+}
+
+/* The activation kind a linear reads; LIN_NONE for a layout this backend does not run. */
+static cuda_lin_kind lin_kind(const comet_model *m, const comet_linear *lin) {
+    int synthetic = m->synthetic_seed != 0; /* no host arrays: random weights on the device */
+    if (lin->fmt == COMET_WFMT_F32 && (lin->w || synthetic))
+        return LIN_F16;
+    if (lin->fmt != COMET_WFMT_QSIM)
+        return LIN_NONE;
+    if (lin->a_bits == 16 && (lin->w || synthetic))
+        return LIN_F16;
+    if (lin->w_bits == 4 && (lin->a_bits == 4 || lin->a_bits == 8) &&
+        ((lin->qw && lin->sw) || synthetic))
+        return LIN_W4AX;
+    return LIN_NONE;
+}
+
+static const int32_t *lin_perm(const comet_linear *lin) {
+    return lin->fmt == COMET_WFMT_QSIM ? lin->perm : NULL;
+}
+
+static int same_perm(const int32_t *a, const int32_t *b, int K) {
+    return a == b || (a && b && !memcmp(a, b, (size_t)K * sizeof *a));
+}
+
+/* The last error message prefixed with "cuda backend: <where>: "; returns st. */
+static comet_status prefix_error(comet_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static comet_status prefix_error(comet_status st, const char *fmt, ...) {
+    char where[160], msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(where, sizeof where, fmt, ap);
+    va_end(ap);
+    snprintf(msg, sizeof msg, "%s", comet_last_error()); /* the next call overwrites it */
+    return comet_set_error(st, "cuda backend: %s: %s", where, msg);
+}
+
+/* *dst = a new device copy of host src (bytes > 0). */
+static comet_status upload_new(cuda_impl *im, void **dst, const void *src, size_t bytes,
+                               const char *what) {
+    CUDA_TRY(cudaMalloc(dst, bytes), what);
+    CUDA_TRY(cudaMemcpyAsync(*dst, src, bytes, cudaMemcpyHostToDevice, im->stream), what);
+    return COMET_OK;
+}
+
+/* *dst = a new device fp16 copy of host fp32 src [n], converted on the device through the
+ * fp32 staging buffer *stage (allocated on first need). */
+static comet_status upload_f16(cuda_impl *im, uint16_t **dst, const float *src, size_t n,
+                               float **stage, const char *what) {
+    CUDA_TRY(cudaMalloc((void **)dst, n * sizeof **dst), what);
+    if (!*stage)
+        CUDA_TRY(cudaMalloc((void **)stage, F16_STAGE_FLOATS * sizeof **stage), what);
+    for (size_t off = 0; off < n; off += F16_STAGE_FLOATS) {
+        size_t cnt = n - off < F16_STAGE_FLOATS ? n - off : F16_STAGE_FLOATS;
+        /* from pageable memory: the copy waits for the stream (the previous conversion has
+         * read the stage) and returns once src is staged */
+        CUDA_TRY(cudaMemcpyAsync(*stage, src + off, cnt * sizeof *src, cudaMemcpyHostToDevice,
+                                 im->stream), what);
+        COMET_TRY(comet_cuda_f32_to_f16(*stage, *dst + off, cnt, im->stream));
+    }
+    return COMET_OK;
+}
+
+static void cuda_weights_free(comet_backend *be, comet_weights *w) {
+    if (!w)
+        return;
+    cuda_impl *im = impl_of(be);
+    CUcontext prev;
+    if (device_enter(w->device, &prev) != cudaSuccess)
+        cudaGetLastError();
+    cudaStreamSynchronize(im->stream);
+    size_t n_lin = (size_t)w->n_layer * COMET_ROLE_COUNT;
+    for (size_t i = 0; w->lin && i < n_lin; i++) {
+        if (w->lin[i].w4)
+            cuda_w4ax_free(be, w->lin[i].w4);
+        if (w->lin[i].w16)
+            cudaFree(w->lin[i].w16);
+    }
+    size_t n_grp = (size_t)w->n_layer * LAYER_GROUPS + 1;
+    for (size_t i = 0; w->grp && i < n_grp; i++) {
+        if (w->grp[i].fmt.perm)
+            cudaFree((void *)w->grp[i].fmt.perm);
+        if (w->grp[i].norm)
+            cudaFree(w->grp[i].norm);
+    }
+    if (w->embd)
+        cudaFree(w->embd);
+    if (w->lm_head)
+        cudaFree(w->lm_head);
+    device_leave(prev);
+    free(w->lin);
+    free(w->grp);
+    w->magic = 0;
+    free(w);
+}
+
+/* *dst = a new device buffer of n elements of `kind` (comet_cuda_fill_random) drawn from
+ * the model's synthetic seed mixed with `salt`. */
+static comet_status synth_new(cuda_impl *im, void **dst, size_t n, int kind, float lo, float hi,
+                              uint64_t seed, uint64_t salt, const char *what) {
+    size_t elem = kind == COMET_CUDA_FILL_BYTES ? 1 : kind == COMET_CUDA_FILL_F16 ? 2 : 4;
+    CUDA_TRY(cudaMalloc(dst, n * elem), what);
+    return comet_cuda_fill_random(*dst, n, kind, lo, hi, seed * 0x100000001B3ull + salt,
+                                  im->stream);
+}
+
+/* A synthetic W4Ax weight [N, K]: random packed codes (uniform codes in any layout) and
+ * block scales around 1 / (4.6 sqrt(K)), so that a row has about unit norm (the codes'
+ * standard deviation is 4.6). */
+static comet_status synth_w4ax(comet_backend *be, int N, int K, int B, uint64_t seed,
+                               uint64_t salt, comet_w4ax_weight **out) {
+    cuda_impl *im = impl_of(be);
+    comet_w4ax_weight *w = calloc(1, sizeof *w);
+    if (!w)
+        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
+    w->magic = CUDA_W4AX_MAGIC;
+    w->device = im->device;
+    w->N = N, w->K = K, w->B = B;
+    *out = w; /* released by cuda_w4ax_free, also after a failure below */
+    float s = 1.0f / (4.6f * sqrtf((float)K));
+    COMET_TRY(synth_new(im, (void **)&w->qw, comet_cuda_w4ax_packed_qw_bytes(N, K),
+                        COMET_CUDA_FILL_BYTES, 0, 0, seed, salt, "weights_load: synthetic codes"));
+    return synth_new(im, (void **)&w->sw, comet_cuda_w4ax_packed_sw_bytes(N, K, B) / 2,
+                     COMET_CUDA_FILL_F16, 0.8f * s, 1.2f * s, seed, salt + 1,
+                     "weights_load: synthetic scales");
+}
+
+/* Group g of layer l: its activation format from the first linear, checked against the
+ * others, its permutation and norm weight on the device. */
+static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet_group g) {
+    cuda_impl *im = impl_of(be);
+    const comet_model *m = w->m;
+    cuda_grp *gr = &w->grp[(size_t)l * LAYER_GROUPS + g];
+    const int K = comet_group_width(&m->cfg, g);
+    const comet_linear *first = NULL;
+    comet_role first_role = COMET_ROLE_COUNT;
+    for (int r = 0; r < COMET_ROLE_COUNT; r++) {
+        if (comet_role_group((comet_role)r) != g)
+            continue;
+        const comet_linear *lin = comet_model_linear(m, l, (comet_role)r);
+        cuda_lin_kind kind = lin_kind(m, lin);
+        if (kind == LIN_NONE)
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "cuda backend: layer %d %s: weight format %s with w_bits %d, "
+                                   "a_bits %d; the CUDA backend runs fp32 linears (as FP16), "
+                                   "QSIM with w_bits 4 and a_bits 4 or 8 (W4Ax) and QSIM with "
+                                   "a_bits 16 (as FP16)", l, role_names[r],
+                                   lin->fmt == COMET_WFMT_F32 ? "f32" : lin->fmt == COMET_WFMT_QSIM
+                                                                          ? "qsim" : "unknown",
+                                   lin->w_bits, lin->a_bits);
+        if (lin->n_in != K)
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "cuda backend: layer %d %s: %d inputs; its group %s is %d wide",
+                                   l, role_names[r], lin->n_in, group_names[g], K);
+        if (!first) {
+            first = lin;
+            first_role = (comet_role)r;
+            gr->fmt.kind = kind == LIN_W4AX ? COMET_CUDA_ACT_W4AX : COMET_CUDA_ACT_F16;
+            gr->fmt.K = K;
+            gr->fmt.B = kind == LIN_W4AX ? lin->block : 0;
+            gr->fmt.n8 = kind == LIN_W4AX ? lin->n8 : 0;
+            if (kind == LIN_W4AX && ((lin->block != 64 && lin->block != 128) || K % lin->block ||
+                                     K % 64 || lin->n8 < 0 || lin->n8 > K / lin->block))
+                return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                       "cuda backend: layer %d %s: W4Ax with K = %d, block %d, "
+                                       "n8 = %d; the GEMM takes blocks of 64 or 128 dividing K, "
+                                       "K a multiple of 64", l, role_names[r], K, lin->block,
+                                       lin->n8);
+            continue;
+        }
+        cuda_lin_kind first_kind = lin_kind(m, first);
+        if (kind != first_kind || !same_perm(lin_perm(lin), lin_perm(first), K) ||
+            (kind == LIN_W4AX && (lin->block != first->block || lin->n8 != first->n8)))
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "cuda backend: layer %d: %s and %s read one activation (group "
+                                   "%s) but differ in its format (kind, permutation, block or "
+                                   "n8)", l, role_names[first_role], role_names[r],
+                                   group_names[g]);
+    }
+    const int32_t *perm = lin_perm(first);
+    if (perm) {
+        void *p = NULL;
+        comet_status st = upload_new(im, &p, perm, (size_t)K * sizeof *perm,
+                                     "weights_load: permutation");
+        gr->fmt.perm = p; /* released by cuda_weights_free, also after a failed copy */
+        COMET_TRY(st);
+    }
+    if (g == COMET_GROUP_QKV || g == COMET_GROUP_GATE_UP) {
+        const float *norm = comet_model_norm(m, l, g);
+        if (m->synthetic_seed) /* RMSNorm weights of 1 */
+            return synth_new(im, (void **)&gr->norm, (size_t)m->cfg.n_embd, COMET_CUDA_FILL_F32,
+                             1.0f, 1.0f, m->synthetic_seed, 0, "weights_load: norm weight");
+        COMET_TRY(upload_new(im, (void **)&gr->norm, norm, (size_t)m->cfg.n_embd * sizeof *norm,
+                             "weights_load: norm weight"));
+    }
+    return COMET_OK;
+}
+
+static comet_status load_linear(comet_backend *be, comet_weights *w, int l, comet_role r,
+                                float **stage) {
+    cuda_impl *im = impl_of(be);
+    const comet_linear *lin = comet_model_linear(w->m, l, r);
+    cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + r];
+    cl->kind = lin_kind(w->m, lin);
+    cl->N = lin->n_out, cl->K = lin->n_in;
+    uint64_t seed = w->m->synthetic_seed, salt = 16 * ((uint64_t)l * COMET_ROLE_COUNT + r) + 2;
+    if (seed && cl->kind == LIN_W4AX)
+        return synth_w4ax(be, lin->n_out, lin->n_in, lin->block, seed, salt, &cl->w4);
+    if (seed) { /* uniform with the variance of N(0, 1/K) */
+        float a = sqrtf(3.0f / (float)lin->n_in);
+        return synth_new(im, (void **)&cl->w16, (size_t)lin->n_out * lin->n_in,
+                         COMET_CUDA_FILL_F16, -a, a, seed, salt, "weights_load: fp16 linear");
+    }
+    if (cl->kind == LIN_W4AX) {
+        comet_status st = cuda_w4ax_load(be, lin->n_out, lin->n_in, lin->block, lin->qw, lin->sw,
+                                         &cl->w4);
+        if (st < 0)
+            return prefix_error(st, "weights_load, layer %d %s", l, role_names[r]);
+        return COMET_OK;
+    }
+    return upload_f16(im, &cl->w16, lin->w, (size_t)lin->n_out * lin->n_in, stage,
+                      "weights_load: fp16 linear");
+}
+
+static comet_status cuda_weights_load(comet_backend *be, const comet_model *m, comet_weights **out) {
+    cuda_impl *im = impl_of(be);
+    const comet_model_config *c = &m->cfg;
+    *out = NULL;
+    const float *lm = m->lm_head ? m->lm_head : m->tok_embd;
+    if (!m->synthetic_seed && (!m->tok_embd || !lm || !m->output_norm))
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: weights_load: the model has "
+                               "no token embedding, lm_head or output norm");
+    comet_weights *w = calloc(1, sizeof *w);
+    if (!w)
+        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
+    w->magic = CUDA_WEIGHTS_MAGIC;
+    w->device = im->device;
+    w->m = m;
+    w->n_layer = c->n_layer, w->C = c->n_embd, w->V = c->n_vocab;
+    w->lin = calloc((size_t)c->n_layer * COMET_ROLE_COUNT, sizeof *w->lin);
+    w->grp = calloc((size_t)c->n_layer * LAYER_GROUPS + 1, sizeof *w->grp);
+    if (!w->lin || !w->grp) {
+        free(w->lin);
+        free(w->grp);
+        free(w);
+        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
+    }
+    CUcontext prev;
+    cudaError_t e = device_enter(im->device, &prev);
+    if (e != cudaSuccess) {
+        cuda_weights_free(be, w);
+        return cuda_fail(e, "weights_load: cudaSetDevice");
+    }
+    float *stage = NULL;
+    comet_status st = COMET_OK;
+    for (int l = 0; l < c->n_layer && st >= 0; l++) {
+        for (int g = 0; g < LAYER_GROUPS && st >= 0; g++)
+            st = load_group(be, w, l, (comet_group)g);
+        for (int r = 0; r < COMET_ROLE_COUNT && st >= 0; r++)
+            st = load_linear(be, w, l, (comet_role)r, &stage);
+    }
+    if (st >= 0) {
+        cuda_grp *lg = &w->grp[(size_t)c->n_layer * LAYER_GROUPS];
+        lg->fmt.kind = COMET_CUDA_ACT_F16;
+        lg->fmt.K = c->n_embd;
+        st = m->synthetic_seed
+                 ? synth_new(im, (void **)&lg->norm, (size_t)c->n_embd, COMET_CUDA_FILL_F32, 1.0f,
+                             1.0f, m->synthetic_seed, 0, "weights_load: output norm")
+                 : upload_new(im, (void **)&lg->norm, m->output_norm,
+                              (size_t)c->n_embd * sizeof(float), "weights_load: output norm");
+    }
+    size_t vc = (size_t)c->n_vocab * c->n_embd;
+    float ea = sqrtf(3.0f / (float)c->n_embd);
+    if (st >= 0)
+        st = m->synthetic_seed ? synth_new(im, (void **)&w->embd, vc, COMET_CUDA_FILL_F32, -1.0f,
+                                           1.0f, m->synthetic_seed, 1, "weights_load: embedding")
+                               : upload_new(im, (void **)&w->embd, m->tok_embd, vc * sizeof(float),
+                                            "weights_load: token embedding");
+    if (st >= 0)
+        st = m->synthetic_seed ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea,
+                                           ea, m->synthetic_seed, 2, "weights_load: lm_head")
+                               : upload_f16(im, &w->lm_head, lm, vc, &stage,
+                                            "weights_load: lm_head");
+    if (st >= 0 && (e = cudaStreamSynchronize(im->stream)) != cudaSuccess)
+        st = cuda_fail(e, "weights_load: copying the weights");
+    if (stage) {
+        cudaStreamSynchronize(im->stream);
+        cudaFree(stage);
+    }
+    device_leave(prev);
+    if (st < 0) {
+        cuda_weights_free(be, w);
+        return st;
+    }
+    *out = w;
+    return COMET_OK;
+}
+
+static comet_status check_weights(const cuda_impl *im, const comet_weights *w, const char *op) {
+    if (!w || w->magic != CUDA_WEIGHTS_MAGIC || w->device != im->device)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: the weights were not "
+                               "loaded by a CUDA backend of device %d", op, im->device);
+    return COMET_OK;
+}
+
+/* ---- the KV page pool ---- */
+
+static comet_cuda_kv_layout kv_layout(const comet_kv_cache *kv) {
+    return comet_cuda_kv_layout_make(kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
+                                     kv->head_dim, kv->kv_bits, kv->kv_group);
+}
+
+static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
+    cuda_impl *im = impl_of(be);
+    int D = kv->head_dim, G = kv->kv_group > 0 ? kv->kv_group : D, bits = kv->kv_bits;
+    kv->k = kv->v = NULL;
+    kv->storage = NULL;
+    kv->storage_bytes = 0;
+    if (kv->n_layer < 1 || kv->n_pages < 1 || kv->n_head_kv < 1 || kv->page_size < 1 || D < 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: kv_init: %d layers, %d pages of %d slots, %d KV "
+                               "heads of %d", kv->n_layer, kv->n_pages, kv->page_size,
+                               kv->n_head_kv, D);
+    if (D > COMET_CUDA_KV_MAX_HEAD_DIM || D % 8 || kv->page_size > COMET_CUDA_KV_MAX_PAGE_SIZE)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "cuda backend: kv_init: head dim %d, page size %d; the CUDA "
+                               "kernels take D <= %d with D %% 8 == 0 and pages of at most %d",
+                               D, kv->page_size, COMET_CUDA_KV_MAX_HEAD_DIM,
+                               COMET_CUDA_KV_MAX_PAGE_SIZE);
+    if (bits != 0 && bits != 4 && bits != 8 && bits != 16)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "cuda backend: kv_init: kv_bits %d; need 0, 4, 8 or 16", bits);
+    if ((bits == 4 || bits == 8) && (D % G || G % 8))
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "cuda backend: kv_init: KV group of %d channels at head dim %d; "
+                               "need a multiple of 8 dividing D", G, D);
+    if (kv->kv_rotation != COMET_KV_ROTATION_NONE &&
+        (kv->kv_rotation != COMET_KV_ROTATION_HADAMARD || (D & (D - 1))))
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "cuda backend: kv_init: KV rotation %d at head dim %d; need none, "
+                               "or hadamard with D a power of two", kv->kv_rotation, D);
+    comet_cuda_kv_layout L = kv_layout(kv);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "kv_init: cudaSetDevice");
+    void *p = NULL;
+    cudaError_t e = cudaMalloc(&p, L.total_bytes);
+    if (e == cudaSuccess && (e = cudaMemsetAsync(p, 0, L.total_bytes, im->stream)) != cudaSuccess)
+        cudaFree(p);
+    device_leave(prev);
+    if (e != cudaSuccess)
+        return cuda_fail(e, "kv_init: allocating the KV pages");
+    kv->storage = p;
+    kv->storage_bytes = L.total_bytes;
+    return COMET_OK;
+}
+
+static void cuda_kv_free(comet_backend *be, comet_kv_cache *kv) {
+    if (!kv || !kv->storage)
+        return;
+    cuda_impl *im = impl_of(be);
+    CUcontext prev;
+    if (device_enter(im->device, &prev) == cudaSuccess) {
+        cudaStreamSynchronize(im->stream);
+        cudaFree(kv->storage);
+    }
+    device_leave(prev);
+    kv->storage = NULL;
+    kv->storage_bytes = 0;
+}
+
+/* ---- step ops ---- */
+
+static size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
+
+/* The batch arrays and the attention tiles, each padded to 16 bytes, in one int32 buffer;
+ * step_begin lays them out in this order. */
+static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, comet_step *st) {
+    cuda_impl *im = impl_of(be);
+    const int T = b->n_tokens, S = b->n_seqs;
+    if (T < 1 || S < 1 || !b->tokens || !b->positions || !b->token_indptr || !b->page_indptr ||
+        !b->page_indices || !b->last_page_len || b->n_logits < 0 || b->n_logits > T ||
+        (b->n_logits > 0 && !b->logit_rows) || b->token_indptr[0] != 0 ||
+        b->token_indptr[S] != T)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: step_begin: a batch of %d tokens, %d sequences, %d "
+                               "logit rows with a missing array or token_indptr not 0..T", T, S,
+                               b->n_logits);
+    const int NP = b->page_indptr[S], NL = b->n_logits;
+    if (b->page_indptr[0] != 0 || NP < S)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: step_begin: page_indptr runs %d..%d for %d "
+                               "sequences", b->page_indptr[0], NP, S);
+    int n_tiles = 0, max_q = 0, max_kv = 0;
+    for (int s = 0; s < S; s++) {
+        int n = b->token_indptr[s + 1] - b->token_indptr[s];
+        if (n < 0)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "cuda backend: step_begin: token_indptr falls at sequence %d", s);
+        n_tiles += (n + COMET_CUDA_ATTN_TILE - 1) / COMET_CUDA_ATTN_TILE;
+        max_q = n > max_q ? n : max_q;
+        /* the sequence's KV length after the append: its last token's position + 1 (the
+         * page table's comet_batch_kv_len needs the pool's page size, which the step does
+         * not know) */
+        if (n > 0 && b->positions[b->token_indptr[s + 1] - 1] + 1 > max_kv)
+            max_kv = b->positions[b->token_indptr[s + 1] - 1] + 1;
+    }
+    size_t o_tok = 0, o_pos = o_tok + round4(T), o_tind = o_pos + round4(T);
+    size_t o_pind = o_tind + round4(S + 1), o_pidx = o_pind + round4(S + 1);
+    size_t o_last = o_pidx + round4(NP), o_rows = o_last + round4(S);
+    size_t o_tiles = o_rows + round4(NL), need = o_tiles + round4(2 * (size_t)n_tiles);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "step_begin: cudaSetDevice");
+    cudaError_t e = cudaSuccess;
+    const char *what = "";
+    if (need > im->step_cap) {
+        size_t cap = im->step_cap * 2 > need ? im->step_cap * 2 : need;
+        if (cap < 4096)
+            cap = 4096;
+        /* the previous step's kernels may still read the device copy */
+        if ((e = cudaStreamSynchronize(im->stream)) != cudaSuccess) {
+            what = "step_begin: waiting for the stream";
+        } else {
+            cudaFreeHost(im->step_host);
+            cudaFree(im->step_dev);
+            im->step_host = NULL, im->step_dev = NULL, im->step_cap = 0;
+            if ((e = cudaMallocHost((void **)&im->step_host, cap * sizeof(int32_t))) != cudaSuccess)
+                what = "step_begin: pinned staging buffer";
+            else if ((e = cudaMalloc((void **)&im->step_dev, cap * sizeof(int32_t))) != cudaSuccess)
+                what = "step_begin: device step buffer";
+            else
+                im->step_cap = cap;
+        }
+    } else if ((e = cudaEventSynchronize(im->step_copied)) != cudaSuccess) {
+        what = "step_begin: waiting for the previous step's copy"; /* it reads step_host */
+    }
+    if (e == cudaSuccess) {
+        int32_t *h = im->step_host;
+        memcpy(h + o_tok, b->tokens, (size_t)T * sizeof *h);
+        memcpy(h + o_pos, b->positions, (size_t)T * sizeof *h);
+        memcpy(h + o_tind, b->token_indptr, (size_t)(S + 1) * sizeof *h);
+        memcpy(h + o_pind, b->page_indptr, (size_t)(S + 1) * sizeof *h);
+        memcpy(h + o_pidx, b->page_indices, (size_t)NP * sizeof *h);
+        memcpy(h + o_last, b->last_page_len, (size_t)S * sizeof *h);
+        if (NL)
+            memcpy(h + o_rows, b->logit_rows, (size_t)NL * sizeof *h);
+        int32_t *tiles = h + o_tiles;
+        for (int s = 0, i = 0; s < S; s++)
+            for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1];
+                 t += COMET_CUDA_ATTN_TILE, i++)
+                tiles[2 * i] = t, tiles[2 * i + 1] = s;
+        if ((e = cudaMemcpyAsync(im->step_dev, h, need * sizeof *h, cudaMemcpyHostToDevice,
+                                 im->stream)) != cudaSuccess ||
+            (e = cudaEventRecord(im->step_copied, im->stream)) != cudaSuccess)
+            what = "step_begin: copying the batch";
+    }
+    device_leave(prev);
+    if (e != cudaSuccess)
+        return cuda_fail(e, what);
+    const int32_t *d = im->step_dev;
+    st->host = *b;
+    st->dev = *b;
+    st->dev.tokens = d + o_tok;
+    st->dev.positions = d + o_pos;
+    st->dev.token_indptr = d + o_tind;
+    st->dev.page_indptr = d + o_pind;
+    st->dev.page_indices = d + o_pidx;
+    st->dev.last_page_len = d + o_last;
+    st->dev.logit_rows = d + o_rows;
+    st->max_kv_len = max_kv;
+    st->max_q_len = max_q;
+    im->view = (comet_cuda_step_view){.n_tokens = T, .n_seqs = S, .positions = d + o_pos,
+                                      .token_indptr = d + o_tind, .page_indptr = d + o_pind,
+                                      .page_indices = d + o_pidx, .tiles = d + o_tiles,
+                                      .n_tiles = n_tiles, .max_kv_len = max_kv};
+    return COMET_OK;
+}
+
+/* The device view of st: the latest step_begin's (its attention tiles live in the backend). */
+static comet_status step_view(const cuda_impl *im, const comet_step *st, const char *op,
+                              comet_cuda_step_view *v) {
+    if (!st || st->dev.positions != im->view.positions || st->host.n_tokens != im->view.n_tokens ||
+        st->host.n_seqs != im->view.n_seqs)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: the step is not the one "
+                               "of this backend's latest step_begin", op);
+    *v = im->view;
+    return COMET_OK;
+}
+
+static comet_status cuda_embed_tokens(comet_backend *be, const comet_weights *w,
+                                      const comet_step *st, float *x) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "embed_tokens"));
+    for (int t = 0; t < st->host.n_tokens; t++)
+        if (st->host.tokens[t] < 0 || st->host.tokens[t] >= w->V)
+            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: embed_tokens: token %d "
+                                   "is id %d, outside the vocabulary 0..%d", t,
+                                   st->host.tokens[t], w->V - 1);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "embed_tokens: cudaSetDevice");
+    comet_status r = comet_cuda_embed(w->embd, w->C, st->dev.tokens, st->host.n_tokens, x,
+                                      im->stream);
+    device_leave(prev);
+    return r;
+}
+
+static comet_status cuda_rmsnorm_quant(comet_backend *be, const comet_weights *w, int layer,
+                                       comet_group g, float *x, const float *residual, int T,
+                                       void *act) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "rmsnorm_quant"));
+    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
+                                                      (layer >= 0 && layer < w->n_layer)));
+    const cuda_grp *gr = group_of(w, layer, g);
+    if (!gr->norm)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rmsnorm_quant: group %s "
+                               "has no norm", group_names[g]);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "rmsnorm_quant: cudaSetDevice");
+    comet_status r = comet_cuda_rmsnorm_quant(x, residual, gr->norm, w->m->cfg.rms_eps, T,
+                                              &gr->fmt, act, im->stream);
+    device_leave(prev);
+    return r;
+}
+
+static comet_status cuda_act_quant(comet_backend *be, const comet_weights *w, int layer,
+                                   comet_group g, const float *x, int T, void *act) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "act_quant"));
+    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
+                                                      (layer >= 0 && layer < w->n_layer)));
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "act_quant: cudaSetDevice");
+    comet_status r = comet_cuda_act_quant(x, T, &group_of(w, layer, g)->fmt, act, im->stream);
+    device_leave(prev);
+    return r;
+}
+
+static comet_status cuda_silu_mul_quant(comet_backend *be, const comet_weights *w, int layer,
+                                        const float *gate, const float *up, int T, void *act) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "silu_mul_quant"));
+    COMET_ASSERT(layer >= 0 && layer < w->n_layer);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "silu_mul_quant: cudaSetDevice");
+    comet_status r = comet_cuda_silu_mul_quant(gate, up, T,
+                                               &group_of(w, layer, COMET_GROUP_DOWN)->fmt, act,
+                                               im->stream);
+    device_leave(prev);
+    return r;
+}
+
+/* y [T, N] fp32 = act [T, K] fp16 · W [N, K]ᵀ fp16 (row-major), fp32 accumulation: in
+ * cuBLAS's column-major terms yᵀ [N, T] = W · actᵀ. On the current device. */
+static comet_status gemm_f16(cuda_impl *im, const uint16_t *W, int N, int K, const void *act,
+                             int T, float *y, const char *op) {
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t cs = cublasGemmEx(im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W,
+                                     CUDA_R_16F, K, act, CUDA_R_16F, K, &zero, y, CUDA_R_32F, N,
+                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (cs != CUBLAS_STATUS_SUCCESS)
+        return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: cublasGemmEx (N=%d T=%d K=%d) "
+                               "failed: %s", op, N, T, K, cublasGetStatusString(cs));
+    return COMET_OK;
+}
+
+static comet_status cuda_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
+                                const void *act, int T, float *y) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "matmul"));
+    COMET_ASSERT(layer >= 0 && layer < w->n_layer && (unsigned)r < COMET_ROLE_COUNT && T >= 1);
+    const cuda_lin *cl = &w->lin[(size_t)layer * COMET_ROLE_COUNT + r];
+    const cuda_grp *gr = group_of(w, layer, comet_role_group(r));
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "matmul: cudaSetDevice");
+    comet_status st;
+    if (cl->kind == LIN_W4AX) {
+        const int8_t *qa = act;
+        const float *sa = (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
+        st = gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y);
+    } else {
+        st = gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
+    }
+    device_leave(prev);
+    if (st < 0)
+        return prefix_error(st, "matmul, layer %d %s", layer, role_names[r]);
+    return COMET_OK;
+}
+
+static int rope_same(const comet_rope_params *a, const comet_rope_params *b) {
+    return a->head_dim == b->head_dim && a->theta == b->theta && a->scaling == b->scaling &&
+           a->factor == b->factor && a->low_freq_factor == b->low_freq_factor &&
+           a->high_freq_factor == b->high_freq_factor && a->orig_ctx == b->orig_ctx;
+}
+
+/* The device inv_freq table of rp (comet_rope_inv_freq), computed and uploaded the
+ * first time rp is seen; ROPE_SLOTS tables are kept, the oldest replaced (in stream order,
+ * after the kernels that read it). On the current device. */
+static comet_status rope_table(cuda_impl *im, const comet_rope_params *rp, const double **out) {
+    for (int i = 0; i < im->rope_used; i++)
+        if (rope_same(&im->rope_key[i], rp)) {
+            *out = im->rope_dev + (size_t)i * ROPE_SLOT_FREQS;
+            return COMET_OK;
+        }
+    if (!im->rope_dev)
+        CUDA_TRY(cudaMalloc((void **)&im->rope_dev, sizeof(double) * ROPE_SLOTS * ROPE_SLOT_FREQS),
+                 "rope_kv_append: the RoPE tables");
+    int slot = im->rope_used < ROPE_SLOTS ? im->rope_used++ : im->rope_next++ % ROPE_SLOTS;
+    im->rope_key[slot] = *rp;
+    comet_rope_inv_freq(rp, im->rope_host[slot]);
+    cudaError_t e = cudaMemcpyAsync(im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS,
+                                    im->rope_host[slot], sizeof(double) * (rp->head_dim / 2),
+                                    cudaMemcpyHostToDevice, im->stream);
+    if (e != cudaSuccess) {
+        im->rope_key[slot].head_dim = 0; /* matches no rp */
+        return cuda_fail(e, "rope_kv_append: uploading the RoPE table");
+    }
+    *out = im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS;
+    return COMET_OK;
+}
+
+static comet_status cuda_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                        const comet_step *st, const comet_rope_params *rp,
+                                        float *q, int H, float *k, const float *v) {
+    cuda_impl *im = impl_of(be);
+    comet_cuda_step_view view;
+    COMET_TRY(step_view(im, st, "rope_kv_append", &view));
+    if (!kv->storage)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rope_kv_append: the KV "
+                               "pool has no storage (kv_init)");
+    if (rp->head_dim != kv->head_dim || rp->head_dim % 2 || rp->head_dim > 2 * ROPE_SLOT_FREQS)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rope_kv_append: RoPE head "
+                               "dim %d, KV head dim %d", rp->head_dim, kv->head_dim);
+    comet_cuda_kv_layout L = kv_layout(kv);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "rope_kv_append: cudaSetDevice");
+    const double *inv_freq = NULL;
+    comet_status r = rope_table(im, rp, &inv_freq);
+    if (r >= 0)
+        r = comet_cuda_rope_kv_append(&L, kv->storage, layer, &view, inv_freq, q, H, k, v,
+                                      kv->kv_rotation == COMET_KV_ROTATION_HADAMARD, im->stream);
+    device_leave(prev);
+    return r;
+}
+
+static comet_status cuda_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                         const comet_step *st, const float *q, int H,
+                                         float *out) {
+    cuda_impl *im = impl_of(be);
+    comet_cuda_step_view view;
+    COMET_TRY(step_view(im, st, "paged_attention", &view));
+    if (!kv->storage)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: paged_attention: the KV "
+                               "pool has no storage (kv_init)");
+    comet_cuda_kv_layout L = kv_layout(kv);
+    int splits = comet_cuda_attention_splits(&L, &view, H, im->n_sm);
+    size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "paged_attention: cudaSetDevice");
+    cudaError_t e = cudaSuccess;
+    if (need > im->attn_ws_bytes) {
+        size_t cap = im->attn_ws_bytes * 2 > need ? im->attn_ws_bytes * 2 : need;
+        if ((e = cudaStreamSynchronize(im->stream)) == cudaSuccess) {
+            cudaFree(im->attn_ws);
+            im->attn_ws = NULL;
+            im->attn_ws_bytes = 0;
+            if ((e = cudaMalloc(&im->attn_ws, cap)) == cudaSuccess)
+                im->attn_ws_bytes = cap;
+        }
+    }
+    comet_status r = e != cudaSuccess
+                         ? cuda_fail(e, "paged_attention: growing the split workspace")
+                         : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
+                                                      kv->kv_rotation ==
+                                                          COMET_KV_ROTATION_HADAMARD,
+                                                      splits, im->attn_ws, im->stream);
+    device_leave(prev);
+    return r;
+}
+
+static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, const void *act,
+                                 const comet_step *st, float *logits) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(check_weights(im, w, "lm_head"));
+    const int n = st->host.n_logits, T = st->host.n_tokens, C = w->C;
+    if (n == 0)
+        return COMET_OK;
+    const int32_t *rows = st->host.logit_rows;
+    int contiguous = 1;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0 || rows[i] >= T)
+            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: lm_head: logit row %d "
+                                   "is token %d of a %d-token step", i, rows[i], T);
+        contiguous &= rows[i] == rows[0] + i;
+    }
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "lm_head: cudaSetDevice");
+    const uint16_t *src = (const uint16_t *)act + (size_t)rows[0] * C;
+    comet_status r = COMET_OK;
+    if (!contiguous) {
+        /* the second half of act (comet_act_bytes(T, C)) holds the gathered rows */
+        uint16_t *dst = (uint16_t *)((char *)act + (((size_t)2 * T * C + 255) & ~(size_t)255));
+        r = comet_cuda_gather_rows_f16(act, C, st->dev.logit_rows, n, dst, im->stream);
+        src = dst;
+    }
+    if (r >= 0)
+        r = gemm_f16(im, w->lm_head, w->V, C, src, n, logits, "lm_head");
+    device_leave(prev);
+    return r;
+}
+
 static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
-    if (im && (im->stream || im->workspace)) { /* nothing to release, no device to enter */
+    if (im && im->stream) { /* without a stream nothing was made: no device to enter */
         CUcontext prev;
         if (device_enter(im->device, &prev) != cudaSuccess)
             cudaGetLastError(); /* release what can be released anyway */
-        if (im->stream) {
-            cudaStreamSynchronize(im->stream);
-            cudaStreamDestroy(im->stream);
-        }
+        cudaStreamSynchronize(im->stream);
+        if (im->cublas)
+            cublasDestroy(im->cublas);
+        if (im->step_copied)
+            cudaEventDestroy(im->step_copied);
+        if (im->step_host)
+            cudaFreeHost(im->step_host);
+        if (im->step_dev)
+            cudaFree(im->step_dev);
+        if (im->attn_ws)
+            cudaFree(im->attn_ws);
+        if (im->rope_dev)
+            cudaFree(im->rope_dev);
         if (im->workspace)
             cudaFree(im->workspace);
+        cudaStreamDestroy(im->stream);
         device_leave(prev);
     }
     free(im);
@@ -266,6 +1130,24 @@ static void cuda_destroy(comet_backend *be) {
 
 static const comet_backend_ops cuda_ops = {
     .name = "cuda",
+    .alloc = cuda_alloc,
+    .free = cuda_free_op,
+    .upload = cuda_upload,
+    .download = cuda_download,
+    .sync = cuda_sync_op,
+    .weights_load = cuda_weights_load,
+    .weights_free = cuda_weights_free,
+    .kv_init = cuda_kv_init,
+    .kv_free = cuda_kv_free,
+    .step_begin = cuda_step_begin,
+    .embed_tokens = cuda_embed_tokens,
+    .rmsnorm_quant = cuda_rmsnorm_quant,
+    .act_quant = cuda_act_quant,
+    .silu_mul_quant = cuda_silu_mul_quant,
+    .matmul = cuda_matmul,
+    .rope_kv_append = cuda_rope_kv_append,
+    .paged_attention = cuda_paged_attention,
+    .lm_head = cuda_lm_head,
     .w4ax_load = cuda_w4ax_load,
     .w4ax_free = cuda_w4ax_free,
     .gemm_w4ax = cuda_gemm_w4ax,
@@ -311,7 +1193,27 @@ comet_backend *comet_backend_cuda_init(int device) {
         cuda_destroy(be);
         return NULL;
     }
+    const char *what = NULL;
+    cublasStatus_t cs = CUBLAS_STATUS_SUCCESS;
+    if ((e = cudaDeviceGetAttribute(&im->n_sm, cudaDevAttrMultiProcessorCount, device)) !=
+        cudaSuccess)
+        what = "querying the SM count";
+    else if ((e = cudaEventCreateWithFlags(&im->step_copied, cudaEventDisableTiming)) !=
+             cudaSuccess)
+        what = "creating the step event";
+    else if ((cs = cublasCreate(&im->cublas)) != CUBLAS_STATUS_SUCCESS ||
+             (cs = cublasSetStream(im->cublas, im->stream)) != CUBLAS_STATUS_SUCCESS)
+        what = "creating the cuBLAS handle";
     device_leave(prev);
+    if (what) {
+        if (cs != CUBLAS_STATUS_SUCCESS)
+            comet_set_error(cs == CUBLAS_STATUS_ALLOC_FAILED ? COMET_ERR_NOMEM : COMET_ERR_CUDA,
+                            "cuda backend: %s: %s", what, cublasGetStatusString(cs));
+        else
+            cuda_fail(e, what);
+        cuda_destroy(be);
+        return NULL;
+    }
     return be;
 }
 
