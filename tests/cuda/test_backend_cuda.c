@@ -30,6 +30,7 @@
 
 #define CUDA_TEST_SEED 0x2545F4914F6CDD1Dull
 #include "cuda_test_util.h"
+#include "cuda_skip.h"
 
 
 static int n_fail = 0, n_check = 0;
@@ -394,6 +395,7 @@ static void test_caller_context(comet_backend *be, int device)
 
 int main(int argc, char **argv)
 {
+    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int device = 0;
     comet_backend *be = comet_backend_cuda_init(device);

@@ -31,6 +31,7 @@
 
 #define CUDA_TEST_SEED 0x9E3779B97F4A7C15ull
 #include "cuda_test_util.h"
+#include "cuda_skip.h"
 
 
 static int n_fail = 0, n_check = 0;
@@ -645,6 +646,7 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
         return cudaFree(0) == cudaSuccess ? 0 : 1;
+    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     if (argc > 1 && !strcmp(argv[1], "--pdl")) { /* the chained calls alone */
         test_pdl_chain();
         printf("%d of %d checks failed\n", n_fail, n_check);

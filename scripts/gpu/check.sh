@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# check.sh — run THERE (the GPU machine), from the repo root, after the carried files are in
+# place: build, test and benchmark comet on the GPU in one call, logs into $OUT (or gpu-out/),
+# a summary last.
+#
+#   bash scripts/gpu/check.sh [stage ...]      stages, in order (default: all)
+#     build   scripts/gpu/build.sh (unpack the carried .deb files, CMake + Ninja, sm_90a)
+#     ops     ctest -L cuda (the GEMM, the backend and every step op against the CPU) and
+#             compute-sanitizer memcheck / racecheck on the step ops' quick set
+#     model   join the carried model parts, quantize the W4AxKV4 checkpoint if missing (as
+#             scripts/setup.sh does), the model-level GPU test (greedy tokens and perplexity
+#             against the CPU), and comet generate / perplexity with --device cuda
+#     bench   comet bench: the default model (FP16 and W4AxKV4) and synthetic LLaMA-3-8B
+#             (W4AxKV4 and FP16), tables into $OUT/bench.md
+set -uo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/gpu-out}"
+mkdir -p "$OUT"
+BUILD="${COMET_BUILD_DIR:-build-gpu}"
+BIN="$BUILD/comet"
+export NCCL_NVLS_ENABLE=0
+stages=("$@")
+[ "${#stages[@]}" -gt 0 ] || stages=(build ops model bench)
+summary=()
+note() { summary+=("$*"); echo "== $*"; }
+has() { for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+
+if has build; then
+    if bash scripts/gpu/build.sh >"$OUT/build.log" 2>&1; then
+        note "build: ok ($(git rev-parse --short HEAD 2>/dev/null || echo '?'))"
+    else
+        tail -40 "$OUT/build.log"
+        note "build: FAILED (build.log)"
+        printf '%s\n' "${summary[@]}"
+        exit 1
+    fi
+fi
+[ -f scripts/gpu/env.sh ] && . scripts/gpu/env.sh
+
+if has ops; then
+    ctest --test-dir "$BUILD" -L cuda --output-on-failure -E test_model_cuda \
+        >"$OUT/ctest_cuda.log" 2>&1
+    note "ctest -L cuda (ops): $(grep -E 'tests passed|tests failed' "$OUT/ctest_cuda.log" | tail -1)"
+    grep -E "Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20
+    if command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/test_step_ops_cuda" ]; then
+        for tool in memcheck racecheck; do
+            compute-sanitizer --tool "$tool" --error-exitcode 9 \
+                "$BUILD/tests/cuda/test_step_ops_cuda" >"$OUT/sanitizer_$tool.log" 2>&1
+            note "compute-sanitizer $tool (step ops quick): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1))"
+        done
+    fi
+fi
+
+MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
+QMODEL=models/smollm2-w4axkv4
+if has model; then
+    [ -f "$MODEL" ] || bash scripts/gpu/join_model.sh >"$OUT/join.log" 2>&1
+    if [ -f "$MODEL" ] && [ ! -f "$QMODEL/config.json" ]; then
+        "$BIN" quantize --model "$MODEL" --calib data/mobydick.txt --calib-windows 16 \
+            --out "$QMODEL" >"$OUT/quantize.log" 2>&1
+        note "quantize: exit $? ($(tail -1 "$OUT/quantize.log"))"
+    fi
+    ctest --test-dir "$BUILD" -R test_model_cuda --output-on-failure -V >"$OUT/model_test.log" 2>&1
+    note "test_model_cuda: $(grep -E 'tests passed|tests failed' "$OUT/model_test.log" | tail -1)"
+    grep -E "^\s*[0-9]+: \[" "$OUT/model_test.log" | sed 's/^ *[0-9]*: //' | head -20
+    P="What are three good reasons to learn a second language? Answer briefly."
+    for m in "$MODEL" "$QMODEL"; do
+        for dev in cpu cuda; do
+            "$BIN" generate --model "$m" --device "$dev" --prompt "$P" --max-tokens 128 \
+                --seed 42 --stats >"$OUT/gen_$(basename "$m")_$dev.txt" 2>"$OUT/gen_$(basename "$m")_$dev.err"
+            note "generate $(basename "$m") $dev: exit $? $(grep -o 'decode_tok_s=[0-9.]*' "$OUT/gen_$(basename "$m")_$dev.err")"
+        done
+        "$BIN" perplexity --model "$m" --device cuda --text data/austen/prideprejudice.txt \
+            --ctx 512 --max-windows 16 >"$OUT/ppl_$(basename "$m").txt" 2>&1
+        note "perplexity cuda $(basename "$m"): $(tail -1 "$OUT/ppl_$(basename "$m").txt")"
+    done
+fi
+
+if has bench; then
+    : >"$OUT/bench.md"
+    run_bench() {
+        echo "\$ comet bench $*" >>"$OUT/bench.md"
+        "$BIN" bench "$@" >>"$OUT/bench.md" 2>>"$OUT/bench.err"
+        note "bench $*: exit $?"
+        echo >>"$OUT/bench.md"
+    }
+    [ -f "$MODEL" ] && run_bench --model "$MODEL" --device cuda
+    [ -f "$QMODEL/config.json" ] && run_bench --model "$QMODEL" --device cuda
+    run_bench --synthetic llama3-8b --device cuda --decode-tokens 256
+    run_bench --synthetic llama3-8b --fp16 --device cuda --decode-tokens 256
+    grep -E "^\| (llama|Smol|smol|models)" "$OUT/bench.md"
+fi
+nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader >"$OUT/gpu.txt" 2>&1
+echo
+echo "==== summary ($(cat "$OUT/gpu.txt" 2>/dev/null))"
+printf '%s\n' "${summary[@]}"
