@@ -181,6 +181,11 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
                                "with comet_kv_cache_init_on for that backend)",
                                fc->be->ops->name);
     COMET_ASSERT(b->token_indptr[0] == 0 && b->token_indptr[b->n_seqs] == b->n_tokens);
+    for (int i = 0; i < b->page_indptr[b->n_seqs]; i++)
+        if (b->page_indices[i] < 0 || b->page_indices[i] >= kv->n_pages)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "forward: page id %d outside the KV pool of %d pages",
+                                   b->page_indices[i], kv->n_pages);
     for (int s = 0; s < b->n_seqs; s++) {
         int kv_len = comet_batch_kv_len(b, kv->page_size, s);
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {

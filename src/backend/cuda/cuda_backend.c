@@ -815,6 +815,8 @@ static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, com
             cudaFreeHost(im->step_host);
             cudaFree(im->step_dev);
             im->step_host = NULL, im->step_dev = NULL, im->step_cap = 0;
+            /* the previous step's view points into the freed buffer: refuse it from here on */
+            memset(&im->view, 0, sizeof im->view);
             if ((e = cudaMallocHost((void **)&im->step_host, cap * sizeof(int32_t))) != cudaSuccess)
                 what = "step_begin: pinned staging buffer";
             else if ((e = cudaMalloc((void **)&im->step_dev, cap * sizeof(int32_t))) != cudaSuccess)

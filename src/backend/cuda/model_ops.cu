@@ -6,10 +6,11 @@
  *
  * Numerics follow the CPU reference (src/backend/cpu, src/quant/act.c): wherever the CPU
  * rounds a value that becomes a code (activation block scales and codes, KV scales, zeros
- * and codes, the Hadamard butterflies, RoPE's products) the kernels use the _rn intrinsics,
- * so nvcc does not contract them into FMAs and the same fp32 inputs give the same bits.
- * Reductions (the RMSNorm sum of squares, attention) run in a different order than the
- * CPU's and agree up to fp32 rounding.
+ * and codes, the Hadamard butterflies) the kernels use the _rn intrinsics, so nvcc does not
+ * contract them into FMAs and the same fp32 inputs give the same codes. RoPE's products are
+ * unfused too; the CPU build may fuse them (gcc contracts with -march=native), so K after
+ * RoPE agrees up to an ulp. Reductions (the RMSNorm sum of squares, attention) run in a
+ * different order than the CPU's and agree up to fp32 rounding.
  *
  * What it does not do: tensor-core attention (the attention kernel multiplies in fp32 on
  * the CUDA cores), CUDA graphs, or any allocation (the caller owns every buffer).
