@@ -5,7 +5,9 @@
  * as a real one. Times are host wall-clock around whole steps (a step returns when its
  * logits are on the host); medians over --reps runs. The per-op table comes from one extra
  * decode step run op by op: the profiler waits for the backend after each op, so each row
- * includes one synchronization and the total exceeds the plain step time.
+ * includes one synchronization and the total exceeds the plain step time. "host enqueue"
+ * is the time from a decode step's first op to its last op enqueued, without waiting: when
+ * it is close to the step time, the step is bound by the host's launches.
  * Output: a markdown table on stdout.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -61,6 +63,9 @@ static double median(double *v, int n) {
 /* Per-op profile of one step: each op's interval closes when the next op starts. */
 typedef struct prof {
     comet_backend *be;
+    int wait;        /* wait for the backend at each op (per-op times), else host times only */
+    double t_start;  /* the step's first op */
+    double t_queued; /* the last op enqueued (the logits download starts) */
     const char *cur;
     double t;
     int n;
@@ -71,6 +76,14 @@ typedef struct prof {
 
 static void on_op(void *user, const char *op) {
     prof *p = user;
+    if (!p->wait) { /* how long the host takes to enqueue the step */
+        double t = now_s();
+        if (!p->t_start)
+            p->t_start = t;
+        if (op && !strcmp(op, "logits download"))
+            p->t_queued = t;
+        return;
+    }
     p->be->ops->sync(p->be);
     double t = now_s();
     if (p->cur) {
@@ -171,7 +184,7 @@ int cmd_bench(int argc, char **argv) {
     }
     const comet_model_config *c = &m->cfg;
     int rc = 1, P = 16, V = c->n_vocab;
-    int ctx = (int)(prompt_n + decode_n + 1);
+    int ctx = (int)(prompt_n + decode_n + 2); /* + the two profiled steps */
     comet_runner run = {0};
     comet_kv_seq seq = {0};
     int32_t *prompt = malloc((size_t)prompt_n * sizeof *prompt);
@@ -231,34 +244,42 @@ int cmd_bench(int argc, char **argv) {
             dec[r - 1] = (double)decode_n / (t2 - t1);
         }
     }
-    /* one more decode step, op by op */
-    prof pf = {.be = be};
-    id = argmax(logits, V);
-    comet_forward_set_profiler(run.fc, on_op, &pf);
-    if (comet_kv_seq_reserve(&run.pool, &seq, 1) < 0)
-        goto step_fail;
-    comet_batch_builder_reset(&run.bb);
-    if (comet_batch_builder_add(&run.bb, &seq, &id, 1, 1) < 0 ||
-        comet_runner_step(&run, logits) < 0)
-        goto step_fail;
-    comet_forward_set_profiler(run.fc, NULL, NULL);
+    /* two more decode steps: the host's enqueue time, then op by op */
+    prof hq = {.be = be, .wait = 0}, pf = {.be = be, .wait = 1};
+    prof *passes[2] = {&hq, &pf};
+    for (int k = 0; k < 2; k++) {
+        id = argmax(logits, V);
+        comet_forward_set_profiler(run.fc, on_op, passes[k]);
+        if (comet_kv_seq_reserve(&run.pool, &seq, 1) < 0)
+            goto step_fail;
+        comet_batch_builder_reset(&run.bb);
+        if (comet_batch_builder_add(&run.bb, &seq, &id, 1, 1) < 0 ||
+            comet_runner_step(&run, logits) < 0)
+            goto step_fail;
+        comet_forward_set_profiler(run.fc, NULL, NULL);
+    }
 
     double pre_med = median(pre, (int)reps), dec_med = median(dec, (int)reps);
     const char *name = synthetic ? synthetic : m->name ? m->name : model_path;
     const char *quant = m->quant || (m->synthetic_seed && !fp16) ? "W4AxKV4" : "FP16";
     if (!strcmp(device, "cpu") || !strcmp(device, "cpu-ref"))
         quant = m->quant ? "W4AxKV4 (simulated)" : "FP32";
+    double enqueue_ms = hq.t_queued > 0 ? 1e3 * (hq.t_queued - hq.t_start) : 0.0;
     printf("| model | weights | device | prefill %ld tok/s | decode tok/s (ctx %ld..%ld) | "
-           "ms / decode step | host argmax ms | load s |\n",
+           "ms / decode step | host enqueue ms | host argmax ms | load s |\n",
            prompt_n, prompt_n, prompt_n + decode_n);
-    printf("|---|---|---|---|---|---|---|---|\n");
-    printf("| %s | %s | %s | %.0f | %.1f | %.3f | %.3f | %.1f |\n\n", name, quant, device,
-           pre_med, dec_med, 1e3 / dec_med, 1e3 * host_argmax / (double)argmax_n, t_load);
+    printf("|---|---|---|---|---|---|---|---|---|\n");
+    char enqueue[32] = "n/a"; /* a host-memory backend computes as it goes */
+    if (enqueue_ms > 0)
+        snprintf(enqueue, sizeof enqueue, "%.3f", enqueue_ms);
+    printf("| %s | %s | %s | %.0f | %.1f | %.3f | %s | %.3f | %.1f |\n\n", name, quant, device,
+           pre_med, dec_med, 1e3 / dec_med, enqueue, 1e3 * host_argmax / (double)argmax_n,
+           t_load);
     double total = 0.0;
     for (int i = 0; i < pf.n; i++)
         total += pf.sec[i];
     printf("One decode step at ctx %ld, op by op (each op waited for: %.3f ms in all):\n\n",
-           prompt_n + decode_n, 1e3 * total);
+           prompt_n + decode_n + 2, 1e3 * total);
     printf("| op | calls | ms | share |\n|---|---|---|---|\n");
     for (int i = 0; i < pf.n; i++)
         printf("| %s | %d | %.3f | %.1f%% |\n", pf.name[i], pf.calls[i], 1e3 * pf.sec[i],
