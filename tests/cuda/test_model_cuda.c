@@ -180,33 +180,13 @@ static void test_perplexity_parity(void **state) {
     }
 }
 
-static char *read_all(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    if (buf) {
-        buf[n] = '\0';
-        *len = (size_t)n;
-    }
-    return buf;
-}
-
 int main(void) {
     gpu = comet_backend_cuda_init(0);
     if (!gpu) {
         printf("SKIP: no CUDA device: %s\n", comet_last_error());
         return SKIP;
     }
-    text = read_all(src_path("data/austen/prideprejudice.txt"), &text_len);
+    text = read_file(src_path("data/austen/prideprejudice.txt"), &text_len);
     if (!text) {
         printf("SKIP: data/austen/prideprejudice.txt is missing (scripts/setup.sh extracts it)\n");
         return SKIP;

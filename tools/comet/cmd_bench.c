@@ -109,6 +109,14 @@ static int32_t random_token(int V) {
     return (int32_t)(rng_state % (uint64_t)V);
 }
 
+/* Append token id to seq and run one decode step; logits [V] on the host. */
+static comet_status decode_step(comet_runner *run, comet_kv_seq *seq, int32_t id, float *logits) {
+    COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, 1));
+    comet_batch_builder_reset(&run->bb);
+    COMET_TRY(comet_batch_builder_add(&run->bb, seq, &id, 1, 1));
+    return comet_runner_step(run, logits);
+}
+
 static int argmax(const float *x, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
@@ -231,11 +239,7 @@ int cmd_bench(int argc, char **argv) {
             id = argmax(logits, V); /* greedy sampling on the host, part of the step loop */
             host_argmax += now_s() - ta;
             argmax_n++;
-            if (comet_kv_seq_reserve(&run.pool, &seq, 1) < 0)
-                goto step_fail;
-            comet_batch_builder_reset(&run.bb);
-            if (comet_batch_builder_add(&run.bb, &seq, &id, 1, 1) < 0 ||
-                comet_runner_step(&run, logits) < 0)
+            if (decode_step(&run, &seq, id, logits) != COMET_OK)
                 goto step_fail;
         }
         double t2 = now_s();
@@ -250,13 +254,10 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < 2; k++) {
         id = argmax(logits, V);
         comet_forward_set_profiler(run.fc, on_op, passes[k]);
-        if (comet_kv_seq_reserve(&run.pool, &seq, 1) < 0)
-            goto step_fail;
-        comet_batch_builder_reset(&run.bb);
-        if (comet_batch_builder_add(&run.bb, &seq, &id, 1, 1) < 0 ||
-            comet_runner_step(&run, logits) < 0)
-            goto step_fail;
+        comet_status st = decode_step(&run, &seq, id, logits);
         comet_forward_set_profiler(run.fc, NULL, NULL);
+        if (st != COMET_OK)
+            goto step_fail;
     }
 
     double pre_med = median(pre, (int)reps), dec_med = median(dec, (int)reps);
