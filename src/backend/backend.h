@@ -104,6 +104,9 @@ typedef struct comet_step {
  * position p's pair i by the angle p * inv_freq[i], computed in double. */
 void comet_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
 
+/* How a step's ops run (graph_begin). */
+enum { COMET_GRAPH_NONE = 0, COMET_GRAPH_CAPTURING = 1, COMET_GRAPH_REPLAYED = 2 };
+
 typedef struct comet_backend_ops {
     const char *name;
     int host_memory; /* 1 when the backend's memory is the host's (CPU): its buffers are
@@ -178,6 +181,20 @@ typedef struct comet_backend_ops {
                                     const comet_step *st, const float *q, int H, float *out);
     comet_status (*lm_head)(comet_backend *be, const comet_weights *w, const void *act,
                             const comet_step *st, float *logits);
+
+    /* ---- CUDA graphs of decode steps (optional; NULL where a backend has none) ----
+     * graph_begin, after step_begin of a decode step (every sequence one token, logits for
+     * every row in order), says in *mode how the step's ops run: COMET_GRAPH_REPLAYED (a
+     * graph recorded for this step's shape, on the same workspace `owner` and KV pool, was
+     * launched: skip the ops), COMET_GRAPH_CAPTURING (run the ops: they are recorded, then
+     * call graph_end) or COMET_GRAPH_NONE (run them as usual; a shape is run once before it
+     * is recorded). H is the model's query heads. graph_end(be, ops_status, &rerun) ends the
+     * recording, and on success launches it; when recording failed (rerun = 1, the shape is
+     * not recorded again) nothing ran and the caller runs the ops as usual. Returns
+     * ops_status when that failed, else COMET_OK or the launch's failure. */
+    comet_status (*graph_begin)(comet_backend *be, const void *owner, const comet_kv_cache *kv,
+                                const comet_step *st, int H, int *mode);
+    comet_status (*graph_end)(comet_backend *be, comet_status ops_status, int *rerun);
 
     /* ---- fp32 primitives (CPU backends) ---- */
 

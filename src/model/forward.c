@@ -205,23 +205,21 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
     return COMET_OK;
 }
 
-comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
-                           float *logits) {
+/* The ops of one step, from the embedding to the lm_head (logits rows into lm_out). */
+static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
+                            const comet_step *stp, float *lm_out) {
     const comet_model_config *c = &fc->m->cfg;
     const comet_backend_ops *op = fc->be->ops;
     comet_backend *be = fc->be;
     const comet_weights *w = fc->w;
+    const comet_step st = *stp;
     int T = b->n_tokens, H = c->n_head;
-    COMET_TRY(check_batch(fc, kv, b));
 #define PROF(name)                                \
     do {                                          \
         if (fc->on_op)                            \
             fc->on_op(fc->on_op_user, (name));    \
     } while (0)
 
-    comet_step st;
-    PROF("step_begin");
-    COMET_TRY(op->step_begin(be, b, &st));
     PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, &st, fc->x));
     for (int l = 0; l < c->n_layer; l++) {
@@ -254,21 +252,53 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
         PROF("matmul down");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
     }
-    if (b->n_logits == 0) {
-        PROF(NULL);
-        return op->sync(be);
-    }
+    if (b->n_logits == 0)
+        return COMET_OK;
     PROF("rmsnorm_quant");
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
     PROF("lm_head");
-    if (op->host_memory) {
-        COMET_TRY(op->lm_head(be, w, fc->act, &st, logits));
-    } else {
-        COMET_TRY(op->lm_head(be, w, fc->act, &st, fc->logits));
-        PROF("logits download");
-        COMET_TRY(op->download(be, logits, fc->logits,
-                               (size_t)b->n_logits * c->n_vocab * sizeof(float)));
+    return op->lm_head(be, w, fc->act, &st, lm_out);
+}
+
+/* A decode step a backend may record as a graph: one token per sequence, logits for every
+ * row in order. */
+static int graph_step(const comet_batch *b) {
+    if (b->n_tokens != b->n_seqs || b->n_logits != b->n_tokens)
+        return 0;
+    for (int r = 0; r < b->n_logits; r++)
+        if (b->logit_rows[r] != r)
+            return 0;
+    return 1;
+}
+
+comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
+                           float *logits) {
+    const comet_model_config *c = &fc->m->cfg;
+    const comet_backend_ops *op = fc->be->ops;
+    comet_backend *be = fc->be;
+    COMET_TRY(check_batch(fc, kv, b));
+    comet_step st;
+    PROF("step_begin");
+    COMET_TRY(op->step_begin(be, b, &st));
+    float *lm_out = op->host_memory ? logits : fc->logits;
+    int mode = COMET_GRAPH_NONE;
+    if (op->graph_begin && !fc->on_op && graph_step(b))
+        COMET_TRY(op->graph_begin(be, fc, kv, &st, c->n_head, &mode));
+    if (mode != COMET_GRAPH_REPLAYED) {
+        comet_status ops = run_ops(fc, kv, b, &st, lm_out);
+        int rerun = 0;
+        if (mode == COMET_GRAPH_CAPTURING)
+            ops = op->graph_end(be, ops, &rerun);
+        if (rerun)
+            ops = run_ops(fc, kv, b, &st, lm_out);
+        COMET_TRY(ops);
     }
+    if (b->n_logits == 0 || op->host_memory) {
+        PROF(NULL);
+        return op->sync(be);
+    }
+    PROF("logits download");
+    COMET_TRY(op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float)));
     PROF(NULL);
     return COMET_OK;
 #undef PROF

@@ -13,6 +13,8 @@
  *   programmatic dependent launch) or cuBLAS (FP16 in, fp32 out); lm_head gathers the rows
  *   wanted and runs cuBLAS.
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
+ * - Decode steps are recorded as CUDA graphs, one per batch size and attention split
+ *   count, and replayed (graph_begin / graph_end; COMET_CUDA_GRAPHS=0 turns them off).
  * The fp32 primitives of the CPU backends (embed ... logits) are NULL here. The step ops
  * read the batch of the backend's latest step_begin (its device copy and attention tiles
  * live in the backend; a step must not be used after the next step_begin). Per-step ops
@@ -20,9 +22,9 @@
  * attention's split workspace grow (geometrically; growing waits for the stream).
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
- * gemm_w4ax.h and model_ops.h (+ their kernels), gemm_w4ax_pack.c, backend.c, rope.c and
- * core/status.c. Without COMET_HAVE_CUDA this file
- * compiles to stubs that fail with a message, so that callers always link.
+ * gemm_w4ax.h and model_ops.h (+ their kernels), gemm_w4ax_pack.c, backend.c, rope.c,
+ * core/status.c and core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that
+ * fail with a message, so that callers always link.
  */
 #include "backend/backend.h"
 
@@ -42,11 +44,24 @@
 #include "backend/cuda/cuda_kv.h"
 #include "backend/cuda/gemm_w4ax.h"
 #include "backend/cuda/model_ops.h"
+#include "comet/log.h"
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
 
 #define ROPE_SLOTS 8                                /* distinct RoPE tables kept */
 #define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
+
+/* A recorded decode step: the shape it was recorded for and its executable graph. */
+#define CUBLAS_WORKSPACE_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper: 32 MiB */
+#define GRAPH_SLOTS 64 /* shapes kept: batch sizes x attention split counts in use */
+typedef struct cuda_graph {
+    const void *owner;        /* the forward context whose workspace the graph uses */
+    const void *kv_storage;   /* the KV pool */
+    int T, splits, used;
+    int failed;               /* recording failed: this shape runs op by op */
+    unsigned generation;
+    cudaGraphExec_t exec;     /* NULL until recorded */
+} cuda_graph;
 
 typedef struct cuda_impl {
     int device;
@@ -66,6 +81,15 @@ typedef struct cuda_impl {
     comet_rope_params rope_key[ROPE_SLOTS];
     int rope_used, rope_next;
     double rope_host[ROPE_SLOTS][ROPE_SLOT_FREQS];
+    void *cublas_ws; /* cuBLAS's workspace, set explicitly so that its calls can be recorded */
+    /* decode-step graphs (graph_begin): an entry per shape, valid while `generation` (bumped
+     * whenever a buffer the kernels read may move: a free, a workspace growing) is the
+     * one it was recorded under */
+    int graphs_on;     /* COMET_CUDA_GRAPHS=0 turns them off */
+    unsigned generation;
+    cuda_graph graphs[GRAPH_SLOTS];
+    int graph_next;    /* the slot the next new shape takes */
+    int capturing;     /* the slot being recorded, or -1 */
 } cuda_impl;
 
 struct comet_w4ax_weight {
@@ -235,6 +259,7 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
     if (need <= im->workspace_bytes)
         return COMET_OK;
     CUDA_TRY(cudaStreamSynchronize(im->stream), "waiting for the stream before growing the workspace");
+    im->generation++;
     cudaFree(im->workspace);
     im->workspace = NULL;
     im->workspace_bytes = 0;
@@ -310,6 +335,7 @@ static void cuda_free_op(comet_backend *be, void *p) {
     if (!p)
         return;
     CUcontext prev;
+    impl_of(be)->generation++; /* a later allocation may reuse the address */
     if (device_enter(impl_of(be)->device, &prev) == cudaSuccess)
         cudaFree(p); /* waits for the device's queued work */
     device_leave(prev);
@@ -457,6 +483,7 @@ static void cuda_weights_free(comet_backend *be, comet_weights *w) {
     if (!w)
         return;
     cuda_impl *im = impl_of(be);
+    im->generation++;
     CUcontext prev;
     if (device_enter(w->device, &prev) != cudaSuccess)
         cudaGetLastError();
@@ -751,6 +778,7 @@ static void cuda_kv_free(comet_backend *be, comet_kv_cache *kv) {
         return;
     cuda_impl *im = impl_of(be);
     CUcontext prev;
+    im->generation++;
     if (device_enter(im->device, &prev) == cudaSuccess) {
         cudaStreamSynchronize(im->stream);
         cudaFree(kv->storage);
@@ -812,6 +840,7 @@ static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, com
         if ((e = cudaStreamSynchronize(im->stream)) != cudaSuccess) {
             what = "step_begin: waiting for the stream";
         } else {
+            im->generation++;
             cudaFreeHost(im->step_host);
             cudaFree(im->step_dev);
             im->step_host = NULL, im->step_dev = NULL, im->step_cap = 0;
@@ -999,6 +1028,7 @@ static comet_status rope_table(cuda_impl *im, const comet_rope_params *rp, const
         CUDA_TRY(cudaMalloc((void **)&im->rope_dev, sizeof(double) * ROPE_SLOTS * ROPE_SLOT_FREQS),
                  "rope_kv_append: the RoPE tables");
     int slot = im->rope_used < ROPE_SLOTS ? im->rope_used++ : im->rope_next++ % ROPE_SLOTS;
+    im->generation++; /* a recorded graph may read this slot's old table */
     im->rope_key[slot] = *rp;
     comet_rope_inv_freq(rp, im->rope_host[slot]);
     cudaError_t e = cudaMemcpyAsync(im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS,
@@ -1054,6 +1084,7 @@ static comet_status cuda_paged_attention(comet_backend *be, const comet_kv_cache
     if (need > im->attn_ws_bytes) {
         size_t cap = im->attn_ws_bytes * 2 > need ? im->attn_ws_bytes * 2 : need;
         if ((e = cudaStreamSynchronize(im->stream)) == cudaSuccess) {
+            im->generation++;
             cudaFree(im->attn_ws);
             im->attn_ws = NULL;
             im->attn_ws_bytes = 0;
@@ -1102,6 +1133,108 @@ static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, cons
     return r;
 }
 
+/* ---- decode-step graphs ----
+ *
+ * A decode step launches about 14 kernels a layer; from the host that costs more than the
+ * GPU needs to read the 4-bit weights. graph_begin records a step's launches once per shape
+ * (batch size T, attention split count: every other launch parameter of a decode step
+ * follows from T, and the kernels read positions, page tables and lengths from the step
+ * buffer) and replays the recording with one launch. A shape is first run op by op, which
+ * grows every workspace it needs, and recorded the second time it comes. A recording keys
+ * on the forward context (its workspace) and the KV pool, and holds while no buffer it
+ * reads has moved (im->generation). */
+
+static void graph_drop(cuda_graph *g) {
+    if (g->exec)
+        cudaGraphExecDestroy(g->exec);
+    memset(g, 0, sizeof *g);
+}
+
+static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
+                                     const comet_kv_cache *kv, const comet_step *st, int H,
+                                     int *mode) {
+    cuda_impl *im = impl_of(be);
+    *mode = COMET_GRAPH_NONE;
+    if (!im->graphs_on || !kv->storage)
+        return COMET_OK;
+    comet_cuda_step_view view;
+    COMET_TRY(step_view(im, st, "graph_begin", &view));
+    comet_cuda_kv_layout L = kv_layout(kv);
+    int splits = comet_cuda_attention_splits(&L, &view, H, im->n_sm);
+    cuda_graph *g = NULL;
+    for (int i = 0; i < GRAPH_SLOTS && !g; i++) {
+        cuda_graph *c = &im->graphs[i];
+        if (c->used && c->owner == owner && c->kv_storage == kv->storage &&
+            c->T == view.n_tokens && c->splits == splits)
+            g = c;
+    }
+    if (!g) { /* first sight: run op by op (growing what it needs), record next time */
+        g = &im->graphs[im->graph_next];
+        im->graph_next = (im->graph_next + 1) % GRAPH_SLOTS;
+        graph_drop(g);
+        *g = (cuda_graph){.owner = owner, .kv_storage = kv->storage, .T = view.n_tokens,
+                          .splits = splits, .used = 1};
+        return COMET_OK;
+    }
+    if (g->failed)
+        return COMET_OK;
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "graph_begin: cudaSetDevice");
+    cudaError_t e = cudaSuccess;
+    if (g->exec && g->generation == im->generation) {
+        e = cudaGraphLaunch(g->exec, im->stream);
+        if (e == cudaSuccess)
+            *mode = COMET_GRAPH_REPLAYED;
+    } else {
+        if (g->exec) { /* a buffer it reads has moved */
+            cudaGraphExecDestroy(g->exec);
+            g->exec = NULL;
+        }
+        e = cudaStreamBeginCapture(im->stream, cudaStreamCaptureModeThreadLocal);
+        if (e == cudaSuccess) {
+            *mode = COMET_GRAPH_CAPTURING;
+            im->capturing = (int)(g - im->graphs);
+            g->generation = im->generation;
+        }
+    }
+    device_leave(prev);
+    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "graph_begin");
+}
+
+static comet_status cuda_graph_end(comet_backend *be, comet_status ops_status, int *rerun) {
+    cuda_impl *im = impl_of(be);
+    *rerun = 0;
+    COMET_ASSERT(im->capturing >= 0);
+    cuda_graph *g = &im->graphs[im->capturing];
+    im->capturing = -1;
+    CUcontext prev;
+    CUDA_TRY(device_enter(im->device, &prev), "graph_end: cudaSetDevice");
+    cudaGraph_t graph = NULL;
+    cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
+    if (e == cudaSuccess && ops_status >= 0 && g->generation == im->generation)
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
+    if (graph)
+        cudaGraphDestroy(graph);
+    comet_status r = COMET_OK;
+    if (e != cudaSuccess || ops_status < 0 || g->generation != im->generation || !g->exec) {
+        /* nothing ran: the step runs op by op, and this shape from now on */
+        cudaGetLastError();
+        if (g->exec)
+            cudaGraphExecDestroy(g->exec);
+        g->exec = NULL;
+        g->failed = 1;
+        comet_log(COMET_LOG_DEBUG, "cuda backend: a decode step of %d tokens could not be "
+                  "recorded as a graph (%s); it runs op by op", g->T,
+                  e != cudaSuccess ? cudaGetErrorString(e) : comet_last_error());
+        comet_clear_error();
+        *rerun = 1;
+    } else if ((e = cudaGraphLaunch(g->exec, im->stream)) != cudaSuccess) {
+        r = cuda_fail(e, "graph_end: launching the recorded step");
+    }
+    device_leave(prev);
+    return r;
+}
+
 static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
     if (im && im->stream) { /* without a stream nothing was made: no device to enter */
@@ -1109,8 +1242,12 @@ static void cuda_destroy(comet_backend *be) {
         if (device_enter(im->device, &prev) != cudaSuccess)
             cudaGetLastError(); /* release what can be released anyway */
         cudaStreamSynchronize(im->stream);
+        for (int i = 0; i < GRAPH_SLOTS; i++)
+            graph_drop(&im->graphs[i]);
         if (im->cublas)
             cublasDestroy(im->cublas);
+        if (im->cublas_ws)
+            cudaFree(im->cublas_ws);
         if (im->step_copied)
             cudaEventDestroy(im->step_copied);
         if (im->step_host)
@@ -1150,6 +1287,8 @@ static const comet_backend_ops cuda_ops = {
     .rope_kv_append = cuda_rope_kv_append,
     .paged_attention = cuda_paged_attention,
     .lm_head = cuda_lm_head,
+    .graph_begin = cuda_graph_begin,
+    .graph_end = cuda_graph_end,
     .w4ax_load = cuda_w4ax_load,
     .w4ax_free = cuda_w4ax_free,
     .gemm_w4ax = cuda_gemm_w4ax,
@@ -1183,6 +1322,9 @@ comet_backend *comet_backend_cuda_init(int device) {
         return NULL;
     }
     im->device = device;
+    im->capturing = -1;
+    const char *graphs = getenv("COMET_CUDA_GRAPHS");
+    im->graphs_on = !(graphs && !strcmp(graphs, "0"));
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;
@@ -1206,6 +1348,11 @@ comet_backend *comet_backend_cuda_init(int device) {
     else if ((cs = cublasCreate(&im->cublas)) != CUBLAS_STATUS_SUCCESS ||
              (cs = cublasSetStream(im->cublas, im->stream)) != CUBLAS_STATUS_SUCCESS)
         what = "creating the cuBLAS handle";
+    else if ((e = cudaMalloc(&im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) != cudaSuccess)
+        what = "allocating cuBLAS's workspace";
+    else if ((cs = cublasSetWorkspace(im->cublas, im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) !=
+             CUBLAS_STATUS_SUCCESS)
+        what = "setting cuBLAS's workspace";
     device_leave(prev);
     if (what) {
         if (cs != CUBLAS_STATUS_SUCCESS)
