@@ -7,6 +7,9 @@
  *   the script wrote, so GGUF and HF loading agree weight for weight.
  * - Bad input: unknown architecture (GGUF and config.json), missing tokenizer, missing
  *   tensor, wrong shape, sliding-window Mistral, quantized checkpoint, missing path.
+ * - The end-of-generation set: the ids the GGUF / config.json / generation_config.json name
+ *   plus every control token whose text is an end marker (<|eot_id|>, <|end_of_text|>, ...),
+ *   and greedy generation on a built GGUF stopping at once on either Llama-3 marker.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -16,8 +19,10 @@
 
 #include <cmocka.h>
 
+#include "backend/backend.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
+#include "engine/generate.h"
 #include "test_util.h"
 
 /* ---- the default model vs golden values -------------------------------------------- */
@@ -73,7 +78,10 @@ static void test_default_config(void **state) {
     free(txt);
     assert_string_equal(c->arch, "llama");
     assert_int_equal(c->head_dim, 64);
-    assert_int_equal(c->n_eos, 1);
+    /* eos <|im_end|> (2), then the control end marker <|endoftext|> (0), as llama.cpp's
+     * end-of-generation set */
+    assert_int_equal(c->n_eos, 2);
+    assert_int_equal(c->eos_ids[1], 0);
     assert_int_equal(c->rope_scaling, COMET_ROPE_SCALING_NONE);
     assert_ptr_equal(smol->lm_head, smol->tok_embd);
     assert_non_null(smol->tok);
@@ -414,6 +422,170 @@ static void test_bad_hf(void **state) {
                 COMET_ERR_FORMAT, "model.safetensors", "header length");
 }
 
+/* ---- the end-of-generation set ------------------------------------------------------ */
+
+/* A Llama-3-like vocabulary: the end markers as control tokens, plus look-alikes that must
+ * not stop generation (a NORMAL "<|endoftext|>", a control token that is no end marker). */
+static const char *const eog_toks[] = {
+    "a", "b", "c", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>",
+    "<|im_end|>", "<|endoftext|>", "</s>", "<|end|>", "<|start_header_id|>",
+};
+static const int32_t eog_types[] = {1, 1, 1, 3, 3, 3, 3, 3, 1, 3, 3, 3};
+#define EOG_V 12
+
+static void kv_arr_i32(gbuf *b, const char *k, int n, const int32_t *v) {
+    gb_str(b, k);
+    gb_u32(b, 9);
+    gb_u32(b, 5);
+    gb_u64(b, (uint64_t)n);
+    gb_put(b, v, (size_t)n * 4);
+}
+
+/* A one-layer F32 llama GGUF on eog_toks whose greedy output is always token `emit`
+ * (every embedding is e0, attention and FFN are zero, lm_head row `emit` reads e0). The
+ * GGUF names eos = `eos` and, when >= 0, eot = `eot`. */
+static void write_eog_gguf(const char *path, int eos, int eot, int emit) {
+    enum { C = 32, F = 64, V = EOG_V };
+    gbuf b = {0};
+    gb_header(&b, 3, 3 + 9, 13 + (eot >= 0));
+    kv_str(&b, "general.architecture", "llama");
+    kv_u32(&b, "llama.block_count", 1);
+    kv_u32(&b, "llama.embedding_length", C);
+    kv_u32(&b, "llama.feed_forward_length", F);
+    kv_u32(&b, "llama.attention.head_count", 4);
+    kv_u32(&b, "llama.context_length", 64);
+    kv_f32(&b, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    kv_str(&b, "tokenizer.ggml.model", "gpt2");
+    kv_str(&b, "tokenizer.ggml.pre", "llama-bpe");
+    kv_arr_str(&b, "tokenizer.ggml.tokens", V, eog_toks);
+    kv_arr_i32(&b, "tokenizer.ggml.token_type", V, eog_types);
+    kv_u32(&b, "tokenizer.ggml.bos_token_id", 3);
+    kv_u32(&b, "tokenizer.ggml.eos_token_id", (uint32_t)eos);
+    if (eot >= 0)
+        kv_u32(&b, "tokenizer.ggml.eot_token_id", (uint32_t)eot);
+    static float emb[V * C], head[V * C], ones[C], zq[C * C], zf[F * C];
+    memset(emb, 0, sizeof emb);
+    memset(head, 0, sizeof head);
+    for (int v = 0; v < V; v++)
+        emb[v * C] = 1.0f;
+    head[emit * C] = 100.0f;
+    for (int i = 0; i < C; i++)
+        ones[i] = 1.0f;
+    struct { const char *name; int ne0, ne1; const float *data; size_t bytes; } t[] = {
+        {"token_embd.weight", C, V, emb, sizeof emb},
+        {"output_norm.weight", C, 0, ones, sizeof ones},
+        {"output.weight", C, V, head, sizeof head},
+        {"blk.0.attn_norm.weight", C, 0, ones, sizeof ones},
+        {"blk.0.attn_q.weight", C, C, zq, sizeof zq},
+        {"blk.0.attn_k.weight", C, C, zq, sizeof zq},
+        {"blk.0.attn_v.weight", C, C, zq, sizeof zq},
+        {"blk.0.attn_output.weight", C, C, zq, sizeof zq},
+        {"blk.0.ffn_norm.weight", C, 0, ones, sizeof ones},
+        {"blk.0.ffn_gate.weight", C, F, zf, sizeof zf},
+        {"blk.0.ffn_up.weight", C, F, zf, sizeof zf},
+        {"blk.0.ffn_down.weight", F, C, zf, sizeof zf},
+    };
+    uint64_t off = 0;
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        ti(&b, t[i].name, (uint64_t)t[i].ne0, (uint64_t)t[i].ne1, 0, off);
+        off += t[i].bytes; /* every size is a multiple of 32 */
+    }
+    gb_align(&b, 32);
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        gb_put(&b, t[i].data, t[i].bytes);
+    write_file(path, b.p, b.n);
+    free(b.p);
+}
+
+static int has_eos(const comet_model_config *c, int32_t id) {
+    for (int i = 0; i < c->n_eos; i++)
+        if (c->eos_ids[i] == id)
+            return 1;
+    return 0;
+}
+
+/* The control end markers of eog_toks: 4 <|end_of_text|>, 5 <|eot_id|>, 6 <|eom_id|>,
+ * 7 <|im_end|>, 9 </s>, 10 <|end|>; not 8 (a NORMAL token) nor 3 / 11. */
+static void check_eog_set(const comet_model_config *c, int first) {
+    assert_int_equal(c->eos_ids[0], first);
+    assert_int_equal(c->n_eos, 6);
+    for (int id = 0; id < EOG_V; id++)
+        if (has_eos(c, id) != (id >= 4 && id <= 10 && id != 8))
+            fail_msg("token %d '%s' %s the end-of-generation set", id, eog_toks[id],
+                     has_eos(c, id) ? "is in" : "is missing from");
+}
+
+/* Greedy generation from one prompt token: the number of tokens generated (a final EOS
+ * counted) and the stop reason. */
+static comet_stop_reason greedy(const comet_model *m, int max_tokens, int *n_generated) {
+    comet_backend *be = comet_backend_cpu_init(1);
+    assert_non_null(be);
+    comet_gen_params p = comet_gen_default_params();
+    p.max_tokens = max_tokens;
+    p.sampling.temperature = 0.0f;
+    const int32_t prompt[] = {3, 0, 1};
+    comet_gen_stats st;
+    assert_int_equal(comet_generate(m, be, prompt, 3, &p, NULL, NULL, &st), COMET_OK);
+    comet_backend_free(be);
+    *n_generated = st.n_generated;
+    return st.stop;
+}
+
+/* Llama-3 GGUFs name eos = <|end_of_text|> without an eot key while the chat model ends
+ * its turn with <|eot_id|>, or eos = <|eot_id|> while a base model emits <|end_of_text|>:
+ * either way generation stops on the first token, as llama.cpp's does. */
+static void test_gguf_end_markers(void **state) {
+    (void)state;
+    const char *p = tmp_file("eog.gguf");
+    static const int cases[][3] = {/* eos, eot, emitted */ {4, -1, 5}, {5, -1, 4}, {4, 5, 6}};
+    for (int k = 0; k < 3; k++) {
+        write_eog_gguf(p, cases[k][0], cases[k][1], cases[k][2]);
+        comet_model *m = NULL;
+        if (comet_model_load(p, &m) != COMET_OK)
+            fail_msg("%s", comet_last_error());
+        check_eog_set(&m->cfg, cases[k][0]);
+        if (cases[k][1] >= 0)
+            assert_int_equal(m->cfg.eos_ids[1], cases[k][1]);
+        int n = 0;
+        assert_int_equal(greedy(m, 5, &n), COMET_STOP_EOS);
+        assert_int_equal(n, 1);
+        comet_model_free(m);
+    }
+    /* a token that is not an end marker still runs to max_tokens */
+    write_eog_gguf(p, 4, -1, 8);
+    comet_model *m = NULL;
+    if (comet_model_load(p, &m) != COMET_OK)
+        fail_msg("%s", comet_last_error());
+    int n = 0;
+    assert_int_equal(greedy(m, 5, &n), COMET_STOP_LENGTH);
+    assert_int_equal(n, 5);
+    comet_model_free(m);
+}
+
+/* HF: config.json's eos, then generation_config.json's (an id or a list), then the
+ * vocabulary's control end markers (tiny_hf: 0 <|endoftext|>, 2 <|im_end|>). */
+static void test_hf_end_markers(void **state) {
+    (void)state;
+    char *cfg = config_with("\"eos_token_id\": [\n    2,\n    0\n  ]", "\"eos_token_id\": 2");
+    const char *dir = hf_copy("eog", "config.json", cfg);
+    free(cfg);
+    char path[700];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    const char *gens[] = {"{\"eos_token_id\": [2, 1]}", "{\"eos_token_id\": 1}"};
+    for (int k = 0; k < 2; k++) {
+        write_file(path, gens[k], strlen(gens[k]));
+        comet_model *m = NULL;
+        if (comet_model_load(dir, &m) != COMET_OK)
+            fail_msg("%s", comet_last_error());
+        assert_int_equal(m->cfg.n_eos, 3);
+        assert_int_equal(m->cfg.eos_ids[0], 2);
+        assert_int_equal(m->cfg.eos_ids[1], 1);
+        assert_int_equal(m->cfg.eos_ids[2], 0);
+        assert_int_equal(comet_tokenizer_special_id(m->tok, COMET_SPECIAL_EOS), 2);
+        comet_model_free(m);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest smol_tests[] = {
         cmocka_unit_test(test_default_config),
@@ -426,6 +598,8 @@ int main(void) {
         cmocka_unit_test(test_tiny_llama3_gguf),
         cmocka_unit_test(test_bad_gguf),
         cmocka_unit_test(test_bad_hf),
+        cmocka_unit_test(test_gguf_end_markers),
+        cmocka_unit_test(test_hf_end_markers),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     return fails + cmocka_run_group_tests(smol_tests, load_smol, free_smol);

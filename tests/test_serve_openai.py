@@ -181,6 +181,33 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(usage.completion_tokens, whole.usage.completion_tokens)
         self.assertEqual(usage.prompt_tokens, whole.usage.prompt_tokens)
 
+    def test_stream_usage_key(self):
+        """With stream_options.include_usage every chunk before the usage chunk has
+        "usage": null (OpenAI's stream does; typed clients need the key); without it the
+        key is absent. Raw SSE: the openai client reads a missing key as None too."""
+        for path, req in (("/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "Count to five."}]}),
+                          ("/v1/completions", {"prompt": "1, 2, 3,", "echo": True})):
+            for include in (True, False):
+                body = dict(req, model=MODEL_ID, max_tokens=4, temperature=0, stream=True)
+                if include:
+                    body["stream_options"] = {"include_usage": True}
+                st, data = raw("POST", path, json.dumps(body))
+                self.assertEqual(st, 200)
+                chunks = [json.loads(ln[6:]) for ln in data.decode().split("\n")
+                          if ln.startswith("data: {")]
+                self.assertGreater(len(chunks), 2)
+                if include:
+                    for ch in chunks[:-1]:
+                        self.assertIn("usage", ch, f"{path}: {ch}")
+                        self.assertIsNone(ch["usage"])
+                        self.assertEqual(len(ch["choices"]), 1)
+                    self.assertEqual(chunks[-1]["choices"], [])
+                    self.assertGreaterEqual(chunks[-1]["usage"]["completion_tokens"], 1)
+                else:
+                    for ch in chunks:
+                        self.assertNotIn("usage", ch, f"{path}: {ch}")
+
     def test_chat_logprobs(self):
         r = self.client.chat.completions.create(
             model=MODEL_ID, messages=[{"role": "user", "content": "Say hello."}], max_tokens=5,

@@ -315,7 +315,7 @@ static void test_response_builders(void **state) {
     cJSON_Delete(o);
     free(js);
 
-    comet_oai_chunk k = {"chatcmpl-1", 1000, "smol", 1, "Hi", 2, NULL, 0, NULL, NULL};
+    comet_oai_chunk k = {"chatcmpl-1", 1000, "smol", 1, "Hi", 2, NULL, 0, NULL, NULL, 0};
     js = comet_oai_chunk_json(COMET_OAI_CHAT, &k);
     o = cJSON_Parse(js);
     assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion.chunk");
@@ -323,6 +323,7 @@ static void test_response_builders(void **state) {
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")->valuestring,
                         "Hi");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(c, "finish_reason")));
+    assert_null(cJSON_GetObjectItem(o, "usage")); /* no include_usage: no key, as OpenAI */
     cJSON_Delete(o);
     free(js);
     comet_oai_usage us = {4, 9};
@@ -334,6 +335,46 @@ static void test_response_builders(void **state) {
                      13);
     cJSON_Delete(o);
     free(js);
+}
+
+/* stream_options.include_usage: every chunk before the final usage chunk carries
+ * "usage": null (OpenAI's stream does; strictly typed clients require the key), the
+ * usage chunk the numbers; chat and completions, role, text and finish chunks alike. */
+static void test_chunk_usage_null(void **state) {
+    (void)state;
+    static const comet_oai_kind kinds[] = {COMET_OAI_CHAT, COMET_OAI_COMPLETION};
+    for (int ki = 0; ki < 2; ki++) {
+        for (int form = 0; form < 3; form++) {
+            comet_oai_chunk k;
+            memset(&k, 0, sizeof k);
+            k.id = "x-1";
+            k.created = 1000;
+            k.model = "smol";
+            k.usage_null = 1;
+            k.first = form == 0 && kinds[ki] == COMET_OAI_CHAT;
+            k.text = form == 1 ? "Hi" : "";
+            k.text_len = form == 1 ? 2 : 0;
+            k.finish_reason = form == 2 ? "stop" : NULL;
+            char *js = comet_oai_chunk_json(kinds[ki], &k);
+            cJSON *o = cJSON_Parse(js);
+            assert_non_null(o);
+            cJSON *u = cJSON_GetObjectItem(o, "usage");
+            if (!u || !cJSON_IsNull(u))
+                fail_msg("chunk %s: \"usage\": null expected", js);
+            assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")), 1);
+            cJSON_Delete(o);
+            free(js);
+            comet_oai_usage us = {4, 9};
+            k.usage = &us;
+            js = comet_oai_chunk_json(kinds[ki], &k);
+            o = cJSON_Parse(js);
+            assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"),
+                                                 "completion_tokens")->valueint, 9);
+            assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")), 0);
+            cJSON_Delete(o);
+            free(js);
+        }
+    }
 }
 
 static void test_metrics_render(void **state) {
@@ -375,6 +416,7 @@ int main(void) {
         cmocka_unit_test(test_missing_messages_unknown_model),
         cmocka_unit_test(test_invalid_utf8),
         cmocka_unit_test(test_response_builders),
+        cmocka_unit_test(test_chunk_usage_null),
         cmocka_unit_test(test_metrics_render),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -26,7 +26,7 @@ typedef enum comet_rope_scaling {
     COMET_ROPE_SCALING_COUNT
 } comet_rope_scaling;
 
-#define COMET_MAX_EOS 8
+#define COMET_MAX_EOS 16
 
 typedef struct comet_model_config {
     char arch[32];       /* "llama" */

@@ -4,8 +4,9 @@
  * model.safetensors or the shards listed in model.safetensors.index.json (F32/F16/BF16),
  * tokenizer.json (through comet_tokenizer_from_hf_json), the chat template from
  * tokenizer_config.json or chat_template.jinja, and extra EOS ids from
- * generation_config.json. A config.json with a quantization_config block is a quantized
- * checkpoint, refused here until a reader for it exists.
+ * generation_config.json (an id or a list) and from the vocabulary's end-marker control
+ * tokens (comet_config_add_end_markers). A config.json with a quantization_config block is
+ * a quantized checkpoint, refused here until a reader for it exists.
  */
 #include <math.h>
 #include <stdio.h>
@@ -398,6 +399,7 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
         COMET_TRY(comet_tokenizer_set_special(m->tok, COMET_SPECIAL_BOS, m->cfg.bos_id));
     if (m->cfg.n_eos > 0 && m->cfg.eos_ids[0] < n_tok)
         COMET_TRY(comet_tokenizer_set_special(m->tok, COMET_SPECIAL_EOS, m->cfg.eos_ids[0]));
+    comet_config_add_end_markers(&m->cfg, m->tok);
     return COMET_OK;
 }
 

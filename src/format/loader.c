@@ -147,6 +147,43 @@ void comet_config_add_eos(comet_model_config *cfg, int32_t id) {
         cfg->eos_ids[cfg->n_eos++] = id;
 }
 
+/* Texts of control tokens that end a turn or a document in the chat formats comet knows
+ * (Llama-3, ChatML, Phi-3, Llama-2/SentencePiece, GPT-2 style). Generation stops at these
+ * whatever the metadata names as EOS, as llama.cpp's end-of-generation set does: Llama-3
+ * files name one of <|end_of_text|> / <|eot_id|> and the model emits the other. */
+static const char *const end_markers[] = {
+    "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "</s>",
+    "<|end|>",
+};
+
+void comet_config_add_end_markers(comet_model_config *cfg, const comet_tokenizer *tok) {
+    if (!tok)
+        return;
+    int n = comet_tokenizer_n_vocab(tok);
+    for (int32_t id = 0; id < n; id++) {
+        if (comet_tokenizer_token_attr(tok, id) != COMET_TOKEN_CONTROL)
+            continue;
+        char buf[32];
+        int len = comet_tokenizer_token_bytes(tok, id, 1, buf, sizeof buf);
+        if (len <= 0 || (size_t)len >= sizeof buf)
+            continue;
+        for (size_t i = 0; i < sizeof end_markers / sizeof end_markers[0]; i++) {
+            if (strlen(end_markers[i]) != (size_t)len || memcmp(buf, end_markers[i], (size_t)len))
+                continue;
+            if (cfg->n_eos == COMET_MAX_EOS) {
+                int have = 0;
+                for (int k = 0; k < cfg->n_eos; k++)
+                    have |= cfg->eos_ids[k] == id;
+                if (!have)
+                    comet_log(COMET_LOG_WARN, "end-of-generation set full (%d ids): token %d "
+                              "'%s' not added", COMET_MAX_EOS, (int)id, end_markers[i]);
+            }
+            comet_config_add_eos(cfg, id);
+            break;
+        }
+    }
+}
+
 /* ---- GGUF -------------------------------------------------------------------------- */
 
 static comet_status gguf_fetch(comet_wsource *s, const char *name, int64_t rows, int64_t cols,
@@ -457,6 +494,7 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
                              strncmp(msg, "tokenizer", 9) ? "tokenizer: " : "", msg);
         goto done;
     }
+    comet_config_add_end_markers(c, m->tok);
     if (comet_gguf_find(g, "tokenizer.chat_template")) {
         comet_gguf_str s;
         if ((st = comet_gguf_get_str(g, "tokenizer.chat_template", &s)) < 0)

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "comet/model.h"
+#include "comet/tokenizer.h"
 
 typedef enum comet_wnames {
     COMET_WNAMES_GGUF, /* token_embd.weight, blk.N.attn_q.weight, ... */
@@ -43,5 +44,12 @@ comet_status comet_unpermute_qk(float *w, int n_head, int head_dim, int64_t cols
 
 /* Add `id` to cfg->eos_ids unless present or negative. */
 void comet_config_add_eos(comet_model_config *cfg, int32_t id);
+
+/* Add to cfg->eos_ids every CONTROL token of `tok` whose text is a known end-of-turn or
+ * end-of-text marker (<|eot_id|>, <|end_of_text|>, <|eom_id|>, <|im_end|>, <|endoftext|>,
+ * </s>, <|end|>), after the ids the model's metadata names. The GGUF and HF loaders call it
+ * once the tokenizer is built; a comet checkpoint stores the resulting set in config.json
+ * (checkpoint_write.c) and its reader takes that list as is. */
+void comet_config_add_end_markers(comet_model_config *cfg, const comet_tokenizer *tok);
 
 #endif

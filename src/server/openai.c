@@ -701,5 +701,7 @@ char *comet_oai_chunk_json(comet_oai_kind kind, const comet_oai_chunk *k) {
         cJSON_AddStringToObject(c, "finish_reason", k->finish_reason);
     else
         cJSON_AddNullToObject(c, "finish_reason");
+    if (k->usage_null)
+        cJSON_AddNullToObject(root, "usage");
     return print_and_delete(root);
 }

@@ -145,7 +145,9 @@ char *comet_oai_response_json(comet_oai_kind kind, const comet_oai_result *r);
 /* One SSE chunk's JSON (without "data: "): a text delta (`text`, may be empty), optional
  * logprobs of the tokens in it, a finish_reason or NULL; `first` adds the chat
  * role:"assistant" delta. `usage` non-NULL gives the final usage-only chunk
- * (choices: []), used when stream_options.include_usage is set. */
+ * (choices: []), used when stream_options.include_usage is set; `usage_null` (set with
+ * include_usage) gives every other chunk "usage": null, as OpenAI's stream does (without
+ * include_usage the key is absent). */
 typedef struct comet_oai_chunk {
     const char *id;
     long created;
@@ -157,6 +159,7 @@ typedef struct comet_oai_chunk {
     int n_lps;
     const char *finish_reason;
     const comet_oai_usage *usage;
+    int usage_null;
 } comet_oai_chunk;
 
 char *comet_oai_chunk_json(comet_oai_kind kind, const comet_oai_chunk *c);
