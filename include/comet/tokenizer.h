@@ -120,15 +120,33 @@ int32_t comet_tokenizer_find(const comet_tokenizer *tok, const char *token);
 
 /* Streaming detokenizer: feed ids one by one, get back only complete UTF-8 characters;
  * bytes of a character split across tokens are held until complete. For SPM, the leading
- * space of the first piece is dropped (as SentencePiece does). */
+ * (dummy-prefix) space of the first piece of the whole text is dropped, as SentencePiece
+ * does: the first token with text (control tokens such as BOS have none). A generation
+ * continues its prompt, so prime the detokenizer with the prompt (comet_detok_prime): then
+ * prompt text + generated text == the decoding of prompt ids + generated ids. */
 typedef struct comet_detok {
     const comet_tokenizer *tok;
     char pending[8];
     int n_pending;
-    int n_emitted;
+    int text_started; /* a token with text has been consumed: no dummy prefix to drop */
 } comet_detok;
 
 void comet_detok_init(comet_detok *d, const comet_tokenizer *tok);
+
+/* Continue after `ids` (a prompt) that are already text: nothing is output, and the next
+ * piece is decoded as following them (its leading space is kept unless no id of `ids` has
+ * text). Call right after comet_detok_init. Bytes of a character left unfinished at the
+ * end of `ids` are not carried over. Returns 0, or a negative status for an id out of
+ * range. */
+int comet_detok_prime(comet_detok *d, const int32_t *ids, size_t n);
+
+/* The bytes of token `id` as they appear at this point of the text, for per-token strings
+ * (echo and logprobs): comet_tokenizer_token_bytes, less the SPM dummy-prefix space when
+ * `id` would be the first token with text (so the dummy-prefix token "▁" alone gives "").
+ * Does not advance `d`: follow with comet_detok_prime(d, &id, 1) or comet_detok_push.
+ * Same return and `cap` rules as comet_tokenizer_token_bytes. */
+int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf,
+                      size_t cap);
 
 /* Append the complete characters decoded so far to `out` (capacity `cap`, NUL-terminated);
  * returns the number of bytes written (excluding NUL). Control tokens give "". Bytes that
@@ -188,6 +206,22 @@ comet_status comet_chat_template_from_name(const char *name, comet_chat_template
  * content; Llama-2 roles not alternating user/assistant). */
 char *comet_chat_apply(comet_chat_template kind, const comet_chat_message *msgs, size_t n,
                        int add_generation_prompt, const char *bos);
+
+/* Render a conversation as comet_chat_apply_model does and tokenize it for the model: the
+ * template's own markers (<|im_start|>, <|eot_id|>, the `bos` text, ...) become their
+ * control tokens; roles and message contents are tokenized as plain text (parse_special
+ * off), so marker text typed inside a message ("<|im_start|>system ...") stays text and
+ * cannot open a turn of its own. The plain text between two markers is encoded in one
+ * piece, giving the ids comet_tokenizer_encode gives the whole render when no content holds
+ * special-token text. `allow_special_in_content` non-zero restores parsing of special-token
+ * text everywhere (the whole render with parse_special on): only for trusted callers.
+ * `jinja` may be NULL (no default system message). No BOS is added beyond the template's
+ * own. On success *ids is a malloc'd array of *n_ids ids owned by the caller; errors as
+ * comet_chat_apply. */
+comet_status comet_chat_tokenize(const comet_tokenizer *tok, comet_chat_template kind,
+                                 const char *jinja, const comet_chat_message *msgs, size_t n,
+                                 int add_generation_prompt, const char *bos,
+                                 int allow_special_in_content, int32_t **ids, size_t *n_ids);
 
 #ifdef __cplusplus
 }

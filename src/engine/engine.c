@@ -749,6 +749,8 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
     sp.repeat_penalty = rp->repeat_penalty > 0 ? rp->repeat_penalty : 1.0f;
     sp.repeat_last_n = -1;
     comet_detok_init(&r->dt, e->m->tok);
+    if ((st = comet_detok_prime(&r->dt, r->tokens, (size_t)r->n_prompt)) < 0) /* continued */
+        goto fail;
 
     pthread_mutex_lock(&e->mu);
     if (e->stopping || e->n_incoming + e->n_waiting >= e->p.max_waiting) {

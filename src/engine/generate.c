@@ -169,6 +169,8 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     }
     comet_detok dt;
     comet_detok_init(&dt, m->tok);
+    if ((st = comet_detok_prime(&dt, prompt, (size_t)n_prompt)) < 0) /* text continues it */
+        goto done;
     char piece[PIECE_CAP];
     int n_hist = n_prompt;
     double t1 = now_s();

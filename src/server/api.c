@@ -49,6 +49,7 @@ typedef struct gen {
     char *text;
     size_t text_len, text_cap;
     recs gen_recs, prompt_recs;
+    comet_detok lp_dt; /* logprobs token strings: where they stand in the text */
     int finished;
     comet_finish_reason why;
     char error[256];
@@ -186,11 +187,10 @@ static void on_event(void *user, const comet_engine_event *ev) {
 
 /* ---- prompt ---- */
 
-/* Tokenize like `comet generate`: special tokens parsed, BOS prepended when wanted. */
-static comet_status tokenize(const comet_model *m, const char *text, int32_t **ids, int *n_ids) {
-    size_t n = 0;
-    int32_t *tok = NULL;
-    COMET_TRY(comet_tokenizer_encode(m->tok, text, strlen(text), 1, &tok, &n));
+/* BOS prepended to tok[0..n) when the model wants one (as `comet generate` does); takes
+ * ownership of tok. */
+static comet_status with_bos(const comet_model *m, int32_t *tok, size_t n, int32_t **ids,
+                             int *n_ids) {
     if (m->cfg.add_bos && m->cfg.bos_id >= 0 && (n == 0 || tok[0] != m->cfg.bos_id)) {
         int32_t *t2 = malloc((n + 1) * sizeof *t2);
         if (!t2) {
@@ -208,17 +208,37 @@ static comet_status tokenize(const comet_model *m, const char *text, int32_t **i
     return COMET_OK;
 }
 
-/* Text of a token as it appears in output (special tokens rendered). malloc'd. */
-static char *token_text(const comet_model *m, int32_t id, size_t *len) {
+/* A completions prompt, like `comet generate --raw`: special-token text parsed. */
+static comet_status tokenize(const comet_model *m, const char *text, int32_t **ids, int *n_ids) {
+    size_t n = 0;
+    int32_t *tok = NULL;
+    COMET_TRY(comet_tokenizer_encode(m->tok, text, strlen(text), 1, &tok, &n));
+    return with_bos(m, tok, n, ids, n_ids);
+}
+
+comet_status comet_api_chat_prompt(const comet_api *a, const comet_chat_message *msgs,
+                                   size_t n_msgs, int32_t **ids, int *n_ids) {
+    const comet_model *m = a->model;
+    size_t n = 0;
+    int32_t *tok = NULL;
+    COMET_TRY(comet_chat_tokenize(m->tok, a->tmpl, m->chat_template, msgs, n_msgs, 1,
+                                  a->bos[0] ? a->bos : NULL, a->allow_special_in_messages, &tok,
+                                  &n));
+    return with_bos(m, tok, n, ids, n_ids);
+}
+
+/* Text of a token as it appears in output at the point `d` of the text (special tokens
+ * rendered; SPM's dummy-prefix space dropped from the text's first token). malloc'd. */
+static char *token_text(const comet_detok *d, int32_t id, size_t *len) {
     char buf[256];
-    int n = comet_tokenizer_token_bytes(m->tok, id, 1, buf, sizeof buf);
+    int n = comet_detok_piece(d, id, 1, buf, sizeof buf);
     if (n < 0)
         n = 0;
     char *s = malloc((size_t)n + 1);
     if (!s)
         return NULL;
     if (n > (int)sizeof buf) {
-        comet_tokenizer_token_bytes(m->tok, id, 1, s, (size_t)n + 1);
+        comet_detok_piece(d, id, 1, s, (size_t)n + 1);
     } else {
         memcpy(s, buf, (size_t)n);
     }
@@ -245,8 +265,9 @@ static void lp_view_free(lp_view *v) {
     memset(v, 0, sizeof *v);
 }
 
-/* Records a[0..na) then b[0..nb) as builder entries; text offsets start at `offset`. */
-static int lp_view_build(lp_view *v, const comet_model *m, const tok_rec *a, int na,
+/* Records a[0..na) then b[0..nb) as builder entries; text offsets start at `offset`. The
+ * token strings follow the text from `d`, which moves past the records. */
+static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na,
                          const tok_rec *b, int nb, int offset) {
     memset(v, 0, sizeof *v);
     int n = na + nb;
@@ -260,7 +281,7 @@ static int lp_view_build(lp_view *v, const comet_model *m, const tok_rec *a, int
     for (int i = 0; i < n; i++) {
         const tok_rec *t = i < na ? &a[i] : &b[i - na];
         comet_oai_token_lp *o = &v->lps[i];
-        char *s = token_text(m, t->id, &o->len);
+        char *s = token_text(d, t->id, &o->len);
         if (!s) {
             lp_view_free(v);
             return -1;
@@ -275,7 +296,7 @@ static int lp_view_build(lp_view *v, const comet_model *m, const tok_rec *a, int
         o->top = v->tops + (size_t)i * COMET_ENGINE_MAX_TOP;
         for (int k = 0; k < t->n_top; k++) {
             comet_oai_top *tp = &v->tops[(size_t)i * COMET_ENGINE_MAX_TOP + k];
-            char *ts = token_text(m, t->top_ids[k], &tp->len);
+            char *ts = token_text(d, t->top_ids[k], &tp->len);
             if (!ts) {
                 lp_view_free(v);
                 return -1;
@@ -284,6 +305,7 @@ static int lp_view_build(lp_view *v, const comet_model *m, const tok_rec *a, int
             tp->text = ts;
             tp->logprob = t->top_lps[k];
         }
+        comet_detok_prime(d, &t->id, 1);
     }
     v->n = n;
     return 0;
@@ -354,7 +376,7 @@ static void answer_whole(gen *g, comet_server_reply *reply) {
     memset(&v, 0, sizeof v);
     int lp_ok = 0;
     if (text && q->logprobs)
-        lp_ok = !lp_view_build(&v, g->api->model, g->prompt_recs.v, echo ? g->prompt_recs.n : 0,
+        lp_ok = !lp_view_build(&v, &g->lp_dt, g->prompt_recs.v, echo ? g->prompt_recs.n : 0,
                                g->gen_recs.v, g->gen_recs.n, 0);
     if (!text || (q->logprobs && !lp_ok)) {
         free(text);
@@ -407,6 +429,7 @@ static int stream_fill(gen *g) {
     k.id = g->id;
     k.created = g->created;
     k.model = g->api->model_id;
+    k.usage_null = q->include_usage;
     if (g->st == ST_END)
         return -1;
     if (g->st == ST_FIRST) {
@@ -424,7 +447,7 @@ static int stream_fill(gen *g) {
             pthread_mutex_lock(&g->mu);
             while (q->logprobs && !g->finished && g->prompt_recs.n < g->n_prompt_submitted)
                 pthread_cond_wait(&g->cv, &g->mu);
-            int bad = q->logprobs && lp_view_build(&v, g->api->model, g->prompt_recs.v,
+            int bad = q->logprobs && lp_view_build(&v, &g->lp_dt, g->prompt_recs.v,
                                                    g->prompt_recs.n, NULL, 0, 0);
             pthread_mutex_unlock(&g->mu);
             k.text = g->prompt_text;
@@ -454,7 +477,7 @@ static int stream_fill(gen *g) {
         memset(&v, 0, sizeof v);
         int n_new = g->gen_recs.n - g->sent_recs;
         int bad = q->logprobs && n_new > 0 &&
-                  lp_view_build(&v, g->api->model, NULL, 0, g->gen_recs.v + g->sent_recs, n_new,
+                  lp_view_build(&v, &g->lp_dt, NULL, 0, g->gen_recs.v + g->sent_recs, n_new,
                                 (int)g->sent_text);
         if (g->text_len > g->sent_text || n_new > 0) {
             k.text = g->text ? g->text + g->sent_text : "";
@@ -536,9 +559,12 @@ static char *prompt_as_text(const comet_model *m, const comet_oai_request *q, si
     }
     size_t cap = 64, n = 0;
     char *s = malloc(cap);
+    comet_detok d; /* the ids' strings as echo's logprobs give them */
+    comet_detok_init(&d, m->tok);
     for (int i = 0; s && i < q->n_prompt_ids; i++) {
         size_t tl;
-        char *t = token_text(m, q->prompt_ids[i], &tl);
+        char *t = token_text(&d, q->prompt_ids[i], &tl);
+        comet_detok_prime(&d, &q->prompt_ids[i], 1);
         if (!t) {
             free(s);
             return NULL;
@@ -588,11 +614,8 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
             comet_oai_request_free(req);
             return;
         }
-        char *text = comet_chat_apply_model(a->tmpl, m->chat_template, req->messages,
-                                            (size_t)req->n_messages, 1, a->bos[0] ? a->bos : NULL);
-        comet_status st = text ? tokenize(m, text, &ids, &n_ids) : COMET_ERR_NOMEM;
-        free(text);
-        if (st < 0) {
+        if (comet_api_chat_prompt(a, req->messages, (size_t)req->n_messages, &ids, &n_ids) <
+            0) {
             reply_error(reply, srv, 500, NULL, NULL, "cannot tokenize the messages");
             comet_oai_request_free(req);
             return;
@@ -691,6 +714,9 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     rp.ignore_eos = q->ignore_eos;
     rp.top_logprobs = q->top_logprobs;
     rp.prompt_logprobs = q->kind == COMET_OAI_COMPLETION && q->echo && q->logprobs;
+    comet_detok_init(&g->lp_dt, m->tok); /* echo's logprobs start at the prompt's first token */
+    if (!rp.prompt_logprobs)
+        comet_detok_prime(&g->lp_dt, ids, (size_t)n_ids);
     if (q->max_tokens == 0 && !rp.prompt_logprobs) {
         /* echo without logprobs and nothing to generate: the answer is the prompt */
         g->finished = 1;

@@ -24,6 +24,9 @@ typedef struct comet_api {
     int has_tmpl;             /* 0: the chat route answers 400 (no template known) */
     char bos[128];            /* BOS text for templates that start with it, or "" */
     int completion_default_max_tokens; /* 16, as OpenAI's completions API */
+    int allow_special_in_messages; /* 0 (default): special-token text in a message's content
+                                    * is plain text; 1 (serve --allow-special-in-messages, for
+                                    * trusted clients only): it becomes the control token */
 } comet_api;
 
 /* Bind the routes to an engine and model. `template_name` overrides the model's chat
@@ -31,6 +34,13 @@ typedef struct comet_api {
  * COMET_ERR_UNSUPPORTED for an unknown template name. */
 comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
                             const char *model_id, const char *template_name);
+
+/* The chat route's prompt ids: the messages rendered with the chat template, only the
+ * template's own markers as control tokens (comet_chat_tokenize; message contents are
+ * plain text unless allow_special_in_messages), BOS prepended when the model wants one.
+ * *ids is malloc'd. */
+comet_status comet_api_chat_prompt(const comet_api *a, const comet_chat_message *msgs,
+                                   size_t n_msgs, int32_t **ids, int *n_ids);
 
 /* comet_server_generate_fn and comet_server_gauges_fn; `user` is the comet_api. */
 void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,

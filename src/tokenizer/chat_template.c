@@ -5,6 +5,11 @@
  * own template gives under transformers' apply_chat_template (tests/fixtures/chat_*.txt
  * hold renders made that way). Templates with other logic (tool calls, date headers)
  * are not reproduced; detection picks a kind by the markers it finds.
+ *
+ * The renderer also records where it wrote the template's own markers (<|im_start|>, BOS,
+ * <|eot_id|>, ...). comet_chat_tokenize turns only those into control tokens; roles and
+ * message contents are tokenized as plain text, so marker text typed inside a message
+ * cannot open a turn of its own.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +21,8 @@ typedef struct sbuf {
     char *s;
     size_t n, cap;
     int oom;
+    size_t *marks; /* [2 * n_marks] start, end of each template marker in s */
+    size_t n_marks, cap_marks;
 } sbuf;
 
 static void sb_put(sbuf *b, const char *s, size_t n) {
@@ -41,6 +48,36 @@ static void sb_put(sbuf *b, const char *s, size_t n) {
 static void sb_str(sbuf *b, const char *s) {
     if (s)
         sb_put(b, s, strlen(s));
+}
+
+/* Append a marker of the template itself (special-token text such as "<|im_start|>" or
+ * the BOS text): the only text comet_chat_tokenize may turn into a control token. */
+static void sb_mark(sbuf *b, const char *s) {
+    if (!s || !*s || b->oom)
+        return;
+    size_t start = b->n;
+    sb_str(b, s);
+    if (b->oom)
+        return;
+    if (b->n_marks == b->cap_marks) {
+        size_t cap = b->cap_marks ? 2 * b->cap_marks : 32;
+        size_t *p = realloc(b->marks, 2 * cap * sizeof *p);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->marks = p;
+        b->cap_marks = cap;
+    }
+    b->marks[2 * b->n_marks] = start;
+    b->marks[2 * b->n_marks + 1] = b->n;
+    b->n_marks++;
+}
+
+static void sb_free(sbuf *b) {
+    free(b->s);
+    free(b->marks);
+    memset(b, 0, sizeof *b);
 }
 
 /* Python's str.isspace() on a code point (what Jinja's trim and str.strip() remove). */
@@ -141,29 +178,37 @@ comet_status comet_chat_template_from_name(const char *name, comet_chat_template
 
 static void render_chatml(sbuf *b, const comet_chat_message *m, size_t n, int gen) {
     for (size_t i = 0; i < n; i++) {
-        sb_str(b, "<|im_start|>");
+        sb_mark(b, "<|im_start|>");
         sb_str(b, m[i].role);
         sb_str(b, "\n");
         sb_str(b, m[i].content);
-        sb_str(b, "<|im_end|>\n");
+        sb_mark(b, "<|im_end|>");
+        sb_str(b, "\n");
     }
-    if (gen)
-        sb_str(b, "<|im_start|>assistant\n");
+    if (gen) {
+        sb_mark(b, "<|im_start|>");
+        sb_str(b, "assistant\n");
+    }
 }
 
 static void render_llama3(sbuf *b, const comet_chat_message *m, size_t n, int gen,
                           const char *bos) {
     for (size_t i = 0; i < n; i++) {
         if (i == 0)
-            sb_str(b, bos);
-        sb_str(b, "<|start_header_id|>");
+            sb_mark(b, bos);
+        sb_mark(b, "<|start_header_id|>");
         sb_str(b, m[i].role);
-        sb_str(b, "<|end_header_id|>\n\n");
+        sb_mark(b, "<|end_header_id|>");
+        sb_str(b, "\n\n");
         sb_stripped(b, m[i].content, strlen(m[i].content));
-        sb_str(b, "<|eot_id|>");
+        sb_mark(b, "<|eot_id|>");
     }
-    if (gen)
-        sb_str(b, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    if (gen) {
+        sb_mark(b, "<|start_header_id|>");
+        sb_str(b, "assistant");
+        sb_mark(b, "<|end_header_id|>");
+        sb_str(b, "\n\n");
+    }
 }
 
 /* Llama-2-chat: the system message is folded into the first user turn; turns must
@@ -196,71 +241,203 @@ static comet_status render_llama2(sbuf *b, const comet_chat_message *m, size_t n
             return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
         }
         if (user) {
-            sb_str(b, bos);
+            sb_mark(b, bos);
             sb_str(b, "[INST] ");
             sb_stripped(b, content.s ? content.s : "", content.n);
             sb_str(b, " [/INST]");
         } else {
             sb_str(b, " ");
             sb_stripped(b, content.s ? content.s : "", content.n);
-            sb_str(b, " </s>");
+            sb_str(b, " ");
+            sb_mark(b, "</s>");
         }
         free(content.s);
     }
     return COMET_OK;
 }
 
+/* Render into `b` (which the caller frees with sb_free). */
+static comet_status render(comet_chat_template kind, const comet_chat_message *msgs, size_t n,
+                           int add_generation_prompt, const char *bos, sbuf *b) {
+    for (size_t i = 0; i < n; i++)
+        if (!msgs[i].role || !msgs[i].content)
+            return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: message %zu lacks %s",
+                                   i, msgs[i].role ? "content" : "a role");
+    sb_put(b, "", 0);
+    switch (kind) {
+    case COMET_CHAT_CHATML: render_chatml(b, msgs, n, add_generation_prompt); break;
+    case COMET_CHAT_LLAMA3: render_llama3(b, msgs, n, add_generation_prompt, bos); break;
+    case COMET_CHAT_LLAMA2: COMET_TRY(render_llama2(b, msgs, n, bos)); break;
+    default:
+        return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: unknown kind %d",
+                               (int)kind);
+    }
+    if (b->oom)
+        return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    return COMET_OK;
+}
+
 char *comet_chat_apply(comet_chat_template kind, const comet_chat_message *msgs, size_t n,
                        int add_generation_prompt, const char *bos) {
-    for (size_t i = 0; i < n; i++)
-        if (!msgs[i].role || !msgs[i].content) {
-            comet_set_error(COMET_ERR_INVALID_ARG, "chat template: message %zu lacks %s", i,
-                            msgs[i].role ? "content" : "a role");
-            return NULL;
-        }
     sbuf b = {0};
-    sb_put(&b, "", 0);
-    switch (kind) {
-    case COMET_CHAT_CHATML: render_chatml(&b, msgs, n, add_generation_prompt); break;
-    case COMET_CHAT_LLAMA3: render_llama3(&b, msgs, n, add_generation_prompt, bos); break;
-    case COMET_CHAT_LLAMA2:
-        if (render_llama2(&b, msgs, n, bos) < 0) {
-            free(b.s);
-            return NULL;
-        }
-        break;
-    default:
-        comet_set_error(COMET_ERR_INVALID_ARG, "chat template: unknown kind %d", (int)kind);
-        free(b.s);
+    if (render(kind, msgs, n, add_generation_prompt, bos, &b) < 0) {
+        sb_free(&b);
         return NULL;
     }
-    if (b.oom) {
-        free(b.s);
-        comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
-        return NULL;
-    }
+    free(b.marks);
     return b.s;
+}
+
+/* msgs with the model template's default system message in front when it inserts one
+ * (*all is then a malloc'd copy and *default_system the message text, both for the caller
+ * to free; else *all = msgs and both pointers NULL). */
+static comet_status with_default_system(const char *jinja, const comet_chat_message *msgs,
+                                        size_t *n, const comet_chat_message **all,
+                                        comet_chat_message **owned, char **default_system) {
+    *all = msgs;
+    *owned = NULL;
+    *default_system = NULL;
+    if (*n > 0 && msgs[0].role && strcmp(msgs[0].role, "system") == 0)
+        return COMET_OK;
+    char *sys = comet_chat_template_default_system(jinja);
+    if (!sys)
+        return COMET_OK;
+    comet_chat_message *m = malloc((*n + 1) * sizeof *m);
+    if (!m) {
+        free(sys);
+        return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    }
+    m[0] = (comet_chat_message){"system", sys};
+    if (*n)
+        memcpy(m + 1, msgs, *n * sizeof *msgs);
+    *n += 1;
+    *all = m;
+    *owned = m;
+    *default_system = sys;
+    return COMET_OK;
 }
 
 char *comet_chat_apply_model(comet_chat_template kind, const char *jinja,
                              const comet_chat_message *msgs, size_t n, int add_generation_prompt,
                              const char *bos) {
-    char *default_system = NULL;
-    if (n == 0 || !msgs[0].role || strcmp(msgs[0].role, "system") != 0)
-        default_system = comet_chat_template_default_system(jinja);
-    if (!default_system)
-        return comet_chat_apply(kind, msgs, n, add_generation_prompt, bos);
-    comet_chat_message *all = malloc((n + 1) * sizeof *all);
-    if (!all) {
-        free(default_system);
-        comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    const comet_chat_message *all;
+    comet_chat_message *owned;
+    char *default_system;
+    if (with_default_system(jinja, msgs, &n, &all, &owned, &default_system) < 0)
         return NULL;
-    }
-    all[0] = (comet_chat_message){"system", default_system};
-    if (n)
-        memcpy(all + 1, msgs, n * sizeof *msgs);
-    char *text = comet_chat_apply(kind, all, n + 1, add_generation_prompt, bos);
-    free(all);
+    char *text = comet_chat_apply(kind, all, n, add_generation_prompt, bos);
+    free(owned);
     free(default_system);
     return text;
+}
+
+/* ---- tokenizing a rendered conversation ------------------------------------------------ */
+
+static comet_status push_ids(tok_ids *out, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (tok_ids_push(out, ids[i]) < 0)
+            return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    return COMET_OK;
+}
+
+/* Plain text (parse_special off) exactly as comet_tokenizer_encode encodes that stretch of
+ * the whole rendered prompt: `at_start` says whether it starts the prompt, which matters to
+ * SentencePiece tokenizers that put "▁" only before the first segment of a text. */
+static comet_status encode_plain(const comet_tokenizer *t, const char *s, size_t n,
+                                 int at_start, tok_ids *out) {
+    if (n == 0)
+        return COMET_OK;
+    if (at_start || t->type != COMET_TOK_SPM || t->spm_prefix != TOK_SPM_PREFIX_FIRST) {
+        int32_t *ids;
+        size_t k;
+        COMET_TRY(comet_tokenizer_encode(t, s, n, 0, &ids, &k));
+        comet_status st = push_ids(out, ids, k);
+        free(ids);
+        return st;
+    }
+    /* A "first"-scheme SentencePiece text after a control token: no "▁" in front. With
+     * parse_special off only user-defined tokens split it (comet_tokenizer_encode). */
+    size_t seg = 0;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = -1;
+        uint8_t c = (uint8_t)s[i];
+        for (int j = t->special_start[c]; j < t->special_start[c + 1] && id < 0; j++) {
+            int32_t cand = t->special_ids[j];
+            if (t->attr[cand] == COMET_TOKEN_USER_DEFINED && t->text_len[cand] <= n - i &&
+                memcmp(s + i, t->text[cand], t->text_len[cand]) == 0)
+                id = cand;
+        }
+        if (id < 0)
+            continue;
+        COMET_TRY(tok_spm_encode_segment(t, s + seg, i - seg, 0, out));
+        if (tok_ids_push(out, id) < 0)
+            return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        i += t->text_len[id] - 1;
+        seg = i + 1;
+    }
+    return tok_spm_encode_segment(t, s + seg, n - seg, 0, out);
+}
+
+/* The control/user-defined token whose text is exactly s[0..n), or -1 (the vocabulary has
+ * no such special token: the marker is then plain text, as it is in the whole render). */
+static int32_t marker_id(const comet_tokenizer *t, const char *s, size_t n) {
+    for (int j = t->special_start[(uint8_t)s[0]]; j < t->special_start[(uint8_t)s[0] + 1]; j++) {
+        int32_t id = t->special_ids[j];
+        if (t->text_len[id] == n && memcmp(s, t->text[id], n) == 0)
+            return id;
+    }
+    return -1;
+}
+
+comet_status comet_chat_tokenize(const comet_tokenizer *tok, comet_chat_template kind,
+                                 const char *jinja, const comet_chat_message *msgs, size_t n,
+                                 int add_generation_prompt, const char *bos,
+                                 int allow_special_in_content, int32_t **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    const comet_chat_message *all;
+    comet_chat_message *owned;
+    char *default_system;
+    COMET_TRY(with_default_system(jinja, msgs, &n, &all, &owned, &default_system));
+    sbuf b = {0};
+    comet_status st = render(kind, all, n, add_generation_prompt, bos, &b);
+    free(owned);
+    free(default_system);
+    if (st < 0) {
+        sb_free(&b);
+        return st;
+    }
+    if (allow_special_in_content) {
+        /* trusted caller: the whole render, special-token text anywhere parsed */
+        st = comet_tokenizer_encode(tok, b.s, b.n, 1, ids, n_ids);
+        sb_free(&b);
+        return st;
+    }
+    /* Only the template's markers become control tokens; the text between two of them
+     * (roles, contents, the template's own plain text) is encoded in one piece with
+     * parse_special off, so ordinary text tokenizes as it does in the whole render. */
+    tok_ids out = {0};
+    size_t run = 0; /* start of the plain text not yet encoded */
+    for (size_t k = 0; k < b.n_marks && st >= 0; k++) {
+        size_t a = b.marks[2 * k], e = b.marks[2 * k + 1];
+        int32_t id = marker_id(tok, b.s + a, e - a);
+        if (id < 0)
+            continue;
+        st = encode_plain(tok, b.s + run, a - run, run == 0, &out);
+        if (st >= 0 && tok_ids_push(&out, id) < 0)
+            st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        run = e;
+    }
+    if (st >= 0)
+        st = encode_plain(tok, b.s + run, b.n - run, run == 0, &out);
+    sb_free(&b);
+    if (st >= 0 && !out.v && !(out.v = malloc(sizeof *out.v)))
+        st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    if (st < 0) {
+        free(out.v);
+        return st;
+    }
+    *ids = out.v;
+    *n_ids = out.n;
+    return COMET_OK;
 }

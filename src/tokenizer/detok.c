@@ -4,6 +4,11 @@
  * tokens), so bytes of an unfinished character are held in comet_detok.pending until the
  * rest arrives. Bytes that can never become a valid character are replaced by U+FFFD
  * one by one, as Python's bytes.decode("utf-8", "replace") does.
+ *
+ * SentencePiece's dummy prefix: the space the encoder put before the text is dropped from
+ * the first piece of the whole text only (the first token with text; BOS and other control
+ * tokens have none). A generation continues its prompt, so the detokenizer is primed with
+ * the prompt (comet_detok_prime) and the first generated " world" keeps its space.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +21,41 @@ static const char fffd[3] = {(char)0xEF, (char)0xBF, (char)0xBD};
 void comet_detok_init(comet_detok *d, const comet_tokenizer *tok) {
     memset(d, 0, sizeof *d);
     d->tok = tok;
+}
+
+/* Whether a piece with text pushed now would start the text and lose its dummy-prefix
+ * space. */
+static int at_dummy_prefix(const comet_detok *d) {
+    return d->tok->type == COMET_TOK_SPM && d->tok->spm_prefix != TOK_SPM_PREFIX_NEVER &&
+           !d->text_started;
+}
+
+int comet_detok_prime(comet_detok *d, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        int k = comet_tokenizer_token_bytes(d->tok, ids[i], 0, NULL, 0);
+        if (k < 0)
+            return k;
+        if (k > 0)
+            d->text_started = 1;
+    }
+    return 0;
+}
+
+int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf,
+                      size_t cap) {
+    const comet_tokenizer *t = d->tok;
+    int n_text = comet_tokenizer_token_bytes(t, id, 0, NULL, 0);
+    if (n_text < 0)
+        return n_text;
+    const char *p = t->piece[id];
+    size_t n = (size_t)comet_tokenizer_token_bytes(t, id, render_special, NULL, 0);
+    if (n_text > 0 && at_dummy_prefix(d) && p[0] == ' ') {
+        p++; /* the dummy-prefix space, as comet_detok_push drops it */
+        n--;
+    }
+    if (buf && cap)
+        memcpy(buf, p, n < cap ? n : cap);
+    return (int)n;
 }
 
 /* Expected length of the character starting with byte c, or 0 if c cannot start one. */
@@ -78,8 +118,7 @@ int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap) {
     memcpy(buf, d->pending, (size_t)d->n_pending);
     comet_tokenizer_token_bytes(t, id, 0, (char *)buf + d->n_pending, (size_t)n_piece);
     const uint8_t *s = buf;
-    if (t->type == COMET_TOK_SPM && t->spm_prefix != TOK_SPM_PREFIX_NEVER && d->n_emitted == 0 &&
-        n > 0 && s[0] == ' ') {
+    if (at_dummy_prefix(d) && n > 0 && s[0] == ' ') {
         s++; /* SentencePiece drops the dummy-prefix space at the start of the text */
         n--;
     }
@@ -96,7 +135,8 @@ int comet_detok_push(comet_detok *d, int32_t id, char *out, size_t cap) {
     out[o] = '\0';
     memcpy(d->pending, s + n - hold, hold);
     d->n_pending = (int)hold;
-    d->n_emitted += n_piece; /* bytes of pieces consumed so far */
+    if (n_piece > 0)
+        d->text_started = 1;
     if (buf != stack)
         free(buf);
     return (int)o;

@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "Generate text from a prompt; only the generated text goes to stdout.\n"
             "\n"
             "  --model M            .gguf file or HF directory (default: the bundled model)\n"
-            "  --prompt P           the prompt (user message unless --raw)\n"
+            "  --prompt P           the prompt (user message unless --raw; special-token\n"
+            "                       text in it, like <|im_start|>, stays plain text)\n"
             "  --max-tokens N       new tokens at most (default 256)\n"
             "  --temperature T      0 = greedy (default 0.8)\n"
             "  --top-k K            0 = off (default 40)\n"
@@ -56,12 +57,19 @@ static int print_text(const char *text, size_t len, void *user) {
 }
 
 /* Render the prompt (chat template unless raw), tokenize it, prepend BOS when the model
- * wants one. Returns 0 with *ids malloc'd, or prints an error and returns non-zero. */
+ * wants one. With the template only its own markers become control tokens: special-token
+ * text in --prompt or --system stays text (comet_chat_tokenize); --raw parses it.
+ * Returns 0 with *ids malloc'd, or prints an error and returns non-zero. */
 static int build_prompt(const comet_model *m, const char *prompt, const char *system, int raw,
                         const char *template_name, int32_t **ids, int *n_ids) {
-    char *text = NULL;
+    size_t n = 0;
+    int32_t *tok = NULL;
     if (raw) {
-        text = strdup(prompt);
+        comet_log(COMET_LOG_DEBUG, "prompt text: %s", prompt);
+        if (comet_tokenizer_encode(m->tok, prompt, strlen(prompt), 1, &tok, &n) < 0) {
+            cli_report_error("generate", "cannot tokenize the prompt");
+            return 1;
+        }
     } else {
         comet_chat_template kind;
         comet_status st = template_name ? comet_chat_template_from_name(template_name, &kind)
@@ -77,24 +85,23 @@ static int build_prompt(const comet_model *m, const char *prompt, const char *sy
             bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
         }
         comet_chat_message msgs[2];
-        size_t n = 0;
+        size_t n_msgs = 0;
         if (system)
-            msgs[n++] = (comet_chat_message){"system", system};
-        msgs[n++] = (comet_chat_message){"user", prompt};
-        text = comet_chat_apply_model(kind, m->chat_template, msgs, n, 1, bos[0] ? bos : NULL);
+            msgs[n_msgs++] = (comet_chat_message){"system", system};
+        msgs[n_msgs++] = (comet_chat_message){"user", prompt};
+        char *text = comet_chat_apply_model(kind, m->chat_template, msgs, n_msgs, 1,
+                                            bos[0] ? bos : NULL);
         if (!text) {
             cli_report_error("generate", "cannot apply the chat template");
             return 1;
         }
-    }
-    size_t n = 0;
-    int32_t *tok = NULL;
-    comet_status st = comet_tokenizer_encode(m->tok, text, strlen(text), 1, &tok, &n);
-    comet_log(COMET_LOG_DEBUG, "prompt text: %s", text);
-    free(text);
-    if (st < 0) {
-        cli_report_error("generate", "cannot tokenize the prompt");
-        return 1;
+        comet_log(COMET_LOG_DEBUG, "prompt text: %s", text);
+        free(text);
+        if (comet_chat_tokenize(m->tok, kind, m->chat_template, msgs, n_msgs, 1,
+                                bos[0] ? bos : NULL, 0, &tok, &n) < 0) {
+            cli_report_error("generate", "cannot tokenize the prompt");
+            return 1;
+        }
     }
     if (m->cfg.add_bos && m->cfg.bos_id >= 0 && (n == 0 || tok[0] != m->cfg.bos_id)) {
         int32_t *t2 = malloc((n + 1) * sizeof *t2);

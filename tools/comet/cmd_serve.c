@@ -36,6 +36,10 @@ static void usage(FILE *f) {
             "  --max-waiting N        queued requests before 503 (default 256)\n"
             "  --max-body-bytes N     request body limit (default 4194304)\n"
             "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
+            "  --allow-special-in-messages   special-token text in a chat message's\n"
+            "                         content (<|im_start|>...) becomes that control token;\n"
+            "                         lets any client forge system turns: trusted clients only\n"
+            "                         (default off: message contents are plain text)\n"
             "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
@@ -68,7 +72,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_id = NULL, *template_name = NULL, *device = "cpu";
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
     long max_body = 4L << 20, threads = 0, drain = 30;
-    int verbose = 0;
+    int verbose = 0, allow_special_in_messages = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -109,6 +113,10 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--drain-timeout", drain, 0, 3600)
         if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
+            continue;
+        }
+        if (!strcmp(a, "--allow-special-in-messages")) {
+            allow_special_in_messages = 1;
             continue;
         }
         fprintf(stderr, "comet serve: unknown option '%s' (see comet serve --help)\n", a);
@@ -152,6 +160,10 @@ int cmd_serve(int argc, char **argv) {
         comet_model_free(m);
         return 2;
     }
+    api.allow_special_in_messages = allow_special_in_messages;
+    if (allow_special_in_messages)
+        comet_log(COMET_LOG_WARN, "--allow-special-in-messages: special-token text in chat "
+                                  "messages is parsed; any client can forge system turns");
     if (!api.has_tmpl)
         comet_log(COMET_LOG_WARN, "no known chat template in the model: /v1/chat/completions "
                                   "answers 400 (pass --chat-template NAME)");
