@@ -14,7 +14,7 @@
 #include "server/metrics.h"
 #include "server/openai.h"
 
-static const comet_oai_limits LIM = {"smol", 2048, 49152};
+static const comet_oai_limits LIM = {"smol", 2048, 49152, NULL};
 
 static int parse(comet_oai_kind kind, const char *body, comet_oai_request *req,
                  comet_oai_error *err) {
@@ -95,10 +95,13 @@ static void test_defaults_and_prompt_forms(void **state) {
                            &r, &e),
                      0);
     assert_string_equal(r.prompt, "x y");
-    assert_int_equal(r.max_tokens, -1);
-    assert_float_equal(r.temperature, 1.0f, 0);
-    assert_float_equal(r.top_p, 1.0f, 0);
-    assert_int_equal(r.top_k, 0);
+    /* no server defaults given: comet generate's sampling, OpenAI's 16 tokens */
+    assert_int_equal(r.max_tokens, 16);
+    assert_false(r.max_tokens_given);
+    assert_float_equal(r.temperature, 0.8f, 0);
+    assert_float_equal(r.top_p, 0.95f, 0);
+    assert_int_equal(r.top_k, 40);
+    assert_float_equal(r.min_p, 0.05f, 0);
     assert_false(r.has_seed);
     assert_int_equal(r.n_stop, 0);
     assert_false(r.stream);
@@ -118,6 +121,62 @@ static void test_defaults_and_prompt_forms(void **state) {
     assert_int_equal(r.n_prompt_ids, 2);
     assert_int_equal(r.n_stop, 1);
     assert_int_equal(r.top_k, 0);
+    comet_oai_request_free(&r);
+}
+
+/* The server's defaults fill exactly the fields a request leaves out (or sends as null);
+ * a request's own fields, even 0 or off, always win (`comet serve` once sampled at
+ * temperature 1, top-p 1, no top-k/min-p and chat up to the context). */
+static void test_server_defaults(void **state) {
+    (void)state;
+    const comet_oai_defaults d = {0.6f, 0.9f, 20, 0.1f, 300};
+    const comet_oai_limits lim = {"smol", 2048, 49152, &d};
+    comet_oai_request r;
+    comet_oai_error e;
+    const char *absent = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\","
+                         "\"content\":\"What is the capital of France?\"}],"
+                         "\"top_k\":null}";
+    assert_int_equal(comet_oai_parse(COMET_OAI_CHAT, absent, strlen(absent), &lim, &r, &e), 0);
+    assert_float_equal(r.temperature, 0.6f, 0);
+    assert_float_equal(r.top_p, 0.9f, 0);
+    assert_int_equal(r.top_k, 20);
+    assert_float_equal(r.min_p, 0.1f, 0);
+    assert_int_equal(r.max_tokens, 300);
+    assert_false(r.max_tokens_given);
+    comet_oai_request_free(&r);
+    const char *cmpl = "{\"model\":\"smol\",\"prompt\":\"x\"}";
+    assert_int_equal(comet_oai_parse(COMET_OAI_COMPLETION, cmpl, strlen(cmpl), &lim, &r, &e), 0);
+    assert_int_equal(r.max_tokens, 300);
+    assert_float_equal(r.temperature, 0.6f, 0);
+    comet_oai_request_free(&r);
+
+    const char *given = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\","
+                        "\"content\":\"hi\"}],\"temperature\":0,\"top_p\":1,\"top_k\":-1,"
+                        "\"min_p\":0,\"max_completion_tokens\":7}";
+    assert_int_equal(comet_oai_parse(COMET_OAI_CHAT, given, strlen(given), &lim, &r, &e), 0);
+    assert_float_equal(r.temperature, 0.0f, 0);
+    assert_float_equal(r.top_p, 1.0f, 0);
+    assert_int_equal(r.top_k, 0);
+    assert_float_equal(r.min_p, 0.0f, 0);
+    assert_int_equal(r.max_tokens, 7);
+    assert_true(r.max_tokens_given);
+    comet_oai_request_free(&r);
+
+    /* built-in defaults (no generation_config.json, no flags): comet generate's sampling;
+     * chat stops at 256 tokens, completions at 16; max_tokens 0 lets chat run to the context */
+    comet_oai_defaults b = comet_oai_default_defaults();
+    assert_float_equal(b.temperature, 0.8f, 0);
+    assert_float_equal(b.top_p, 0.95f, 0);
+    assert_int_equal(b.top_k, 40);
+    assert_float_equal(b.min_p, 0.05f, 0);
+    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_CHAT), 256);
+    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
+    b.max_tokens = 0;
+    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_CHAT), -1);
+    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
+    assert_int_equal(parse(COMET_OAI_CHAT, absent, &r, &e), 0);
+    assert_float_equal(r.temperature, 0.8f, 0);
+    assert_int_equal(r.max_tokens, 256);
     comet_oai_request_free(&r);
 }
 
@@ -409,6 +468,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_completion_full),
         cmocka_unit_test(test_defaults_and_prompt_forms),
+        cmocka_unit_test(test_server_defaults),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_bad_json),
         cmocka_unit_test(test_wrong_types),

@@ -136,8 +136,28 @@ typedef struct comet_quant_config {
     long calib_tokens;
 } comet_quant_config;
 
+/* Sampling defaults the checkpoint recommends (HF generation_config.json: temperature,
+ * top_p, top_k, min_p, max_new_tokens); `set` says which fields were given. */
+enum {
+    COMET_GEN_TEMPERATURE = 1,
+    COMET_GEN_TOP_P = 2,
+    COMET_GEN_TOP_K = 4,
+    COMET_GEN_MIN_P = 8,
+    COMET_GEN_MAX_NEW_TOKENS = 16
+};
+
+typedef struct comet_gen_config {
+    unsigned set; /* COMET_GEN_* bits; 0: the checkpoint recommends nothing */
+    float temperature;
+    float top_p;
+    int top_k;
+    float min_p;
+    int max_new_tokens;
+} comet_gen_config;
+
 typedef struct comet_model {
     comet_model_config cfg;
+    comet_gen_config gen; /* from generation_config.json (HF); empty for other formats */
     float *tok_embd;             /* [V, C] */
     float *output_norm;          /* [C] */
     float *lm_head;              /* [V, C]; == tok_embd when cfg.tie_embeddings */

@@ -3,8 +3,9 @@
  * Reads config.json (LlamaForCausalLM; MistralForCausalLM without sliding window),
  * model.safetensors or the shards listed in model.safetensors.index.json (F32/F16/BF16),
  * tokenizer.json (through comet_tokenizer_from_hf_json), the chat template from
- * tokenizer_config.json or chat_template.jinja, and extra EOS ids from
- * generation_config.json (an id or a list) and from the vocabulary's end-marker control
+ * tokenizer_config.json or chat_template.jinja, extra EOS ids (an id or a list) and the
+ * sampling defaults (temperature, top_p, top_k, min_p, max_new_tokens: comet_model.gen) from
+ * generation_config.json, and extra EOS ids from the vocabulary's end-marker control
  * tokens (comet_config_add_end_markers). A config.json with a quantization_config block is
  * a quantized checkpoint, refused here until a reader for it exists.
  */
@@ -403,6 +404,42 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
     return COMET_OK;
 }
 
+/* The sampling defaults generation_config.json recommends; a field that is missing, not a
+ * number or out of range is left unset (a warning for the last two). */
+static void hf_gen_config(const cJSON *g, const char *path, comet_gen_config *out) {
+    static const struct {
+        const char *key;
+        unsigned bit;
+        double lo, hi;
+    } f[] = {
+        {"temperature", COMET_GEN_TEMPERATURE, 0, 100},
+        {"top_p", COMET_GEN_TOP_P, 1e-6, 1},
+        {"top_k", COMET_GEN_TOP_K, 0, 1 << 30},
+        {"min_p", COMET_GEN_MIN_P, 0, 1},
+        {"max_new_tokens", COMET_GEN_MAX_NEW_TOKENS, 1, 1 << 30},
+    };
+    memset(out, 0, sizeof *out);
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(g, f[i].key);
+        if (!it || cJSON_IsNull(it))
+            continue;
+        double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
+        if (!(v >= f[i].lo && v <= f[i].hi)) {
+            comet_log(COMET_LOG_WARN, "%s: ignoring %s (not a number in [%g, %g])", path,
+                      f[i].key, f[i].lo, f[i].hi);
+            continue;
+        }
+        out->set |= f[i].bit;
+        switch (f[i].bit) {
+        case COMET_GEN_TEMPERATURE: out->temperature = (float)v; break;
+        case COMET_GEN_TOP_P: out->top_p = (float)v; break;
+        case COMET_GEN_TOP_K: out->top_k = (int)v; break;
+        case COMET_GEN_MIN_P: out->min_p = (float)v; break;
+        default: out->max_new_tokens = (int)v; break;
+        }
+    }
+}
+
 comet_status comet_load_hf(const char *dir, comet_model **out) {
     *out = NULL;
     char path[PATH_CAP];
@@ -423,6 +460,8 @@ comet_status comet_load_hf(const char *dir, comet_model **out) {
     if ((st = read_json(path, 0, &cfg)) < 0 ||
         (cfg && (st = json_ids(cfg, "eos_token_id", path, &m->cfg, 0)) < 0))
         goto fail;
+    if (cfg)
+        hf_gen_config(cfg, path, &m->gen);
     cJSON_Delete(cfg);
     cfg = NULL;
     snprintf(path, sizeof path, "%s/config.json", dir);

@@ -76,7 +76,6 @@ comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
     a->engine = e;
     a->model = m;
     a->model_id = model_id;
-    a->completion_default_max_tokens = 16;
     comet_status st = template_name ? comet_chat_template_from_name(template_name, &a->tmpl)
                                     : comet_chat_template_detect(m->chat_template, &a->tmpl);
     if (st < 0 && template_name)
@@ -324,6 +323,18 @@ static void record(gen *g, int status) {
     double e2e = g->t_last > 0 ? g->t_last - g->t0 : -1;
     comet_server_metrics_record(comet_server_metrics_get(g->srv), status, g->n_prompt,
                                 g->n_generated, ttft, tpot, e2e);
+    /* one line per finished request (INFO: shown without --verbose) */
+    const char *why = status == 200                      ? finish_name(g->why)
+                      : g->why == COMET_FINISH_CANCELLED ? "cancelled"
+                      : status == -1                     ? "client_gone"
+                                                         : "error";
+    char ttft_s[32];
+    if (ttft >= 0)
+        snprintf(ttft_s, sizeof ttft_s, "%.3f s", ttft);
+    else
+        snprintf(ttft_s, sizeof ttft_s, "-");
+    comet_log(COMET_LOG_INFO, "%s: %d prompt + %d completion tokens, ttft %s, total %.3f s, "
+              "finish %s", g->id, g->n_prompt, g->n_generated, ttft_s, now_s() - g->t0, why);
 }
 
 /* ---- non-streaming ---- */
@@ -641,6 +652,12 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
         comet_oai_request_free(req);
         return;
     }
+    /* a default max_tokens (not the request's) is cut to what the context and the KV pool
+     * leave; a request's own max_tokens that does not fit is refused */
+    int room = a->kv_tokens > 0 && a->kv_tokens < n_ctx ? a->kv_tokens : n_ctx;
+    if (!req->max_tokens_given && req->max_tokens > 0 && n_ids < room &&
+        n_ids + req->max_tokens > room)
+        req->max_tokens = room - n_ids;
     if (n_ids >= n_ctx || (req->max_tokens > 0 && n_ids + req->max_tokens > n_ctx)) {
         if (req->max_tokens > 0)
             snprintf(msg, sizeof msg,
@@ -697,9 +714,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     comet_request_params rp = comet_request_default_params();
     rp.prompt = ids;
     rp.n_prompt = n_ids;
-    rp.max_tokens = q->max_tokens >= 0 ? q->max_tokens
-                    : q->kind == COMET_OAI_COMPLETION ? a->completion_default_max_tokens
-                                                      : 0;
+    rp.max_tokens = q->max_tokens >= 0 ? q->max_tokens : 0; /* -1: up to the context */
     rp.temperature = q->temperature;
     rp.top_k = q->top_k;
     rp.top_p = q->top_p;

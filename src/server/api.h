@@ -23,7 +23,8 @@ typedef struct comet_api {
     comet_chat_template tmpl;
     int has_tmpl;             /* 0: the chat route answers 400 (no template known) */
     char bos[128];            /* BOS text for templates that start with it, or "" */
-    int completion_default_max_tokens; /* 16, as OpenAI's completions API */
+    int kv_tokens;            /* tokens the engine's KV pool holds (a default max_tokens is cut
+                               * to it, as to the context); 0: not known */
     int allow_special_in_messages; /* 0 (default): special-token text in a message's content
                                     * is plain text; 1 (serve --allow-special-in-messages, for
                                     * trusted clients only): it becomes the control token */

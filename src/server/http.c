@@ -66,6 +66,7 @@ comet_server_params comet_server_default_params(void) {
     p.model_id = "default";
     p.n_ctx = 2048;
     p.n_vocab = 1;
+    p.defaults = comet_oai_default_defaults();
     return p;
 }
 
@@ -223,7 +224,7 @@ static enum MHD_Result answer_get(comet_server *s, conn_ctx *cx, struct MHD_Conn
 
 static enum MHD_Result answer_post(comet_server *s, conn_ctx *cx, struct MHD_Connection *c) {
     comet_oai_kind kind = cx->r == ROUTE_CHAT ? COMET_OAI_CHAT : COMET_OAI_COMPLETION;
-    comet_oai_limits lim = {s->model_id, s->p.n_ctx, s->p.n_vocab};
+    comet_oai_limits lim = {s->model_id, s->p.n_ctx, s->p.n_vocab, &s->p.defaults};
     comet_oai_request req;
     comet_oai_error err;
     cx->answered = 1;
@@ -359,6 +360,8 @@ comet_server *comet_server_start(const comet_server_params *p) {
         s->p.max_body_bytes = 4u << 20;
     if (s->p.max_connections <= 0)
         s->p.max_connections = 512;
+    if (!(s->p.defaults.top_p > 0 && s->p.defaults.top_p <= 1)) /* zeroed params */
+        s->p.defaults = comet_oai_default_defaults();
     s->created = (long)time(NULL);
     comet_server_metrics_init(&s->metrics);
 

@@ -7,6 +7,7 @@
  */
 #define _GNU_SOURCE
 #include "server/openai.h"
+#include "engine/sampler.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -33,6 +34,19 @@ int comet_oai_fail(comet_oai_error *e, int http_status, const char *type, const 
     vsnprintf(e->message, sizeof e->message, fmt, ap);
     va_end(ap);
     return http_status;
+}
+
+comet_oai_defaults comet_oai_default_defaults(void) {
+    comet_sampler_params sp = comet_sampler_default_params();
+    return (comet_oai_defaults){sp.temperature, sp.top_p, sp.top_k, sp.min_p, -1};
+}
+
+int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind) {
+    if (d->max_tokens > 0)
+        return d->max_tokens;
+    if (kind == COMET_OAI_COMPLETION)
+        return COMET_OAI_COMPLETION_MAX_TOKENS;
+    return d->max_tokens == 0 ? -1 : COMET_OAI_CHAT_MAX_TOKENS;
 }
 
 /* ---- parameter readers: each returns 0, or the HTTP status with *err filled ---- */
@@ -300,6 +314,7 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
                                   "'%s' is too large: %.0f; this model's maximum context length "
                                   "is %d tokens", mt_name, it->valuedouble, lim->n_ctx);
         req->max_tokens = (int)it->valuedouble;
+        req->max_tokens_given = 1;
     }
 
     if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "temperature"), "temperature",
@@ -422,9 +437,14 @@ int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
                     const comet_oai_limits *lim, comet_oai_request *req, comet_oai_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
-    req->max_tokens = -1;
-    req->temperature = 1.0f;
-    req->top_p = 1.0f;
+    /* absent fields keep the server's defaults; the parser overwrites the given ones */
+    comet_oai_defaults dd = comet_oai_default_defaults();
+    const comet_oai_defaults *d = lim->defaults ? lim->defaults : &dd;
+    req->max_tokens = comet_oai_default_max_tokens(d, kind);
+    req->temperature = d->temperature;
+    req->top_p = d->top_p;
+    req->top_k = d->top_k;
+    req->min_p = d->min_p;
     size_t ok = comet_utf8_valid_prefix(body, len);
     if (ok != len)
         return comet_oai_fail(err, 400, NULL, NULL, NULL,

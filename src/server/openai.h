@@ -55,11 +55,15 @@ typedef struct comet_oai_request {
     /* chat: messages with owned role/content strings */
     comet_chat_message *messages; /* [n_messages] */
     int n_messages;
-    int max_tokens;        /* -1: not given (the server picks: up to the context) */
-    float temperature;     /* 1.0; 0 = greedy */
-    float top_p;           /* 1.0 */
+    /* max_tokens and the four sampling numbers: the request's value, or when the request
+     * leaves the field out (or null) the server's default (comet_oai_defaults) */
+    int max_tokens;        /* -1: up to the context (server default 0) */
+    int max_tokens_given;  /* 1: max_tokens came from the request (too large is refused);
+                            * 0: it is the server's default (cut to what the context leaves) */
+    float temperature;     /* 0 = greedy */
+    float top_p;
     int top_k;             /* 0 = off (-1 accepted as off) */
-    float min_p;           /* 0 */
+    float min_p;           /* 0 = off */
     int has_seed;
     uint64_t seed;
     char *stop[COMET_OAI_MAX_STOP]; /* owned, non-empty strings */
@@ -74,11 +78,34 @@ typedef struct comet_oai_request {
     int ignore_eos;        /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
 } comet_oai_request;
 
+/* The server's defaults for the fields a request leaves out (a request's own fields always
+ * win). `comet serve` takes them from the model's generation_config.json, else `comet
+ * generate`'s defaults, and from its --temperature/--top-p/--top-k/--min-p/--max-tokens. */
+typedef struct comet_oai_defaults {
+    float temperature;
+    float top_p;     /* (0, 1] */
+    int top_k;       /* 0 = off */
+    float min_p;     /* 0 = off */
+    int max_tokens;  /* > 0: both routes; 0: chat up to the context, completions 16;
+                      * -1: chat COMET_OAI_CHAT_MAX_TOKENS, completions 16 */
+} comet_oai_defaults;
+
+#define COMET_OAI_CHAT_MAX_TOKENS 256       /* `comet generate`'s default */
+#define COMET_OAI_COMPLETION_MAX_TOKENS 16  /* OpenAI's completions default */
+
+/* `comet generate`'s sampling (comet_sampler_default_params: temperature 0.8, top-k 40,
+ * top-p 0.95, min-p 0.05) and max_tokens -1. */
+comet_oai_defaults comet_oai_default_defaults(void);
+
+/* The default max_tokens of a route under `d` (-1: up to the context). */
+int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind);
+
 /* Limits the parser checks against. */
 typedef struct comet_oai_limits {
     const char *model_id; /* the one served model's id; `model` must equal it (else 404) */
     int n_ctx;            /* max_tokens above this is refused */
     int n_vocab;          /* token-id prompts must lie in [0, n_vocab) */
+    const comet_oai_defaults *defaults; /* for absent fields; NULL: comet_oai_default_defaults */
 } comet_oai_limits;
 
 /* Parse and validate `len` bytes of JSON body. Returns 0 and fills *req (free it with

@@ -61,6 +61,8 @@ typedef struct comet_server_params {
     const char *model_id;    /* served model id (/v1/models, request "model") */
     int n_ctx;               /* context length (max_tokens limit, /v1/models) */
     int n_vocab;             /* token-id prompts must be < n_vocab */
+    comet_oai_defaults defaults; /* for fields a request leaves out (default:
+                                  * comet_oai_default_defaults, `comet generate`'s) */
     comet_server_generate_fn generate; /* NULL: generation routes answer 503 */
     comet_server_gauges_fn gauges;     /* may be NULL */
     void *user;              /* passed to the hooks */

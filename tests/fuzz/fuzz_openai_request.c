@@ -20,7 +20,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     comet_oai_kind kind = (data[0] & 1) ? COMET_OAI_CHAT : COMET_OAI_COMPLETION;
     const char *body = (const char *)data + 1;
     size_t len = size - 1;
-    comet_oai_limits lim = {"smol", 2048, 49152};
+    comet_oai_limits lim = {"smol", 2048, 49152, NULL};
     comet_oai_request req;
     comet_oai_error err;
     int st = comet_oai_parse(kind, body, len, &lim, &req, &err);

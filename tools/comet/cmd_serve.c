@@ -43,7 +43,16 @@ static void usage(FILE *f) {
             "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N            CPU threads (default: all cores)\n"
             "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
-            "  --verbose              debug logs on stderr\n");
+            "  --verbose              debug logs on stderr\n"
+            "\n"
+            "Defaults for the fields a request leaves out (the request's own values win;\n"
+            "default: the model's generation_config.json, else comet generate's):\n"
+            "  --temperature T        0 = greedy (default 0.8)\n"
+            "  --top-p P              nucleus sampling, in (0, 1] (default 0.95)\n"
+            "  --top-k K              0 = off (default 40)\n"
+            "  --min-p P              0 = off (default 0.05)\n"
+            "  --max-tokens N         completion length, both routes (default: chat 256,\n"
+            "                         completions 16; 0: chat runs up to the context)\n");
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -73,6 +82,9 @@ int cmd_serve(int argc, char **argv) {
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
     long max_body = 4L << 20, threads = 0, drain = 30;
     int verbose = 0, allow_special_in_messages = 0;
+    /* request defaults given on the command line (-1: not given) */
+    double opt_temp = -1, opt_top_p = -1, opt_min_p = -1;
+    long opt_top_k = -1, opt_max_tokens = -1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -111,6 +123,19 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-body-bytes", max_body, 1024, 1L << 30)
         INT_OPT("--threads", threads, 0, 1024)
         INT_OPT("--drain-timeout", drain, 0, 3600)
+        INT_OPT("--top-k", opt_top_k, 0, 1 << 30)
+        INT_OPT("--max-tokens", opt_max_tokens, 0, 1 << 30)
+#define FLOAT_OPT(name, var, lo, hi)                                  \
+    if (!strcmp(a, name)) {                                           \
+        if (cli_parse_float("serve", name, val, lo, hi, &var))        \
+            return 2;                                                 \
+        i++;                                                          \
+        continue;                                                     \
+    }
+        FLOAT_OPT("--temperature", opt_temp, 0, 2)
+        FLOAT_OPT("--top-p", opt_top_p, 1e-6, 1)
+        FLOAT_OPT("--min-p", opt_min_p, 0, 1)
+#undef FLOAT_OPT
         if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
             continue;
@@ -161,6 +186,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     api.allow_special_in_messages = allow_special_in_messages;
+    api.kv_tokens = ep.n_pages * ep.page_size;
     if (allow_special_in_messages)
         comet_log(COMET_LOG_WARN, "--allow-special-in-messages: special-token text in chat "
                                   "messages is parsed; any client can forge system turns");
@@ -176,6 +202,45 @@ int cmd_serve(int argc, char **argv) {
     sp.model_id = model_id;
     sp.n_ctx = m->cfg.n_ctx;
     sp.n_vocab = m->cfg.n_vocab;
+    /* request defaults: comet generate's, then the model's generation_config.json, then
+     * the command line */
+    comet_oai_defaults d = comet_oai_default_defaults();
+    const comet_gen_config *gc = &m->gen;
+    if (gc->set & COMET_GEN_TEMPERATURE)
+        d.temperature = gc->temperature;
+    if (gc->set & COMET_GEN_TOP_P)
+        d.top_p = gc->top_p;
+    if (gc->set & COMET_GEN_TOP_K)
+        d.top_k = gc->top_k;
+    if (gc->set & COMET_GEN_MIN_P)
+        d.min_p = gc->min_p;
+    if (gc->set & COMET_GEN_MAX_NEW_TOKENS)
+        d.max_tokens = gc->max_new_tokens;
+    if (opt_temp >= 0)
+        d.temperature = (float)opt_temp;
+    if (opt_top_p >= 0)
+        d.top_p = (float)opt_top_p;
+    if (opt_top_k >= 0)
+        d.top_k = (int)opt_top_k;
+    if (opt_min_p >= 0)
+        d.min_p = (float)opt_min_p;
+    if (opt_max_tokens >= 0)
+        d.max_tokens = (int)opt_max_tokens;
+    sp.defaults = d;
+    char mt_chat[32], mt_cmpl[32];
+    int mc = comet_oai_default_max_tokens(&d, COMET_OAI_CHAT);
+    if (mc > 0)
+        snprintf(mt_chat, sizeof mt_chat, "%d", mc);
+    else
+        snprintf(mt_chat, sizeof mt_chat, "up to the context");
+    snprintf(mt_cmpl, sizeof mt_cmpl, "%d", comet_oai_default_max_tokens(&d, COMET_OAI_COMPLETION));
+    comet_log(COMET_LOG_INFO, "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
+              "max_tokens %s (chat) / %s (completions)%s%s", d.temperature, d.top_p, d.top_k,
+              d.min_p, mt_chat, mt_cmpl, gc->set ? "; model generation_config.json read" : "",
+              opt_temp >= 0 || opt_top_p >= 0 || opt_top_k >= 0 || opt_min_p >= 0 ||
+                      opt_max_tokens >= 0
+                  ? "; command-line overrides"
+                  : "");
     sp.generate = comet_api_generate;
     sp.gauges = comet_api_gauges;
     sp.user = &api;
