@@ -22,7 +22,8 @@ p3=$!
 nvcc -std=c++17 -O3 $inc $arch -c src/backend/cuda/model_ops.cu -o "$out/model_ops.o" &
 p4=$!
 for f in src/backend/cuda/gemm_w4ax_pack.c src/backend/cpu/ref_gemm_w4ax.c src/core/status.c \
-         src/backend/backend.c src/backend/cuda/cuda_backend.c src/backend/rope.c src/core/log.c \
+         src/backend/backend.c src/backend/cuda/cuda_backend.c src/backend/cuda/cuda_weights.c \
+         src/backend/rope.c src/core/log.c \
          tests/cuda/test_gemm_w4ax_cuda.c tests/cuda/test_backend_cuda.c; do
     gcc -std=gnu11 -O2 -Wall -Wextra -DCOMET_HAVE_CUDA=1 $inc -I/usr/local/cuda/include -c "$f" \
         -o "$out/$(basename "$f" .c).o"
@@ -44,7 +45,7 @@ wait $p3
 wait $p4
 common="$out/gemm_w4ax.o $out/gemm_w4ax_pack.o $out/ref_gemm_w4ax.o $out/status.o"
 nvcc $arch -o "$out/test_gemm_w4ax_cuda" "$out/test_gemm_w4ax_cuda.o" $common -lpthread -lm
-nvcc $arch -o "$out/test_backend_cuda" "$out/test_backend_cuda.o" "$out/cuda_backend.o" \
+nvcc $arch -o "$out/test_backend_cuda" "$out/test_backend_cuda.o" "$out/cuda_backend.o" "$out/cuda_weights.o" \
     "$out/model_ops.o" "$out/backend.o" "$out/rope.o" "$out/log.o" $common -lcublas -lpthread -lm
 nvcc $arch -o "$out/bench_gemm" "$out/bench_gemm.o" $common -lcublas -lcublasLt
 # the source these binaries were built from (gpu_run.sh reports it: the GPU machine's own

@@ -207,12 +207,11 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
 
 /* The ops of one step, from the embedding to the lm_head (logits rows into lm_out). */
 static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
-                            const comet_step *stp, float *lm_out) {
+                            const comet_step *st, float *lm_out) {
     const comet_model_config *c = &fc->m->cfg;
     const comet_backend_ops *op = fc->be->ops;
     comet_backend *be = fc->be;
     const comet_weights *w = fc->w;
-    const comet_step st = *stp;
     int T = b->n_tokens, H = c->n_head;
 #define PROF(name)                                \
     do {                                          \
@@ -221,7 +220,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
     } while (0)
 
     PROF("embed_tokens");
-    COMET_TRY(op->embed_tokens(be, w, &st, fc->x));
+    COMET_TRY(op->embed_tokens(be, w, st, fc->x));
     for (int l = 0; l < c->n_layer; l++) {
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
@@ -233,9 +232,9 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         PROF("matmul v");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
         PROF("rope_kv_append");
-        COMET_TRY(op->rope_kv_append(be, kv, l, &st, &fc->rope, fc->q, H, fc->k, fc->v));
+        COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
         PROF("paged_attention");
-        COMET_TRY(op->paged_attention(be, kv, l, &st, fc->q, H, fc->att));
+        COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
         PROF("act_quant");
         COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, fc->att, T, fc->act));
         PROF("matmul o");
@@ -257,7 +256,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
     PROF("rmsnorm_quant");
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
     PROF("lm_head");
-    return op->lm_head(be, w, fc->act, &st, lm_out);
+    return op->lm_head(be, w, fc->act, st, lm_out);
 }
 
 /* A decode step a backend may record as a graph: one token per sequence, logits for every

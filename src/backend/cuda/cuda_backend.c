@@ -3,10 +3,9 @@
  * stream of one GPU.
  *
  * - Memory ops: cudaMalloc / cudaFree and stream-ordered copies.
- * - weights_load: W4Ax linears (QSIM, INT4 weights, INT4/INT8 activations) packed with
- *   comet_cuda_w4ax_pack into device memory; FP16 copies of fp32 and of a16 QSIM linears
- *   (converted on the device); fp32 norms and embedding table; an FP16 lm_head; per group
- *   its activation format (model_ops.h) and permutation.
+ * - weights_load: cuda_weights.c (W4Ax linears packed on the device, FP16 copies of
+ *   floating-point linears and the lm_head, fp32 norms and embedding, per group its
+ *   activation format and permutation).
  * - Step ops: step_begin packs the batch (and the attention tiles) into one pinned buffer
  *   and one copy; the elementwise + quantize, RoPE + KV append and attention kernels are in
  *   model_ops.cu; matmul runs the W4Ax GEMM (comet_cuda_gemm_w4ax, kernel AUTO, fp32 output,
@@ -22,8 +21,8 @@
  * attention's split workspace grow (geometrically; growing waits for the stream).
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
- * gemm_w4ax.h and model_ops.h (+ their kernels), gemm_w4ax_pack.c, backend.c, rope.c,
- * core/status.c and core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that
+ * cuda_weights.c, gemm_w4ax.h and model_ops.h (+ their kernels), gemm_w4ax_pack.c,
+ * backend.c, rope.c, core/status.c and core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that
  * fail with a message, so that callers always link.
  */
 #include "backend/backend.h"
@@ -37,74 +36,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cublas_v2.h>
 #include <cuda.h> /* types of the two driver functions below, reached through the runtime */
-#include <cuda_runtime_api.h>
 
-#include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
-#include "backend/cuda/model_ops.h"
 #include "comet/log.h"
-
-#define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
-
-#define ROPE_SLOTS 8                                /* distinct RoPE tables kept */
-#define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
-
-/* A recorded decode step: the shape it was recorded for and its executable graph. */
-#define CUBLAS_WORKSPACE_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper: 32 MiB */
-#define GRAPH_SLOTS 64 /* shapes kept: batch sizes x attention split counts in use */
-typedef struct cuda_graph {
-    const void *owner;        /* the forward context whose workspace the graph uses */
-    const void *kv_storage;   /* the KV pool */
-    int T, splits, used;
-    int failed;               /* recording failed: this shape runs op by op */
-    unsigned generation;
-    cudaGraphExec_t exec;     /* NULL until recorded */
-} cuda_graph;
-
-typedef struct cuda_impl {
-    int device;
-    int n_sm; /* multiprocessors of the device (attention's split choice) */
-    cudaStream_t stream;
-    void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
-    size_t workspace_bytes;
-    cublasHandle_t cublas; /* bound to stream */
-    /* the step's batch: host staging (pinned) and its device copy, step_cap int32 each */
-    int32_t *step_host, *step_dev;
-    size_t step_cap;
-    cudaEvent_t step_copied; /* recorded after the staging copy: the next step waits on it */
-    comet_cuda_step_view view; /* the latest step_begin's batch on the device */
-    void *attn_ws; /* attention's split partials, grown on demand */
-    size_t attn_ws_bytes;
-    double *rope_dev; /* [ROPE_SLOTS, ROPE_SLOT_FREQS] inv_freq tables, allocated on first use */
-    comet_rope_params rope_key[ROPE_SLOTS];
-    int rope_used, rope_next;
-    double rope_host[ROPE_SLOTS][ROPE_SLOT_FREQS];
-    void *cublas_ws; /* cuBLAS's workspace, set explicitly so that its calls can be recorded */
-    /* decode-step graphs (graph_begin): an entry per shape, valid while `generation` (bumped
-     * whenever a buffer the kernels read may move: a free, a workspace growing) is the
-     * one it was recorded under */
-    int graphs_on;     /* COMET_CUDA_GRAPHS=0 turns them off */
-    unsigned generation;
-    cuda_graph graphs[GRAPH_SLOTS];
-    int graph_next;    /* the slot the next new shape takes */
-    int capturing;     /* the slot being recorded, or -1 */
-} cuda_impl;
-
-struct comet_w4ax_weight {
-    uint32_t magic;
-    int device; /* the GPU holding qw and sw */
-    int N, K, B;
-    uint8_t *qw;  /* device, comet_cuda_w4ax_packed_qw_bytes(N, K) */
-    uint16_t *sw; /* device, comet_cuda_w4ax_packed_sw_bytes(N, K, B) */
-};
 
 static const comet_backend_ops cuda_ops;
 
 /* A failed CUDA call as a status: COMET_ERR_NOMEM for an allocation that did not fit
  * (cleared, the context stays usable), COMET_ERR_CUDA otherwise. */
-static comet_status cuda_fail(cudaError_t e, const char *what) {
+comet_status comet_cuda_be_fail(cudaError_t e, const char *what) {
     if (e == cudaErrorMemoryAllocation) {
         cudaGetLastError();
         return comet_set_error(COMET_ERR_NOMEM, "cuda backend: %s: out of device memory", what);
@@ -113,19 +55,11 @@ static comet_status cuda_fail(cudaError_t e, const char *what) {
                            cudaGetErrorName(e));
 }
 
-#define CUDA_TRY(call, what)                     \
-    do {                                         \
-        cudaError_t cuda_try_e_ = (call);        \
-        if (cuda_try_e_ != cudaSuccess)          \
-            return cuda_fail(cuda_try_e_, what); \
-    } while (0)
-
-static cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
 /* Every op makes its backend's device current and gives the calling thread its own CUDA
- * context back when it returns: device_enter saves the caller's context (NULL when it has
+ * context back when it returns: comet_cuda_be_enter saves the caller's context (NULL when it has
  * none) and switches (if switching fails, it has restored the context itself and *prev is
- * NULL); device_leave restores it. Contexts, not device numbers: restoring
+ * NULL); comet_cuda_be_leave restores it. Contexts, not device numbers: restoring
  * "device 0" for a thread that never chose a device would create a context on GPU 0 (a
  * process serving on GPU 3 would pay for one there), and a caller's own driver context is
  * not any device's primary one. cuCtxGetCurrent / cuCtxSetCurrent come through the
@@ -152,41 +86,41 @@ static void ctx_fns_load(void) {
     ctx_set = (ctx_set_fn)driver_fn("cuCtxSetCurrent");
 }
 
-static void device_leave(CUcontext prev) {
+void comet_cuda_be_leave(CUcontext prev) {
     if (prev)
         ctx_set(prev);
 }
 
-static cudaError_t device_enter(int device, CUcontext *prev) {
+cudaError_t comet_cuda_be_enter(int device, CUcontext *prev) {
     pthread_once(&ctx_once, ctx_fns_load);
     *prev = NULL;
     if (ctx_get && ctx_set && ctx_get(prev) != CUDA_SUCCESS)
         *prev = NULL;
     cudaError_t e = cudaSetDevice(device);
     if (e != cudaSuccess) {
-        device_leave(*prev);
+        comet_cuda_be_leave(*prev);
         *prev = NULL;
     }
     return e;
 }
 
-static void cuda_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
+void comet_cuda_be_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
     (void)be;
     if (!w)
         return;
     CUcontext prev;
-    device_enter(w->device, &prev);
+    comet_cuda_be_enter(w->device, &prev);
     /* a queued GEMM may still read w, on this backend's stream or on that of another CUDA
      * backend of the same device (gemm_w4ax takes any CUDA backend's weight of its device) */
     cudaDeviceSynchronize();
     cudaFree(w->qw);
     cudaFree(w->sw);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     w->magic = 0;
     free(w);
 }
 
-static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
+comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
                                    const uint8_t *qw_plain, const uint16_t *sw_plain,
                                    comet_w4ax_weight **out) {
     COMET_TRY(comet_w4ax_check_load(be, N, K, B, qw_plain, sw_plain, out));
@@ -216,7 +150,7 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
     st = comet_cuda_w4ax_pack(N, K, B, qw_plain, sw_plain, qw_host, sw_host);
     if (st < 0)
         goto done;
-    if ((e = device_enter(im->device, &prev)) != cudaSuccess) {
+    if ((e = comet_cuda_be_enter(im->device, &prev)) != cudaSuccess) {
         what = "w4ax_load: cudaSetDevice";
     } else if ((e = cudaMalloc((void **)&w->qw, qw_bytes)) != cudaSuccess) {
         what = "w4ax_load: cudaMalloc of the packed codes";
@@ -232,7 +166,7 @@ static comet_status cuda_w4ax_load(comet_backend *be, int N, int K, int B,
         what = "w4ax_load: copying the weights to the device";
     }
     if (e != cudaSuccess)
-        st = cuda_fail(e, what);
+        st = comet_cuda_be_fail(e, what);
 done:
     free(qw_host);
     free(sw_host);
@@ -245,7 +179,7 @@ done:
             cudaFree(w->sw);
         free(w);
     }
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (st < 0)
         return st;
     *out = w;
@@ -268,7 +202,7 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
     if (e != cudaSuccess) {
         cudaFree(im->workspace);
         im->workspace = NULL;
-        return cuda_fail(e, "zero-filling the GEMM workspace");
+        return comet_cuda_be_fail(e, "zero-filling the GEMM workspace");
     }
     im->workspace_bytes = need;
     return COMET_OK;
@@ -302,9 +236,9 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
                                "backend runs on device %d", w->device, im->device);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
     comet_status st = gemm_w4ax_launch(im, w, M, n8, qa, sa, y);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return st;
 }
 
@@ -318,10 +252,10 @@ static void *cuda_alloc(comet_backend *be, size_t bytes) {
     }
     CUcontext prev;
     void *p = NULL;
-    cudaError_t e = device_enter(im->device, &prev);
+    cudaError_t e = comet_cuda_be_enter(im->device, &prev);
     if (e == cudaSuccess)
         e = cudaMalloc(&p, bytes);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (e != cudaSuccess) {
         cudaGetLastError();
         comet_set_error(e == cudaErrorMemoryAllocation ? COMET_ERR_NOMEM : COMET_ERR_CUDA,
@@ -336,9 +270,9 @@ static void cuda_free_op(comet_backend *be, void *p) {
         return;
     CUcontext prev;
     impl_of(be)->generation++; /* a later allocation may reuse the address */
-    if (device_enter(impl_of(be)->device, &prev) == cudaSuccess)
+    if (comet_cuda_be_enter(impl_of(be)->device, &prev) == cudaSuccess)
         cudaFree(p); /* waits for the device's queued work */
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
 }
 
 /* upload: stream-ordered; a page-locked source (which the copy would read later) is waited
@@ -348,15 +282,15 @@ static comet_status cuda_upload(comet_backend *be, void *dst, const void *src, s
     if (bytes == 0)
         return COMET_OK;
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "upload: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "upload: cudaSetDevice");
     struct cudaPointerAttributes at;
     int pinned = cudaPointerGetAttributes(&at, src) == cudaSuccess && at.type == cudaMemoryTypeHost;
     cudaGetLastError();
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, im->stream);
     if (e == cudaSuccess && pinned)
         e = cudaStreamSynchronize(im->stream);
-    device_leave(prev);
-    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "upload");
+    comet_cuda_be_leave(prev);
+    return e == cudaSuccess ? COMET_OK : comet_cuda_be_fail(e, "upload");
 }
 
 static comet_status cuda_download(comet_backend *be, void *dst, const void *src, size_t bytes) {
@@ -364,363 +298,15 @@ static comet_status cuda_download(comet_backend *be, void *dst, const void *src,
     if (bytes == 0)
         return COMET_OK;
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "download: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "download: cudaSetDevice");
     cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, im->stream);
     if (e == cudaSuccess)
         e = cudaStreamSynchronize(im->stream);
-    device_leave(prev);
-    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "download");
+    comet_cuda_be_leave(prev);
+    return e == cudaSuccess ? COMET_OK : comet_cuda_be_fail(e, "download");
 }
 
 static comet_status cuda_sync_op(comet_backend *be) { return comet_backend_cuda_sync(be); }
-
-/* ---- weights ---- */
-
-#define CUDA_WEIGHTS_MAGIC 0x57415543u /* "CUAW" */
-#define F16_STAGE_FLOATS ((size_t)16 << 20) /* fp32 staging for the FP16 conversion (64 MiB) */
-
-typedef enum cuda_lin_kind { LIN_NONE = 0, LIN_F16, LIN_W4AX } cuda_lin_kind;
-
-typedef struct cuda_lin {
-    cuda_lin_kind kind;
-    int N, K;
-    comet_w4ax_weight *w4; /* LIN_W4AX */
-    uint16_t *w16;         /* LIN_F16: device fp16 [N, K] */
-} cuda_lin;
-
-typedef struct cuda_grp {
-    comet_cuda_act_fmt fmt; /* fmt.perm: device [K] or NULL */
-    float *norm;            /* device fp32 [C], or NULL for O and DOWN */
-} cuda_grp;
-
-#define LAYER_GROUPS COMET_GROUP_LM_HEAD /* groups per layer; the lm_head's comes after */
-
-struct comet_weights {
-    uint32_t magic;
-    int device;
-    const comet_model *m;
-    int n_layer, C, V;
-    cuda_lin *lin;    /* [n_layer, COMET_ROLE_COUNT] */
-    cuda_grp *grp;    /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
-    float *embd;      /* device fp32 [V, C] */
-    uint16_t *lm_head; /* device fp16 [V, C] */
-};
-
-static const char *const role_names[COMET_ROLE_COUNT] = {"q_proj",    "k_proj",  "v_proj",
-                                                         "o_proj",    "gate_proj", "up_proj",
-                                                         "down_proj"};
-static const char *const group_names[COMET_GROUP_COUNT] = {"qkv", "o", "gate_up", "down",
-                                                           "lm_head"};
-
-static const cuda_grp *group_of(const comet_weights *w, int layer, comet_group g) {
-    return g == COMET_GROUP_LM_HEAD ? &w->grp[(size_t)w->n_layer * LAYER_GROUPS]
-                                    : &w->grp[(size_t)layer * LAYER_GROUPS + g];
-}
-
-/* The activation kind a linear reads; LIN_NONE for a layout this backend does not run. */
-static cuda_lin_kind lin_kind(const comet_model *m, const comet_linear *lin) {
-    int synthetic = m->synthetic_seed != 0; /* no host arrays: random weights on the device */
-    if (lin->fmt == COMET_WFMT_F32 && (lin->w || synthetic))
-        return LIN_F16;
-    if (lin->fmt != COMET_WFMT_QSIM)
-        return LIN_NONE;
-    if (lin->a_bits == 16 && (lin->w || synthetic))
-        return LIN_F16;
-    if (lin->w_bits == 4 && (lin->a_bits == 4 || lin->a_bits == 8) &&
-        ((lin->qw && lin->sw) || synthetic))
-        return LIN_W4AX;
-    return LIN_NONE;
-}
-
-static const int32_t *lin_perm(const comet_linear *lin) {
-    return lin->fmt == COMET_WFMT_QSIM ? lin->perm : NULL;
-}
-
-static int same_perm(const int32_t *a, const int32_t *b, int K) {
-    return a == b || (a && b && !memcmp(a, b, (size_t)K * sizeof *a));
-}
-
-/* The last error message prefixed with "cuda backend: <where>: "; returns st. */
-static comet_status prefix_error(comet_status st, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-static comet_status prefix_error(comet_status st, const char *fmt, ...) {
-    char where[160], msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(where, sizeof where, fmt, ap);
-    va_end(ap);
-    snprintf(msg, sizeof msg, "%s", comet_last_error()); /* the next call overwrites it */
-    return comet_set_error(st, "cuda backend: %s: %s", where, msg);
-}
-
-/* *dst = a new device copy of host src (bytes > 0). */
-static comet_status upload_new(cuda_impl *im, void **dst, const void *src, size_t bytes,
-                               const char *what) {
-    CUDA_TRY(cudaMalloc(dst, bytes), what);
-    CUDA_TRY(cudaMemcpyAsync(*dst, src, bytes, cudaMemcpyHostToDevice, im->stream), what);
-    return COMET_OK;
-}
-
-/* *dst = a new device fp16 copy of host fp32 src [n], converted on the device through the
- * fp32 staging buffer *stage (allocated on first need). */
-static comet_status upload_f16(cuda_impl *im, uint16_t **dst, const float *src, size_t n,
-                               float **stage, const char *what) {
-    CUDA_TRY(cudaMalloc((void **)dst, n * sizeof **dst), what);
-    if (!*stage)
-        CUDA_TRY(cudaMalloc((void **)stage, F16_STAGE_FLOATS * sizeof **stage), what);
-    for (size_t off = 0; off < n; off += F16_STAGE_FLOATS) {
-        size_t cnt = n - off < F16_STAGE_FLOATS ? n - off : F16_STAGE_FLOATS;
-        /* from pageable memory: the copy waits for the stream (the previous conversion has
-         * read the stage) and returns once src is staged */
-        CUDA_TRY(cudaMemcpyAsync(*stage, src + off, cnt * sizeof *src, cudaMemcpyHostToDevice,
-                                 im->stream), what);
-        COMET_TRY(comet_cuda_f32_to_f16(*stage, *dst + off, cnt, im->stream));
-    }
-    return COMET_OK;
-}
-
-static void cuda_weights_free(comet_backend *be, comet_weights *w) {
-    if (!w)
-        return;
-    cuda_impl *im = impl_of(be);
-    im->generation++;
-    CUcontext prev;
-    if (device_enter(w->device, &prev) != cudaSuccess)
-        cudaGetLastError();
-    cudaStreamSynchronize(im->stream);
-    size_t n_lin = (size_t)w->n_layer * COMET_ROLE_COUNT;
-    for (size_t i = 0; w->lin && i < n_lin; i++) {
-        if (w->lin[i].w4)
-            cuda_w4ax_free(be, w->lin[i].w4);
-        if (w->lin[i].w16)
-            cudaFree(w->lin[i].w16);
-    }
-    size_t n_grp = (size_t)w->n_layer * LAYER_GROUPS + 1;
-    for (size_t i = 0; w->grp && i < n_grp; i++) {
-        if (w->grp[i].fmt.perm)
-            cudaFree((void *)w->grp[i].fmt.perm);
-        if (w->grp[i].norm)
-            cudaFree(w->grp[i].norm);
-    }
-    if (w->embd)
-        cudaFree(w->embd);
-    if (w->lm_head)
-        cudaFree(w->lm_head);
-    device_leave(prev);
-    free(w->lin);
-    free(w->grp);
-    w->magic = 0;
-    free(w);
-}
-
-/* *dst = a new device buffer of n elements of `kind` (comet_cuda_fill_random) drawn from
- * the model's synthetic seed mixed with `salt`. */
-static comet_status synth_new(cuda_impl *im, void **dst, size_t n, int kind, float lo, float hi,
-                              uint64_t seed, uint64_t salt, const char *what) {
-    size_t elem = kind == COMET_CUDA_FILL_BYTES ? 1 : kind == COMET_CUDA_FILL_F16 ? 2 : 4;
-    CUDA_TRY(cudaMalloc(dst, n * elem), what);
-    return comet_cuda_fill_random(*dst, n, kind, lo, hi, seed * 0x100000001B3ull + salt,
-                                  im->stream);
-}
-
-/* A synthetic W4Ax weight [N, K]: random packed codes (uniform codes in any layout) and
- * block scales around 1 / (4.6 sqrt(K)), so that a row has about unit norm (the codes'
- * standard deviation is 4.6). */
-static comet_status synth_w4ax(comet_backend *be, int N, int K, int B, uint64_t seed,
-                               uint64_t salt, comet_w4ax_weight **out) {
-    cuda_impl *im = impl_of(be);
-    comet_w4ax_weight *w = calloc(1, sizeof *w);
-    if (!w)
-        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
-    w->magic = CUDA_W4AX_MAGIC;
-    w->device = im->device;
-    w->N = N, w->K = K, w->B = B;
-    *out = w; /* released by cuda_w4ax_free, also after a failure below */
-    float s = 1.0f / (4.6f * sqrtf((float)K));
-    COMET_TRY(synth_new(im, (void **)&w->qw, comet_cuda_w4ax_packed_qw_bytes(N, K),
-                        COMET_CUDA_FILL_BYTES, 0, 0, seed, salt, "weights_load: synthetic codes"));
-    return synth_new(im, (void **)&w->sw, comet_cuda_w4ax_packed_sw_bytes(N, K, B) / 2,
-                     COMET_CUDA_FILL_F16, 0.8f * s, 1.2f * s, seed, salt + 1,
-                     "weights_load: synthetic scales");
-}
-
-/* Group g of layer l: its activation format from the first linear, checked against the
- * others, its permutation and norm weight on the device. */
-static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet_group g) {
-    cuda_impl *im = impl_of(be);
-    const comet_model *m = w->m;
-    cuda_grp *gr = &w->grp[(size_t)l * LAYER_GROUPS + g];
-    const int K = comet_group_width(&m->cfg, g);
-    const comet_linear *first = NULL;
-    comet_role first_role = COMET_ROLE_COUNT;
-    for (int r = 0; r < COMET_ROLE_COUNT; r++) {
-        if (comet_role_group((comet_role)r) != g)
-            continue;
-        const comet_linear *lin = comet_model_linear(m, l, (comet_role)r);
-        cuda_lin_kind kind = lin_kind(m, lin);
-        if (kind == LIN_NONE)
-            return comet_set_error(COMET_ERR_UNSUPPORTED,
-                                   "cuda backend: layer %d %s: weight format %s with w_bits %d, "
-                                   "a_bits %d; the CUDA backend runs fp32 linears (as FP16), "
-                                   "QSIM with w_bits 4 and a_bits 4 or 8 (W4Ax) and QSIM with "
-                                   "a_bits 16 (as FP16)", l, role_names[r],
-                                   lin->fmt == COMET_WFMT_F32 ? "f32" : lin->fmt == COMET_WFMT_QSIM
-                                                                          ? "qsim" : "unknown",
-                                   lin->w_bits, lin->a_bits);
-        if (lin->n_in != K)
-            return comet_set_error(COMET_ERR_FORMAT,
-                                   "cuda backend: layer %d %s: %d inputs; its group %s is %d wide",
-                                   l, role_names[r], lin->n_in, group_names[g], K);
-        if (!first) {
-            first = lin;
-            first_role = (comet_role)r;
-            gr->fmt.kind = kind == LIN_W4AX ? COMET_CUDA_ACT_W4AX : COMET_CUDA_ACT_F16;
-            gr->fmt.K = K;
-            gr->fmt.B = kind == LIN_W4AX ? lin->block : 0;
-            gr->fmt.n8 = kind == LIN_W4AX ? lin->n8 : 0;
-            if (kind == LIN_W4AX && ((lin->block != 64 && lin->block != 128) || K % lin->block ||
-                                     K % 64 || lin->n8 < 0 || lin->n8 > K / lin->block))
-                return comet_set_error(COMET_ERR_UNSUPPORTED,
-                                       "cuda backend: layer %d %s: W4Ax with K = %d, block %d, "
-                                       "n8 = %d; the GEMM takes blocks of 64 or 128 dividing K, "
-                                       "K a multiple of 64", l, role_names[r], K, lin->block,
-                                       lin->n8);
-            continue;
-        }
-        cuda_lin_kind first_kind = lin_kind(m, first);
-        if (kind != first_kind || !same_perm(lin_perm(lin), lin_perm(first), K) ||
-            (kind == LIN_W4AX && (lin->block != first->block || lin->n8 != first->n8)))
-            return comet_set_error(COMET_ERR_UNSUPPORTED,
-                                   "cuda backend: layer %d: %s and %s read one activation (group "
-                                   "%s) but differ in its format (kind, permutation, block or "
-                                   "n8)", l, role_names[first_role], role_names[r],
-                                   group_names[g]);
-    }
-    const int32_t *perm = lin_perm(first);
-    if (perm) {
-        void *p = NULL;
-        comet_status st = upload_new(im, &p, perm, (size_t)K * sizeof *perm,
-                                     "weights_load: permutation");
-        gr->fmt.perm = p; /* released by cuda_weights_free, also after a failed copy */
-        COMET_TRY(st);
-    }
-    if (g == COMET_GROUP_QKV || g == COMET_GROUP_GATE_UP) {
-        const float *norm = comet_model_norm(m, l, g);
-        if (m->synthetic_seed) /* RMSNorm weights of 1 */
-            return synth_new(im, (void **)&gr->norm, (size_t)m->cfg.n_embd, COMET_CUDA_FILL_F32,
-                             1.0f, 1.0f, m->synthetic_seed, 0, "weights_load: norm weight");
-        COMET_TRY(upload_new(im, (void **)&gr->norm, norm, (size_t)m->cfg.n_embd * sizeof *norm,
-                             "weights_load: norm weight"));
-    }
-    return COMET_OK;
-}
-
-static comet_status load_linear(comet_backend *be, comet_weights *w, int l, comet_role r,
-                                float **stage) {
-    cuda_impl *im = impl_of(be);
-    const comet_linear *lin = comet_model_linear(w->m, l, r);
-    cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + r];
-    cl->kind = lin_kind(w->m, lin);
-    cl->N = lin->n_out, cl->K = lin->n_in;
-    uint64_t seed = w->m->synthetic_seed, salt = 16 * ((uint64_t)l * COMET_ROLE_COUNT + r) + 2;
-    if (seed && cl->kind == LIN_W4AX)
-        return synth_w4ax(be, lin->n_out, lin->n_in, lin->block, seed, salt, &cl->w4);
-    if (seed) { /* uniform with the variance of N(0, 1/K) */
-        float a = sqrtf(3.0f / (float)lin->n_in);
-        return synth_new(im, (void **)&cl->w16, (size_t)lin->n_out * lin->n_in,
-                         COMET_CUDA_FILL_F16, -a, a, seed, salt, "weights_load: fp16 linear");
-    }
-    if (cl->kind == LIN_W4AX) {
-        comet_status st = cuda_w4ax_load(be, lin->n_out, lin->n_in, lin->block, lin->qw, lin->sw,
-                                         &cl->w4);
-        if (st < 0)
-            return prefix_error(st, "weights_load, layer %d %s", l, role_names[r]);
-        return COMET_OK;
-    }
-    return upload_f16(im, &cl->w16, lin->w, (size_t)lin->n_out * lin->n_in, stage,
-                      "weights_load: fp16 linear");
-}
-
-static comet_status cuda_weights_load(comet_backend *be, const comet_model *m, comet_weights **out) {
-    cuda_impl *im = impl_of(be);
-    const comet_model_config *c = &m->cfg;
-    *out = NULL;
-    const float *lm = m->lm_head ? m->lm_head : m->tok_embd;
-    if (!m->synthetic_seed && (!m->tok_embd || !lm || !m->output_norm))
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: weights_load: the model has "
-                               "no token embedding, lm_head or output norm");
-    comet_weights *w = calloc(1, sizeof *w);
-    if (!w)
-        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
-    w->magic = CUDA_WEIGHTS_MAGIC;
-    w->device = im->device;
-    w->m = m;
-    w->n_layer = c->n_layer, w->C = c->n_embd, w->V = c->n_vocab;
-    w->lin = calloc((size_t)c->n_layer * COMET_ROLE_COUNT, sizeof *w->lin);
-    w->grp = calloc((size_t)c->n_layer * LAYER_GROUPS + 1, sizeof *w->grp);
-    if (!w->lin || !w->grp) {
-        free(w->lin);
-        free(w->grp);
-        free(w);
-        return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
-    }
-    CUcontext prev;
-    cudaError_t e = device_enter(im->device, &prev);
-    if (e != cudaSuccess) {
-        cuda_weights_free(be, w);
-        return cuda_fail(e, "weights_load: cudaSetDevice");
-    }
-    float *stage = NULL;
-    comet_status st = COMET_OK;
-    for (int l = 0; l < c->n_layer && st >= 0; l++) {
-        for (int g = 0; g < LAYER_GROUPS && st >= 0; g++)
-            st = load_group(be, w, l, (comet_group)g);
-        for (int r = 0; r < COMET_ROLE_COUNT && st >= 0; r++)
-            st = load_linear(be, w, l, (comet_role)r, &stage);
-    }
-    if (st >= 0) {
-        cuda_grp *lg = &w->grp[(size_t)c->n_layer * LAYER_GROUPS];
-        lg->fmt.kind = COMET_CUDA_ACT_F16;
-        lg->fmt.K = c->n_embd;
-        st = m->synthetic_seed
-                 ? synth_new(im, (void **)&lg->norm, (size_t)c->n_embd, COMET_CUDA_FILL_F32, 1.0f,
-                             1.0f, m->synthetic_seed, 0, "weights_load: output norm")
-                 : upload_new(im, (void **)&lg->norm, m->output_norm,
-                              (size_t)c->n_embd * sizeof(float), "weights_load: output norm");
-    }
-    size_t vc = (size_t)c->n_vocab * c->n_embd;
-    float ea = sqrtf(3.0f / (float)c->n_embd);
-    if (st >= 0)
-        st = m->synthetic_seed ? synth_new(im, (void **)&w->embd, vc, COMET_CUDA_FILL_F32, -1.0f,
-                                           1.0f, m->synthetic_seed, 1, "weights_load: embedding")
-                               : upload_new(im, (void **)&w->embd, m->tok_embd, vc * sizeof(float),
-                                            "weights_load: token embedding");
-    if (st >= 0)
-        st = m->synthetic_seed ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea,
-                                           ea, m->synthetic_seed, 2, "weights_load: lm_head")
-                               : upload_f16(im, &w->lm_head, lm, vc, &stage,
-                                            "weights_load: lm_head");
-    if (st >= 0 && (e = cudaStreamSynchronize(im->stream)) != cudaSuccess)
-        st = cuda_fail(e, "weights_load: copying the weights");
-    if (stage) {
-        cudaStreamSynchronize(im->stream);
-        cudaFree(stage);
-    }
-    device_leave(prev);
-    if (st < 0) {
-        cuda_weights_free(be, w);
-        return st;
-    }
-    *out = w;
-    return COMET_OK;
-}
-
-static comet_status check_weights(const cuda_impl *im, const comet_weights *w, const char *op) {
-    if (!w || w->magic != CUDA_WEIGHTS_MAGIC || w->device != im->device)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: the weights were not "
-                               "loaded by a CUDA backend of device %d", op, im->device);
-    return COMET_OK;
-}
 
 /* ---- the KV page pool ---- */
 
@@ -760,14 +346,14 @@ static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
                                "or hadamard with D a power of two", kv->kv_rotation, D);
     comet_cuda_kv_layout L = kv_layout(kv);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "kv_init: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "kv_init: cudaSetDevice");
     void *p = NULL;
     cudaError_t e = cudaMalloc(&p, L.total_bytes);
     if (e == cudaSuccess && (e = cudaMemsetAsync(p, 0, L.total_bytes, im->stream)) != cudaSuccess)
         cudaFree(p);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (e != cudaSuccess)
-        return cuda_fail(e, "kv_init: allocating the KV pages");
+        return comet_cuda_be_fail(e, "kv_init: allocating the KV pages");
     kv->storage = p;
     kv->storage_bytes = L.total_bytes;
     return COMET_OK;
@@ -779,11 +365,11 @@ static void cuda_kv_free(comet_backend *be, comet_kv_cache *kv) {
     cuda_impl *im = impl_of(be);
     CUcontext prev;
     im->generation++;
-    if (device_enter(im->device, &prev) == cudaSuccess) {
+    if (comet_cuda_be_enter(im->device, &prev) == cudaSuccess) {
         cudaStreamSynchronize(im->stream);
         cudaFree(kv->storage);
     }
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     kv->storage = NULL;
     kv->storage_bytes = 0;
 }
@@ -829,7 +415,7 @@ static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, com
     size_t o_last = o_pidx + round4(NP), o_rows = o_last + round4(S);
     size_t o_tiles = o_rows + round4(NL), need = o_tiles + round4(2 * (size_t)n_tiles);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "step_begin: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "step_begin: cudaSetDevice");
     cudaError_t e = cudaSuccess;
     const char *what = "";
     if (need > im->step_cap) {
@@ -876,9 +462,9 @@ static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, com
             (e = cudaEventRecord(im->step_copied, im->stream)) != cudaSuccess)
             what = "step_begin: copying the batch";
     }
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (e != cudaSuccess)
-        return cuda_fail(e, what);
+        return comet_cuda_be_fail(e, what);
     const int32_t *d = im->step_dev;
     st->host = *b;
     st->dev = *b;
@@ -912,17 +498,17 @@ static comet_status step_view(const cuda_impl *im, const comet_step *st, const c
 static comet_status cuda_embed_tokens(comet_backend *be, const comet_weights *w,
                                       const comet_step *st, float *x) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "embed_tokens"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "embed_tokens"));
     for (int t = 0; t < st->host.n_tokens; t++)
         if (st->host.tokens[t] < 0 || st->host.tokens[t] >= w->V)
             return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: embed_tokens: token %d "
                                    "is id %d, outside the vocabulary 0..%d", t,
                                    st->host.tokens[t], w->V - 1);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "embed_tokens: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "embed_tokens: cudaSetDevice");
     comet_status r = comet_cuda_embed(w->embd, w->C, st->dev.tokens, st->host.n_tokens, x,
                                       im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
@@ -930,45 +516,45 @@ static comet_status cuda_rmsnorm_quant(comet_backend *be, const comet_weights *w
                                        comet_group g, float *x, const float *residual, int T,
                                        void *act) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "rmsnorm_quant"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "rmsnorm_quant"));
     COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
                                                       (layer >= 0 && layer < w->n_layer)));
     const cuda_grp *gr = group_of(w, layer, g);
     if (!gr->norm)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rmsnorm_quant: group %s "
-                               "has no norm", group_names[g]);
+                               "has no norm", comet_cuda_group_names[g]);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "rmsnorm_quant: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "rmsnorm_quant: cudaSetDevice");
     comet_status r = comet_cuda_rmsnorm_quant(x, residual, gr->norm, w->m->cfg.rms_eps, T,
                                               &gr->fmt, act, im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
 static comet_status cuda_act_quant(comet_backend *be, const comet_weights *w, int layer,
                                    comet_group g, const float *x, int T, void *act) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "act_quant"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "act_quant"));
     COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
                                                       (layer >= 0 && layer < w->n_layer)));
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "act_quant: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "act_quant: cudaSetDevice");
     comet_status r = comet_cuda_act_quant(x, T, &group_of(w, layer, g)->fmt, act, im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
 static comet_status cuda_silu_mul_quant(comet_backend *be, const comet_weights *w, int layer,
                                         const float *gate, const float *up, int T, void *act) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "silu_mul_quant"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "silu_mul_quant"));
     COMET_ASSERT(layer >= 0 && layer < w->n_layer);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "silu_mul_quant: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "silu_mul_quant: cudaSetDevice");
     comet_status r = comet_cuda_silu_mul_quant(gate, up, T,
                                                &group_of(w, layer, COMET_GROUP_DOWN)->fmt, act,
                                                im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
@@ -989,12 +575,12 @@ static comet_status gemm_f16(cuda_impl *im, const uint16_t *W, int N, int K, con
 static comet_status cuda_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
                                 const void *act, int T, float *y) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "matmul"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "matmul"));
     COMET_ASSERT(layer >= 0 && layer < w->n_layer && (unsigned)r < COMET_ROLE_COUNT && T >= 1);
     const cuda_lin *cl = &w->lin[(size_t)layer * COMET_ROLE_COUNT + r];
     const cuda_grp *gr = group_of(w, layer, comet_role_group(r));
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "matmul: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul: cudaSetDevice");
     comet_status st;
     if (cl->kind == LIN_W4AX) {
         const int8_t *qa = act;
@@ -1003,9 +589,9 @@ static comet_status cuda_matmul(comet_backend *be, const comet_weights *w, int l
     } else {
         st = gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
     }
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (st < 0)
-        return prefix_error(st, "matmul, layer %d %s", layer, role_names[r]);
+        return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer, comet_cuda_role_names[r]);
     return COMET_OK;
 }
 
@@ -1036,7 +622,7 @@ static comet_status rope_table(cuda_impl *im, const comet_rope_params *rp, const
                                     cudaMemcpyHostToDevice, im->stream);
     if (e != cudaSuccess) {
         im->rope_key[slot].head_dim = 0; /* matches no rp */
-        return cuda_fail(e, "rope_kv_append: uploading the RoPE table");
+        return comet_cuda_be_fail(e, "rope_kv_append: uploading the RoPE table");
     }
     *out = im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS;
     return COMET_OK;
@@ -1056,13 +642,13 @@ static comet_status cuda_rope_kv_append(comet_backend *be, comet_kv_cache *kv, i
                                "dim %d, KV head dim %d", rp->head_dim, kv->head_dim);
     comet_cuda_kv_layout L = kv_layout(kv);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "rope_kv_append: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "rope_kv_append: cudaSetDevice");
     const double *inv_freq = NULL;
     comet_status r = rope_table(im, rp, &inv_freq);
     if (r >= 0)
         r = comet_cuda_rope_kv_append(&L, kv->storage, layer, &view, inv_freq, q, H, k, v,
                                       kv->kv_rotation == COMET_KV_ROTATION_HADAMARD, im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
@@ -1079,7 +665,7 @@ static comet_status cuda_paged_attention(comet_backend *be, const comet_kv_cache
     int splits = comet_cuda_attention_splits(&L, &view, H, im->n_sm);
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "paged_attention: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "paged_attention: cudaSetDevice");
     cudaError_t e = cudaSuccess;
     if (need > im->attn_ws_bytes) {
         size_t cap = im->attn_ws_bytes * 2 > need ? im->attn_ws_bytes * 2 : need;
@@ -1093,19 +679,19 @@ static comet_status cuda_paged_attention(comet_backend *be, const comet_kv_cache
         }
     }
     comet_status r = e != cudaSuccess
-                         ? cuda_fail(e, "paged_attention: growing the split workspace")
+                         ? comet_cuda_be_fail(e, "paged_attention: growing the split workspace")
                          : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
                                                       kv->kv_rotation ==
                                                           COMET_KV_ROTATION_HADAMARD,
                                                       splits, im->attn_ws, im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
 static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                  const comet_step *st, float *logits) {
     cuda_impl *im = impl_of(be);
-    COMET_TRY(check_weights(im, w, "lm_head"));
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "lm_head"));
     const int n = st->host.n_logits, T = st->host.n_tokens, C = w->C;
     if (n == 0)
         return COMET_OK;
@@ -1118,7 +704,7 @@ static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, cons
         contiguous &= rows[i] == rows[0] + i;
     }
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "lm_head: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "lm_head: cudaSetDevice");
     const uint16_t *src = (const uint16_t *)act + (size_t)rows[0] * C;
     comet_status r = COMET_OK;
     if (!contiguous) {
@@ -1129,7 +715,7 @@ static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, cons
     }
     if (r >= 0)
         r = gemm_f16(im, w->lm_head, w->V, C, src, n, logits, "lm_head");
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
@@ -1179,7 +765,7 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
     if (g->failed)
         return COMET_OK;
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "graph_begin: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "graph_begin: cudaSetDevice");
     cudaError_t e = cudaSuccess;
     if (g->exec && g->generation == im->generation) {
         e = cudaGraphLaunch(g->exec, im->stream);
@@ -1197,8 +783,8 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
             g->generation = im->generation;
         }
     }
-    device_leave(prev);
-    return e == cudaSuccess ? COMET_OK : cuda_fail(e, "graph_begin");
+    comet_cuda_be_leave(prev);
+    return e == cudaSuccess ? COMET_OK : comet_cuda_be_fail(e, "graph_begin");
 }
 
 static comet_status cuda_graph_end(comet_backend *be, comet_status ops_status, int *rerun) {
@@ -1208,7 +794,7 @@ static comet_status cuda_graph_end(comet_backend *be, comet_status ops_status, i
     cuda_graph *g = &im->graphs[im->capturing];
     im->capturing = -1;
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "graph_end: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "graph_end: cudaSetDevice");
     cudaGraph_t graph = NULL;
     cudaError_t e = cudaStreamEndCapture(im->stream, &graph);
     if (e == cudaSuccess && ops_status >= 0 && g->generation == im->generation)
@@ -1229,9 +815,9 @@ static comet_status cuda_graph_end(comet_backend *be, comet_status ops_status, i
         comet_clear_error();
         *rerun = 1;
     } else if ((e = cudaGraphLaunch(g->exec, im->stream)) != cudaSuccess) {
-        r = cuda_fail(e, "graph_end: launching the recorded step");
+        r = comet_cuda_be_fail(e, "graph_end: launching the recorded step");
     }
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     return r;
 }
 
@@ -1239,7 +825,7 @@ static void cuda_destroy(comet_backend *be) {
     cuda_impl *im = impl_of(be);
     if (im && im->stream) { /* without a stream nothing was made: no device to enter */
         CUcontext prev;
-        if (device_enter(im->device, &prev) != cudaSuccess)
+        if (comet_cuda_be_enter(im->device, &prev) != cudaSuccess)
             cudaGetLastError(); /* release what can be released anyway */
         cudaStreamSynchronize(im->stream);
         for (int i = 0; i < GRAPH_SLOTS; i++)
@@ -1261,7 +847,7 @@ static void cuda_destroy(comet_backend *be) {
         if (im->workspace)
             cudaFree(im->workspace);
         cudaStreamDestroy(im->stream);
-        device_leave(prev);
+        comet_cuda_be_leave(prev);
     }
     free(im);
     free(be);
@@ -1274,8 +860,8 @@ static const comet_backend_ops cuda_ops = {
     .upload = cuda_upload,
     .download = cuda_download,
     .sync = cuda_sync_op,
-    .weights_load = cuda_weights_load,
-    .weights_free = cuda_weights_free,
+    .weights_load = comet_cuda_be_weights_load,
+    .weights_free = comet_cuda_be_weights_free,
     .kv_init = cuda_kv_init,
     .kv_free = cuda_kv_free,
     .step_begin = cuda_step_begin,
@@ -1289,8 +875,8 @@ static const comet_backend_ops cuda_ops = {
     .lm_head = cuda_lm_head,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
-    .w4ax_load = cuda_w4ax_load,
-    .w4ax_free = cuda_w4ax_free,
+    .w4ax_load = comet_cuda_be_w4ax_load,
+    .w4ax_free = comet_cuda_be_w4ax_free,
     .gemm_w4ax = cuda_gemm_w4ax,
     .destroy = cuda_destroy,
 };
@@ -1329,11 +915,11 @@ comet_backend *comet_backend_cuda_init(int device) {
     be->n_threads = 1;
     be->impl = im;
     CUcontext prev;
-    if ((e = device_enter(device, &prev)) != cudaSuccess ||
+    if ((e = comet_cuda_be_enter(device, &prev)) != cudaSuccess ||
         (e = cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking)) != cudaSuccess) {
-        cuda_fail(e, "creating the stream");
+        comet_cuda_be_fail(e, "creating the stream");
         im->stream = NULL;
-        device_leave(prev); /* NULL when device_enter failed */
+        comet_cuda_be_leave(prev); /* NULL when comet_cuda_be_enter failed */
         cuda_destroy(be);
         return NULL;
     }
@@ -1353,13 +939,13 @@ comet_backend *comet_backend_cuda_init(int device) {
     else if ((cs = cublasSetWorkspace(im->cublas, im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) !=
              CUBLAS_STATUS_SUCCESS)
         what = "setting cuBLAS's workspace";
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (what) {
         if (cs != CUBLAS_STATUS_SUCCESS)
             comet_set_error(cs == CUBLAS_STATUS_ALLOC_FAILED ? COMET_ERR_NOMEM : COMET_ERR_CUDA,
                             "cuda backend: %s: %s", what, cublasGetStatusString(cs));
         else
-            cuda_fail(e, what);
+            comet_cuda_be_fail(e, what);
         cuda_destroy(be);
         return NULL;
     }
@@ -1372,9 +958,9 @@ comet_status comet_backend_cuda_sync(comet_backend *be) {
                                "not a CUDA backend", be ? be->ops->name : "(NULL)");
     cuda_impl *im = impl_of(be);
     CUcontext prev;
-    CUDA_TRY(device_enter(im->device, &prev), "sync: cudaSetDevice");
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "sync: cudaSetDevice");
     cudaError_t e = cudaStreamSynchronize(im->stream);
-    device_leave(prev);
+    comet_cuda_be_leave(prev);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",
                                cudaGetErrorString(e), cudaGetErrorName(e));

@@ -1,0 +1,146 @@
+/* cuda_internal.h — what the CUDA backend's files share (cuda_backend.c: the op table,
+ * memory, KV pool, step ops and graphs; cuda_weights.c: a model's weights on the device):
+ * the backend's state, the weight structs, and the device enter/leave and error helpers.
+ * Private to src/backend/cuda; compiled only with COMET_HAVE_CUDA. */
+#ifndef COMET_BACKEND_CUDA_CUDA_INTERNAL_H
+#define COMET_BACKEND_CUDA_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda.h> /* CUcontext, for the device enter/leave helpers */
+#include <cuda_runtime_api.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/model_ops.h"
+
+#define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
+
+#define ROPE_SLOTS 8                                /* distinct RoPE tables kept */
+#define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
+
+#define CUBLAS_WORKSPACE_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper: 32 MiB */
+#define GRAPH_SLOTS 64 /* shapes kept: batch sizes x attention split counts in use */
+
+/* A recorded decode step: the shape it was recorded for and its executable graph. */
+typedef struct cuda_graph {
+    const void *owner;        /* the forward context whose workspace the graph uses */
+    const void *kv_storage;   /* the KV pool */
+    int T, splits, used;
+    int failed;               /* recording failed: this shape runs op by op */
+    unsigned generation;
+    cudaGraphExec_t exec;     /* NULL until recorded */
+} cuda_graph;
+
+typedef struct cuda_impl {
+    int device;
+    int n_sm; /* multiprocessors of the device (attention's split choice) */
+    cudaStream_t stream;
+    void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
+    size_t workspace_bytes;
+    cublasHandle_t cublas; /* bound to stream */
+    /* the step's batch: host staging (pinned) and its device copy, step_cap int32 each */
+    int32_t *step_host, *step_dev;
+    size_t step_cap;
+    cudaEvent_t step_copied; /* recorded after the staging copy: the next step waits on it */
+    comet_cuda_step_view view; /* the latest step_begin's batch on the device */
+    void *attn_ws; /* attention's split partials, grown on demand */
+    size_t attn_ws_bytes;
+    double *rope_dev; /* [ROPE_SLOTS, ROPE_SLOT_FREQS] inv_freq tables, allocated on first use */
+    comet_rope_params rope_key[ROPE_SLOTS];
+    int rope_used, rope_next;
+    double rope_host[ROPE_SLOTS][ROPE_SLOT_FREQS];
+    void *cublas_ws; /* cuBLAS's workspace, set explicitly so that its calls can be recorded */
+    /* decode-step graphs (graph_begin): an entry per shape, valid while `generation` (bumped
+     * whenever a buffer the kernels read may move: a free, a workspace growing) is the
+     * one it was recorded under */
+    int graphs_on;     /* COMET_CUDA_GRAPHS=0 turns them off */
+    unsigned generation;
+    cuda_graph graphs[GRAPH_SLOTS];
+    int graph_next;    /* the slot the next new shape takes */
+    int capturing;     /* the slot being recorded, or -1 */
+} cuda_impl;
+
+struct comet_w4ax_weight {
+    uint32_t magic;
+    int device; /* the GPU holding qw and sw */
+    int N, K, B;
+    uint8_t *qw;  /* device, comet_cuda_w4ax_packed_qw_bytes(N, K) */
+    uint16_t *sw; /* device, comet_cuda_w4ax_packed_sw_bytes(N, K, B) */
+};
+
+static inline cuda_impl *impl_of(comet_backend *be) { return be->impl; }
+
+/* ---- a model's weights on the device (cuda_weights.c) ---- */
+
+typedef enum cuda_lin_kind { LIN_NONE = 0, LIN_F16, LIN_W4AX } cuda_lin_kind;
+
+typedef struct cuda_lin {
+    cuda_lin_kind kind;
+    int N, K;
+    comet_w4ax_weight *w4; /* LIN_W4AX */
+    uint16_t *w16;         /* LIN_F16: device fp16 [N, K] */
+} cuda_lin;
+
+typedef struct cuda_grp {
+    comet_cuda_act_fmt fmt; /* fmt.perm: device [K] or NULL */
+    float *norm;            /* device fp32 [C], or NULL for O and DOWN */
+} cuda_grp;
+
+#define LAYER_GROUPS COMET_GROUP_LM_HEAD /* groups per layer; the lm_head's comes after */
+
+struct comet_weights {
+    uint32_t magic;
+    int device;
+    const comet_model *m;
+    int n_layer, C, V;
+    cuda_lin *lin;    /* [n_layer, COMET_ROLE_COUNT] */
+    cuda_grp *grp;    /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
+    float *embd;      /* device fp32 [V, C] */
+    uint16_t *lm_head; /* device fp16 [V, C] */
+};
+
+extern const char *const comet_cuda_role_names[COMET_ROLE_COUNT];
+extern const char *const comet_cuda_group_names[COMET_GROUP_COUNT];
+
+static inline const cuda_grp *group_of(const comet_weights *w, int layer, comet_group g) {
+    return g == COMET_GROUP_LM_HEAD ? &w->grp[(size_t)w->n_layer * LAYER_GROUPS]
+                                    : &w->grp[(size_t)layer * LAYER_GROUPS + g];
+}
+
+/* backend.h weights_load / weights_free of the CUDA backend. */
+comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
+                                        comet_weights **out);
+void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w);
+/* COMET_OK when w was loaded by a CUDA backend of im's device, else INVALID_ARG naming op. */
+comet_status comet_cuda_be_check_weights(const cuda_impl *im, const comet_weights *w,
+                                         const char *op);
+
+/* ---- helpers both files use ---- */
+
+/* A failed CUDA call as a status: COMET_ERR_NOMEM for an allocation that did not fit
+ * (cleared, the context stays usable), COMET_ERR_CUDA otherwise. */
+comet_status comet_cuda_be_fail(cudaError_t e, const char *what);
+
+#define CUDA_TRY(call, what)                     \
+    do {                                         \
+        cudaError_t cuda_try_e_ = (call);        \
+        if (cuda_try_e_ != cudaSuccess)          \
+            return comet_cuda_be_fail(cuda_try_e_, what); \
+    } while (0)
+
+/* Make `device` current for an op, saving the caller's context in *prev (see
+ * cuda_backend.c); comet_cuda_be_leave gives it back. */
+cudaError_t comet_cuda_be_enter(int device, CUcontext *prev);
+void comet_cuda_be_leave(CUcontext prev);
+
+/* The last error message prefixed with "cuda backend: <where>: "; returns st. */
+comet_status comet_cuda_be_prefix_error(comet_status st, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* backend.h w4ax_load / w4ax_free of the CUDA backend. */
+comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
+                                     const uint8_t *qw_plain, const uint16_t *sw_plain,
+                                     comet_w4ax_weight **out);
+void comet_cuda_be_w4ax_free(comet_backend *be, comet_w4ax_weight *w);
+
+#endif
