@@ -6,7 +6,7 @@
 #   bash scripts/gpu/check.sh [stage ...]      stages, in order (default: all)
 #     build   scripts/gpu/build.sh (unpack the carried .deb files, CMake + Ninja, sm_90a)
 #     ops     ctest -L cuda (the GEMM, the backend and every step op against the CPU) and
-#             compute-sanitizer memcheck on the step ops' quick set (racecheck with
+#             compute-sanitizer memcheck on the step-op and attention tests' quick sets (racecheck with
 #             COMET_RACECHECK=1: it needs more than 7 minutes there)
 #
 # The machine goes back 30 s after a call: chain the calls that carry the model parts
@@ -47,15 +47,16 @@ if has ops; then
         >"$OUT/ctest_cuda.log" 2>&1
     note "ctest -L cuda (ops): $(grep -E 'tests passed|tests failed' "$OUT/ctest_cuda.log" | tail -1)"
     grep -E "Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20
-    if command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/test_step_ops_cuda" ]; then
-        tools=(memcheck)
-        [ "${COMET_RACECHECK:-0}" = 1 ] && tools+=(racecheck)
+    tools=(memcheck)
+    [ "${COMET_RACECHECK:-0}" = 1 ] && tools+=(racecheck)
+    for t in test_step_ops_cuda test_attention_cuda; do
+        command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
         for tool in "${tools[@]}"; do
             timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-                "$BUILD/tests/cuda/test_step_ops_cuda" >"$OUT/sanitizer_$tool.log" 2>&1
-            note "compute-sanitizer $tool (step ops quick): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1))"
+                "$BUILD/tests/cuda/$t" >"$OUT/sanitizer_${tool}_$t.log" 2>&1
+            note "compute-sanitizer $tool ($t quick): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tool}_$t.log" | tail -1))"
         done
-    fi
+    done
 fi
 
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

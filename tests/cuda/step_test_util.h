@@ -41,7 +41,7 @@ static inline void *sb_ptr(const sbuf *b) { return b->raw + SB_GUARD; }
 static inline float *sb_f(const sbuf *b) { return (float *)sb_ptr(b); }
 
 /* n payload bytes (n > 0) with guards, payload poisoned with 0xFF. */
-static sbuf sb_alloc(comet_backend *be, size_t n)
+static inline sbuf sb_alloc(comet_backend *be, size_t n)
 {
     sbuf b = {be, NULL, n};
     size_t all = n + 2 * SB_GUARD;
@@ -59,21 +59,21 @@ static sbuf sb_alloc(comet_backend *be, size_t n)
     return b;
 }
 
-static void sb_upload(sbuf *b, const void *src, size_t n)
+static inline void sb_upload(sbuf *b, const void *src, size_t n)
 {
     assert_true(n <= b->n);
     assert_int_equal(b->be->ops->upload(b->be, sb_ptr(b), src, n), COMET_OK);
 }
 
 /* A new buffer holding a copy of host src[n]. */
-static sbuf sb_from(comet_backend *be, const void *src, size_t n)
+static inline sbuf sb_from(comet_backend *be, const void *src, size_t n)
 {
     sbuf b = sb_alloc(be, n);
     sb_upload(&b, src, n);
     return b;
 }
 
-static void sb_download(const sbuf *b, void *dst, size_t n)
+static inline void sb_download(const sbuf *b, void *dst, size_t n)
 {
     assert_true(n <= b->n);
     if (b->be->ops->download(b->be, dst, sb_ptr(b), n) != COMET_OK)
@@ -81,7 +81,7 @@ static void sb_download(const sbuf *b, void *dst, size_t n)
 }
 
 /* 1 when both guards still hold their pattern. */
-static int sb_guards_ok(const sbuf *b)
+static inline int sb_guards_ok(const sbuf *b)
 {
     uint8_t h[SB_GUARD];
     int ok = 1;
@@ -94,7 +94,7 @@ static int sb_guards_ok(const sbuf *b)
     return ok;
 }
 
-static void sb_free(sbuf *b)
+static inline void sb_free(sbuf *b)
 {
     if (b->raw)
         b->be->ops->free(b->be, b->raw);
@@ -102,7 +102,7 @@ static void sb_free(sbuf *b)
 }
 
 /* A host copy of the first n bytes (malloc'ed). */
-static void *sb_fetch(const sbuf *b, size_t n)
+static inline void *sb_fetch(const sbuf *b, size_t n)
 {
     void *h = malloc(n ? n : 1);
     assert_non_null(h);
@@ -153,7 +153,7 @@ static inline float st_ukey(uint64_t key) { return (float)((st_mix(key) >> 40) *
 
 /* n floats: uniform * scale, and about one channel in 16 (fixed by its index k % width)
  * ten times larger: activations with outlier channels, which the INT8 blocks are for. */
-static void st_fill_act(float *x, int rows, int width, float scale)
+static inline void st_fill_act(float *x, int rows, int width, float scale)
 {
     for (int t = 0; t < rows; t++)
         for (int k = 0; k < width; k++)
@@ -161,7 +161,7 @@ static void st_fill_act(float *x, int rows, int width, float scale)
 }
 
 /* ||a - b|| / ||b|| in double; NaN anywhere gives +inf */
-static double st_nerr(const float *a, const float *b, size_t n)
+static inline double st_nerr(const float *a, const float *b, size_t n)
 {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -175,7 +175,7 @@ static double st_nerr(const float *a, const float *b, size_t n)
 }
 
 /* The first NaN in x[n], or -1. */
-static long st_first_nan(const float *x, size_t n)
+static inline long st_first_nan(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (x[i] != x[i])
@@ -183,7 +183,7 @@ static long st_first_nan(const float *x, size_t n)
     return -1;
 }
 
-static void *st_malloc(size_t n)
+static inline void *st_malloc(size_t n)
 {
     void *p = malloc(n ? n : 1);
     assert_non_null(p);
@@ -192,7 +192,7 @@ static void *st_malloc(size_t n)
 
 /* ---- models ------------------------------------------------------------------------------- */
 
-static float *st_own_rand(comet_model *m, size_t n, float scale, float offset)
+static inline float *st_own_rand(comet_model *m, size_t n, float scale, float offset)
 {
     float *p = comet_model_own(m, malloc(n * sizeof *p));
     assert_non_null(p);
@@ -201,7 +201,7 @@ static float *st_own_rand(comet_model *m, size_t n, float scale, float offset)
     return p;
 }
 
-static comet_linear st_linear(comet_model *m, int n_out, int n_in)
+static inline comet_linear st_linear(comet_model *m, int n_out, int n_in)
 {
     comet_linear l = {.n_out = n_out, .n_in = n_in, .fmt = COMET_WFMT_F32,
                       .w = st_own_rand(m, (size_t)n_out * n_in, 1.0f / sqrtf((float)n_in), 0.0f)};
@@ -209,7 +209,7 @@ static comet_linear st_linear(comet_model *m, int n_out, int n_in)
 }
 
 /* A random LLaMA with fp32 linears (COMET_WFMT_F32); free with comet_model_free. */
-static comet_model *st_model(uint64_t seed, int n_layer, int C, int F, int H, int Hkv, int D,
+static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, int H, int Hkv, int D,
                              int V)
 {
     st_seed(seed);
@@ -252,7 +252,7 @@ static comet_model *st_model(uint64_t seed, int n_layer, int C, int F, int H, in
 /* FMPQ on m in place (RTN with the clipping search, no GPTQ): w_bits, a_bits, block B
  * (64 / 128). Salience is random with ~2 % outlier channels, so the permutations are far
  * from the identity and with a_bits 4 some groups get INT8 blocks (n8 > 0). */
-static void st_quantize(comet_model *m, int w_bits, int a_bits, int block)
+static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block)
 {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
@@ -276,7 +276,7 @@ static void st_quantize(comet_model *m, int w_bits, int a_bits, int block)
 
 /* The first linear of group g in layer l (its permutation, block, n8, a_bits are the
  * group's); NULL for LM_HEAD. */
-static const comet_linear *st_group_linear(const comet_model *m, int l, comet_group g)
+static inline const comet_linear *st_group_linear(const comet_model *m, int l, comet_group g)
 {
     static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O,
                                                         COMET_ROLE_GATE, COMET_ROLE_DOWN,
@@ -286,7 +286,7 @@ static const comet_linear *st_group_linear(const comet_model *m, int l, comet_gr
 
 /* 1 when group g of layer l is read as INT8 codes + scales (the W4Ax GEMM) on CUDA: a QSIM
  * group with quantized activations. Otherwise the CUDA act is fp16 [T, K]. */
-static int st_group_w4ax(const comet_model *m, int l, comet_group g)
+static inline int st_group_w4ax(const comet_model *m, int l, comet_group g)
 {
     const comet_linear *lin = st_group_linear(m, l, g);
     return lin && lin->fmt == COMET_WFMT_QSIM && lin->a_bits < 16;
@@ -297,7 +297,7 @@ static int st_group_w4ax(const comet_model *m, int l, comet_group g)
 static inline size_t st_act_scales_offset(int T, int K) { return ((size_t)T * K + 255) & ~(size_t)255; }
 
 /* xg [T, K] = x [T, K] gathered by perm (NULL: identity). */
-static void st_gather(const float *x, int T, int K, const int32_t *perm, float *xg)
+static inline void st_gather(const float *x, int T, int K, const int32_t *perm, float *xg)
 {
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
@@ -316,7 +316,7 @@ typedef struct st_qcmp {
  * reference by one only where the reference's pre-rounding value |xg * (1/s)| lies within
  * boundary_tol of a .5 boundary (boundary_tol 0: codes bit-exact); a scale must be within
  * scale_rel of the reference (0: bit-exact). */
-static st_qcmp st_compare_act(const int8_t *qc, const float *sc, const int8_t *qr, const float *sr,
+static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const int8_t *qr, const float *sr,
                               const float *xg, int T, int K, int B, double boundary_tol,
                               double scale_rel)
 {
@@ -363,7 +363,7 @@ static st_qcmp st_compare_act(const int8_t *qc, const float *sc, const int8_t *q
 }
 
 /* Download a CUDA W4Ax act [T, K] (codes + scales) into host qc [T*K], sc [T*K/B]. */
-static void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc)
+static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc)
 {
     size_t off = st_act_scales_offset(T, K), ns = (size_t)T * (K / B);
     uint8_t *h = sb_fetch(act, off + ns * 4);
@@ -373,7 +373,7 @@ static void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, 
 }
 
 /* Download a CUDA fp16 act [T, K] as fp32. */
-static void st_fetch_f16_act(const sbuf *act, int T, int K, float *out)
+static inline void st_fetch_f16_act(const sbuf *act, int T, int K, float *out)
 {
     size_t n = (size_t)T * K;
     uint16_t *h = sb_fetch(act, n * 2);
@@ -381,5 +381,37 @@ static void st_fetch_f16_act(const sbuf *act, int T, int K, float *out)
         out[i] = comet_quant_f16_value(h[i]);
     free(h);
 }
+
+/* Every op the forward pass calls is present in be's table. */
+#define NEED(be, op)                                                                          \
+    do {                                                                                      \
+        if (!(be)->ops->op)                                                                   \
+            fail_msg("backend '%s' has no '%s' op", (be)->ops->name, #op);                    \
+    } while (0)
+
+static inline void need_all(comet_backend *be)
+{
+    NEED(be, alloc);
+    NEED(be, free);
+    NEED(be, upload);
+    NEED(be, download);
+    NEED(be, sync);
+    NEED(be, weights_load);
+    NEED(be, weights_free);
+    NEED(be, kv_init);
+    NEED(be, kv_free);
+    NEED(be, step_begin);
+    NEED(be, embed_tokens);
+    NEED(be, rmsnorm_quant);
+    NEED(be, act_quant);
+    NEED(be, silu_mul_quant);
+    NEED(be, matmul);
+    NEED(be, rope_kv_append);
+    NEED(be, paged_attention);
+    NEED(be, lm_head);
+}
+
+/* Wait for the CUDA backend's queued work, failing the test on an error. */
+static inline void st_sync_ok(comet_backend *be) { OP_OK(be, be->ops->sync(be), "sync"); }
 
 #endif
