@@ -216,7 +216,7 @@ static comet_status gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, 
      * the device is idle, so no kernel that may still run writes them. */
     comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
                               .sw = w->sw, .qa = qa, .sa = sa, .y = y,
-                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = 1};
+                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = im->pdl_on};
     COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
     g.workspace = im->workspace;
     g.workspace_bytes = im->workspace_bytes;
@@ -379,7 +379,9 @@ static void cuda_kv_free(comet_backend *be, comet_kv_cache *kv) {
 static size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
 
 /* The batch arrays and the attention tiles, each padded to 16 bytes, in one int32 buffer;
- * step_begin lays them out in this order. */
+ * step_begin lays them out in this order, the page table last: every offset then follows
+ * from T, S, the logit rows and the tiles, which a recorded decode step keeps fixed while
+ * its sequences' page tables grow (cuda_graph.view). */
 static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, comet_step *st) {
     cuda_impl *im = impl_of(be);
     const int T = b->n_tokens, S = b->n_seqs;
@@ -411,9 +413,9 @@ static comet_status cuda_step_begin(comet_backend *be, const comet_batch *b, com
             max_kv = b->positions[b->token_indptr[s + 1] - 1] + 1;
     }
     size_t o_tok = 0, o_pos = o_tok + round4(T), o_tind = o_pos + round4(T);
-    size_t o_pind = o_tind + round4(S + 1), o_pidx = o_pind + round4(S + 1);
-    size_t o_last = o_pidx + round4(NP), o_rows = o_last + round4(S);
-    size_t o_tiles = o_rows + round4(NL), need = o_tiles + round4(2 * (size_t)n_tiles);
+    size_t o_pind = o_tind + round4(S + 1), o_last = o_pind + round4(S + 1);
+    size_t o_rows = o_last + round4(S), o_tiles = o_rows + round4(NL);
+    size_t o_pidx = o_tiles + round4(2 * (size_t)n_tiles), need = o_pidx + round4(NP);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "step_begin: cudaSetDevice");
     cudaError_t e = cudaSuccess;
@@ -730,6 +732,18 @@ static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, cons
  * on the forward context (its workspace) and the KV pool, and holds while no buffer it
  * reads has moved (im->generation). */
 
+/* Whether recording g reads the step of view v (st) right: its kernels took every device
+ * array of the step by address and every size by value. */
+static int same_layout(const cuda_graph *g, const comet_cuda_step_view *v, const comet_step *st) {
+    const comet_cuda_step_view *r = &g->view;
+    return r->n_tokens == v->n_tokens && r->n_seqs == v->n_seqs && r->n_tiles == v->n_tiles &&
+           r->positions == v->positions && r->token_indptr == v->token_indptr &&
+           r->page_indptr == v->page_indptr && r->page_indices == v->page_indices &&
+           r->tiles == v->tiles && g->tokens == st->dev.tokens &&
+           g->last_page_len == st->dev.last_page_len && g->logit_rows == st->dev.logit_rows &&
+           g->n_logits == st->host.n_logits;
+}
+
 static void graph_drop(cuda_graph *g) {
     if (g->exec)
         cudaGraphExecDestroy(g->exec);
@@ -751,7 +765,7 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
     for (int i = 0; i < GRAPH_SLOTS && !g; i++) {
         cuda_graph *c = &im->graphs[i];
         if (c->used && c->owner == owner && c->kv_storage == kv->storage &&
-            c->T == view.n_tokens && c->splits == splits)
+            c->T == view.n_tokens && c->splits == splits && same_layout(c, &view, st))
             g = c;
     }
     if (!g) { /* first sight: run op by op (growing what it needs), record next time */
@@ -759,7 +773,9 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
         im->graph_next = (im->graph_next + 1) % GRAPH_SLOTS;
         graph_drop(g);
         *g = (cuda_graph){.owner = owner, .kv_storage = kv->storage, .T = view.n_tokens,
-                          .splits = splits, .used = 1};
+                          .splits = splits, .used = 1, .view = view,
+                          .tokens = st->dev.tokens, .last_page_len = st->dev.last_page_len,
+                          .logit_rows = st->dev.logit_rows, .n_logits = st->host.n_logits};
         return COMET_OK;
     }
     if (g->failed)
@@ -911,6 +927,8 @@ comet_backend *comet_backend_cuda_init(int device) {
     im->capturing = -1;
     const char *graphs = getenv("COMET_CUDA_GRAPHS");
     im->graphs_on = !(graphs && !strcmp(graphs, "0"));
+    const char *pdl = getenv("COMET_CUDA_PDL");
+    im->pdl_on = !(pdl && !strcmp(pdl, "0"));
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;

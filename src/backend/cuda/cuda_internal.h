@@ -26,6 +26,9 @@ typedef struct cuda_graph {
     const void *owner;        /* the forward context whose workspace the graph uses */
     const void *kv_storage;   /* the KV pool */
     int T, splits, used;
+    comet_cuda_step_view view; /* the step layout it was recorded with (device addresses) */
+    const int32_t *tokens, *last_page_len, *logit_rows;
+    int n_logits;
     int failed;               /* recording failed: this shape runs op by op */
     unsigned generation;
     cudaGraphExec_t exec;     /* NULL until recorded */
@@ -54,6 +57,7 @@ typedef struct cuda_impl {
      * whenever a buffer the kernels read may move: a free, a workspace growing) is the
      * one it was recorded under */
     int graphs_on;     /* COMET_CUDA_GRAPHS=0 turns them off */
+    int pdl_on;        /* W4Ax GEMMs with programmatic dependent launch; COMET_CUDA_PDL=0: without */
     unsigned generation;
     cuda_graph graphs[GRAPH_SLOTS];
     int graph_next;    /* the slot the next new shape takes */

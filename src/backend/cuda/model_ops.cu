@@ -23,7 +23,13 @@
 
 namespace {
 
-constexpr int ROW_THREADS = 256; /* one CTA per token row in the row kernels */
+/* RMSNorm rows: one CTA per token row, as many threads as a CTA takes, so that a decode
+ * row of 4096 channels is one pass of 4 values per thread (about 3 us, not 20 at 256) */
+constexpr int NORM_THREADS = 1024;
+/* SwiGLU and plain rows need no row-wide reduction: a CTA of 8 warps takes 8 activation
+ * blocks (or 2048 fp16 values), so a 14336-wide decode row spreads over 14 CTAs */
+constexpr int ROW_THREADS = 256;
+constexpr int ROW_F16_PER_CTA = 2048;
 
 comet_status launch_check(const char *op) {
     cudaError_t e = cudaGetLastError();
@@ -82,25 +88,28 @@ struct row_args {
     __half *h16;            /* F16: [T, K] */
 };
 
-/* One CTA of 256 threads per token row. NORM first adds the residual (each thread a
- * strided share of the row, written back to x) and reduces the sum of squares through warp
- * shuffles and shared memory to the row's inverse RMS. Then the row is produced in the
- * group's permuted order, each value recomputed from global memory at its source channel
- * perm[k] (h = x * inv * norm, or silu(gate) * up, or x): for W4AX each warp takes whole
- * activation blocks (B / 32 consecutive channels per lane), reduces the block's amax with
- * shuffles and writes the lane's codes as one 2- or 4-byte store, lane 0 the scale;
- * for F16 the threads stride over the row. */
+/* Token row blockIdx.x. NORM runs one CTA of NORM_THREADS per row: it first adds the
+ * residual (each thread a strided share of the row, written back to x) and reduces the sum
+ * of squares through warp shuffles and shared memory to the row's inverse RMS. SILU and
+ * PLAIN split a row along blockIdx.y (ROW_THREADS / 32 activation blocks, or
+ * ROW_F16_PER_CTA fp16 values, a CTA). The row is produced in the group's permuted order,
+ * each value recomputed from global memory at its source channel perm[k] (h = x * inv *
+ * norm, or silu(gate) * up, or x): for W4AX each warp takes whole activation blocks (B / 32
+ * consecutive channels per lane), reduces the block's amax with shuffles and writes the
+ * lane's codes as one 2- or 4-byte store, lane 0 the scale; for F16 the threads stride over
+ * their share of the row. */
 template <int MODE>
-static __global__ void row_quant_kernel(row_args a) {
+static __global__ void __launch_bounds__(NORM_THREADS) row_quant_kernel(row_args a) {
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int nthreads = blockDim.x, nwarps = nthreads >> 5;
     const int K = a.K;
     const size_t row = (size_t)t * K;
     float inv = 0.0f;
     if (MODE == ROW_NORM) {
-        __shared__ float red[ROW_THREADS / 32];
+        __shared__ float red[32];
         float *xr = a.x + row;
         float ss = 0.0f;
-        for (int c = tid; c < K; c += ROW_THREADS) {
+        for (int c = tid; c < K; c += nthreads) {
             float v = xr[c];
             if (a.residual) {
                 v = __fadd_rn(v, a.residual[row + c]);
@@ -113,7 +122,7 @@ static __global__ void row_quant_kernel(row_args a) {
             red[warp] = ss;
         __syncthreads(); /* also publishes the residual sums written above */
         if (warp == 0) {
-            float v = lane < ROW_THREADS / 32 ? red[lane] : 0.0f;
+            float v = lane < nwarps ? red[lane] : 0.0f;
             v = warp_sum(v);
             if (lane == 0)
                 red[0] = v;
@@ -133,12 +142,12 @@ static __global__ void row_quant_kernel(row_args a) {
     };
     if (a.kind == COMET_CUDA_ACT_F16) {
         __half *dst = a.h16 + row;
-        for (int k = tid; k < K; k += ROW_THREADS)
+        for (int k = blockIdx.y * nthreads + tid; k < K; k += gridDim.y * nthreads)
             dst[k] = __float2half_rn(value(k));
         return;
     }
     const int nb = K / a.B, per = a.B / 32; /* per: 2 or 4 channels per lane */
-    for (int b = warp; b < nb; b += ROW_THREADS / 32) {
+    for (int b = blockIdx.y * nwarps + warp; b < nb; b += gridDim.y * nwarps) {
         const int k0 = b * a.B + lane * per;
         float v[4];
         float amax = 0.0f;
@@ -191,12 +200,15 @@ comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_
                                op, (int)f->kind);
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const int parts = f->kind == COMET_CUDA_ACT_F16
+                          ? (f->K + ROW_F16_PER_CTA - 1) / ROW_F16_PER_CTA
+                          : (f->K / f->B + ROW_THREADS / 32 - 1) / (ROW_THREADS / 32);
     if (mode == ROW_NORM)
-        row_quant_kernel<ROW_NORM><<<T, ROW_THREADS, 0, s>>>(a);
+        row_quant_kernel<ROW_NORM><<<T, NORM_THREADS, 0, s>>>(a);
     else if (mode == ROW_SILU)
-        row_quant_kernel<ROW_SILU><<<T, ROW_THREADS, 0, s>>>(a);
+        row_quant_kernel<ROW_SILU><<<dim3(T, parts), ROW_THREADS, 0, s>>>(a);
     else
-        row_quant_kernel<ROW_PLAIN><<<T, ROW_THREADS, 0, s>>>(a);
+        row_quant_kernel<ROW_PLAIN><<<dim3(T, parts), ROW_THREADS, 0, s>>>(a);
     return launch_check(op);
 }
 
