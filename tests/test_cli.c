@@ -10,6 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -130,6 +133,50 @@ static void test_prompt_over_context(void **state) {
     assert_non_null(strstr(r.err, "9000")); /* names both numbers */
 }
 
+/* A busy port is reported before the model loads: the model here does not exist, so an
+ * error about the port proves the order. */
+static void test_busy_port(void **state) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 1), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+    char args[160], port[16];
+    snprintf(port, sizeof port, "%d", ntohs(a.sin_port));
+    snprintf(args, sizeof args, "serve --model /nonexistent/model.gguf --port %s", port);
+    result r;
+    run(args, &r);
+    close(fd);
+    assert_one_line_error(&r, "serve", port);
+    assert_non_null(strstr(r.err, "in use"));
+    assert_null(strstr(r.err, "nonexistent"));
+}
+
+/* Sampling without --seed logs the clock's seed; with --seed it does not repeat it. */
+static void test_seed_logged(void **state) {
+    char args[4200];
+    snprintf(args, sizeof args, "generate --model '%s' --raw --prompt hi --max-tokens 1",
+             model_path());
+    result r;
+    run(args, &r);
+    assert_int_equal(r.rc, 0);
+    const char *s = strstr(r.err, "seed: ");
+    assert_non_null(s);
+    unsigned long long seed = strtoull(s + 6, NULL, 10);
+    char with[4300];
+    snprintf(with, sizeof with, "%s --seed %llu", args, seed);
+    result a, b;
+    run(with, &a);
+    assert_int_equal(a.rc, 0);
+    assert_null(strstr(a.err, "seed: "));
+    assert_string_equal(a.out, r.out); /* the logged seed repeats the run */
+    snprintf(with, sizeof with, "%s --temperature 0", args);
+    run(with, &b);
+    assert_null(strstr(b.err, "seed: ")); /* greedy: no seed in play */
+}
+
 static void test_help(void **state) {
     result r;
     run("generate --help", &r);
@@ -158,6 +205,8 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_empty_prompt),
+        cmocka_unit_test(test_busy_port),
+        cmocka_unit_test(test_seed_logged),
         cmocka_unit_test(test_missing_model),
         cmocka_unit_test(test_unreadable_text),
         cmocka_unit_test(test_cuda_device),

@@ -8,6 +8,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <netdb.h>
+#include <sys/socket.h>
+
 #include "comet/log.h"
 #include "comet/status.h"
 #include "commands.h"
@@ -176,4 +179,39 @@ comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threa
         cli_report_error(cmd, what);
     }
     return be;
+}
+
+int cli_port_free(const char *cmd, const char *host, int port) {
+    if (port == 0)
+        return 0;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    struct addrinfo *res = NULL;
+    int gai = getaddrinfo(host, service, &hints, &res);
+    if (gai != 0) {
+        fprintf(stderr, "comet %s: --host '%s': %s\n", cmd, host, gai_strerror(gai));
+        return 1;
+    }
+    int err = 0;
+    int fd = socket(res->ai_family, res->ai_socktype, res->ai_protocol);
+    if (fd < 0) {
+        err = errno;
+    } else {
+        /* as the HTTP server binds: a port left in TIME_WAIT by an earlier run is free */
+        int one = 1;
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 1) != 0)
+            err = errno;
+        close(fd);
+    }
+    freeaddrinfo(res);
+    if (err) {
+        fprintf(stderr, "comet %s: cannot listen on %s port %d: %s%s\n", cmd, host, port,
+                strerror(err), err == EADDRINUSE ? " (another server runs there? pick another "
+                                                   "--port, or 0 for a free one)" : "");
+        return 1;
+    }
+    return 0;
 }

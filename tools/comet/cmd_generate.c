@@ -275,6 +275,9 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               be->n_threads, (unsigned long long)sp->seed);
+    if (!seed_given && sp->temperature > 0.0f) /* the help promises it: the run can be repeated */
+        fprintf(stderr, "seed: %llu (from the clock; --seed %llu samples this text again)\n",
+                (unsigned long long)sp->seed, (unsigned long long)sp->seed);
     int ends_nl = 1;
     comet_gen_stats gs;
     if (comet_generate(m, be, ids, n_ids, &gp, print_text, &ends_nl, &gs) < 0) {

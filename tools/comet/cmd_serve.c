@@ -152,6 +152,8 @@ int cmd_serve(int argc, char **argv) {
     cli_log_to_stderr(verbose);
     if (cli_device_ok("serve", device))
         return 2;
+    if (cli_port_free("serve", host, (int)port))
+        return 1;
     if (!model_path)
         model_path = cli_default_model();
     char id_buf[256];

@@ -38,6 +38,12 @@ char *cli_read_file(const char *path, size_t *len);
  * "comet <cmd>: --device ..." and returns 1: checked before the model loads. */
 int cli_device_ok(const char *cmd, const char *device);
 
+/* 0 when host:port can be bound and listened on now (port 0 always can), else prints
+ * "comet <cmd>: cannot listen on ..." naming the reason and returns 1: serve checks this
+ * before it spends seconds loading a model. The port is released again at once, so a
+ * race with another process remains possible; the server's own bind reports that. */
+int cli_port_free(const char *cmd, const char *host, int port);
+
 /* The backend for `device` with n_threads CPU threads, or NULL after printing why. */
 struct comet_backend;
 struct comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads);
