@@ -1,17 +1,28 @@
-/* cpu_ops.c — the default CPU backend: threaded, vectorized, BLAS-backed.
+/* cpu_ops.c — the default CPU backend: threaded, vectorized, batch-invariant.
  *
- * Linear layers and the lm_head go through OpenBLAS sgemm (sgemv for one token); the
- * output columns are split across the pool's threads and each thread calls a
- * single-threaded BLAS on its slice (OpenBLAS is set to 1 thread so the two thread pools
- * never oversubscribe the cores). Measured on 2 pinned cores (SmolLM2-135M shapes,
- * Xeon host): this split gives ~400 prefill tok/s against ~305 with OpenBLAS threading
- * the GEMMs itself, and decode within noise of it (31-35 vs 37 tok/s); one thread
- * decodes at 14 tok/s, so decode (memory-bound on fp32 weights) still scales. Attention has a decode path (online softmax per token)
- * and a prefill path (sgemm per tile of tokens); see the comment above cpu_attention.
- * Elementwise ops are threaded over rows when the step is large enough to pay for the
- * wake-up; exp is vectorized (AVX2 polynomial) where it is hot. Results equal the scalar reference (ref_ops.c) up to fp32 rounding;
- * tests/test_ops.c checks every op. The W4Ax GEMM is integer code on the pool (see
- * cpu_gemm_w4ax) and equals the scalar oracle bit for bit.
+ * Batch-invariant: every token's result is the same bit for bit whatever step it comes in
+ * (its size, the token's place in it, the other sequences in it) and however many threads
+ * run it. A quantized KV cache (or quantized activations) rounds each value to a code; a
+ * last-bit difference that moves a value across a rounding boundary changes a code, the
+ * changed code changes every later token's attention, and the difference grows layer by
+ * layer: with OpenBLAS (sgemv for one token, sgemm kernels that change with the row count
+ * and the column slice) and a separate sgemm attention path for long steps, `comet
+ * perplexity --kv-bits 4` moved by several percent with --chunk and --threads
+ * (tests/test_kv_chunking.c). So every dot product here, in the linear layers, the
+ * lm_head and attention's q·k, is one fixed sequence of operations on its two vectors
+ * (dot_block below), whatever the blocking around it, and attention runs the same
+ * arithmetic per (token, head) in its per-token and tiled schedules.
+ *
+ * Linear layers and the lm_head split their output columns across the pool's threads;
+ * each thread runs register-blocked dot products on its slice (dot-form: 3 tokens x 4
+ * weight rows, one 8-lane FMA accumulator each). On the 2-core Cooperlake host this runs
+ * at 55-65% of OpenBLAS's AVX-512 sgemm on SmolLM2-135M prefill shapes (prefill ~1.5x
+ * slower end to end than with OpenBLAS: 512 tokens in 1.5 s against 1.0 s) and at or above
+ * sgemv for one token (decode ~10% faster). Elementwise ops are threaded over rows when the step is large enough to pay for
+ * the wake-up; exp is vectorized (AVX2 polynomial) where it is hot. Results equal the
+ * scalar reference (ref_ops.c) up to fp32 rounding; tests/test_ops.c checks every op. The
+ * W4Ax GEMM is integer code on the pool (see cpu_gemm_w4ax) and equals the scalar oracle
+ * bit for bit.
  */
 #include <cblas.h>
 #include <math.h>
@@ -30,7 +41,6 @@
 #include "quant/quant.h"
 #include "core/threads.h"
 
-#define MAX_PAGE_SIZE 256
 #define MIN_PAR_ELEMS 16384 /* elementwise work below this runs on the calling thread */
 
 typedef struct cpu_impl {
@@ -64,19 +74,6 @@ static inline float dot_f32(const float *a, const float *b, int n) {
     for (; i < n; i++)
         s += a[i] * b[i];
     return s;
-}
-
-/* y[i] = y[i] * a + p * x[i] */
-static inline void scale_axpy(float *y, float a, float p, const float *x, int n) {
-    int i = 0;
-#ifdef COMET_CPU_AVX2
-    __m256 va = _mm256_set1_ps(a), vp = _mm256_set1_ps(p);
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(vp, _mm256_loadu_ps(x + i),
-                                                _mm256_mul_ps(va, _mm256_loadu_ps(y + i))));
-#endif
-    for (; i < n; i++)
-        y[i] = y[i] * a + p * x[i];
 }
 
 #ifdef COMET_CPU_AVX2
@@ -171,7 +168,120 @@ static comet_status cpu_rmsnorm(comet_backend *be, const float *x, const float *
     return COMET_OK;
 }
 
+/* ---- batch-invariant dot products ----
+ *
+ * dot(x, w, n), as every kernel below computes it: one 8-lane accumulator, acc += x[k..k+8]
+ * * w[k..k+8] (FMA) for k = 0, 8, ..., the last n % 8 values through a masked load, then
+ * the lanes summed as hsum8 does. A block kernel computes MT x NR such dot products at
+ * once, each with its own accumulator, so a result never depends on the block it was
+ * computed in. Without AVX2: one scalar sum in k order. */
+
+#ifdef COMET_CPU_AVX2
+static inline float hsum8(__m256 a) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_add_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* {hsum8(a), hsum8(b), hsum8(c), hsum8(d)}, the same sums in the same order (fp addition
+ * commutes, so only the pairing matters): lane i + lane i+4, then 0+2 and 1+3, then those
+ * two. */
+static inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    ab = _mm256_add_ps(ab, _mm256_shuffle_ps(ab, ab, _MM_SHUFFLE(1, 0, 3, 2)));
+    cd = _mm256_add_ps(cd, _mm256_shuffle_ps(cd, cd, _MM_SHUFFLE(1, 0, 3, 2)));
+    ab = _mm256_add_ps(ab, _mm256_shuffle_ps(ab, ab, _MM_SHUFFLE(2, 3, 0, 1)));
+    cd = _mm256_add_ps(cd, _mm256_shuffle_ps(cd, cd, _MM_SHUFFLE(2, 3, 0, 1)));
+    __m128 r = _mm_blend_ps(_mm256_castps256_ps128(ab), _mm256_extractf128_ps(ab, 1), 0x2);
+    r = _mm_blend_ps(r, _mm256_castps256_ps128(cd), 0x4);
+    return _mm_blend_ps(r, _mm256_extractf128_ps(cd, 1), 0x8);
+}
+
+/* y[a * ldy + b] = dot(x[a], w[b], n) for a < MT, b < NR */
+#define DOT_BLOCK(MT, NR)                                                                      \
+    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,     \
+                                      float *y, size_t ldy) {                                  \
+        __m256 acc[MT][NR];                                                                    \
+        _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++)                                   \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
+                acc[a][b] = _mm256_setzero_ps();                                               \
+        int k = 0;                                                                             \
+        for (; k + 8 <= n; k += 8) {                                                           \
+            __m256 wv[NR];                                                                     \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
+                wv[b] = _mm256_loadu_ps(w[b] + k);                                             \
+            _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                             \
+                __m256 xv = _mm256_loadu_ps(x[a] + k);                                         \
+                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
+                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                         \
+            }                                                                                  \
+        }                                                                                      \
+        if (k < n) {                                                                           \
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - k),                           \
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));         \
+            __m256 wv[NR];                                                                     \
+            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
+                wv[b] = _mm256_maskload_ps(w[b] + k, m);                                       \
+            _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                             \
+                __m256 xv = _mm256_maskload_ps(x[a] + k, m);                                   \
+                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
+                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                         \
+            }                                                                                  \
+        }                                                                                      \
+        _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                                 \
+            if (NR == 4)                                                                       \
+                _mm_storeu_ps(y + (size_t)a * ldy, hsum8x4(acc[a][0], acc[a][NR > 1],           \
+                                                           acc[a][NR > 2 ? 2 : 0],             \
+                                                           acc[a][NR > 3 ? 3 : 0]));           \
+            else                                                                               \
+                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
+                    y[(size_t)a * ldy + b] = hsum8(acc[a][b]);                                 \
+        }                                                                                      \
+    }
+#else
+#define DOT_BLOCK(MT, NR)                                                                      \
+    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,     \
+                                      float *y, size_t ldy) {                                  \
+        for (int a = 0; a < MT; a++)                                                           \
+            for (int b = 0; b < NR; b++) {                                                     \
+                float s = 0.0f;                                                                \
+                for (int k = 0; k < n; k++)                                                    \
+                    s += x[a][k] * w[b][k];                                                    \
+                y[(size_t)a * ldy + b] = s;                                                    \
+            }                                                                                  \
+    }
+#endif
+DOT_BLOCK(3, 4)
+DOT_BLOCK(1, 4)
+DOT_BLOCK(1, 1)
+
+/* y[a * ldy + b] = dot(x[a], w[b], n) for a < na, b < nb */
+static void dot_tile(const float *const *x, int na, const float *const *w, int nb, int n,
+                     float *y, size_t ldy) {
+    int a = 0;
+    for (; a + 3 <= na; a += 3) {
+        int b = 0;
+        for (; b + 4 <= nb; b += 4)
+            dot_block_3x4(x + a, w + b, n, y + (size_t)a * ldy + b, ldy);
+        for (; b < nb; b++)
+            for (int i = 0; i < 3; i++)
+                dot_block_1x1(x + a + i, w + b, n, y + (size_t)(a + i) * ldy + b, ldy);
+    }
+    for (; a < na; a++) {
+        int b = 0;
+        for (; b + 4 <= nb; b += 4)
+            dot_block_1x4(x + a, w + b, n, y + (size_t)a * ldy + b, ldy);
+        for (; b < nb; b++)
+            dot_block_1x1(x + a, w + b, n, y + (size_t)a * ldy + b, ldy);
+    }
+}
+
 /* ---- linear: y[T, N] = x[T, K] · W[N, K]ᵀ, columns of y split across threads ---- */
+
+#define GEMM_NB 64 /* weight rows per panel (64 x K floats stay in L2 while every token passes) */
+#define GEMM_TB 48 /* tokens per pass over a panel */
 
 typedef struct {
     const float *x, *w;
@@ -181,18 +291,21 @@ typedef struct {
 
 static void gemm_task(void *ctx, int i, int tid) {
     const gemm_job *j = ctx;
-    /* chunk boundaries rounded to 16 rows of W so every slice is SIMD-friendly */
+    /* chunk boundaries rounded to 16 rows of W (any split gives the same results) */
     int n0 = (int)((long)j->N * i / j->n_chunks) & ~15;
     int n1 = i + 1 == j->n_chunks ? j->N : (int)((long)j->N * (i + 1) / j->n_chunks) & ~15;
-    if (n1 <= n0)
-        return;
-    const float *w = j->w + (size_t)n0 * j->K;
-    if (j->T == 1)
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, n1 - n0, j->K, 1.0f, w, j->K, j->x, 1, 0.0f,
-                    j->y + n0, 1);
-    else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->T, n1 - n0, j->K, 1.0f, j->x,
-                    j->K, w, j->K, 0.0f, j->y + n0, j->ldy);
+    const float *wp[GEMM_NB], *xp[GEMM_TB];
+    for (int p0 = n0; p0 < n1; p0 += GEMM_NB) {
+        int nb = n1 - p0 < GEMM_NB ? n1 - p0 : GEMM_NB;
+        for (int b = 0; b < nb; b++)
+            wp[b] = j->w + (size_t)(p0 + b) * j->K;
+        for (int t0 = 0; t0 < j->T; t0 += GEMM_TB) {
+            int na = j->T - t0 < GEMM_TB ? j->T - t0 : GEMM_TB;
+            for (int a = 0; a < na; a++)
+                xp[a] = j->x + (size_t)(t0 + a) * j->K;
+            dot_tile(xp, na, wp, nb, j->K, j->y + (size_t)t0 * j->ldy + p0, (size_t)j->ldy);
+        }
+    }
 }
 
 static void gemm_parallel(comet_backend *be, const float *x, const float *w, int T, int N, int K,
@@ -272,22 +385,26 @@ static comet_status cpu_rope(comet_backend *be, const comet_rope_params *rp,
 
 /* ---- attention ----
  *
- * Two paths, picked per sequence by how many of its tokens the step holds.
+ * Per (token, query head), with n = the token's position + 1 keys of its sequence:
+ *   s_j = dot(q, k_j) * (1/sqrt(D))       j < n (dot as in dot_block)
+ *   p_j = exp(s_j - max s), l = sum p_j   (exp_shift_sum over the n scores)
+ *   o   = (sum_j p_j v_j, j ascending, one FMA chain per channel) * (1/l)
+ * That arithmetic is all there is, in both schedules below, so a token's output does not
+ * depend on the schedule, the step or the thread it ran on (see the file comment).
  *
- * Decode-like (fewer than ATT_MIN_TILE tokens): one item per (token, KV head). The H/Hkv
- * query heads of the GQA group share each K/V row read; softmax is online, page by page
- * (flash-attention style), so no scratch proportional to the context is needed.
- *
- * Prefill-like: one item per (KV head, tile of ATT_TILE tokens). The item gathers the
- * K and V rows of positions 0..L-1 (L = the tile's last position + 1) from the pages into
- * contiguous per-thread scratch, and runs S = Q·Kᵀ and O = softmax(S)·V as two sgemm
- * calls over the tile's (token, group head) rows, masking keys past each token's
- * position. Per-thread scratch grows on the calling thread before the parallel section,
- * so it is allocated once for the longest context seen, never per step.
+ * Decode-like sequences (fewer than ATT_MIN_TILE tokens in the step): one item per (token,
+ * KV head), its GQA group's H/Hkv query heads together. Prefill-like: one item per (KV
+ * head, tile of ATT_TILE tokens), the tile's (token, head) rows together: q·k is blocked
+ * over rows and keys so each K row is read once per 3 rows, and the V rows of a page are
+ * reused by every row of the tile while in cache. Keys are read from the pages in place.
+ * An item's scores [rows, L] (L = its last key + 1) live in per-thread scratch, grown on the
+ * calling thread before the parallel section, so it is allocated once for the longest
+ * context seen, never per step.
  */
 
 #define ATT_TILE 32
 #define ATT_MIN_TILE 8
+#define ATT_KB 64 /* keys per q·k block */
 
 typedef struct {
     const comet_kv_cache *kv;
@@ -316,130 +433,186 @@ static int seq_uses_tiles(const comet_batch *b, int s) {
     return b->token_indptr[s + 1] - b->token_indptr[s] >= ATT_MIN_TILE;
 }
 
-static void attn_token_task(void *ctx, int item, int tid) {
-    const attn_job *j = ctx;
+/* K (which 0) or V (1) row of position pos of sequence s, KV head kvh */
+static inline const float *kv_row(const attn_job *j, int s, int pos, int kvh, int which) {
     const comet_kv_cache *kv = j->kv;
     const comet_batch *b = j->b;
-    int Hkv = kv->n_head_kv, D = kv->head_dim, P = kv->page_size, g = j->H / Hkv;
-    int t = item / Hkv, kvh = item % Hkv, s = seq_of_token(b, t);
-    if (seq_uses_tiles(b, s))
-        return;
-    int n = b->positions[t] + 1;
-    float scale = 1.0f / sqrtf((float)D);
-    float acc[COMET_CPU_MAX_GQA_GROUP][COMET_CPU_MAX_HEAD_DIM];
-    float m[COMET_CPU_MAX_GQA_GROUP], l[COMET_CPU_MAX_GQA_GROUP], sc[MAX_PAGE_SIZE];
-    const float *q = j->q + ((size_t)t * j->H + (size_t)kvh * g) * D;
-    for (int h = 0; h < g; h++) {
-        m[h] = -INFINITY;
-        l[h] = 0.0f;
-        memset(acc[h], 0, (size_t)D * sizeof(float));
+    int P = kv->page_size, page = b->page_indices[b->page_indptr[s] + pos / P];
+    size_t off = ((((size_t)j->layer * kv->n_pages + page) * P + pos % P) * kv->n_head_kv + kvh) *
+                 kv->head_dim;
+    return (which ? kv->v : kv->k) + off;
+}
+
+#define PV_ROWS 6 /* rows of one PV block */
+#ifdef COMET_CPU_AVX2
+#define PV_MADD(a, b, c) fmaf(a, b, c)
+#else
+#define PV_MADD(a, b, c) ((a) * (b) + (c))
+#endif
+
+/* PV of up to PV_ROWS rows: o_r[d] = (sum_{i < n_r} p_r[i] * v_i[d]) * inv_r, one FMA chain
+ * per (row, channel) over i ascending, v_i = the V row of position i. The rows share each V
+ * load for the keys all of them see; a row's keys past the shortest row's continue its own
+ * chain alone, so a row's result never depends on the rows beside it. */
+static void attn_pv(const attn_job *j, int s, int kvh, int R, const float *const *p,
+                    const int *n, const float *inv, float *const *o) {
+    const int D = j->kv->head_dim;
+    int d = 0;
+#ifdef COMET_CPU_AVX2
+    const int P = j->kv->page_size;
+    const size_t stride = (size_t)j->kv->n_head_kv * D; /* between slots of a page */
+    int n_min = n[0], n_max = n[0];
+    for (int r = 1; r < R; r++) {
+        n_min = n[r] < n_min ? n[r] : n_min;
+        n_max = n[r] > n_max ? n[r] : n_max;
     }
-    size_t slot_stride = (size_t)Hkv * D;
-    for (int base = 0; base < n; base += P) {
-        int page = b->page_indices[b->page_indptr[s] + base / P];
-        int cnt = n - base < P ? n - base : P;
-        size_t off = (((size_t)j->layer * kv->n_pages + page) * P * Hkv + kvh) * D;
-        const float *kp = kv->k + off, *vp = kv->v + off;
-        for (int h = 0; h < g; h++) {
-            const float *qh = q + (size_t)h * D;
-            float cm = -INFINITY;
-            for (int i = 0; i < cnt; i++) {
-                sc[i] = dot_f32(qh, kp + i * slot_stride, D) * scale;
-                if (sc[i] > cm)
-                    cm = sc[i];
+    for (; d + 16 <= D; d += 16) {
+        __m256 acc[PV_ROWS][2];
+        for (int r = 0; r < PV_ROWS; r++)
+            acc[r][0] = acc[r][1] = _mm256_setzero_ps();
+        for (int base = 0; base < n_max; base += P) {
+            const float *vp = kv_row(j, s, base, kvh, 1) + d;
+            int end = base + P < n_max ? base + P : n_max;
+            for (int i = base; i < end; i++, vp += stride) {
+                __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
+                if (i < n_min && R == PV_ROWS) {
+                    _Pragma("GCC unroll 6") for (int r = 0; r < PV_ROWS; r++) {
+                        __m256 pr = _mm256_set1_ps(p[r][i]);
+                        acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+                        acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+                    }
+                } else {
+                    for (int r = 0; r < R; r++)
+                        if (i < n[r]) {
+                            __m256 pr = _mm256_set1_ps(p[r][i]);
+                            acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
+                            acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
+                        }
+                }
             }
-            float nm = cm > m[h] ? cm : m[h];
-            float corr = expf(m[h] - nm); /* 0 on the first page (m = -inf) */
-            l[h] = l[h] * corr + exp_shift_sum(sc, cnt, nm);
-            for (int i = 0; i < cnt; i++)
-                scale_axpy(acc[h], i == 0 ? corr : 1.0f, sc[i], vp + i * slot_stride, D);
-            m[h] = nm;
+        }
+        for (int r = 0; r < R; r++) {
+            __m256 vi = _mm256_set1_ps(inv[r]);
+            _mm256_storeu_ps(o[r] + d, _mm256_mul_ps(acc[r][0], vi));
+            _mm256_storeu_ps(o[r] + d + 8, _mm256_mul_ps(acc[r][1], vi));
         }
     }
-    float *o = j->out + ((size_t)t * j->H + (size_t)kvh * g) * D;
-    for (int h = 0; h < g; h++) {
-        float inv = 1.0f / l[h];
-        for (int d = 0; d < D; d++)
-            o[(size_t)h * D + d] = acc[h][d] * inv;
+    for (; d + 8 <= D; d += 8)
+        for (int r = 0; r < R; r++) {
+            __m256 a0 = _mm256_setzero_ps();
+            for (int base = 0; base < n[r]; base += P) {
+                const float *vp = kv_row(j, s, base, kvh, 1) + d;
+                int end = base + P < n[r] ? base + P : n[r];
+                for (int i = base; i < end; i++, vp += stride)
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(p[r][i]), _mm256_loadu_ps(vp), a0);
+            }
+            _mm256_storeu_ps(o[r] + d, _mm256_mul_ps(a0, _mm256_set1_ps(inv[r])));
+        }
+#endif
+    for (; d < D; d++) /* the lanes' arithmetic: fmaf is one FMA instruction with AVX2 */
+        for (int r = 0; r < R; r++) {
+            float a0 = 0.0f;
+            for (int i = 0; i < n[r]; i++)
+                a0 = PV_MADD(p[r][i], kv_row(j, s, i, kvh, 1)[d], a0);
+            o[r][d] = a0 * inv[r];
+        }
+}
+
+/* Attention of the tokens t0 .. t0+nt-1 of sequence s (all in the step) for the query heads
+ * of KV head kvh; sc: scratch of nt * g * L floats, L = 1 + the largest position. */
+static void attn_rows(const attn_job *j, int s, int kvh, int t0, int nt, float *sc) {
+    const comet_batch *b = j->b;
+    const int D = j->kv->head_dim, g = j->H / j->kv->n_head_kv, M = nt * g;
+    const float scale = 1.0f / sqrtf((float)D);
+    int L = 0;
+    for (int i = 0; i < nt; i++)
+        if (b->positions[t0 + i] + 1 > L)
+            L = b->positions[t0 + i] + 1;
+    const float *qp[ATT_TILE * COMET_CPU_MAX_GQA_GROUP], *kp[ATT_KB];
+    for (int r = 0; r < M; r++)
+        qp[r] = j->q + ((size_t)(t0 + r / g) * j->H + (size_t)kvh * g + r % g) * D;
+    /* scores of every row against keys 0..L-1; a row's keys past its position are ignored */
+    for (int k0 = 0; k0 < L; k0 += ATT_KB) {
+        int nk = L - k0 < ATT_KB ? L - k0 : ATT_KB;
+        for (int c = 0; c < nk; c++)
+            kp[c] = kv_row(j, s, k0 + c, kvh, 0);
+        dot_tile(qp, M, kp, nk, D, sc + k0, (size_t)L);
+    }
+    for (int r0 = 0; r0 < M; r0 += PV_ROWS) {
+        int R = M - r0 < PV_ROWS ? M - r0 : PV_ROWS, n[PV_ROWS];
+        const float *p[PV_ROWS];
+        float inv[PV_ROWS], *o[PV_ROWS];
+        for (int i = 0; i < R; i++) {
+            int r = r0 + i, t = t0 + r / g;
+            float *row = sc + (size_t)r * L;
+            n[i] = b->positions[t] + 1; /* causal: keys 0..position */
+            float mx = -INFINITY;
+            for (int c = 0; c < n[i]; c++) {
+                row[c] *= scale;
+                if (row[c] > mx)
+                    mx = row[c];
+            }
+            inv[i] = 1.0f / exp_shift_sum(row, n[i], mx);
+            p[i] = row;
+            o[i] = j->out + ((size_t)t * j->H + (size_t)kvh * g + r % g) * D;
+        }
+        attn_pv(j, s, kvh, R, p, n, inv, o);
     }
 }
 
-/* floats of tile-path scratch for a context of L keys */
-static size_t tile_scratch_floats(int L, int D, int g) {
-    return 2 * (size_t)L * D + (size_t)ATT_TILE * g * ((size_t)L + 2 * (size_t)D);
+static void attn_token_task(void *ctx, int item, int tid) {
+    const attn_job *j = ctx;
+    int Hkv = j->kv->n_head_kv;
+    int t = item / Hkv, kvh = item % Hkv, s = seq_of_token(j->b, t);
+    if (!seq_uses_tiles(j->b, s))
+        attn_rows(j, s, kvh, t, 1, j->scratch[tid]);
 }
 
 static void attn_tile_task(void *ctx, int item, int tid) {
     const attn_job *j = ctx;
-    const comet_kv_cache *kv = j->kv;
     const comet_batch *b = j->b;
-    int Hkv = kv->n_head_kv, D = kv->head_dim, P = kv->page_size, g = j->H / Hkv, s = j->s;
-    int kvh = item % Hkv, tile = item / Hkv;
+    int Hkv = j->kv->n_head_kv, s = j->s, kvh = item % Hkv, tile = item / Hkv;
     int t0 = b->token_indptr[s] + tile * ATT_TILE;
     int nt = b->token_indptr[s + 1] - t0 < ATT_TILE ? b->token_indptr[s + 1] - t0 : ATT_TILE;
-    int L = b->positions[t0 + nt - 1] + 1, M = nt * g;
-    float *kc = j->scratch[tid];            /* [L, D] */
-    float *vc = kc + (size_t)L * D;         /* [L, D] */
-    float *qc = vc + (size_t)L * D;         /* [M, D] rows (token, group head) */
-    float *oc = qc + (size_t)M * D;         /* [M, D] */
-    float *sc = oc + (size_t)M * D;         /* [M, L] */
-    size_t slot_stride = (size_t)Hkv * D;
-    for (int base = 0; base < L; base += P) {
-        int page = b->page_indices[b->page_indptr[s] + base / P];
-        int cnt = L - base < P ? L - base : P;
-        size_t off = (((size_t)j->layer * kv->n_pages + page) * P * Hkv + kvh) * D;
-        for (int i = 0; i < cnt; i++) {
-            memcpy(kc + (size_t)(base + i) * D, kv->k + off + i * slot_stride, (size_t)D * sizeof(float));
-            memcpy(vc + (size_t)(base + i) * D, kv->v + off + i * slot_stride, (size_t)D * sizeof(float));
+    attn_rows(j, s, kvh, t0, nt, j->scratch[tid]);
+}
+
+/* Per-thread scratch of at least `need` floats. */
+static comet_status grow_scratch(cpu_impl *impl, size_t need) {
+    for (int i = 0; i < impl->n_threads; i++)
+        if (impl->scratch_cap[i] < need) {
+            float *p = realloc(impl->scratch[i], need * sizeof(float));
+            if (!p)
+                return comet_set_error(COMET_ERR_NOMEM,
+                                       "cpu attention: cannot grow scratch to %zu MiB",
+                                       need * sizeof(float) >> 20);
+            impl->scratch[i] = p;
+            impl->scratch_cap[i] = need;
         }
-    }
-    for (int i = 0; i < nt; i++)
-        memcpy(qc + (size_t)i * g * D, j->q + ((size_t)(t0 + i) * j->H + (size_t)kvh * g) * D,
-               (size_t)g * D * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, L, D, 1.0f / sqrtf((float)D), qc, D,
-                kc, D, 0.0f, sc, L);
-    for (int r = 0; r < M; r++) {
-        float *row = sc + (size_t)r * L;
-        int n = b->positions[t0 + r / g] + 1; /* causal: keys 0..position */
-        float mx = row[0];
-        for (int i = 1; i < n; i++)
-            if (row[i] > mx)
-                mx = row[i];
-        float inv = 1.0f / exp_shift_sum(row, n, mx);
-        for (int i = 0; i < n; i++)
-            row[i] *= inv;
-        memset(row + n, 0, (size_t)(L - n) * sizeof(float));
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, D, L, 1.0f, sc, L, vc, D, 0.0f, oc, D);
-    for (int i = 0; i < nt; i++)
-        memcpy(j->out + ((size_t)(t0 + i) * j->H + (size_t)kvh * g) * D, oc + (size_t)i * g * D,
-               (size_t)g * D * sizeof(float));
+    return COMET_OK;
 }
 
 static comet_status cpu_attention_stored(comet_backend *be, const comet_kv_cache *kv, int layer,
                                          const comet_batch *b, const float *q, int H,
                                          float *out) {
     cpu_impl *impl = be->impl;
-    COMET_ASSERT(kv->head_dim <= COMET_CPU_MAX_HEAD_DIM && kv->page_size <= MAX_PAGE_SIZE);
+    COMET_ASSERT(kv->head_dim <= COMET_CPU_MAX_HEAD_DIM);
     COMET_ASSERT(H % kv->n_head_kv == 0 && H / kv->n_head_kv <= COMET_CPU_MAX_GQA_GROUP);
     int g = H / kv->n_head_kv;
+    size_t need = 0; /* scores of the largest item */
+    for (int s = 0; s < b->n_seqs; s++)
+        for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
+            size_t rows = seq_uses_tiles(b, s) ? (size_t)ATT_TILE * g : (size_t)g;
+            size_t n = rows * ((size_t)b->positions[t] + 1);
+            if (n > need)
+                need = n;
+        }
+    COMET_TRY(grow_scratch(impl, need));
     attn_job j = {kv, b, q, out, layer, H, 0, 0, impl->scratch};
     comet_parallel_for(impl->tp, b->n_tokens * kv->n_head_kv, attn_token_task, &j);
     for (int s = 0; s < b->n_seqs; s++) {
         if (!seq_uses_tiles(b, s))
             continue;
-        int L = b->positions[b->token_indptr[s + 1] - 1] + 1;
-        size_t need = tile_scratch_floats(L, kv->head_dim, g);
-        for (int i = 0; i < impl->n_threads; i++)
-            if (impl->scratch_cap[i] < need) {
-                float *p = realloc(impl->scratch[i], need * sizeof(float));
-                if (!p)
-                    return comet_set_error(COMET_ERR_NOMEM,
-                                           "cpu attention: cannot grow scratch to %zu MiB",
-                                           need * sizeof(float) >> 20);
-                impl->scratch[i] = p;
-                impl->scratch_cap[i] = need;
-            }
         j.s = s;
         j.n_tiles = (b->token_indptr[s + 1] - b->token_indptr[s] + ATT_TILE - 1) / ATT_TILE;
         comet_parallel_for(impl->tp, j.n_tiles * kv->n_head_kv, attn_tile_task, &j);
@@ -456,23 +629,38 @@ typedef struct {
     int n_chunks;
 } ew_job;
 
+#ifdef COMET_CPU_AVX2
+static inline __m256 silu_mul8(__m256 g, __m256 u) {
+    __m256 e = exp256_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), u);
+}
+#endif
+
+/* Every element goes through the same exp (the 8-lane polynomial with AVX2, expf without),
+ * wherever the thread split and the step's end fall: chunks start at multiples of 8 and the
+ * last < 8 elements run as a padded vector. */
 static void silu_mul_task(void *ctx, int i, int tid) {
     const ew_job *j = ctx;
-    size_t i0 = j->n * i / j->n_chunks, i1 = j->n * (i + 1) / j->n_chunks;
+    size_t i0 = (j->n * i / j->n_chunks) & ~(size_t)7;
+    size_t i1 = i + 1 == j->n_chunks ? j->n : (j->n * (i + 1) / j->n_chunks) & ~(size_t)7;
     size_t k = i0;
 #ifdef COMET_CPU_AVX2
-    const __m256 one = _mm256_set1_ps(1.0f);
-    for (; k + 8 <= i1; k += 8) {
-        __m256 g = _mm256_loadu_ps(j->a + k);
-        __m256 e = exp256_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
-        __m256 sg = _mm256_div_ps(g, _mm256_add_ps(one, e));
-        _mm256_storeu_ps(j->out + k, _mm256_mul_ps(sg, _mm256_loadu_ps(j->b + k)));
+    for (; k + 8 <= i1; k += 8)
+        _mm256_storeu_ps(j->out + k, silu_mul8(_mm256_loadu_ps(j->a + k),
+                                               _mm256_loadu_ps(j->b + k)));
+    if (k < i1) {
+        float ga[8] = {0}, ua[8] = {0}, oa[8];
+        memcpy(ga, j->a + k, (i1 - k) * sizeof(float));
+        memcpy(ua, j->b + k, (i1 - k) * sizeof(float));
+        _mm256_storeu_ps(oa, silu_mul8(_mm256_loadu_ps(ga), _mm256_loadu_ps(ua)));
+        memcpy(j->out + k, oa, (i1 - k) * sizeof(float));
     }
-#endif
+#else
     for (; k < i1; k++) {
         float g = j->a[k];
         j->out[k] = g / (1.0f + expf(-g)) * j->b[k];
     }
+#endif
 }
 
 static comet_status cpu_silu_mul(comet_backend *be, const float *gate, const float *up, int T,
