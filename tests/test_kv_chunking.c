@@ -24,15 +24,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
-#if defined(__has_include)
-#if __has_include("engine/perplexity.h")
 #include "engine/perplexity.h"
-#else
-#include "model/perplexity.h"
-#endif
-#else
-#include "model/perplexity.h"
-#endif
 #include "cpu_test_util.h"
 
 #define CTX 100 /* not a multiple of the 16-slot page nor of 7 or 16: partial pages, ragged chunks */

@@ -7,10 +7,10 @@
  *   - W4AxKV4: the same agreement is printed, not asserted. A 4-bit code flips when an fp32
  *     rounding difference (the two sides sum in different orders) lands on a rounding
  *     boundary, and one flipped activation or KV code changes the next layer's inputs by far
- *     more than a rounding: the two paths then follow different quantization noise. The CPU
- *     does the same against itself: its prefill chunk alone moves W4AxKV4 perplexity by
- *     0.5% on these 16 windows (printed below). What is asserted is what such noise cannot
- *     hide: perplexity over 64 windows within 0.5%;
+ *     more than a rounding: the two paths then follow different quantization noise (K/V
+ *     inputs perturbed by 2e-7 relative move KV4 perplexity by several percent on one
+ *     window, tests/test_kv_chunking.c). What is asserted is what such noise cannot hide:
+ *     perplexity over 64 windows within 0.5%;
  *   - perplexity (Pride and Prejudice, 16 windows of 512) within 0.5% of the CPU's (FP);
  *   - perplexity on the GPU does not depend on the prefill chunk (512 vs 37, 2 windows):
  *     within 1e-3 for FP, printed for W4AxKV4 (the same noise);
@@ -229,9 +229,6 @@ static void test_perplexity_parity(void **state) {
         printf("[%s] perplexity ctx 512 x 16 windows: cpu %.4f cuda %.4f (%+.3f%%)\n",
                cases[c].name, pc, pg, 100.0 * (pg / pc - 1.0));
         if (cases[c].quantized) {
-            double pc37 = ppl(m, cpu, ids, n, 16, 37);
-            printf("[%s] the CPU against itself, 16 windows: chunk 512 %.4f, chunk 37 %.4f "
-                   "(%+.3f%%)\n", cases[c].name, pc, pc37, 100.0 * (pc37 / pc - 1.0));
             double pc64 = ppl(m, cpu, ids, n, 64, 512), pg64 = ppl(m, gpu, ids, n, 64, 512);
             printf("[%s] perplexity ctx 512 x 64 windows: cpu %.4f cuda %.4f (%+.3f%%)\n",
                    cases[c].name, pc64, pg64, 100.0 * (pg64 / pc64 - 1.0));
