@@ -4,12 +4,14 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comet/log.h"
 #include "engine/runner.h"
 
 comet_ppl_params comet_ppl_default_params(void) {
-    return (comet_ppl_params){.ctx = 2048, .max_windows = 0, .chunk = 256};
+    return (comet_ppl_params){.ctx = 2048, .max_windows = 0, .chunk = 256,
+                              .protocol = COMET_PPL_COMET, .bos_id = -1};
 }
 
 /* -log softmax(row)[target], in double */
@@ -29,22 +31,31 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     const comet_model_config *c = &m->cfg;
     const int P = 16;
     int ctx = p->ctx, V = c->n_vocab;
-    if (ctx < 2 || p->chunk <= 0 || p->max_windows < 0)
+    const int llama = p->protocol == COMET_PPL_LLAMA_CPP, bos = p->bos_id;
+    if (ctx < (llama ? 4 : 2) || p->chunk <= 0 || p->max_windows < 0 ||
+        (p->protocol != COMET_PPL_COMET && !llama) || bos >= V)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "perplexity: ctx must be >= 2 (got %d), chunk > 0, max_windows >= 0",
-                               ctx);
+                               "perplexity: ctx must be >= %d (got %d), chunk > 0, max_windows "
+                               ">= 0, a known protocol and a BOS id inside the vocabulary",
+                               llama ? 4 : 2, ctx);
     if (ctx > c->n_ctx)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "perplexity: ctx %d exceeds the model's context of %d tokens", ctx,
                                c->n_ctx);
-    if (n_tokens < (size_t)ctx)
+    /* text tokens a window takes, and the stream length they come from */
+    const size_t per = !llama && bos >= 0 ? (size_t)ctx - 1 : (size_t)ctx;
+    const size_t stream = n_tokens + (llama && bos >= 0 ? 1 : 0);
+    if (stream < (llama ? 2 : 1) * per)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "perplexity: the text has %zu tokens, fewer than one window of "
-                               "ctx %d; use a longer text or a smaller --ctx",
-                               n_tokens, ctx);
-    long n_windows = (long)(n_tokens / (size_t)ctx);
+                               "perplexity: the text has %zu tokens, fewer than %s of ctx %d; use "
+                               "a longer text or a smaller --ctx", n_tokens,
+                               llama ? "the two windows llama.cpp's protocol needs" : "one window",
+                               ctx);
+    long n_windows = (long)(stream / per);
     if (p->max_windows > 0 && n_windows > p->max_windows)
         n_windows = p->max_windows;
+    /* logits of window position j predict token j + 1; scored from position `first` */
+    const int first = llama ? ctx / 2 : 0;
     int chunk = p->chunk < ctx ? p->chunk : ctx;
     int n_pages = (ctx + P - 1) / P;
 
@@ -52,7 +63,8 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     comet_runner run = {0};
     comet_kv_seq seq = {0};
     float *logits = malloc((size_t)chunk * V * sizeof(float));
-    if (!logits) {
+    int32_t *win = malloc((size_t)ctx * sizeof *win);
+    if (!logits || !win) {
         st = comet_set_error(COMET_ERR_NOMEM, "perplexity: cannot allocate logits for %d tokens",
                              chunk);
         goto done;
@@ -65,7 +77,19 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     double nll = 0.0;
     long scored = 0;
     for (long w = 0; w < n_windows; w++) {
-        const int32_t *win = tokens + (size_t)w * ctx;
+        if (llama) { /* window w of the stream [BOS] + tokens, BOS in place of its first */
+            for (int j = 0; j < ctx; j++) {
+                size_t k = (size_t)w * ctx + (size_t)j; /* index in the stream */
+                win[j] = bos >= 0 ? (k == 0 ? bos : tokens[k - 1]) : tokens[k];
+            }
+            if (bos >= 0)
+                win[0] = bos;
+        } else if (bos >= 0) { /* BOS, then the next ctx - 1 text tokens */
+            win[0] = bos;
+            memcpy(win + 1, tokens + (size_t)w * per, per * sizeof *win);
+        } else {
+            memcpy(win, tokens + (size_t)w * per, per * sizeof *win);
+        }
         comet_kv_seq_release(&run.pool, &seq); /* each window from an empty cache */
         for (int done = 0; done < ctx;) {
             int n = ctx - done < chunk ? ctx - done : chunk;
@@ -77,10 +101,11 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
             if ((st = comet_batch_builder_add(&run.bb, &seq, win + done, n, 2)) < 0 ||
                 (st = comet_runner_step(&run, logits)) < 0)
                 goto done;
-            /* logits of window position j predict token j + 1 */
             for (int i = 0; i < n && done + i + 1 < ctx; i++)
-                nll += token_nll(logits + (size_t)i * V, V, win[done + i + 1]);
-            scored += n - (done + n == ctx ? 1 : 0);
+                if (done + i >= first) {
+                    nll += token_nll(logits + (size_t)i * V, V, win[done + i + 1]);
+                    scored++;
+                }
             done += n;
         }
         char suffix[64];
@@ -97,5 +122,6 @@ done:
     comet_kv_seq_free(&seq);
     comet_runner_free(&run);
     free(logits);
+    free(win);
     return st;
 }

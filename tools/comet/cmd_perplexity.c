@@ -20,12 +20,17 @@ static void usage(FILE *f) {
             "usage: comet perplexity [--model M] --text FILE [options]\n"
             "\n"
             "Perplexity over non-overlapping windows of --ctx tokens, each from an empty\n"
-            "cache, every token but the first of a window scored (NUMERICS.md). Ends with\n"
-            "one stdout line: PPL <value> tokens <scored tokens> ctx <n> windows <n>\n"
+            "cache, every token but the first of a window scored (NUMERICS.md); a model that\n"
+            "adds BOS gets it at the start of every window. Ends with one stdout line:\n"
+            "PPL <value> tokens <scored tokens> ctx <n> windows <n>\n"
             "\n"
             "  --model M          .gguf file or HF directory (default: the bundled model)\n"
-            "  --text FILE        UTF-8 text, tokenized whole (BOS at the start if the model\n"
-            "                     uses one)\n"
+            "  --text FILE        UTF-8 text, tokenized whole\n"
+            "  --protocol comet|llama.cpp\n"
+            "                     llama.cpp: as llama-perplexity -c <ctx> --chunks <windows>:\n"
+            "                     BOS at each window's first position (models that add BOS),\n"
+            "                     the second half of each window scored, two windows at least\n"
+            "                     (default: comet)\n"
             "  --ctx N            tokens per window (default 2048, or the model's context if\n"
             "                     smaller)\n"
             "  --max-windows N    evaluate the first N windows only (default: all)\n"
@@ -47,6 +52,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     int verbose = 0, kv_rotation = -1;
+    comet_ppl_protocol protocol = COMET_PPL_COMET;
     const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -98,6 +104,17 @@ int cmd_perplexity(int argc, char **argv) {
             kv_rotation = comet_kv_rotation_parse(val);
             if (kv_rotation < 0) {
                 fprintf(stderr, "comet perplexity: --kv-rotation expects none or hadamard\n");
+                return 2;
+            }
+            i++;
+        } else if (!strcmp(a, "--protocol")) {
+            if (!strcmp(val, "comet")) {
+                protocol = COMET_PPL_COMET;
+            } else if (!strcmp(val, "llama.cpp")) {
+                protocol = COMET_PPL_LLAMA_CPP;
+            } else {
+                fprintf(stderr, "comet perplexity: --protocol expects comet or llama.cpp, got "
+                                "'%s'\n", val);
                 return 2;
             }
             i++;
@@ -157,18 +174,9 @@ int cmd_perplexity(int argc, char **argv) {
         cli_report_error("perplexity", "cannot tokenize the text");
         goto out;
     }
-    if (m->cfg.add_bos && m->cfg.bos_id >= 0) {
-        int32_t *t2 = realloc(ids, (n + 1) * sizeof *ids);
-        if (!t2) {
-            fprintf(stderr, "comet perplexity: out of memory\n");
-            goto out;
-        }
-        ids = t2;
-        memmove(ids + 1, ids, n * sizeof *ids);
-        ids[0] = m->cfg.bos_id;
-        n++;
-    }
     comet_ppl_params pp = comet_ppl_default_params();
+    pp.bos_id = m->cfg.add_bos && m->cfg.bos_id >= 0 ? m->cfg.bos_id : -1;
+    pp.protocol = protocol;
     if (ctx > 0)
         pp.ctx = (int)ctx;
     else if (pp.ctx > m->cfg.n_ctx)
@@ -177,8 +185,8 @@ int cmd_perplexity(int argc, char **argv) {
     pp.chunk = (int)chunk;
     if (!(be = cli_open_backend("perplexity", device, (int)threads)))
         goto out;
-    comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads", text_path, n,
-              pp.ctx, be->n_threads);
+    comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
+              text_path, n, pp.ctx, be->n_threads, protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");
     const comet_quant_config *q = m->quant;
     if (q)
         comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
