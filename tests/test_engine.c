@@ -32,6 +32,7 @@ typedef struct collect {
     float prompt_lp[128];
     char text[1024];
     size_t text_len;
+    char error[256];
 } collect;
 
 static void on_event(void *user, const comet_engine_event *ev) {
@@ -52,6 +53,8 @@ static void on_event(void *user, const comet_engine_event *ev) {
         c->why = ev->finish;
         c->n_generated = ev->n_generated;
         c->n_preempt = ev->n_preemptions;
+        if (ev->error)
+            snprintf(c->error, sizeof c->error, "%s", ev->error);
     }
     pthread_mutex_unlock(&c->mu);
 }
@@ -292,10 +295,62 @@ static void test_prompt_logprobs(void **state) {
     comet_engine_free(e);
 }
 
+/* A request whose forward pass goes non-finite (a NaN in the embedding row of one of its
+ * tokens) fails with an error naming it; a request sharing its steps is untouched: the
+ * same tokens as alone. The model's lm_head is untied for the test so that the NaN row
+ * reaches only the request that feeds that token. */
+static void test_nonfinite_fails_only_its_request(void **state) {
+    (void)state;
+    const int V = model->cfg.n_vocab, C = model->cfg.n_embd, bad_tok = V - 7;
+    float *tied = model->lm_head;
+    int tie = model->cfg.tie_embeddings;
+    float *head = malloc((size_t)V * C * sizeof *head);
+    assert_non_null(head);
+    memcpy(head, model->lm_head, (size_t)V * C * sizeof *head);
+    model->lm_head = head;
+    model->cfg.tie_embeddings = 0;
+    float saved = model->tok_embd[(size_t)bad_tok * C + 3];
+    model->tok_embd[(size_t)bad_tok * C + 3] = NAN;
+
+    int32_t *ids;
+    int n = make_prompt(3, &ids);
+    int32_t *bad_ids = malloc((size_t)n * sizeof *bad_ids);
+    memcpy(bad_ids, ids, (size_t)n * sizeof *ids);
+    bad_ids[n / 2] = bad_tok;
+    collect ref, a, b;
+    memset(&ref, 0, sizeof ref), memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
+    pthread_mutex_init(&ref.mu, NULL), pthread_mutex_init(&a.mu, NULL), pthread_mutex_init(&b.mu, NULL);
+    comet_engine *e = comet_engine_init(model, NULL);
+    assert_non_null(e);
+    comet_request_params rp = greedy(ids, n, 8);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &ref, NULL), COMET_OK);
+    assert_true(comet_engine_wait_idle(e, 120));
+    comet_request_params bp = greedy(bad_ids, n, 8);
+    assert_int_equal(comet_engine_submit(e, &bp, on_event, &a, NULL), COMET_OK);
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &b, NULL), COMET_OK);
+    assert_true(comet_engine_wait_idle(e, 120));
+    comet_engine_free(e);
+
+    model->tok_embd[(size_t)bad_tok * C + 3] = saved;
+    model->lm_head = tied;
+    model->cfg.tie_embeddings = tie;
+    free(head);
+
+    assert_int_equal(a.why, COMET_FINISH_ERROR);
+    assert_non_null(strstr(a.error, "not finite"));
+    assert_int_equal(a.n_toks, 0);
+    assert_int_equal(b.why, COMET_FINISH_LENGTH);
+    assert_int_equal(b.n_toks, 8);
+    assert_memory_equal(b.toks, ref.toks, sizeof ref.toks[0] * 8);
+    free(ids);
+    free(bad_ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_and_limits),
         cmocka_unit_test(test_prompt_logprobs),
+        cmocka_unit_test(test_nonfinite_fails_only_its_request),
         cmocka_unit_test(test_tiny_pool_preemption),
         cmocka_unit_test(test_concurrent_equals_alone),
     };

@@ -490,6 +490,125 @@ static void test_qlinear_sim_matches_w4ax_gemm(void **st) {
     free(xq);
 }
 
+/* ---- degenerate inputs (docs/numerics.md "Degenerate inputs") ---- */
+
+/* A block with a NaN or an infinity: codes 0 and a NaN scale, no NaN cast to an integer;
+ * the other blocks of the token are untouched. */
+static void test_act_nonfinite(void **st) {
+    (void)st;
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int k = 0; k < 3; k++) {
+        float x[128];
+        for (int i = 0; i < 128; i++)
+            x[i] = 0.01f * (float)(i - 60);
+        x[5] = bad[k];
+        int8_t q[128];
+        float s[2];
+        memset(q, 0x55, sizeof q);
+        comet_quant_act(x, 1, 128, 64, 0, q, s);
+        assert_true(isnan(s[0]));
+        for (int i = 0; i < 64; i++)
+            assert_int_equal(q[i], 0);
+        float s1 = comet_quant_sym_block(x + 64, 64, 7, q + 64);
+        assert_true(isfinite(s[1]) && s[1] == s1);
+        float y[128];
+        comet_quant_act_sim(x, 1, 128, 64, 0, y);
+        assert_true(isnan(y[0]) && isfinite(y[100]));
+    }
+}
+
+/* fp16 weight scales at the edges: tiny blocks keep |w - q*s| <= s/2 (subnormal scales
+ * rounded up, the smallest scale below that), a 1e-6 block meets amax/7; a block whose
+ * scale fp16 cannot hold, or with a non-finite weight, is refused naming the block. */
+static void test_weight_scale_edges(void **st) {
+    (void)st;
+    const float amaxes[] = {1e-40f, 1e-30f, 1e-6f, 3e-5f, 1.0f, 4.5e5f};
+    for (size_t a = 0; a < sizeof amaxes / sizeof amaxes[0]; a++) {
+        for (int clip = 0; clip < 2; clip++) {
+            float w[64];
+            for (int i = 0; i < 64; i++)
+                w[i] = amaxes[a] * (float)((i * 37) % 64 - 32) / 32.0f;
+            w[7] = amaxes[a];
+            int8_t q[64];
+            uint16_t sh;
+            assert_int_equal(comet_quant_w_rtn(w, 1, 64, 64, 4, clip, q, &sh), COMET_OK);
+            float s = comet_quant_f16_value(sh);
+            assert_true(isfinite(s) && s > 0.0f);
+            double worst = 0;
+            for (int i = 0; i < 64; i++)
+                worst = fmax(worst, fabs((double)w[i] - (double)q[i] * s));
+            if (!clip) { /* unclipped: within half a step, and within amax/7 */
+                assert_true(worst <= 0.5 * s * (1 + 1e-6));
+                assert_true(worst <= amaxes[a] / 7.0 || s == comet_quant_f16_value(1));
+            }
+        }
+    }
+    float w[128];
+    for (int i = 0; i < 128; i++)
+        w[i] = 0.5f;
+    w[64 + 9] = 5e5f; /* block 1: 5e5 / 7 > 65504 */
+    int8_t q[128];
+    uint16_t sh[2];
+    assert_int_equal(comet_quant_w_rtn(w, 1, 128, 64, 4, 1, q, sh), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "block 1"));
+    assert_non_null(strstr(comet_last_error(), "65504"));
+    w[64 + 9] = NAN;
+    assert_int_equal(comet_quant_w_rtn(w, 1, 128, 64, 4, 0, q, sh), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "non-finite"));
+    assert_int_equal(comet_quant_w_code(NAN, 1.0f, 7), 0);
+}
+
+/* KV zero points: a large offset with a small spread stays within half a stored step (the
+ * zero rounds down, the scale up); values fp16 cannot hold give codes 0 and a NaN scale. */
+static void test_kv_zero_edges(void **st) {
+    (void)st;
+    const float offsets[] = {2000.0f, 2000.3f, -2000.3f, 1e-7f, -3.3e4f};
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (size_t o = 0; o < sizeof offsets / sizeof offsets[0]; o++) {
+            float x[64];
+            for (int i = 0; i < 64; i++)
+                x[i] = offsets[o] + 0.5f * (float)((i * 29) % 64) / 63.0f;
+            uint8_t q[64];
+            uint16_t sh, zh;
+            comet_quant_kv_group(x, 64, bits, q, &sh, &zh);
+            float s = comet_quant_f16_value(sh), z = comet_quant_f16_value(zh);
+            assert_true(isfinite(s) && isfinite(z) && z <= offsets[o]);
+            double worst = 0;
+            for (int i = 0; i < 64; i++)
+                worst = fmax(worst, fabs((double)x[i] - ((double)q[i] * s + z)));
+            /* half a stored step (fp32 rounding of x - z aside) */
+            assert_true(worst <= 0.5 * s + 1e-6 * fabs(offsets[o]) + 1e-7);
+        }
+    const float bad[] = {7e4f, -7e4f, NAN, INFINITY};
+    for (int k = 0; k < 4; k++) {
+        float x[64];
+        for (int i = 0; i < 64; i++)
+            x[i] = 0.1f * (float)i;
+        x[11] = bad[k];
+        uint8_t q[64];
+        uint16_t sh, zh;
+        memset(q, 0x55, sizeof q);
+        comet_quant_kv_group(x, 64, 4, q, &sh, &zh);
+        assert_true(isnan(comet_quant_f16_value(sh)));
+        for (int i = 0; i < 64; i++)
+            assert_int_equal(q[i], 0);
+    }
+}
+
+/* The directed fp16 roundings agree with their definition around zero, subnormals and
+ * the top of the range. */
+static void test_f16_directed(void **st) {
+    (void)st;
+    const float xs[] = {0.0f, -0.0f, 1e-9f, -1e-9f, 6e-8f, 1.0001f, -1.0001f, 2000.3f,
+                        65503.0f, -65503.0f, 3.14159f};
+    for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
+        float d = comet_quant_f16_value(comet_quant_f16_bits_down(xs[i]));
+        float u = comet_quant_f16_value(comet_quant_f16_bits_up(xs[i]));
+        assert_true(d <= xs[i] && u >= xs[i]);
+        assert_true(u - d <= fabsf(comet_quant_f16_round(xs[i])) / 1024.0f + 6e-8f);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_act_rounding_known_values),
@@ -503,6 +622,10 @@ int main(void) {
         cmocka_unit_test(test_gptq_beats_rtn),
         cmocka_unit_test(test_w4_pack_round_trip),
         cmocka_unit_test(test_qlinear_sim_matches_w4ax_gemm),
+        cmocka_unit_test(test_act_nonfinite),
+        cmocka_unit_test(test_weight_scale_edges),
+        cmocka_unit_test(test_kv_zero_edges),
+        cmocka_unit_test(test_f16_directed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

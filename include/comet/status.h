@@ -28,6 +28,7 @@ typedef enum comet_status {
     COMET_ERR_CUDA = -6,        /* a CUDA runtime/library call failed */
     COMET_ERR_CONTEXT = -7,     /* prompt or sequence longer than the context */
     COMET_ERR_INTERNAL = -8,    /* unexpected condition that is not a bug in the caller */
+    COMET_ERR_NUMERIC = -9,     /* a computation gave NaN or infinity (input or weights overflow) */
 } comet_status;
 
 /* Human-readable name of a status ("COMET_ERR_FORMAT"). Never NULL. */

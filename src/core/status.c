@@ -22,6 +22,7 @@ const char *comet_status_name(comet_status st) {
     case COMET_ERR_CUDA: return "COMET_ERR_CUDA";
     case COMET_ERR_CONTEXT: return "COMET_ERR_CONTEXT";
     case COMET_ERR_INTERNAL: return "COMET_ERR_INTERNAL";
+    case COMET_ERR_NUMERIC: return "COMET_ERR_NUMERIC";
     default: return "COMET_STATUS_UNKNOWN";
     }
 }

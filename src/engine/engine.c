@@ -322,6 +322,10 @@ static void report_prompt_logprobs(comet_engine *e, req *r, int p0, int k, const
 static int advance(comet_engine *e, req *r, float *x) {
     const comet_model_config *c = &e->m->cfg;
     int V = c->n_vocab;
+    if (comet_logits_check(x, V) < 0) { /* this request only: the others' rows are their own */
+        finish(e, r, COMET_FINISH_ERROR, comet_last_error(), NULL, 0);
+        return 1;
+    }
     int32_t ids[COMET_ENGINE_MAX_TOP];
     float vals[COMET_ENGINE_MAX_TOP];
     float lse = 0;

@@ -175,6 +175,8 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     int n_hist = n_prompt;
     double t1 = now_s();
     for (;;) {
+        if ((st = comet_logits_check(logits, c->n_vocab)) < 0)
+            goto done;
         int32_t id = comet_sampler_sample(smp, logits, hist, n_hist);
         hist[n_hist++] = id;
         gs.n_generated++;

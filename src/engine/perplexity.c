@@ -108,6 +108,12 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
                 }
             done += n;
         }
+        if (!isfinite(nll)) {
+            st = comet_set_error(COMET_ERR_NUMERIC,
+                                 "perplexity: window %ld gives a non-finite NLL: a NaN or "
+                                 "infinity arose in the forward pass", w + 1);
+            goto done;
+        }
         char suffix[64];
         snprintf(suffix, sizeof suffix, "PPL %.4f", exp(nll / (double)scored));
         comet_log_progress("perplexity: window", w + 1, n_windows, suffix);

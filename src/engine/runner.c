@@ -1,6 +1,8 @@
 /* runner.c — the shared set-up of the forward pass, KV pool and batch builder (runner.h). */
 #include "engine/runner.h"
 
+#include <math.h>
+
 #include <string.h>
 
 comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_backend *be,
@@ -45,4 +47,14 @@ void comet_runner_free(comet_runner *r) {
 
 comet_status comet_runner_step(comet_runner *r, float *logits) {
     return comet_forward(r->fc, &r->kv, &r->bb.batch, logits);
+}
+
+comet_status comet_logits_check(const float *row, int V) {
+    for (int i = 0; i < V; i++)
+        if (!isfinite(row[i]))
+            return comet_set_error(COMET_ERR_NUMERIC,
+                                   "the logits are not finite (logit %d is %g): a NaN or "
+                                   "infinity arose in the forward pass, from the input or from "
+                                   "weights or activations that overflow", i, (double)row[i]);
+    return COMET_OK;
 }

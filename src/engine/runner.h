@@ -43,4 +43,9 @@ void comet_runner_free(comet_runner *r);
  * comet_forward). */
 comet_status comet_runner_step(comet_runner *r, float *logits);
 
+/* COMET_OK when the logits row [V] holds only finite values; else COMET_ERR_NUMERIC naming
+ * the first value that is not (a NaN or infinity arose in the forward pass: an input or a
+ * weight overflowed, or a quantized block held one, docs/numerics.md "Degenerate inputs"). */
+comet_status comet_logits_check(const float *row, int V);
+
 #endif

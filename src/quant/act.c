@@ -8,10 +8,16 @@
 
 float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q) {
     float amax = 0.0f;
+    int finite = 1;
     for (int i = 0; i < n; i++) {
         float a = fabsf(x[i]);
+        finite &= isfinite(a) != 0;
         if (a > amax)
             amax = a;
+    }
+    if (!finite) {
+        memset(q, 0, (size_t)n);
+        return NAN;
     }
     if (amax == 0.0f) {
         memset(q, 0, (size_t)n);
@@ -55,16 +61,25 @@ void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t 
                           uint16_t *zero) {
     COMET_ASSERT((bits == 4 || bits == 8) && n > 0);
     float mn = x[0], mx = x[0];
-    for (int i = 1; i < n; i++) {
+    int ok = 1;
+    for (int i = 0; i < n; i++) {
+        ok &= fabsf(x[i]) <= COMET_QUANT_F16_MAX; /* false for NaN and infinities too */
         if (x[i] < mn)
             mn = x[i];
         if (x[i] > mx)
             mx = x[i];
     }
+    if (!ok) {
+        *scale = COMET_QUANT_F16_NAN;
+        *zero = 0;
+        memset(q, 0, (size_t)n);
+        return;
+    }
     int levels = (1 << bits) - 1;
-    *scale = comet_quant_f16_bits((mx - mn) / (float)levels);
-    *zero = comet_quant_f16_bits(mn);
-    float s = comet_quant_f16_value(*scale), z = comet_quant_f16_value(*zero);
+    *zero = comet_quant_f16_bits_down(mn);
+    float z = comet_quant_f16_value(*zero);
+    *scale = comet_quant_f16_bits_up((mx - z) / (float)levels);
+    float s = comet_quant_f16_value(*scale);
     if (s == 0.0f) {
         memset(q, 0, (size_t)n);
         return;

@@ -85,9 +85,16 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
                     float dj = U[(size_t)(i + j) * K + i + j];
                     hw[j] = 1.0f / (dj * dj);
                 }
-                for (int n = 0; n < N; n++)
+                for (int n = 0; n < N; n++) {
                     s[(size_t)n * nb + b] = comet_quant_w_block_scale_weighted(
                         W + (size_t)n * K + i, hw, B, qmax, clip_search);
+                    comet_status cs = comet_quant_w_scale_check(
+                        s[(size_t)n * nb + b], W + (size_t)n * K + i, B, qmax, n, b, "gptq");
+                    if (cs < 0) {
+                        free(W), free(U), free(E), free(hw);
+                        return cs;
+                    }
+                }
             }
             const float *urow = U + (size_t)i * K;
             float dii = urow[i];

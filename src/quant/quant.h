@@ -92,11 +92,35 @@ static inline float comet_quant_f16_round(float f) {
     return comet_quant_f16_value(comet_quant_f16_bits(f));
 }
 
+/* The fp16 bit pattern of the largest fp16 value <= f (down) or the smallest >= f (up), for
+ * finite f within fp16's range [-65504, 65504] (CUDA's __float2half_rd / __float2half_ru
+ * there). */
+static inline uint16_t comet_quant_f16_bits_down(float f) {
+    uint16_t h = comet_quant_f16_bits(f);
+    if (comet_quant_f16_value(h) <= f)
+        return h;
+    /* one fp16 step towards -inf: magnitude up for negatives (and -0), down for positives */
+    return (h & 0x8000u) || h == 0 ? (uint16_t)((h == 0 ? 0x8000u : h) + 1) : (uint16_t)(h - 1);
+}
+static inline uint16_t comet_quant_f16_bits_up(float f) {
+    uint16_t h = comet_quant_f16_bits(f);
+    if (comet_quant_f16_value(h) >= f)
+        return h;
+    return (h & 0x8000u) ? (h == 0x8000u ? (uint16_t)1 : (uint16_t)(h - 1)) : (uint16_t)(h + 1);
+}
+
+/* fp16 bits of a quiet NaN: the scale of a block or KV group holding a non-finite value */
+#define COMET_QUANT_F16_NAN 0x7e00u
+/* The largest finite fp16 value */
+#define COMET_QUANT_F16_MAX 65504.0f
+
 /* ---- Activations (NUMERICS.md "Activations") ---------------------------------------- */
 
 /* Symmetric quantization of one block of n values with code range [-qmax-1, qmax]
  * (qmax = 7 for INT4, 127 for INT8): s = amax / qmax, q = clamp(rint(x * (1/s))) in fp32.
- * amax == 0 gives s = 0 and q = 0. Writes q[n], returns s. */
+ * amax == 0 gives s = 0 and q = 0. A block holding a NaN or an infinity gives q = 0 and
+ * s = NaN: its products are NaN, so the token's logits are not finite and the engine fails
+ * that request (docs/numerics.md "Degenerate inputs"). Writes q[n], returns s. */
 float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q);
 
 /* Quantize activations x [T, K] (already in the group's permuted order) per token per
@@ -110,11 +134,14 @@ void comet_quant_act_sim(const float *x, int T, int K, int B, int n8, float *y);
 
 /* ---- KV cache (NUMERICS.md "KV cache") ----------------------------------------------- */
 
-/* Asymmetric quantization of one group of n values to `bits` (4 or 8) bits:
- * scale = (max - min) / (2^bits - 1), zero = min, both rounded to fp16 first; the codes
- * use the rounded values: q = clamp(rint((x - zero) * (1/scale)), 0, 2^bits - 1)
- * (scale == 0 gives q = 0). x ≈ q * scale + zero. Writes q[n] (one code per byte) and the
- * fp16 bit patterns of scale and zero. */
+/* Asymmetric quantization of one group of n values to `bits` (4 or 8) bits: zero = min
+ * rounded down to fp16, scale = (max - zero) / (2^bits - 1) rounded up to fp16, so that
+ * [zero, zero + (2^bits - 1) * scale] holds every value; the codes use the stored values:
+ * q = clamp(rint((x - zero) * (1/scale)), 0, 2^bits - 1) (scale == 0 gives q = 0), and
+ * |x - (q * scale + zero)| <= scale / 2 up to fp32 rounding. A group holding a non-finite
+ * value or one outside fp16's range gets q = 0, zero = 0 and a NaN scale (the request then
+ * fails, as for activations). Writes q[n] (one code per byte) and the fp16 bit patterns
+ * of scale and zero. */
 void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t *scale,
                           uint16_t *zero);
 
@@ -172,23 +199,36 @@ comet_status comet_quant_reorder(const float *sal, int K, int B, float tau, floa
 comet_status comet_quant_w_rtn(const float *w, int N, int K, int B, int bits, int clip_search,
                                int8_t *q, uint16_t *s);
 
-/* The fp16 scale (bit pattern) of one weight block w[n] with codes [-qmax-1, qmax]: amax/qmax,
- * or with clip_search the grid ratio r minimizing sum (w - q*s)^2 with s = fp16(r*amax/qmax).
- * An all-zero block gives 0. */
+/* The fp16 scale (bit pattern) of one weight block w[n] with codes [-qmax-1, qmax]: amax/qmax
+ * rounded up to fp16 (so no weight clips: |w - q*s| <= s/2, also where the scale is an fp16
+ * subnormal, and a block too small for any fp16 scale gets the smallest, 2^-24), or with
+ * clip_search the grid ratio r minimizing sum (w - q*s)^2 (r = 1: that scale; r < 1:
+ * fp16(r*amax/qmax), to nearest). An all-zero block gives 0. A block holding a non-finite
+ * weight, or whose amax/qmax exceeds 65504, gives COMET_QUANT_F16_NAN: the callers refuse
+ * it (comet_quant_w_rtn, comet_quant_w_gptq). */
 uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_search);
 
 /* The same with the squared errors weighted: sum h[i] (w[i] - q[i]*s)^2 (h NULL: all 1). */
 uint16_t comet_quant_w_block_scale_weighted(const float *w, const float *h, int n, int qmax,
                                             int clip_search);
 
-/* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 gives 0. */
+/* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 or a NaN product gives 0
+ * (no NaN is cast to an integer). */
 static inline int8_t comet_quant_w_code(float w, float s, int qmax) {
     if (s == 0.0f)
         return 0;
     float v = __builtin_rintf(w * (1.0f / s));
+    if (v != v)
+        return 0;
     float lo = (float)(-qmax - 1), hi = (float)qmax;
     return (int8_t)(v < lo ? lo : v > hi ? hi : v);
 }
+
+/* COMET_OK unless sh (the scale comet_quant_w_block_scale gave block b of output channel n,
+ * weights wb [B]) is COMET_QUANT_F16_NAN; then COMET_ERR_INVALID_ARG naming the channel, the
+ * block and why (a non-finite weight, or the scale fp16 cannot hold), prefixed by `what`. */
+comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n,
+                                       int b, const char *what);
 
 /* w [N, K] = q [N, K] * s [N, K/B] (fp16 scales). */
 void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int B, float *w);

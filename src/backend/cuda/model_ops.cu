@@ -151,15 +151,18 @@ static __global__ void __launch_bounds__(NORM_THREADS) row_quant_kernel(row_args
         const int k0 = b * a.B + lane * per;
         float v[4];
         float amax = 0.0f;
+        bool finite = true;
         for (int e = 0; e < per; e++) {
             v[e] = value(k0 + e);
+            finite &= isfinite(v[e]);
             amax = fmaxf(amax, fabsf(v[e]));
         }
         amax = warp_max(amax);
+        finite = __all_sync(0xffffffffu, finite);
         const int qmax = b < a.n8 ? 127 : 7;
         int8_t q[4] = {0, 0, 0, 0};
-        float s = 0.0f;
-        if (amax != 0.0f) {
+        float s = finite ? 0.0f : __int_as_float(0x7fc00000); /* comet_quant_sym_block's NaN */
+        if (finite && amax != 0.0f) {
             s = __fdiv_rn(amax, (float)qmax);
             const float sinv = __fdiv_rn(1.0f, s);
             const float lo = (float)(-qmax - 1), hi = (float)qmax;
@@ -376,12 +379,19 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
         const int which = i / n_grp, g = i % n_grp;
         const float *x = (which ? vs : ks) + g * L.G;
         float mn = x[0], mx = x[0];
-        for (int c = 1; c < L.G; c++) {
+        bool ok = true;
+        for (int c = 0; c < L.G; c++) {
+            ok &= fabsf(x[c]) <= 65504.0f; /* false for NaN and infinities too */
             mn = x[c] < mn ? x[c] : mn;
             mx = x[c] > mx ? x[c] : mx;
         }
-        const __half hs = __float2half_rn(__fdiv_rn(__fsub_rn(mx, mn), (float)levels));
-        const __half hz = __float2half_rn(mn);
+        /* comet_quant_kv_group: zero rounded down, scale up; a NaN scale for a group fp16
+         * cannot hold */
+        __half hs = __ushort_as_half((unsigned short)0x7e00u), hz = __ushort_as_half(0);
+        if (ok) {
+            hz = __float2half_rd(mn);
+            hs = __float2half_ru(__fdiv_rn(__fsub_rn(mx, __half2float(hz)), (float)levels));
+        }
         __half *dst = reinterpret_cast<__half *>(tile[which] + L.sz_offset +
                                                  (size_t)slot * L.sz_row + 4 * g);
         dst[0] = hs;
@@ -392,7 +402,7 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
     __syncthreads();
     auto code = [&](int which, int c) -> unsigned {
         const float sc = sz[which][c / L.G][0], z = sz[which][c / L.G][1];
-        if (sc == 0.0f)
+        if (sc == 0.0f || sc != sc)
             return 0u;
         const float x = which ? vs[c] : ks[c];
         float r = rintf(__fmul_rn(__fsub_rn(x, z), __fdiv_rn(1.0f, sc)));
