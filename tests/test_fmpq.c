@@ -88,6 +88,27 @@ static comet_calib_stats *random_stats(const comet_model *m) {
     return cs;
 }
 
+/* A weight fp16 cannot scale is refused naming the tensor (layer and linear) and the block
+ * (the quantizer's edge-input policy, docs/numerics.md "Degenerate inputs"). */
+static void test_unrepresentable_weight_named(void **st) {
+    (void)st;
+    comet_model *m = NULL;
+    assert_int_equal(comet_model_load(model_path, &m), COMET_OK);
+    comet_calib_stats *cs = random_stats(m);
+    m->layers[2].w_up.w[5] = 1e6f; /* its block's scale would be 1e6 / 7 > 65504 */
+    comet_fmpq_params p = comet_fmpq_default_params();
+    p.gptq = 0;
+    assert_int_equal(comet_fmpq_quantize(m, cs, &p), COMET_ERR_INVALID_ARG);
+    const char *e = comet_last_error();
+    print_message("%s\n", e);
+    assert_non_null(strstr(e, "layer 2 up_proj"));
+    assert_non_null(strstr(e, "output channel ")); /* rows in down_proj's input order */
+    assert_non_null(strstr(e, ", block "));
+    assert_non_null(strstr(e, "65504"));
+    comet_calib_stats_free(cs);
+    comet_model_free(m);
+}
+
 static void test_permutation_round_trip(void **st) {
     (void)st;
     comet_model *m0 = NULL, *m1 = NULL;
@@ -304,6 +325,7 @@ int main(void) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_permutation_round_trip),
+        cmocka_unit_test(test_unrepresentable_weight_named),
         cmocka_unit_test(test_kv_rotation_exact_unquantized),
         cmocka_unit_test(test_calibrate_quantize_close_to_fp),
         cmocka_unit_test(test_cli_quantize_then_run),

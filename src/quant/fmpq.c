@@ -264,6 +264,15 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
             }
             st = quantize_linear(m, lin, wp, hp, Bg, p);
             free(wp);
+            if (st < 0) { /* name the tensor: the quantizer names the channel and block */
+                static const char *const names[COMET_QGROUP_COUNT][3] = {
+                    {"q_proj", "k_proj", "v_proj"}, {"o_proj"}, {"gate_proj", "up_proj"},
+                    {"down_proj"}};
+                char why[512];
+                snprintf(why, sizeof why, "%s", comet_last_error());
+                st = comet_set_error(st, "quantize: layer %d %s: %s", l, names[g][i], why);
+                break;
+            }
             lin->fmt = COMET_WFMT_QSIM;
             lin->perm = g == COMET_QGROUP_DOWN ? NULL : perm[g];
             lin->perm_folded = g == COMET_QGROUP_DOWN ? perm[g] : NULL;
