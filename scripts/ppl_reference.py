@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reference perplexity with HF transformers, under comet's protocol (NUMERICS.md
+"""Reference perplexity with HF transformers, under comet's protocol (docs/numerics.md
 "Accuracy protocol"): tokenize the whole text once with the HF tokenizer (BOS first only
 if the GGUF says tokenizer.ggml.add_bos_token), cut non-overlapping windows of --ctx
 tokens, evaluate each window on its own (fresh, no cache carried over), score every token

@@ -4,7 +4,7 @@
  * quantized checkpoint). Weights are held in the HF convention: row-major [out, in]
  * matrices, Q/K rows in HF order (rotate-half RoPE); the GGUF reader undoes llama.cpp's
  * Q/K row permutation on load so that every backend sees one layout.
- * Shape letters as in NUMERICS.md: C hidden, F FFN, H query heads, Hkv KV heads,
+ * Shape letters as in docs/numerics.md: C hidden, F FFN, H query heads, Hkv KV heads,
  * D head dim, V vocab.
  */
 #ifndef COMET_MODEL_H
@@ -55,7 +55,7 @@ typedef struct comet_model_config {
 /* Weight storage formats of a linear layer. Append-only. */
 typedef enum comet_wfmt {
     COMET_WFMT_F32,  /* w: [N, K] fp32 row-major */
-    COMET_WFMT_QSIM, /* FMPQ (NUMERICS.md) run by fp32 simulation: x' = x gathered by perm,
+    COMET_WFMT_QSIM, /* FMPQ (docs/numerics.md) run by fp32 simulation: x' = x gathered by perm,
                       * activations quantized->dequantized per token per block (a_bits 4),
                       * y = x' · wᵀ with w the dequantized weights in permuted column order.
                       * src/quant/qlinear.h implements the input side. */
@@ -103,7 +103,7 @@ struct comet_tokenizer;
  * (their meaning when they were written). */
 #define COMET_QUANT_FORMAT_VERSION 2
 
-/* Rotation of K (after RoPE) and V per KV head before KV quantization (NUMERICS.md
+/* Rotation of K (after RoPE) and V per KV head before KV quantization (docs/numerics.md
  * "KV cache"): none, or the normalized Walsh–Hadamard matrix H_D (D a power of two);
  * attention then rotates q by H_D and its output back by H_D, so only the quantization
  * error changes. */
@@ -170,7 +170,7 @@ typedef struct comet_model {
      * comet checkpoint loader (src/format/checkpoint.h). */
     struct comet_quant_config *quant;
     int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
-                  * 4 or 8 = quantize->dequantize per token per KV head (NUMERICS.md) */
+                  * 4 or 8 = quantize->dequantize per token per KV head (docs/numerics.md) */
     int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
     int kv_rotation; /* comet_kv_rotation of the KV cache (the CPU backends apply it) */
     /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and

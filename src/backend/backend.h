@@ -51,7 +51,7 @@ typedef struct comet_rope_params {
  * each backend defines the struct. */
 typedef struct comet_weights comet_weights;
 
-/* The linear input groups of a layer (NUMERICS.md "Names"): the linears of a group read
+/* The linear input groups of a layer (docs/numerics.md "Names"): the linears of a group read
  * one activation, so they share its channel permutation, block size and INT8 blocks. The
  * lm_head's input (the final RMSNorm's output) is a group of its own. */
 typedef enum comet_group {
@@ -148,7 +148,7 @@ typedef struct comet_backend_ops {
      * rmsnorm_quant: when residual != NULL, x[T, C] += residual[T, C] first (x keeps the
      * sum); then h = RMSNorm(x) * norm of group g (comet_model_norm), and act = h as
      * group g's linears read it (a floating-point group: h itself; a quantized one: h
-     * gathered by the group's permutation and quantized per token per block, NUMERICS.md
+     * gathered by the group's permutation and quantized per token per block, docs/numerics.md
      * "Activations"). act: comet_act_bytes(T, C).
      * act_quant: act = x [T, K] as group g's linears read it (no norm; used for O).
      * silu_mul_quant: act = silu(gate) * up [T, F] as DOWN reads it (its permutation is
@@ -237,7 +237,7 @@ typedef struct comet_backend_ops {
     comet_status (*logits)(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
                            const float *lm_head, int C, int V, float *logits);
 
-    /* ---- The W4Ax GEMM (NUMERICS.md "The W4Ax GEMM") ----
+    /* ---- The W4Ax GEMM (docs/numerics.md "The W4Ax GEMM") ----
      *
      *   y[t, n] = sum_b (float)S[t, n, b] * (sa[t, b] * sw[n, b]),  b = 0, 1, ... K/B - 1
      *   S[t, n, b] = sum_{k in block b} qa[t, k] * qw[n, k]           (exact, int32)
@@ -270,7 +270,7 @@ typedef struct comet_backend_ops {
      * fp32 activation scales, y [M, N] fp32 output (every element written). w's N, K, B
      * are those given to w4ax_load.
      * Scales are used as given: an inf or NaN scale propagates into the outputs it touches
-     * (NUMERICS.md has the quantizer produce finite, positive scales).
+     * (docs/numerics.md has the quantizer produce finite, positive scales).
      * Returns COMET_OK, or COMET_ERR_INVALID_ARG (M < 1 or above COMET_W4AX_MAX_DIM, n8
      * outside [0, K/B], a NULL
      * pointer, w made by another kind of backend; CPU: an INT4 block holding a code outside

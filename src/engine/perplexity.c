@@ -1,4 +1,4 @@
-/* perplexity.c — the accuracy protocol of NUMERICS.md (see perplexity.h). */
+/* perplexity.c — the accuracy protocol of docs/numerics.md (see perplexity.h). */
 #include "engine/perplexity.h"
 
 #include <math.h>

@@ -1,6 +1,6 @@
 /* perplexity.h — perplexity of a model on a token stream. Two protocols:
  *
- * - COMET_PPL_COMET (NUMERICS.md "Accuracy protocol"): non-overlapping windows of ctx
+ * - COMET_PPL_COMET (docs/numerics.md "Accuracy protocol"): non-overlapping windows of ctx
  *   tokens, each evaluated from an empty KV cache, every token but the first of a window
  *   scored. For a model that adds BOS (bos_id >= 0) each window is BOS followed by the next
  *   ctx - 1 text tokens, all of them scored (transformers' fixed-length evaluation).

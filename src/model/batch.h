@@ -48,7 +48,7 @@ typedef struct comet_kv_cache {
     float *k;      /* [n_layer, n_pages, P, Hkv, D] */
     float *v;      /* [n_layer, n_pages, P, Hkv, D] */
     int kv_bits;   /* 0 or 16: stored as given; 4 or 8: kv_append quantizes->dequantizes each
-                    * token's K/V per KV head (NUMERICS.md "KV cache", simulated in fp32);
+                    * token's K/V per KV head (docs/numerics.md "KV cache", simulated in fp32);
                     * set from the model's kv_bits by whoever sets up the cache */
     int kv_group;  /* G channels per scale/zero group of the above (divides D); 0 = D */
     int kv_rotation; /* comet_kv_rotation (comet/model.h): 0 = none; 1 = hadamard: kv_append

@@ -1,5 +1,5 @@
 /* act.c — activation (per token, per block, symmetric) and KV cache (per token, per head,
- * asymmetric) quantization with NUMERICS.md's rounding, plus their fp32 quantize->dequantize
+ * asymmetric) quantization with docs/numerics.md's rounding, plus their fp32 quantize->dequantize
  * simulations. Scalar reference code: every faster path must give the same codes. */
 #include <math.h>
 #include <string.h>

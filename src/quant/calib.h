@@ -1,6 +1,6 @@
 /* calib.h — calibration: run the floating-point model over calibration text and collect,
  * for every layer and linear input group, the per-channel salience (max |x|) and, for
- * GPTQ, XᵀX (NUMERICS.md "Choosing INT8 blocks").
+ * GPTQ, XᵀX (docs/numerics.md "Choosing INT8 blocks").
  *
  * The statistics are gathered by wrapping the backend: a calibration backend forwards
  * every op to the real one and, in `linear`, records the input of q_proj, o_proj,
@@ -16,7 +16,7 @@
 #include "quant/fmpq.h"
 
 /* Run `m` (fp32 linears) over `n_windows` consecutive windows of `window_len` tokens of
- * `tokens` [n_tokens] (each from an empty KV cache, NUMERICS.md's perplexity protocol, so
+ * `tokens` [n_tokens] (each from an empty KV cache, docs/numerics.md's perplexity protocol, so
  * the calibration text's perplexity comes out too: *ppl, may be NULL) on backend `be`,
  * adding every linear input to `cs`. Fails with COMET_ERR_INVALID_ARG when the text holds
  * fewer than one window; uses as many full windows as there are, up to n_windows. */

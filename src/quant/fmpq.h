@@ -1,7 +1,7 @@
 /* fmpq.h — FMPQ applied to a whole model: calibration statistics per linear input group,
  * then, per layer and group, the channel permutation and INT8 block count
  * (comet_quant_reorder), the permutation folded into the weights (down_proj's into the
- * gate/up output rows, NUMERICS.md), and the weights quantized with RTN-clip or GPTQ.
+ * gate/up output rows, docs/numerics.md), and the weights quantized with RTN-clip or GPTQ.
  * The model is converted in place to COMET_WFMT_QSIM linears ready for simulated
  * execution and for the checkpoint writer (src/format/checkpoint.h). Collecting the
  * statistics (running the FP model) is calib.h's job. */
@@ -48,7 +48,7 @@ typedef struct comet_fmpq_params {
                         * permutation and folding only, embeddings not rounded either) */
     int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
     int kv_bits;       /* 4, 8 or 16 */
-    int kv_group;      /* channels per KV scale/zero group; 0 = D (NUMERICS.md default) */
+    int kv_group;      /* channels per KV scale/zero group; 0 = D (docs/numerics.md default) */
     int kv_rotation;   /* comet_kv_rotation; -1 = automatic: hadamard when the KV cache is
                         * quantized (4 or 8 bits) and D is a power of two, else none */
     int block;         /* B; 0 = one block per row (per-token activations, per-channel

@@ -1,5 +1,5 @@
 /* qlinear.h — simulated execution of a COMET_WFMT_QSIM linear (comet/model.h) on the CPU:
- * the fp32 quantize->dequantize model of the W4Ax GEMM with exactly NUMERICS.md's rounding.
+ * the fp32 quantize->dequantize model of the W4Ax GEMM with exactly docs/numerics.md's rounding.
  * The integer GEMM backends computes the same codes and scales; this path multiplies
  * their dequantized values instead, so perplexity and generation work on quantized
  * checkpoints without an integer backend. */

@@ -1,4 +1,4 @@
-/* quant.h — FMPQ quantization primitives: the one implementation of NUMERICS.md's
+/* quant.h — FMPQ quantization primitives: the one implementation of docs/numerics.md's
  * rounding rules, shared by the quantizer (`comet quantize`) and the CPU backend's
  * simulated execution of quantized checkpoints.
  *
@@ -10,7 +10,7 @@
  * XᵀX). Packing of INT4 codes is in w4_plain.h. It does not run models: calibration
  * (src/quant/calib.c) and the checkpoint (src/format/checkpoint.c) build on this.
  *
- * Shape letters as in NUMERICS.md: T tokens, K input channels of a linear, N output
+ * Shape letters as in docs/numerics.md: T tokens, K input channels of a linear, N output
  * channels, B block size (channels). Every [T, K] array is row-major.
  */
 #ifndef COMET_QUANT_QUANT_H
@@ -114,7 +114,7 @@ static inline uint16_t comet_quant_f16_bits_up(float f) {
 /* The largest finite fp16 value */
 #define COMET_QUANT_F16_MAX 65504.0f
 
-/* ---- Activations (NUMERICS.md "Activations") ---------------------------------------- */
+/* ---- Activations (docs/numerics.md "Activations") ---------------------------------------- */
 
 /* Symmetric quantization of one block of n values with code range [-qmax-1, qmax]
  * (qmax = 7 for INT4, 127 for INT8): s = amax / qmax, q = clamp(rint(x * (1/s))) in fp32.
@@ -132,7 +132,7 @@ void comet_quant_act(const float *x, int T, int K, int B, int n8, int8_t *q, flo
  * same codes and scales. y may alias x. */
 void comet_quant_act_sim(const float *x, int T, int K, int B, int n8, float *y);
 
-/* ---- KV cache (NUMERICS.md "KV cache") ----------------------------------------------- */
+/* ---- KV cache (docs/numerics.md "KV cache") ----------------------------------------------- */
 
 /* Asymmetric quantization of one group of n values to `bits` (4 or 8) bits: zero = min
  * rounded down to fp16, scale = (max - zero) / (2^bits - 1) rounded up to fp16, so that
@@ -153,7 +153,7 @@ void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y)
 /* In-place normalized fast Walsh–Hadamard transform of x[n] (n a power of two, n >= 1):
  * x <- H_n x with H_n the Sylvester Hadamard matrix divided by sqrt(n). H_n is symmetric
  * and orthogonal (H_n H_n = I), so applying it twice gives x back up to fp32 rounding.
- * O(n log n). This is the KV-cache rotation of NUMERICS.md "KV cache". */
+ * O(n log n). This is the KV-cache rotation of docs/numerics.md "KV cache". */
 void comet_wht(float *x, int n);
 
 /* 1 when n is a power of two (n >= 1): the head dims comet_wht accepts. */
@@ -171,7 +171,7 @@ void comet_quant_xtx_update(float *xtx, const float *x, int T, int K);
  * is a multiple of 128, else 64 when every dim is a multiple of 64; 0 if neither. */
 int comet_quant_choose_block(const int *dims, int n);
 
-/* The reordering and INT8 block choice of NUMERICS.md "Choosing INT8 blocks" for one
+/* The reordering and INT8 block choice of docs/numerics.md "Choosing INT8 blocks" for one
  * linear input group with K channels and block B (K % B == 0):
  * - reorder != 0: perm = channels sorted by salience, descending, ties by index
  *   (stable); reorder == 0: identity.
@@ -183,7 +183,7 @@ int comet_quant_choose_block(const int *dims, int n);
 comet_status comet_quant_reorder(const float *sal, int K, int B, float tau, float budget,
                                  int reorder, int32_t *perm, int *n8);
 
-/* ---- Weights (NUMERICS.md "Weights") ------------------------------------------------- */
+/* ---- Weights (docs/numerics.md "Weights") ------------------------------------------------- */
 
 /* Clipping search grid: ratios 1.0, 0.98, ..., down to this (inclusive). */
 #define COMET_QUANT_CLIP_MIN 0.50f

@@ -1,5 +1,5 @@
 /* reorder.c — calibration statistics (per-channel salience, XᵀX) and FMPQ's channel
- * reordering with the INT8 block choice (NUMERICS.md "Choosing INT8 blocks"). */
+ * reordering with the INT8 block choice (docs/numerics.md "Choosing INT8 blocks"). */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>

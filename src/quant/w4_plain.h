@@ -3,7 +3,7 @@
  * Codes of W[N, K] (n output channel, k input channel, after the input permutation) are
  * stored row-major as N rows of K/2 bytes: element k of row n lives in byte n*K/2 + k/2,
  * the low nibble holds even k and the high nibble odd k, each a 4-bit two's complement
- * value in [-8, 7]. Scales are fp16, one per (n, block b): sw[n * (K/B) + b] (NUMERICS.md
+ * value in [-8, 7]. Scales are fp16, one per (n, block b): sw[n * (K/B) + b] (docs/numerics.md
  * "Weights"). Backends repack this layout into their own (tested by round trip); this
  * header holds only the accessors, so it is usable from C and CUDA alike.
  */

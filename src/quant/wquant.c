@@ -1,5 +1,5 @@
 /* wquant.c — round-to-nearest weight quantization, symmetric per output channel per block,
- * with a per-block clipping search (NUMERICS.md "Weights"), and its dequantization. */
+ * with a per-block clipping search (docs/numerics.md "Weights"), and its dequantization. */
 #include <math.h>
 
 #include "quant/quant.h"

@@ -1,4 +1,4 @@
-/* cmd_perplexity.c — `comet perplexity`: the NUMERICS.md accuracy protocol on a text
+/* cmd_perplexity.c — `comet perplexity`: the docs/numerics.md accuracy protocol on a text
  * file. Progress on stderr; one result line on stdout:
  *   PPL <value> tokens <scored tokens> ctx <n> windows <n> */
 #define _GNU_SOURCE
@@ -20,9 +20,9 @@ static void usage(FILE *f) {
             "usage: comet perplexity [--model M] --text FILE [options]\n"
             "\n"
             "Perplexity over non-overlapping windows of --ctx tokens, each from an empty\n"
-            "cache, every token but the first of a window scored (NUMERICS.md); a model that\n"
-            "adds BOS gets it at the start of every window. Ends with one stdout line:\n"
-            "PPL <value> tokens <scored tokens> ctx <n> windows <n>\n"
+            "cache, every token but the first of a window scored (docs/numerics.md); a\n"
+            "model that adds BOS gets it at the start of every window. Ends with one\n"
+            "stdout line: PPL <value> tokens <scored tokens> ctx <n> windows <n>\n"
             "\n"
             "  --model M          .gguf file or HF directory (default: the bundled model)\n"
             "  --text FILE        UTF-8 text, tokenized whole\n"

@@ -1,4 +1,4 @@
-/* cmd_quantize.c — `comet quantize`: FMPQ (NUMERICS.md) of a floating-point model into a
+/* cmd_quantize.c — `comet quantize`: FMPQ (docs/numerics.md) of a floating-point model into a
  * comet checkpoint directory: calibration on a text, channel reordering with INT8
  * outlier blocks, INT4/INT8 weights (RTN with clipping search, or GPTQ), KV bits.
  * Progress per layer on stderr; a summary at the end (INT8 block fraction per linear

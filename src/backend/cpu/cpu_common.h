@@ -12,7 +12,7 @@
 
 /* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
  * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv_bits 4 or 8 each token's
- * K and V are quantized->dequantized per KV head group as stored (NUMERICS.md "KV cache",
+ * K and V are quantized->dequantized per KV head group as stored (docs/numerics.md "KV cache",
  * simulated in fp32); with kv->kv_rotation hadamard each head is first multiplied by H_D
  * (comet_wht), so the cache holds the rotated (and quantized) K and V. */
 comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,

@@ -700,7 +700,7 @@ static comet_status cpu_logits(comet_backend *be, const float *x, const int32_t 
     return COMET_OK;
 }
 
-/* ---- the W4Ax GEMM (backend.h; NUMERICS.md "The W4Ax GEMM") ----
+/* ---- the W4Ax GEMM (backend.h; docs/numerics.md "The W4Ax GEMM") ----
  *
  * One item = a tile of W4AX_TT tokens x a chunk of W4AX_CH output channels; items are
  * claimed by the pool's threads, token tiles outer so that concurrent items share the

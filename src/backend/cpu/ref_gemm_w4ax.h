@@ -1,4 +1,4 @@
-/* ref_gemm_w4ax.h — scalar reference (the oracle) of the W4Ax GEMM, NUMERICS.md
+/* ref_gemm_w4ax.h — scalar reference (the oracle) of the W4Ax GEMM, docs/numerics.md
  * "The W4Ax GEMM":
  *
  *   y[t, n] = sum_b  sa[t, b] * sw[n, b] * S[t, n, b],

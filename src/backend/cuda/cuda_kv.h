@@ -14,7 +14,7 @@
  *       kv_bits 0 / 16: D fp16 values (2 D bytes); no scales
  *   scale, zero of slot j, group i (channels i*G .. i*G+G-1), kv_bits 4 / 8:
  *       tile + sz_offset + j * sz_row_bytes + 4 * i: fp16 scale, then fp16 zero
- *   value = (float)code * scale + zero   (NUMERICS.md "KV cache", comet_quant_kv_group)
+ *   value = (float)code * scale + zero   (docs/numerics.md "KV cache", comet_quant_kv_group)
  *
  * sz_offset = roundup(P * code_row_bytes, 16), head_tile_bytes = sz_offset +
  * roundup(P * sz_row_bytes, 16): every head tile, code row start of a 16-byte aligned tile

@@ -1,4 +1,4 @@
-/* gemm_w4ax.h — the CUDA W4Ax GEMM (NUMERICS.md "The W4Ax GEMM"), a standalone C API.
+/* gemm_w4ax.h — the CUDA W4Ax GEMM (docs/numerics.md "The W4Ax GEMM"), a standalone C API.
  *
  *   y[t, n] = sum_b sa[t, b] * sw[n, b] * S[t, n, b],  S = int32 block sum of qa · qw
  *
