@@ -29,7 +29,9 @@
 #include <string.h>
 #include <vector>
 
-#include "backend/cuda/ptx_load.cuh"
+#include "backend/cuda/ptx.cuh"
+
+using comet_ptx::ld_stream;
 #include "harness.cuh"
 
 __global__ void empty_kernel(unsigned *sink) { (void)sink; }
