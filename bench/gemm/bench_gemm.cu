@@ -49,7 +49,7 @@
 
 #include "harness.cuh"
 
-static const double BW = 4.3e12, PEAK = 1.94e15; /* HOPPER.md ceilings */
+static const double BW = 4.3e12, PEAK = 1.94e15; /* docs/hopper.md ceilings */
 static const size_t ROT = 256ull << 20;           /* bytes of distinct inputs per rotation */
 
 __global__ void fill_half(__half *p, size_t n, uint32_t seed)

@@ -8,7 +8,7 @@
  * cannot hold a step, the newest running sequence is preempted: its pages are freed and
  * it is recomputed later from its tokens (sampled tokens are kept). A cancelled request
  * frees its pages at the next step boundary. Greedy output does not depend on what else
- * shares the batch (within fp rounding). See ARCHITECTURE.md "Batches and the KV cache".
+ * shares the batch (within fp rounding). See docs/architecture.md "Batches and the KV cache".
  */
 #ifndef COMET_ENGINE_H
 #define COMET_ENGINE_H

@@ -2,7 +2,7 @@
  *
  * The forward pass (src/model/forward.c) is written once as a loop over layers calling
  * the "step ops" below; the CPU backends (scalar reference + threaded fast paths) and the
- * CUDA backend each fill one table (ARCHITECTURE.md "The op table"). A backend owns its
+ * CUDA backend each fill one table (docs/architecture.md "The op table"). A backend owns its
  * memory: it allocates, frees and copies its own buffers (alloc / free / upload /
  * download, with sync as the point where queued work is done), holds its own copy of a
  * model's weights in its own layout (weights_load), and its own KV page storage

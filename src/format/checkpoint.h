@@ -1,4 +1,4 @@
-/* checkpoint.h — the comet quantized checkpoint (ARCHITECTURE.md "Model formats"): a
+/* checkpoint.h — the comet quantized checkpoint (docs/architecture.md "Model formats"): a
  * directory that standard tools can open, holding everything needed to run the model
  * without its source.
  *

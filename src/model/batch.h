@@ -3,7 +3,7 @@
  * A step runs tokens of several sequences at once: prefill chunks and decode tokens
  * alike (chunked prefill). The vocabulary is FlashInfer's: a ragged token batch
  * described by token_indptr, and per-sequence page tables (block tables) described by
- * page_indptr / page_indices / last_page_len. See ARCHITECTURE.md "Batches and the KV
+ * page_indptr / page_indices / last_page_len. See docs/architecture.md "Batches and the KV
  * cache". This header holds data layouts only; the page manager that hands out pages
  * lives in src/engine.
  */
