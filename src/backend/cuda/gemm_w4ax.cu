@@ -12,7 +12,7 @@
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
  * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
- *  - decode (forced only since session 13; M = 1 on sm_90 before): CTAs own 16-row weight
+ *  - decode (chosen only when forced; the pipe kernel runs M = 1): CTAs own 16-row weight
  *    tiles over all of K; their 8 warps split K and issue the 16-byte loads of their share,
  *    8 k64 chunks at a time, before anything waits; partial tiles summed in shared memory.
  *  - stream (M <= 8 on sm_90 where the pipe plan does not apply: below one tile per SM,

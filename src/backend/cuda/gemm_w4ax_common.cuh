@@ -40,8 +40,8 @@ struct params {
 /* Bytes of packed weight codes that a CTA's pdl prologue prefetches into L2: the previous
  * kernel's tail is a microsecond or two, and an SM's share of DRAM bandwidth moves ~32 KB per
  * microsecond; prefetching a CTA's whole K range (up to 128 KB per wgmma CTA, the whole weight
- * matrix over the grid) made the wgmma kernel up to 1.16x slower (session 10). Between GEMMs,
- * which are all bandwidth-bound, 16 KB and none measured the same (session 10); it is meant for
+ * matrix over the grid) made the wgmma kernel up to 1.16x slower. Between GEMMs,
+ * which are all bandwidth-bound, 16 KB and none measured the same; it is meant for
  * the short kernels between them in a decode step (norms, quantization), not measured there. */
 #ifndef COMET_PDL_PREFETCH /* experiments: build_variant.sh -DCOMET_PDL_PREFETCH=0 */
 #define COMET_PDL_PREFETCH 16384
@@ -77,7 +77,7 @@ __device__ __forceinline__ float f16f(unsigned short h) { return __half2float(__
 /* Token-code copies of the decode, pipe and stream kernels. Every CTA of a GEMM reads the same
  * token rows, so they are cached in L1 (.ca) for the other CTAs on the SM: with .cg (L2 only)
  * each CTA's copy crossed from L2 to the SM again, and at M = 2-8 those bytes rivalled the
- * weights' (session 12: .ca took the automatic plan to 0.65-0.98x the time per LLaMA-3 shape
+ * weights' (.ca took the automatic plan to 0.65-0.98x the time per LLaMA-3 shape
  * at M = 2-8, in CUDA graphs with pdl). The tiled kernel's copies stay .cg. */
 #ifndef COMET_TOK_CA /* experiments: build_variant.sh -DCOMET_TOK_CA=0 copies through L2 only */
 #define COMET_TOK_CA 1

@@ -9,7 +9,7 @@
 
 namespace {
 
-/* Decode kernel (forced only since session 13; M = 1 on sm_90 before), built to what a
+/* Decode kernel (chosen only when forced: the pipe kernel runs M = 1), built to what a
  * kernel that only reads the weights costs (bench/gemm/floor.cu). A CTA of DK_WARPS warps owns dk_wt(MI) 16-row weight
  * tiles x all of K x 8*MI tokens (blockIdx.y); the DK_WARPS / wt warps of a tile split its
  * blocks evenly. Each warp issues the 16-byte loads of DK_U k64 chunks of its share at once,
@@ -19,7 +19,7 @@ namespace {
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s6.md): split-K through a cluster
  * (DSMEM reduction; 10-50 % slower at M = 1), two buffers of 4 chunks refilled in turn (up
  * to 9 % slower than one of 8), a CTA of 1 tile at M = 9-16 (copying the token rows cost more
- * than loading the weights); in session 11, at M = 4-16 with pdl in CUDA graphs, split-K through
+ * than loading the weights); at M = 4-16 with pdl in CUDA graphs, split-K through
  * a cluster with 4 tiles per CTA (each CTA's token slice then serves 64 weight rows): 0.85-0.98x
  * the automatic plan's time on 5 of 24 points (2 splits: 70B o, down and qkv at M = 4-8),
  * 1.01-1.74x elsewhere with 2 splits, up to 2.59x with 4 and 4.65x with 8. */

@@ -13,7 +13,7 @@ namespace {
 /* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it: pipe_auto). A
  * work item is PT 16-row weight tiles (plan_pipe) x one group of 8*MI tokens over all of K: no
  * split-K, nothing handed between CTAs; the PT tiles share one copy of the token rows and one
- * load of each block's B fragments (session 13: PT = 2 took 0.86-0.90x the time of PT = 1 at
+ * load of each block's B fragments (PT = 2 took 0.86-0.90x the time of PT = 1 at
  * M = 1-8 and 0.69-0.76x at M = 12-16, geomean). The grid is persistent, c CTAs per SM (make_plan
  * picks c so that the items spread evenly) walking the items blockIdx.x, + gridDim.x, ... Each
  * of the PP_WARPS warps owns every PP_WARPS-th 128-channel stage of an item and streams it
@@ -26,12 +26,12 @@ namespace {
  * are latency bound: three dependent rounds per warp, 24 % occupancy), and there is no split-K
  * hand-off. Its own limit is issue: 8 warps per CTA and 1-3 CTAs per SM (12.5-37.5 %
  * occupancy), which more tiles per item relieve (fewer instructions per weight byte); with one
- * tile per item it won at M = 9-16 only up to 3 tiles per SM (session 12), with 2-4 on every
+ * tile per item it won at M = 9-16 only up to 3 tiles per SM, with 2-4 on every
  * LLaMA-3 shape.
  * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
- * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8); in
- * session 14 (bench/results/2026-12-02-h200-gemm-s14.md) a CTA keeping its token group's rows
+ * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8); and
+ * (bench/results/2026-12-02-h200-gemm-s14.md) a CTA keeping its token group's rows
  * resident in shared memory for all its items, the rings carrying weights only (1.03-1.26x
  * the time at M = 1-16: the one-time copy and barrier sit on the critical path). */
 #ifndef COMET_PP_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_WARPS=4 */
@@ -49,7 +49,7 @@ __host__ __device__ constexpr int pp_max_ctas(int pt, int mi)
 }
 /* slot of PT weight tiles: codes [PT tiles][2 chunks x 512], weight scales [PT][2 blocks x 16
  * rows] fp16, activation scales [2 blocks x 16 tokens] fp32, token codes [rows x PP_RS] (2
- * blocks: B = 64); PT = 1 is the session-12 layout */
+ * blocks: B = 64) */
 __host__ __device__ constexpr int pp_sw_off(int pt) { return pt * 1024; }
 __host__ __device__ constexpr int pp_sa_off(int pt) { return pp_sw_off(pt) + pt * 2 * 32; }
 __host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 16 * 4; }
@@ -58,7 +58,7 @@ __host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
 constexpr int PP_SLOT_ALIGN = 128;
 /* With pdl, the weights of the ring's first positions are copied before the kernel waits for
- * the previous one (1), or a 16 KB L2 prefetch of the first item's weights is (0, session 10) */
+ * the previous one (1), or a 16 KB L2 prefetch of the first item's weights is (0) */
 #ifndef COMET_PP_PDL_EARLY /* experiments: build_variant.sh -DCOMET_PP_PDL_EARLY=0 */
 #define COMET_PP_PDL_EARLY 1
 #endif
@@ -73,22 +73,22 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 /* Profiling builds (timing only: the sums are wrong), bench/gemm/build_variant.sh OUT
  * -DCOMET_PP_ABL=x, bits: 1 half the token rows copied, 2 none, 4 no weight copies (the compute
  * reads stale slots), 8 the weights' low nibbles unshifted (one instruction fewer per 8),
- * 16 no compute, 32 no reduction (warp 0's partial tiles are the outputs). Session 15's
- * measurements are in docs/gemm.md, "Where M = 16's time goes". */
+ * 16 no compute, 32 no reduction (warp 0's partial tiles are the outputs); measurements in
+ * bench/results/2026-12-02-h200-gemm-s15.md. */
 #ifndef COMET_PP_ABL
 #define COMET_PP_ABL 0
 #endif
 /* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
  * (one barrier per item), else single (two barriers). A warp's tile is token-major, rows of
  * pp_red_ld floats, so that the sum runs along the weight rows, four per thread, and its stores
- * are contiguous in y (session 16: weight-row-major before, one token row per lane, so that a
+ * are contiguous in y (weight-row-major before, one token row per lane, so that a
  * warp's store touched 16 token rows: 0.95x the time at M = 12-16 in geomean, 0.85x on 8B o at
  * M = 16, CUDA graphs with pdl). The fragment stores (4 tokens x 8 rows per warp store) would
  * hit the same banks for the 4 tokens; at 8-token groups the rows are padded to 16 PT + 4, at
  * 16 the weight row `row` of token tt sits at column pp_red_col instead: bits 3-4 (PT even; bit
  * 3 at PT odd, which keeps it among the tile's rows) XORed with bits 1-2 of the token, 32
  * banks at PT even and 2 ways at PT odd, with no padding, so that the 16-token plans' rings
- * get the room (session 17: padded rows left 8B gate_up and 70B qkv at M = 16 a ring slot
+ * get the room (padded rows left 8B gate_up and 70B qkv at M = 16 a ring slot
  * short, 0.92x / 0.97x the time with it; at 8-token groups the swizzle cost 1.01x in geomean,
  * 1.02x on 8B qkv at M = 1-4). Groups of
  * 4 rows stay 16-byte aligned. */
@@ -251,7 +251,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     const int ldsm_col = MI == 2 ? ((lane >> 3) & 1) * 16 : (lane >> 3) * 16;
     /* The items, with the ring depth D as a compile-time constant (DC: std::integral_constant):
      * the wait for a position (cp.async.wait_group takes an immediate) and the slot index then
-     * cost no run-time dispatch. Dispatched once per kernel below; before (session 13), a
+     * cost no run-time dispatch. Dispatched once per kernel below; before, a
      * switch on the depth in every position, ~12 instructions and an indirect branch. */
     auto run_items = [&](auto DC) {
     constexpr int D = decltype(DC)::value;
@@ -274,10 +274,10 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 if (j >= nblk || (COMET_PP_ABL & 16))
                     break;
                 /* the block's B fragments (token codes) and activation scales, shared by the PT
-                 * tiles: with PT = 1 loaded where the first tile uses them, the order of session 12
+                 * tiles: with PT = 1 loaded where the first tile uses them
                  * (loaded first, it ran 1.07-1.14x the time at M = 2-8); with PT > 1 all loaded
                  * first (where the first tile uses them, ptxas spilled 8-20 bytes). Both measured
-                 * in session 13, with one 4-byte load per fragment register, not since. */
+                 * with one 4-byte load per fragment register, not since. */
                 constexpr bool LAZY = PT == 1;
                 uint32_t bf[2 * KPB][MI][2];
                 float2 sa2[MI];
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                 /* The B fragments by ldmatrix.x4 (8 x 8 b16 matrices: lane l's 4 bytes of row
                  * l / 4 are the fragment's k 4 tq .. 4 tq + 3 of token g): at 16 tokens one
                  * k32 step's b0, b1 of both token groups, at 8 two steps' (x, x + 1). Four
-                 * 4-byte loads per instruction (session 14; before, one per fragment register,
+                 * 4-byte loads per instruction (before, one per fragment register,
                  * zero for rows past the item's tokens). Those rows now read the item's last
                  * token row again (ldsm_off): their sums land in outputs that are never stored,
                  * scaled by activation scales the copies zero-filled. (Read unclamped, they lay
@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                      * of one chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly.
                      * PT > 1: one chain per tile and token group, PT*MI independent ones, which
                      * saves the integer add per output and block that two chains per tile
-                     * (session 13) cost: 0.979-0.987x the time at M = 12-32, 0.992-0.995x at
-                     * M = 1-8 (session 14, same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
+                     * cost: 0.979-0.987x the time at M = 12-32, 0.992-0.995x at
+                     * M = 1-8 (same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
                      * shapes); no production instance spills either way */
                     constexpr int NCH = PT == 1 ? 2 * KPB : 1;
                     /* the low nibbles' A registers (profiling: unshifted, COMET_PP_ABL & 8) */

@@ -97,7 +97,7 @@ int sm_count() { return device_attr(cudaDevAttrMultiProcessorCount, 132); }
  * same size, WS_COUNTERS, in every plan: a workspace is shared by the calls of a stream (the
  * CUDA backend keeps one), and with a region sized per plan one call's partials landed on
  * the next call's counters (LLaMA-3-8B down and qkv at M = 384, both stream-K: qkv's tiles
- * 128-143 were never stored, found in review, session 8). A plan with more tiles than that
+ * 128-143 were never stored, found in review). A plan with more tiles than that
  * gets a larger region, which comet_cuda_gemm_w4ax zeroes before the launch. */
 constexpr size_t WS_COUNTERS = 1 << 16;
 size_t counters_needed(const plan_t &pl)
@@ -174,8 +174,8 @@ int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
  * plan_decode and plan_pipe hold the plans to it. The persistent wgmma plans alone go past it,
  * to at most MAX_SMEM_SM90 (they exist on sm_90 only, whose opt-in limit is 227 KB). Raising
  * MAX_SMEM itself deepens the pipe kernel's rings at one CTA per SM, which measured slower
- * (session 13; session 19 did so by mistake for one run: the 8B chain at M = 12-16 ran 2.98x FP16
- * against 3.09x, bench/results/2026-12-03-h200-gemm-s19.md). */
+ * (the 8B chain at M = 12-16 ran 2.98x FP16 with it against 3.09x,
+ * bench/results/2026-12-03-h200-gemm-s19.md). */
 constexpr int MAX_SMEM = 160 * 1024, MAX_SMEM_SM90 = 227 * 1024;
 
 /* Allow `kernel` `bytes` of dynamic shared memory on the current device. Above 48 KB this
@@ -218,9 +218,9 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
 /* Where the automatic plan runs the pipe kernel (sm_90), measured on the H200 in same-run A/Bs
  * (CUDA graphs with pdl, 8 LLaMA-3 shapes; bench/results/2026-12-02-h200-gemm-s13). Below one
  * 16-row tile per SM the stream kernel's split-K is needed. Since items hold several weight
- * tiles that share one copy of the token rows (session 13; before, the pipe kernel won at
+ * tiles that share one copy of the token rows (before, the pipe kernel won at
  * M = 9-16 only up to 3 tiles per SM and lost to the wgmma kernel's 16- and 32-token tiles
- * above), it takes 0.71-0.98x the time of session 12's plan at M = 12-16 on all 8 shapes (the
+ * above), it takes 0.71-0.98x the time of the plan without multi-tile items at M = 12-16 on all 8 shapes (the
  * wgmma kernel on the 70B shapes and the gate_ups, one-tile pipe items on 8B qkv, o and down),
  * and at M = 17-32 0.72-0.84x the wgmma kernel's on the two with N/16 <= 2x the SMs (8B o and
  * down; 8B qkv, at 2.9x, 1.12x with its best tile count). At M = 17-32 the items are two
@@ -257,13 +257,13 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
 /* The pipe kernel's plan: weight tiles per item (PT), CTAs per SM and ring depth. Items (PT
  * 16-row tiles x a token group of 8 MI) are dealt to CTAs round robin (pp_spread_items); each
  * warp's ring then gets its part of the SM's shared memory split c ways (at most PP_MAX_DEPTH
- * slots). The automatic PT (session 13, same-run A/B of PT = 1-4 forced, CUDA graphs with pdl,
+ * slots). The automatic PT (same-run A/B of PT = 1-4 forced, CUDA graphs with pdl,
  * 8 LLaMA-3 shapes): at M <= 8, 2 -- 0.86-0.90x the time of PT = 1 at M = 1-8 (geomean),
  * per shape within 6 % of the best PT (geomean over M; up to 10 % at single points, where 3 or
  * 4 won); from M = 9 (16-token groups), of PT = 2-4 the one whose busiest SM gets the fewest
  * weight tiles, ties to more tiles per item: the fastest of PT = 1-4 on all 8 shapes at M = 12
  * (e.g. 70B qkv: 3, 6 tiles on the busiest SM against 8 with PT = 2, 0.80 against 0.92x the
- * time of session 12's plan), on 6 of 8 at M = 16 (PT = 3 cost 1.03x on 70B qkv and 1.04x on
+ * time of the plan without multi-tile items), on 6 of 8 at M = 16 (PT = 3 cost 1.03x on 70B qkv and 1.04x on
  * 8B gate_up). PT = 1 is left out there: its 16 token rows fill most of each ring slot, and it
  * took 1.3-1.8x the time of PT = 2 at M = 12-16 (8B gate_up, which the tile count alone would
  * give PT = 1: 1.21 / 1.33x the wgmma kernel's time at M = 12 / 16) -- unless it halves the
@@ -273,7 +273,7 @@ constexpr int PP_AUTO_TILES_M8 = 2;
 /* Token groups of 8 (MI = 1) up to this M. -DCOMET_PP_MI1_MAX_M=16 runs M = 9-16 as two
  * 8-token groups (twice the items, each weight tile read twice): 1.33-1.42x the time of
  * 16-token items with PT = 2, 1.25-1.46x over PT = 2-4, CUDA graphs with pdl, 8 LLaMA-3
- * shapes (session 14). */
+ * shapes. */
 #ifndef COMET_PP_MI1_MAX_M
 #define COMET_PP_MI1_MAX_M 8
 #endif
@@ -316,7 +316,7 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     int budget = smem_sm / c - reserve;
 /* -DCOMET_PP_BUDGET_OPTIN=1 lets a CTA alone on its SM take the device's opt-in limit (227 KB
  * on the H200, past MAX_SMEM) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at
- * M = 12-16 (session 13, bench/results/2026-12-02-h200-gemm-s13.md section 3) */
+ * M = 12-16 (bench/results/2026-12-02-h200-gemm-s13.md section 3) */
 #if COMET_PP_BUDGET_OPTIN
     const int cap = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
 #else
@@ -332,7 +332,7 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * have P ring positions each (items x positions per item), the ring is held to P - 1 slots
      * at 8-token groups (at least 3) and P / 2 at 16 (at least 2). With pdl, the weights of the
      * first pp_early positions go out before the wait; they share the first position's cp.async
-     * group (kernel above), so at 16-token groups only one does. Same-run A/Bs (session 17, CUDA
+     * group (kernel above), so at 16-token groups only one does. Same-run A/Bs (CUDA
      * graphs with pdl, 8 LLaMA-3 shapes, bench/results/2026-12-02-h200-gemm-s17.md; the capped
      * ones are 8B qkv and o, P = 4): the caps take 8B o to 0.85-0.90x the time at M = 1-12 and
      * 8B qkv to 0.97x at M = 12; one early position instead of depth - 1 0.98-0.99x at
@@ -354,9 +354,9 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     /* The shared memory of the plan's c CTAs and no more, the rest of the SM's 256 KB left to
      * L1. Without it the driver sizes the split for as many CTAs as the shared memory allows, so
      * a ring of 106 KB got a 228 KB carveout and 28 KB of L1: 8B qkv at M = 12 with a 2-slot ring
-     * took 6.30 us (session 16's depth runs), 5.04 with this hint (session 17's), and the whole
-     * carveout for shared memory cost 1.03-1.12x the time on 8B o and down at M = 8-16. Session
-     * 18 (CUDA graphs with pdl): without the hint at 8-token groups, one shape repeated, 8B o at
+     * took 6.30 us, 5.04 with this hint, and the whole
+     * carveout for shared memory cost 1.03-1.12x the time on 8B o and down at M = 8-16. In
+     * CUDA graphs with pdl: without the hint at 8-token groups, one shape repeated, 8B o at
      * M = 1-8 (its ring capped) took 1.08-1.14x the time, the others 0.991-1.002x; in a chain of
      * a model's four layers (bench_gemm --chain, each kernel after one with another carveout)
      * 0.99x at M = 1-4 on 8B, and without the hint on any plan 0.99x there but 1.11x at M = 12
@@ -385,7 +385,7 @@ bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
 }
 
 /* The wgmma kernel's token tile by M (and K at M <= 16). 16-token tiles (three CTAs per SM)
- * against 32-token ones (two) at M = 9-16, same-run A/B on the 8 LLaMA-3 shapes (session 8):
+ * against 32-token ones (two) at M = 9-16, same-run A/B on the 8 LLaMA-3 shapes:
  * 0.81-0.91x the time on the 70B shapes (K >= 8192), 1.01-1.10x on the 8B ones with
  * K = 4096, 1.01x on 8B down (K = 14336). */
 constexpr int WS_TOK16_MIN_K = 8192;
@@ -402,8 +402,8 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * kernel (profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
  * kernel up to M = 32, then the tiled one.
  * The decode kernel is no longer chosen (tests and benchmarks force it): at M = 1 it was faster
- * than the pipe and stream kernels on every LLaMA shape (0.78-0.96x their time, session 6), and
- * with pdl at M = 2 (session 10); with two weight tiles per pipe item (session 13) the pipe
+ * than the pipe and stream kernels on every LLaMA shape (0.78-0.96x their time), and
+ * with pdl at M = 2; with two weight tiles per pipe item the pipe
  * kernel takes 0.93x its time at M = 1 per call (0.87-0.97x on 7 shapes, 70B gate_up 1.03x)
  * and 0.945x in CUDA graphs with pdl (0.84-0.99x on 6 shapes, 1.03 / 1.06x on 70B gate_up / 8B
  * o); at M = 2 the new plan is 0.93x the old one's time both ways. */
@@ -464,7 +464,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.tiles_m = (g->M + pl.tok - 1) / pl.tok;
         int ctas = pl.tiles_n * pl.tiles_m;
         /* CTAs resident at once: every one counts as a slot (counting 80 % or 67 % of them
-         * made M = 9-64 1.07x / 1.11x slower, session 8) */
+         * made M = 9-64 1.07x / 1.11x slower) */
         const int slots = sms * ws_ctas_per_sm(pl.tok);
         /* the modelled time of s splits, in blocks: rounds of resident CTAs x (blocks per split
          * + a CTA's fixed cost) */
@@ -498,7 +498,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * + S x TOK / 32 blocks for the reduction -- saves >= 10 %. Measured (same-run A/B):
          * 70B qkv M = 24 / 48 / 64 -15 / -11 / -9 %, 8B down M = 24 -12 %; without the
          * reduction term it also split 8B o (+7..+52 %) and every such shape at 128 tokens.
-         * With two CTAs per SM (session 8) a 10 % threshold instead of 15 % moved 70B qkv and
+         * With two CTAs per SM a 10 % threshold instead of 15 % moved 70B qkv and
          * down at M = 40-64 to global splits (0.81-0.87x the time) and changed nothing else
          * by more than 1 % at M = 17-64. */
         bool global_splits = false;
@@ -524,7 +524,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
          * plan above by >= 10 %: rounds x (blocks per split + WS_CTA_COST) against the share +
          * WS_SK_COST, the cost of a CTA's partial tiles (written to the workspace and summed by
          * the last CTA of each tile), fitted to a same-run A/B of stream-K at every plan with
-         * M = 96-512 on the 8 LLaMA-3 shapes (session 8): about 12 blocks. Where the model
+         * M = 96-512 on the 8 LLaMA-3 shapes: about 12 blocks. Where the model
          * takes it, it measured 0.75-0.95x the time (70B qkv at M = 96-512, 70B gate_up at
          * M = 96-128, 8B qkv at M = 384-512, 8B gate_up at M = 192-256, 8B down at M = 384);
          * where it does not, stream-K was 1.0-1.36x (cluster splits already fill the SMs). */

@@ -36,7 +36,7 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
  * CTA takes ~1200 cycles per block at 32 tokens, ~1700 at 128, whatever the tile. So 32- and
  * 64-token tiles run two CTAs per SM (ws_ctas_per_sm: 80 registers at launch, consumers 104,
  * a shallower ring), four chains per SM instead of two: 0.68-0.96x the time of one CTA per SM
- * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64 (session 8); 16-token tiles
+ * at M = 17-32 on every LLaMA-3 shape, 0.76-1.06x at M = 48-64; 16-token tiles
  * (M <= 16) three (56 registers at launch, consumers 72; ws_auto_tok says where). 128-token tiles
  * need ~170 registers per consumer thread, so one CTA per SM there (64-token tiles at two
  * per SM were 1.04-1.23x slower at M = 96-512).
@@ -47,7 +47,7 @@ template <int KPB> __device__ __forceinline__ uint64_t smem_desc(uint32_t saddr)
 constexpr int WS_ROWS = 128, WS_THREADS = 384;
 /* Consumers of 32-token tiles, and of 16-token tiles at B = 128: block x + 1's stage wait,
  * fragments and wgmma (committed and waited for one by one) before block x is promoted and
- * released. Same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes, M = 9-32 (session 11,
+ * released. Same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes, M = 9-32 (
  * bench/results/2026-12-02-h200-gemm-s11.md): 0.974x the time of one block at a time, in the
  * exact form of the loop below. Why is not understood. These measured no gain:
  *  - the order alone, with one wait per block: 1.004x;
@@ -63,8 +63,8 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 [[maybe_unused]] constexpr bool WS_NEXT_FIRST = COMET_WS_NEXT_FIRST; /* used by the sm_90a kernel body only */
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
- * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern, sessions
- * 1-4) compute-sanitizer's racecheck reported hazards on stage reuse; 256 arrivals cost
+ * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern)
+ * compute-sanitizer's racecheck reported hazards on stage reuse; 256 arrivals cost
  * nothing measurable (same-run A/B, 32 prefill shapes: +0.5 %, within noise). */
 [[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256; /* used by the sm_90a kernel body only */
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
@@ -106,13 +106,13 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
  * one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K instance, whole tiles),
  * the ring running on across them, so the next tile's first stages load while this one's
  * epilogue runs, and no CTA starts, initializes or fills its ring per tile. Why: at M = 8192
- * the plain grid ran 593-626 TOPS at K = 4096 and 677 at K = 28672 (session 18), as if a tile
+ * the plain grid ran 593-626 TOPS at K = 4096 and 677 at K = 28672, as if a tile
  * cost ~4.5 blocks more than its blocks. Same-run A/B, graphs + pdl, 8 LLaMA-3 shapes, M =
- * 1024-8192 (session 19, bench/results/2026-12-03-h200-gemm-s19.md, two runs): 0.96x the time
+ * 1024-8192 (bench/results/2026-12-03-h200-gemm-s19.md, two runs): 0.96x the time
  * in geomean on the 8B K = 4096 shapes (8B gate_up 0.946-0.961 at every M), 0.98-0.99x on the
  * 70B K = 8192 ones (0.95-1.01 per case), 1.015x on 70B down (K = 28672, 224 blocks), so long K
  * keeps the grid. At M = 512 (4 token tiles) it measured 1.002x on the LLaMA-3 shapes, and
- * LLaMA-2-7B qkv and gate_up took 1.09x / 1.17x session 18's time there (another session's run,
+ * LLaMA-2-7B qkv and gate_up took 1.09x / 1.17x the grid's time there (separate runs,
  * not a same-run A/B), so it starts at 8 token tiles (M > 896), where every gain above was
  * measured. Most of the tile's cost stays: the consumers' epilogue still stops their MMA. With
  * COMET_WS_PERSIST_STAGED (default) the epilogue goes through a staging tile of its own past
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
         }
     };
 
-    pdl_trigger(); /* triggering after the consumers' K loop instead measured the same (session 10) */
+    pdl_trigger(); /* triggering after the consumers' K loop instead measured the same */
     if (tid == 0) {
         for (int i = 0; i < ST; i++)
             mbar_init(&full[i], 33), mbar_init(&empty[i], WS_RELEASE_ARRIVALS);
@@ -313,9 +313,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
             }
         } else {
             /* no promotion: an XOR fold keeps the sums live (NACC LOP3), else ptxas drops the
-             * wgmma that produce them as well (it did until session 5). Eight chains: the
-             * single NACC-long chain of sessions 5-6 cost ~300 cycles of latency per block and
-             * made the data-only instance look like the floor of the kernel (session 7). */
+             * wgmma that produce them as well. Eight chains: a
+             * single NACC-long chain cost ~300 cycles of latency per block and
+             * made the data-only instance look like the floor of the kernel. */
             int fold[8] = {};
 #pragma unroll
             for (int i = 0; i < NACC; i++)
@@ -530,7 +530,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
     if (p.S == 1) {
         if constexpr (TOK == 128) {
             /* The tile through the (now idle) stage memory, token-major as the cluster
-             * reduction's below, stored four columns at a time, contiguous in y (session 16:
+             * reduction's below, stored four columns at a time, contiguous in y (
              * 0.985x the time at M = 512-8192; at 32-token tiles 1.07x on 70B gate_up, M = 24) */
             store_tile_staged(reinterpret_cast<float *>(smem)); /* the stages are idle: the last segment */
         } else {
