@@ -220,7 +220,8 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * 16-row tile per SM the stream kernel's split-K is needed. Since items hold several weight
  * tiles that share one copy of the token rows (before, the pipe kernel won at
  * M = 9-16 only up to 3 tiles per SM and lost to the wgmma kernel's 16- and 32-token tiles
- * above), it takes 0.71-0.98x the time of the plan without multi-tile items at M = 12-16 on all 8 shapes (the
+ * above), it takes 0.71-0.98x the time of the plan without multi-tile items at M = 12-16
+ * on all 8 shapes (the
  * wgmma kernel on the 70B shapes and the gate_ups, one-tile pipe items on 8B qkv, o and down),
  * and at M = 17-32 0.72-0.84x the wgmma kernel's on the two with N/16 <= 2x the SMs (8B o and
  * down; 8B qkv, at 2.9x, 1.12x with its best tile count). At M = 17-32 the items are two
@@ -263,7 +264,8 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
  * 4 won); from M = 9 (16-token groups), of PT = 2-4 the one whose busiest SM gets the fewest
  * weight tiles, ties to more tiles per item: the fastest of PT = 1-4 on all 8 shapes at M = 12
  * (e.g. 70B qkv: 3, 6 tiles on the busiest SM against 8 with PT = 2, 0.80 against 0.92x the
- * time of the plan without multi-tile items), on 6 of 8 at M = 16 (PT = 3 cost 1.03x on 70B qkv and 1.04x on
+ * time of the plan without multi-tile items), on 6 of 8 at M = 16 (PT = 3 cost 1.03x on
+ * 70B qkv and 1.04x on
  * 8B gate_up). PT = 1 is left out there: its 16 token rows fill most of each ring slot, and it
  * took 1.3-1.8x the time of PT = 2 at M = 12-16 (8B gate_up, which the tile count alone would
  * give PT = 1: 1.21 / 1.33x the wgmma kernel's time at M = 12 / 16) -- unless it halves the
