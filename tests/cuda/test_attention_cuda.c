@@ -10,6 +10,12 @@
  *   fp32 cache filled by its own rope_kv_append (2e-3 for kv 16: fp16 storage on CUDA
  *   against fp32 on the CPU); and the same sequence's outputs alone and inside the ragged
  *   batch within 1e-5.
+ * - paged_attention of decode-only steps (every sequence one token: the flash-decoding
+ *   kernel) after a prefill that only fills the cache: contexts of 1, 17, 300 and 5000 keys
+ *   in one batch and eight of at most 100 (several key splits and one), GQA 1, 3, 4 and 8
+ *   at D 64 and 128, kv_bits 4, 8 and 16, both rotations, within 2e-5 relative norm error
+ *   of the CPU's paged_attention over a cache holding the CUDA cache's values (so a code
+ *   that RoPE's last ulp moved does not count, and one key too many or too few does).
  * - KV codes, scales and zeros (fp16 values for kv 16) bit-exact with comet_quant_kv_group
  *   (after comet_wht with the hadamard rotation) when every position is 0 (RoPE is then the
  *   identity), read from the device storage in the layout of cuda_kv.h.
@@ -79,6 +85,7 @@ typedef struct chunk {
 
 typedef struct step_plan {
     int n;
+    int attend; /* 0: rope_kv_append only (a decode case's prefill fills the cache) */
     chunk c[MAX_SEQS];
 } step_plan;
 
@@ -102,6 +109,7 @@ static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *st
         }
         step_plan *sp = &steps[n_steps++];
         sp->n = 0;
+        sp->attend = 1;
         for (int i = 0; i < n_active; i++) {
             int s = active[i];
             if (n_active > 1 && i > 0 && st_next() % 5 == 0)
@@ -111,6 +119,49 @@ static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *st
             sp->c[sp->n++] = (chunk){s, pos[s], n};
             pos[s] += n;
         }
+    }
+    return n_steps;
+}
+
+/* Steps that fill sequence s's cache to len[s] - n_dec tokens in prefill chunks of up to
+ * max_chunk (shuffled sequence order, attention not run), then n_dec decode-only steps:
+ * step d takes one token of every sequence at position len[s] - n_dec + d (when that is
+ * >= 0), so the last step attends over exactly len[s] keys of each sequence. */
+static int make_decode_schedule(const int *len, int n_seq, int max_chunk, int n_dec,
+                                step_plan *steps)
+{
+    int pos[MAX_SEQS] = {0}, n_steps = 0;
+    for (;;) {
+        int active[MAX_SEQS], n_active = 0;
+        for (int s = 0; s < n_seq; s++)
+            if (pos[s] < len[s] - n_dec)
+                active[n_active++] = s;
+        if (!n_active)
+            break;
+        assert_true(n_steps < MAX_STEPS);
+        for (int i = n_active - 1; i > 0; i--) { /* shuffle */
+            int j = (int)(st_next() % (uint64_t)(i + 1)), t = active[i];
+            active[i] = active[j], active[j] = t;
+        }
+        step_plan *sp = &steps[n_steps++];
+        sp->n = 0;
+        sp->attend = 0;
+        for (int i = 0; i < n_active; i++) {
+            int s = active[i], rem = len[s] - n_dec - pos[s];
+            int n = 1 + (int)(st_next() % (uint64_t)(rem < max_chunk ? rem : max_chunk));
+            sp->c[sp->n++] = (chunk){s, pos[s], n};
+            pos[s] += n;
+        }
+    }
+    for (int d = 0; d < n_dec; d++) {
+        assert_true(n_steps < MAX_STEPS);
+        step_plan *sp = &steps[n_steps];
+        sp->n = 0;
+        sp->attend = 1;
+        for (int s = 0; s < n_seq; s++)
+            if (len[s] - n_dec + d >= 0)
+                sp->c[sp->n++] = (chunk){s, len[s] - n_dec + d, 1};
+        n_steps += sp->n > 0;
     }
     return n_steps;
 }
@@ -204,11 +255,59 @@ typedef struct step_out {
     float *q, *k, *out; /* host copies after the step: roped q, roped k, attention output */
 } step_out;
 
-/* One step on backend be: upload q, k, v, step_begin, rope_kv_append, paged_attention,
- * download. Checks guards and (CUDA) that every output element was written. */
+/* Overwrites layer ATT_LAYER of the CPU cache kvc with the values of the CUDA cache kvg
+ * (kv_bits `bits`), read from the device storage in the layout of cuda_kv.h and dequantized
+ * on the host: the CPU attention then reads the very K and V the CUDA kernel reads, so the
+ * comparison measures the attention alone (a RoPE ulp that moves a code to the next level
+ * changes the CPU's own cache by a whole step). */
+static void mirror_cuda_cache(comet_kv_cache *kvc, const comet_kv_cache *kvg, const att_cfg *cfg,
+                              int bits)
+{
+    const int D = cfg->D, Hkv = cfg->Hkv, P = PAGE, n_pages = kvc->n_pages;
+    const comet_cuda_kv_layout L = comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, P, Hkv, D, bits,
+                                                             cfg->G > 0 ? cfg->G : D);
+    uint8_t *store = st_malloc(L.total_bytes);
+    OP_OK(g_cuda, g_cuda->ops->download(g_cuda, store, kvg->storage, L.total_bytes),
+          "download (KV)");
+    for (int page = 0; page < n_pages; page++)
+        for (int kvsel = 0; kvsel < 2; kvsel++)
+            for (int h = 0; h < Hkv; h++) {
+                const size_t tile_id = (((size_t)ATT_LAYER * n_pages + page) * 2 + kvsel) * Hkv + h;
+                const uint8_t *tile = store + tile_id * L.head_tile_bytes;
+                for (int j = 0; j < P; j++) {
+                    const uint8_t *codes = tile + (size_t)j * L.code_row_bytes;
+                    float *dst = (kvsel ? kvc->v : kvc->k) +
+                                 ((((size_t)ATT_LAYER * n_pages + page) * P + j) * Hkv + h) * D;
+                    for (int c = 0; c < D; c++) {
+                        if (L.bits == 16) {
+                            uint16_t x;
+                            memcpy(&x, codes + 2 * c, 2);
+                            dst[c] = (float)comet_quant_f16_value(x);
+                            continue;
+                        }
+                        uint16_t sh, zh;
+                        const uint8_t *sz =
+                            tile + L.sz_offset + (size_t)j * L.sz_row_bytes + 4 * (size_t)(c / L.G);
+                        memcpy(&sh, sz, 2);
+                        memcpy(&zh, sz + 2, 2);
+                        const int code =
+                            bits == 8 ? codes[c] : (codes[c / 2] >> (c % 2 ? 4 : 0)) & 15;
+                        dst[c] = (float)code * (float)comet_quant_f16_value(sh) +
+                                 (float)comet_quant_f16_value(zh);
+                    }
+                }
+            }
+    free(store);
+}
+
+/* One step on backend be: upload q, k, v, step_begin, rope_kv_append, paged_attention
+ * (when `attend`; out is NULL otherwise), download. With `mirror` (be the CPU) the cache
+ * takes the CUDA cache's values (mirror_cuda_cache) between the append and the attention.
+ * Checks guards and that every output element was written. */
 static step_out run_step(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg,
                          const comet_rope_params *rp, const rbatch *rb, const float *q,
-                         const float *k, const float *v, const char *what)
+                         const float *k, const float *v, const char *what, int attend,
+                         const comet_kv_cache *mirror, int bits)
 {
     const int T = rb->b.n_tokens;
     const size_t nq = (size_t)T * cfg->H * cfg->D, nk = (size_t)T * cfg->Hkv * cfg->D;
@@ -218,10 +317,15 @@ static step_out run_step(comet_backend *be, comet_kv_cache *kv, const att_cfg *c
     OP_OK(be, be->ops->step_begin(be, &rb->b, &st), "step_begin");
     OP_OK(be, be->ops->rope_kv_append(be, kv, ATT_LAYER, &st, rp, sb_f(&qb), cfg->H, sb_f(&kb),
                                       sb_f(&vb)), what);
-    OP_OK(be, be->ops->paged_attention(be, kv, ATT_LAYER, &st, sb_f(&qb), cfg->H, sb_f(&ob)), what);
+    if (attend && mirror)
+        mirror_cuda_cache(kv, mirror, cfg, bits);
+    if (attend)
+        OP_OK(be, be->ops->paged_attention(be, kv, ATT_LAYER, &st, sb_f(&qb), cfg->H, sb_f(&ob)),
+              what);
     OP_OK(be, be->ops->sync(be), "sync");
-    step_out r = {sb_fetch(&qb, nq * 4), sb_fetch(&kb, nk * 4), sb_fetch(&ob, nq * 4)};
-    long nan_at = st_first_nan(r.out, nq);
+    step_out r = {sb_fetch(&qb, nq * 4), sb_fetch(&kb, nk * 4),
+                  attend ? sb_fetch(&ob, nq * 4) : NULL};
+    long nan_at = attend ? st_first_nan(r.out, nq) : -1;
     if (nan_at >= 0)
         fail_msg("%s (%s backend): attention output element %ld of %zu is NaN (unwritten?)", what,
                  be->ops->name, nan_at, nq);
@@ -245,14 +349,17 @@ static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, i
 }
 
 /* The whole ragged run for one configuration: CPU and CUDA step by step, then each
- * sequence alone on CUDA against its outputs inside the batch. */
+ * sequence alone on CUDA against its outputs inside the batch. n_decode 0: make_schedule's
+ * steps, attention compared at every one; n_decode > 0: make_decode_schedule's, attention
+ * compared at its n_decode decode-only steps, the CPU reading the CUDA cache's values. */
 static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len, int n_seq,
-                           int max_chunk, uint64_t seed)
+                           int max_chunk, int n_decode, uint64_t seed)
 {
     const int D = cfg->D, H = cfg->H, HD = H * D;
     const comet_rope_params rp = rope_of(cfg);
     char what[160];
-    snprintf(what, sizeof what, "attention %s kv%d %s", cfg->name, bits, rot ? "hadamard" : "none");
+    snprintf(what, sizeof what, "attention%s %s kv%d %s", n_decode ? " (decode)" : "", cfg->name,
+             bits, rot ? "hadamard" : "none");
 
     /* pages: shuffled ids, a few left unused */
     int n_pages = 3;
@@ -273,19 +380,23 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         o += (len[s] + PAGE - 1) / PAGE;
     }
     step_plan *steps = st_malloc(MAX_STEPS * sizeof *steps);
-    int n_steps = make_schedule(len, n_seq, max_chunk, steps);
+    int n_steps = n_decode ? make_decode_schedule(len, n_seq, max_chunk, n_decode, steps)
+                           : make_schedule(len, n_seq, max_chunk, steps);
 
     comet_kv_cache kvc, kvg;
     kv_make(g_cpu, &kvc, cfg, n_pages, bits, rot);
     kv_make(g_cuda, &kvg, cfg, n_pages, bits, rot);
 
-    /* the CUDA outputs of each sequence inside the batch, by position */
+    /* the CUDA outputs of each sequence inside the batch, by position (0 where not attended) */
     float *mixed[MAX_SEQS];
-    for (int s = 0; s < n_seq; s++)
+    for (int s = 0; s < n_seq; s++) {
         mixed[s] = st_malloc((size_t)len[s] * HD * 4);
-    const double tol = bits == 4 || bits == 8 ? 1e-3 : 2e-3;
+        memset(mixed[s], 0, (size_t)len[s] * HD * 4);
+    }
+    /* decode cases compare over the same cache (mirror_cuda_cache): fp32 rounding only */
+    const double tol = n_decode ? 2e-5 : bits == 4 || bits == 8 ? 1e-3 : 2e-3;
     double worst = 0, worst_q = 0;
-    int max_T = 0, max_S = 0;
+    int max_T = 0, max_S = 0, n_attended = 0;
     for (int i = 0; i < n_steps; i++) {
         rbatch rb;
         memset(&rb, 0, sizeof rb);
@@ -297,13 +408,22 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         gen_qkv(cfg, &rb, seed, q, k, v);
         char swhat[224];
         snprintf(swhat, sizeof swhat, "%s, step %d (T %d, %d seqs)", what, i, T, rb.b.n_seqs);
-        step_out oc = run_step(g_cpu, &kvc, cfg, &rp, &rb, q, k, v, swhat);
-        step_out og = run_step(g_cuda, &kvg, cfg, &rp, &rb, q, k, v, swhat);
+        const int attend = steps[i].attend;
+        step_out og = run_step(g_cuda, &kvg, cfg, &rp, &rb, q, k, v, swhat, attend, NULL, bits);
+        step_out oc = run_step(g_cpu, &kvc, cfg, &rp, &rb, q, k, v, swhat, attend,
+                               n_decode ? &kvg : NULL, bits);
         double eq = st_nerr(og.q, oc.q, nq), ek = st_nerr(og.k, oc.k, nk);
         if (!(eq <= 1e-6) || !(ek <= 1e-6))
             fail_msg("%s: after RoPE q differs by %.3g, k by %.3g (relative norm; want <= 1e-6; q "
                      "leaves rotated by RoPE only)", swhat, eq, ek);
         worst_q = fmax(worst_q, fmax(eq, ek));
+        if (!attend) {
+            step_out_free(&oc), step_out_free(&og);
+            free(q), free(k), free(v);
+            rbatch_free(&rb);
+            continue;
+        }
+        n_attended++;
         for (int s = 0, t0 = 0; s < rb.b.n_seqs; s++) {
             int t1 = rb.token_indptr[s + 1];
             double e = st_nerr(og.out + (size_t)t0 * HD, oc.out + (size_t)t0 * HD, (size_t)(t1 - t0) * HD);
@@ -330,6 +450,7 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         comet_kv_cache kv1;
         kv_make(g_cuda, &kv1, cfg, n_pages, bits, rot);
         float *alone = st_malloc((size_t)len[only] * HD * 4);
+        memset(alone, 0, (size_t)len[only] * HD * 4);
         for (int i = 0; i < n_steps; i++) {
             rbatch rb;
             memset(&rb, 0, sizeof rb);
@@ -339,8 +460,10 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
             const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * D;
             float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
             gen_qkv(cfg, &rb, seed, q, k, v);
-            step_out og = run_step(g_cuda, &kv1, cfg, &rp, &rb, q, k, v, what);
-            memcpy(alone + (size_t)rb.positions[0] * HD, og.out, nq * 4);
+            step_out og = run_step(g_cuda, &kv1, cfg, &rp, &rb, q, k, v, what, steps[i].attend,
+                                   NULL, bits);
+            if (steps[i].attend)
+                memcpy(alone + (size_t)rb.positions[0] * HD, og.out, nq * 4);
             step_out_free(&og);
             free(q), free(k), free(v);
             rbatch_free(&rb);
@@ -353,8 +476,9 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         free(alone);
         comet_kv_cache_free_on(g_cuda, &kv1);
     }
-    print_message("  %s: %d steps (up to %d tokens, %d seqs): worst error %.3g, rope %.3g, "
-                  "alone vs batch %.3g\n", what, n_steps, max_T, max_S, worst, worst_q, worst_alone);
+    print_message("  %s: %d steps, attention at %d (up to %d tokens, %d seqs): worst error %.3g, "
+                  "rope %.3g, alone vs batch %.3g\n", what, n_steps, n_attended, max_T, max_S,
+                  worst, worst_q, worst_alone);
     for (int s = 0; s < n_seq; s++)
         free(mixed[s]);
     comet_kv_cache_free_on(g_cpu, &kvc);
@@ -376,11 +500,44 @@ static void test_attention_ragged(void **state)
     for (int c = 0; c < N_ATT_CFGS; c++)
         for (int b = 0; b < 3; b++)
             for (int rot = 0; rot < 2; rot++)
-                attention_case(&ATT_CFGS[c], bits[b], rot, len, n_seq, max_chunk,
+                attention_case(&ATT_CFGS[c], bits[b], rot, len, n_seq, max_chunk, 0,
                                0xA77E0000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot);
     /* many short sequences in one step, all decode-like after a one-token prefill */
     static const int many[] = {3, 2, 5, 1, 4, 2, 3, 6};
-    attention_case(&ATT_CFGS[0], 4, 1, many, 8, 4, 0xA77E9999ull);
+    attention_case(&ATT_CFGS[0], 4, 1, many, 8, 4, 0, 0xA77E9999ull);
+}
+
+/* Decode shapes: GQA groups of 1, 3, 4 and 8 (the decode kernel's register tiles of 1, 4, 4
+ * and 8 query heads) at head dims 64 and 128. */
+static const att_cfg DEC_CFGS[] = {
+    {"D64 H9/Hkv3 smollm2", 64, 9, 3, 0, COMET_ROPE_SCALING_NONE, 100000.0f},
+    {"D128 H32/Hkv8 G32 llama3-8b", 128, 32, 8, 32, COMET_ROPE_SCALING_LLAMA3, 500000.0f},
+    {"D128 H4/Hkv4 G64", 128, 4, 4, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H16/Hkv2 G32", 64, 16, 2, 32, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H8/Hkv1 G32", 128, 8, 1, 32, COMET_ROPE_SCALING_NONE, 500000.0f},
+};
+#define N_DEC_CFGS ((int)(sizeof DEC_CFGS / sizeof DEC_CFGS[0]))
+
+/* Decode-only steps (every sequence one token) after a prefill that only fills the cache:
+ * contexts of 1, 17, 300 and 5000 keys in one batch (on a 132-SM GPU 9 to 64 key splits, all
+ * but one of them empty for the 1-key sequence; alone, 1 to 64), and eight sequences of at
+ * most 100 keys (one split: the decode kernel normalizes and writes the output itself). */
+static void test_attention_decode(void **state)
+{
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    static const int lens[] = {1, 17, 300, 5000};
+    static const int short_lens[] = {1, 2, 16, 17, 33, 64, 65, 100};
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < N_DEC_CFGS; c++)
+        for (int b = 0; b < 3; b++)
+            for (int rot = 0; rot < 2; rot++) {
+                const uint64_t seed =
+                    0xDEC00000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot;
+                attention_case(&DEC_CFGS[c], bits[b], rot, lens, 4, 700, 2, seed);
+                attention_case(&DEC_CFGS[c], bits[b], rot, short_lens, 8, 48, 2, seed + 5);
+            }
 }
 
 /* ---- KV storage at position 0 ------------------------------------------------------------ */
@@ -545,6 +702,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_codes_position0),
         cmocka_unit_test(test_attention_ragged),
+        cmocka_unit_test(test_attention_decode),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     comet_backend_free(g_cpu);
