@@ -98,6 +98,29 @@ typedef struct comet_step {
     int max_q_len;    /* the most tokens one sequence has in this step */
 } comet_step;
 
+/* One logits row to sample where the logits are (the op `sample`): the chain of
+ * engine/sampler.h with the host's numbers, so that both sides compute the same floats.
+ * Penalties: pen_ids / pen_counts [n_pen] from pen_offset (comet_sampler_penalty_list),
+ * each logit replaced by comet_sampler_penalize's value; then greedy rows take the argmax
+ * (lowest id on ties), the others filter as comet_sampler_pick and draw with u. */
+typedef struct comet_sample_row {
+    int row;                 /* logits row, < the step's n_logits */
+    int greedy;              /* 1: argmax (comet_sampler_greedy) */
+    float inv_temperature;   /* 1.0f / temperature, as the host divides it */
+    int top_k;               /* 0 or >= V: off */
+    float top_p;             /* 1: off */
+    float log_min_p;         /* logf(min_p) by the host's libm; -INFINITY: min-p off */
+    float repeat_penalty, presence_penalty, frequency_penalty;
+    int pen_offset, n_pen;   /* this row's (id, count) pairs */
+    double u;                /* the draw in [0, 1) */
+} comet_sample_row;
+
+/* ids the op `sample` returns instead of a token */
+enum {
+    COMET_SAMPLE_NONFINITE = -1, /* the row holds a NaN or an infinity */
+    COMET_SAMPLE_ON_HOST = -2,   /* more candidates than the device sorts: pick on the host */
+};
+
 /* inv_freq[i] for i < D/2: theta^(-2i/D), then the model's scaling: LINEAR divides by
  * factor; LLAMA3 applies Llama-3.1's wavelength-dependent blend (HF
  * _compute_llama3_parameters). inv_freq has room for D/2 doubles. Every backend rotates
@@ -174,6 +197,11 @@ typedef struct comet_backend_ops {
                                    const float *gate, const float *up, int T, void *act);
     comet_status (*matmul)(comet_backend *be, const comet_weights *w, int layer, comet_role r,
                            const void *act, int T, float *y);
+    /* matmul_group (optional; NULL: the layer loop calls matmul per role): ys[i] [T, N_i]
+     * = the linear of group g's i-th role (QKV: q, k, v; GATE_UP: gate, up) applied to act,
+     * what matmul gives for each, with one pass over the weights of the whole group. */
+    comet_status (*matmul_group)(comet_backend *be, const comet_weights *w, int layer,
+                                 comet_group g, const void *act, int T, float *const *ys);
     comet_status (*rope_kv_append)(comet_backend *be, comet_kv_cache *kv, int layer,
                                    const comet_step *st, const comet_rope_params *rp, float *q,
                                    int H, float *k, const float *v);
@@ -195,6 +223,18 @@ typedef struct comet_backend_ops {
     comet_status (*graph_begin)(comet_backend *be, const void *owner, const comet_kv_cache *kv,
                                 const comet_step *st, int H, int *mode);
     comet_status (*graph_end)(comet_backend *be, comet_status ops_status, int *rerun);
+
+    /* ---- sampling where the logits are (optional; NULL: the caller samples on the host) --
+     * sample: one id per row r < n_rows into host ids[r], for rows[r] over logits
+     * [n_logits, V] in the backend's memory (comet_forward_logits; the rows are modified:
+     * penalties applied). pen_ids / pen_counts [n_pen] (host) hold every row's penalty
+     * pairs. ids[r] is the token, COMET_SAMPLE_NONFINITE, or COMET_SAMPLE_ON_HOST (the
+     * row, penalties applied, is to be downloaded and picked by comet_sampler_pick with the
+     * same u). Returns when ids holds the results: COMET_OK, COMET_ERR_INVALID_ARG,
+     * COMET_ERR_NOMEM, COMET_ERR_CUDA. */
+    comet_status (*sample)(comet_backend *be, const float *logits, int V,
+                           const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
+                           const int32_t *pen_counts, int n_pen, int32_t *ids);
 
     /* ---- fp32 primitives (CPU backends) ---- */
 

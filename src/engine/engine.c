@@ -67,6 +67,8 @@ struct comet_engine {
     float *logits; /* [rows_cap, V] */
     int rows_cap;
     float *raw;    /* [V] a row before sampling (for logprobs) */
+    comet_runner_draw *draws; /* [rows_cap] a step's rows to sample where the logits are */
+    int32_t *ids;             /* [rows_cap] their tokens */
     plan *plans;   /* [max_seqs] */
     pthread_t thread;
     int thread_started;
@@ -317,12 +319,13 @@ static void report_prompt_logprobs(comet_engine *e, req *r, int p0, int k, const
     }
 }
 
-/* Sample the next token of r from its logits row x [V] (modified) and report it.
+/* Sample the next token of r from its logits row x [V] (modified), or take `picked` (the
+ * step sampled it where the logits are) when x is NULL, and report it.
  * Returns 1 when the request finished (it has been freed). */
-static int advance(comet_engine *e, req *r, float *x) {
+static int advance(comet_engine *e, req *r, float *x, int32_t picked) {
     const comet_model_config *c = &e->m->cfg;
     int V = c->n_vocab;
-    if (comet_logits_check(x, V) < 0) { /* this request only: the others' rows are their own */
+    if (x && comet_logits_check(x, V) < 0) { /* this request only: the others' rows are theirs */
         finish(e, r, COMET_FINISH_ERROR, comet_last_error(), NULL, 0);
         return 1;
     }
@@ -330,7 +333,7 @@ static int advance(comet_engine *e, req *r, float *x) {
     float vals[COMET_ENGINE_MAX_TOP];
     float lse = 0;
     int n_top = 0;
-    if (r->logprobs) {
+    if (x && r->logprobs) {
         memcpy(e->raw, x, (size_t)V * sizeof(float));
         lse = log_sum_exp(x, V);
         n_top = r->top_logprobs;
@@ -339,7 +342,8 @@ static int advance(comet_engine *e, req *r, float *x) {
         for (int i = 0; i < n_top; i++)
             vals[i] -= lse;
     }
-    int32_t id = comet_sampler_sample(r->smp, x, r->tokens + r->n_prompt, r->n_generated);
+    int32_t id = x ? comet_sampler_sample(r->smp, x, r->tokens + r->n_prompt, r->n_generated)
+                   : picked;
     COMET_ASSERT(id >= 0 && id < V && r->n_tokens < r->cap);
     r->tokens[r->n_tokens++] = id;
     pthread_mutex_lock(&e->mu);
@@ -354,7 +358,8 @@ static int advance(comet_engine *e, req *r, float *x) {
     size_t n_out = 0;
     int len = comet_detok_push(&r->dt, id, piece, sizeof piece);
     int stopped = len > 0 && hold_push(r, piece, (size_t)len, r->out, &n_out);
-    emit_token(e, r, COMET_EVENT_TOKEN, id, r->logprobs, r->logprobs ? e->raw[id] - lse : 0,
+    int lp = x && r->logprobs;
+    emit_token(e, r, COMET_EVENT_TOKEN, id, lp, lp ? e->raw[id] - lse : 0,
                n_top, ids, vals, r->out, n_out);
     if (stopped) {
         finish(e, r, COMET_FINISH_STOP, NULL, NULL, 0);
@@ -509,7 +514,19 @@ static int step(comet_engine *e) {
         COMET_ASSERT(st == COMET_OK);
     }
     COMET_ASSERT(e->run.bb.batch.n_logits == rows);
-    comet_status st = comet_runner_step(&e->run, e->logits);
+    /* Sampled where the logits are when every row is a token to pick and nobody asked for
+     * the numbers (logprobs, prompt logprobs): then only the ids cross to the host. */
+    int sample_there = rows > 0;
+    for (int i = 0; i < n_plans && sample_there; i++) {
+        const plan *pl = &e->plans[i];
+        if (pl->all_rows || (pl->row >= 0 && (pl->r->logprobs || pl->r->max_new == 0)))
+            sample_there = 0;
+        else if (pl->row >= 0)
+            e->draws[pl->row] = (comet_runner_draw){pl->r->smp, pl->r->tokens + pl->r->n_prompt,
+                                                    pl->r->n_generated};
+    }
+    comet_status st = sample_there ? comet_runner_step_sample(&e->run, e->draws, e->logits, e->ids)
+                                   : comet_runner_step(&e->run, e->logits);
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     pthread_mutex_unlock(&e->mu);
@@ -532,7 +549,10 @@ static int step(comet_engine *e) {
                 finish_flush(e, r, COMET_FINISH_LENGTH);
                 continue;
             }
-            advance(e, r, e->logits + (size_t)row * V);
+            if (!sample_there || e->ids[row] == COMET_SAMPLE_NONFINITE)
+                advance(e, r, e->logits + (size_t)row * V, 0); /* the row is on the host */
+            else
+                advance(e, r, NULL, e->ids[row]);
         }
     }
     return 1;
@@ -598,7 +618,10 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     e->plans = malloc((size_t)p.max_seqs * sizeof(plan));
     e->logits = malloc((size_t)e->rows_cap * c->n_vocab * sizeof(float));
     e->raw = malloc((size_t)c->n_vocab * sizeof(float));
-    if (!e->incoming || !e->waiting || !e->running || !e->plans || !e->logits || !e->raw) {
+    e->draws = malloc((size_t)e->rows_cap * sizeof *e->draws);
+    e->ids = malloc((size_t)e->rows_cap * sizeof *e->ids);
+    if (!e->incoming || !e->waiting || !e->running || !e->plans || !e->logits || !e->raw ||
+        !e->draws || !e->ids) {
         comet_set_error(COMET_ERR_NOMEM, "engine: out of memory for %d logits rows", e->rows_cap);
         goto fail;
     }
@@ -651,6 +674,8 @@ void comet_engine_free(comet_engine *e) {
     free(e->plans);
     free(e->logits);
     free(e->raw);
+    free(e->draws);
+    free(e->ids);
     pthread_cond_destroy(&e->cv);
     pthread_cond_destroy(&e->idle_cv);
     pthread_mutex_destroy(&e->mu);

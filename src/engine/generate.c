@@ -157,13 +157,17 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     comet_gen_stats gs = {.n_prompt = n_prompt, .stop = COMET_STOP_LENGTH};
 
     double t0 = now_s();
+    int32_t id = 0; /* the next token, picked by the step that computed its logits */
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < chunk ? n_prompt - done : chunk;
+        int last = done + n == n_prompt;
+        comet_runner_draw draw = {smp, hist, n_prompt};
         if ((st = reserve(&run.pool, &seq, n)) < 0)
             goto done;
         comet_batch_builder_reset(bb);
-        if ((st = comet_batch_builder_add(bb, &seq, prompt + done, n, done + n == n_prompt)) < 0 ||
-            (st = comet_runner_step(&run, logits)) < 0)
+        if ((st = comet_batch_builder_add(bb, &seq, prompt + done, n, last)) < 0 ||
+            (st = last ? comet_runner_step_sample(&run, &draw, logits, &id)
+                       : comet_runner_step(&run, logits)) < 0)
             goto done;
         done += n;
     }
@@ -175,9 +179,11 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     int n_hist = n_prompt;
     double t1 = now_s();
     for (;;) {
-        if ((st = comet_logits_check(logits, c->n_vocab)) < 0)
+        if (id == COMET_SAMPLE_NONFINITE) { /* the row is in `logits`: name its value */
+            st = comet_logits_check(logits, c->n_vocab);
+            COMET_ASSERT(st < 0);
             goto done;
-        int32_t id = comet_sampler_sample(smp, logits, hist, n_hist);
+        }
         hist[n_hist++] = id;
         gs.n_generated++;
         if (gs.n_generated == 1) {
@@ -202,8 +208,9 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         if ((st = reserve(&run.pool, &seq, 1)) < 0)
             goto done;
         comet_batch_builder_reset(bb);
+        comet_runner_draw draw = {smp, hist, n_hist};
         if ((st = comet_batch_builder_add(bb, &seq, &id, 1, 1)) < 0 ||
-            (st = comet_runner_step(&run, logits)) < 0)
+            (st = comet_runner_step_sample(&run, &draw, logits, &id)) < 0)
             goto done;
         gs.n_decode_steps++;
     }

@@ -10,7 +10,36 @@
 #include "backend/backend.h"
 #include "comet/model.h"
 #include "engine/kv_pages.h"
+#include "engine/sampler.h"
 #include "model/forward.h"
+
+/* One token to pick from a step's logits row (comet_runner_step_sample). */
+typedef struct comet_runner_draw {
+    comet_sampler *smp;     /* the sequence's sampler: its parameters and random stream */
+    const int32_t *history; /* the penalties' history, oldest first; NULL when n_history is 0 */
+    int n_history;
+} comet_runner_draw;
+
+/* Host scratch for sampling where the logits are: a comet_sample_row per logits row (up to
+ * rows_cap) and the penalty pairs (grown when a step's histories need more). */
+typedef struct comet_sampling {
+    comet_sample_row *rows;
+    int rows_cap;
+    int32_t *pen_ids, *pen_counts;
+    int pen_cap;
+} comet_sampling;
+
+/* COMET_OK or COMET_ERR_NOMEM (s zeroed). comet_sampling_free of a zeroed s: no-op. */
+comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int pen_cap);
+void comet_sampling_free(comet_sampling *s);
+
+/* Pick ids[i] for the rows i < n (<= rows_cap) of dev_logits [n, V], in the memory of be,
+ * whose op `sample` must exist, by draws[i] (see comet_runner_step_sample; logits: host
+ * [n, V] scratch for the rows picked on the host or not finite). The rows are modified
+ * (penalties applied). COMET_OK, COMET_ERR_NOMEM, or the backend's failure. */
+comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const float *dev_logits,
+                                int V, const comet_runner_draw *draws, int n, float *logits,
+                                int32_t *ids);
 
 typedef struct comet_runner_params {
     int max_batch_tokens; /* tokens per step (> 0) */
@@ -26,6 +55,7 @@ typedef struct comet_runner {
     comet_kv_cache kv;      /* in be's memory: the model's kv_bits, kv_group, kv_rotation */
     comet_kv_pool pool;     /* page allocator over kv */
     comet_batch_builder bb; /* the step being built */
+    comet_sampling sampling; /* comet_runner_step_sample's host scratch */
 } comet_runner;
 
 /* Set up r for model m on backend be (both borrowed; they must outlive r). The KV cache
@@ -42,6 +72,20 @@ void comet_runner_free(comet_runner *r);
 /* Run the step built in r->bb; logits [n_logits, V] land in host `logits` (see
  * comet_forward). */
 comet_status comet_runner_step(comet_runner *r, float *logits);
+
+/* Run the step built in r->bb and pick the next token of each of its n_logits rows: ids[i]
+ * from row i by draws[i], exactly as comet_sampler_sample(draws[i].smp, row i,
+ * draws[i].history, draws[i].n_history) would on the host (up to the rounding of double
+ * sums: sampler.h). On a backend with the op `sample` (CUDA) the logits stay in its memory
+ * and only the ids come back; a row whose candidates the device cannot sort is downloaded
+ * and picked on the host (backend.h COMET_SAMPLE_ON_HOST). Elsewhere the rows land in
+ * `logits` and are sampled there.
+ * logits: host [n_logits, V] scratch. ids[i] == COMET_SAMPLE_NONFINITE when row i holds a
+ * NaN or an infinity; row i of `logits` then holds it, and comet_logits_check names it;
+ * the other rows are picked. Returns COMET_OK or the step's failure (comet_runner_step);
+ * COMET_ERR_NOMEM when the penalty pairs do not fit. */
+comet_status comet_runner_step_sample(comet_runner *r, const comet_runner_draw *draws,
+                                      float *logits, int32_t *ids);
 
 /* COMET_OK when the logits row [V] holds only finite values; else COMET_ERR_NUMERIC naming
  * the first value that is not (a NaN or infinity arose in the forward pass: an input or a

@@ -116,25 +116,38 @@ void comet_sampler_free(comet_sampler *s) {
     free(s);
 }
 
-static void apply_penalties(comet_sampler *s, float *logits, const int32_t *hist, int n) {
+int comet_sampler_penalty_list(comet_sampler *s, const int32_t *hist, int n, int32_t *ids,
+                               int32_t *counts) {
     const comet_sampler_params *p = &s->p;
     if (p->repeat_penalty == 1.0f && p->presence_penalty == 0.0f && p->frequency_penalty == 0.0f)
-        return;
+        return 0;
     int w = p->repeat_last_n < 0 || p->repeat_last_n > n ? n : p->repeat_last_n;
     const int32_t *h = hist + (n - w);
     for (int i = 0; i < w; i++)
         if (h[i] >= 0 && h[i] < s->n_vocab)
             s->counts[h[i]]++;
+    int k = 0;
     for (int i = 0; i < w; i++) {
         int32_t id = h[i];
         if (id < 0 || id >= s->n_vocab || s->counts[id] == 0)
-            continue; /* out of range, or already penalized */
-        float l = logits[id];
-        l = l > 0 ? l / p->repeat_penalty : l * p->repeat_penalty;
-        l -= p->presence_penalty + p->frequency_penalty * (float)s->counts[id];
-        logits[id] = l;
+            continue; /* out of range, or already listed */
+        ids[k] = id;
+        counts[k++] = s->counts[id];
         s->counts[id] = 0;
     }
+    return k;
+}
+
+float comet_sampler_penalize(const comet_sampler_params *p, float logit, int32_t count) {
+    float l = logit > 0 ? logit / p->repeat_penalty : logit * p->repeat_penalty;
+    /* one fused multiply-add, written out: the CUDA sampler computes the same */
+    return l - fmaf(p->frequency_penalty, (float)count, p->presence_penalty);
+}
+
+static void apply_penalties(comet_sampler *s, float *logits, const int32_t *hist, int n) {
+    int k = comet_sampler_penalty_list(s, hist, n, s->hidx, s->idx);
+    for (int i = 0; i < k; i++)
+        logits[s->hidx[i]] = comet_sampler_penalize(&s->p, logits[s->hidx[i]], s->idx[i]);
 }
 
 /* a before b in the candidate order: larger value first, then lower id */
@@ -213,12 +226,24 @@ static int32_t argmax(const float *x, int n) {
     return best;
 }
 
+int comet_sampler_greedy(const comet_sampler *s) {
+    return s->p.temperature <= 0.0f || s->p.top_k == 1;
+}
+
+const comet_sampler_params *comet_sampler_get_params(const comet_sampler *s) { return &s->p; }
+
 int32_t comet_sampler_sample(comet_sampler *s, float *logits, const int32_t *history,
                              int n_history) {
+    apply_penalties(s, logits, history, n_history);
+    if (comet_sampler_greedy(s))
+        return argmax(logits, s->n_vocab);
+    return comet_sampler_pick(s, logits, comet_sampler_uniform(s));
+}
+
+int32_t comet_sampler_pick(comet_sampler *s, const float *logits, double u) {
     const comet_sampler_params *p = &s->p;
     int V = s->n_vocab;
-    apply_penalties(s, logits, history, n_history);
-    if (p->temperature <= 0.0f || p->top_k == 1)
+    if (comet_sampler_greedy(s))
         return argmax(logits, V);
 
     float inv_t = 1.0f / p->temperature;
@@ -278,10 +303,10 @@ int32_t comet_sampler_sample(comet_sampler *s, float *logits, const int32_t *his
     double z = 0.0;
     for (int i = 0; i < n; i++)
         z += exp((double)s->val[i] - zmax);
-    double u = comet_sampler_uniform(s) * z, acc = 0.0;
+    double target = u * z, acc = 0.0;
     for (int i = 0; i < n; i++) {
         acc += exp((double)s->val[i] - zmax);
-        if (u < acc)
+        if (target < acc)
             return s->idx[i];
     }
     return s->idx[n - 1];

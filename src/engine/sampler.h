@@ -46,7 +46,29 @@ void comet_sampler_reseed(comet_sampler *s, uint64_t seed);
 int32_t comet_sampler_sample(comet_sampler *s, float *logits, const int32_t *history,
                              int n_history);
 
-/* The next uniform double in [0, 1) of the sampler's stream (exposed for tests). */
+/* The next uniform double in [0, 1) of the sampler's stream. comet_sampler_sample takes
+ * one for each token it does not pick greedily. */
 double comet_sampler_uniform(comet_sampler *s);
+
+/* The pieces of comet_sampler_sample, for a backend that samples where the logits are
+ * (backend.h "sample"): comet_sampler_sample(s, logits, h, n) is
+ *     apply the penalty list of (h, n) to logits with comet_sampler_penalize, then
+ *     comet_sampler_greedy(s) ? the argmax : comet_sampler_pick(s, logits, comet_sampler_uniform(s)).
+ *
+ * penalty_list: the distinct ids of the penalty window of history [n] (the last
+ * repeat_last_n tokens, ids outside the vocabulary skipped) in order of first occurrence,
+ * with their counts in the window, into ids / counts (room for min(n, n_vocab) each);
+ * returns how many, 0 when every penalty is off.
+ * penalize: the penalized logit of a token seen `count` times: divided by repeat_penalty
+ * when positive, else multiplied; minus presence + frequency * count (one fmaf).
+ * greedy: 1 when the sampler takes the argmax (temperature 0 or top_k 1).
+ * pick: the chain after the penalties on logits [n_vocab] (not modified) with the draw u in
+ * [0, 1) (unused when greedy). */
+int comet_sampler_penalty_list(comet_sampler *s, const int32_t *history, int n_history,
+                               int32_t *ids, int32_t *counts);
+float comet_sampler_penalize(const comet_sampler_params *p, float logit, int32_t count);
+int comet_sampler_greedy(const comet_sampler *s);
+const comet_sampler_params *comet_sampler_get_params(const comet_sampler *s);
+int32_t comet_sampler_pick(comet_sampler *s, const float *logits, double u);
 
 #endif

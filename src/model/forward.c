@@ -3,7 +3,8 @@
  *   x = embed(tokens)
  *   for each layer:
  *       a = rmsnorm_quant(x [+= down output of the layer before], attn_norm)   group qkv
- *       q, k, v = a·Wq, a·Wk, a·Wv ; rope_kv_append(q, k, v)
+ *       q, k, v = a·Wq, a·Wk, a·Wv (one matmul_group where the backend has it)
+ *       rope_kv_append(q, k, v)
  *       a = act_quant(attention(q, KV cache))                                  group o
  *       a = rmsnorm_quant(x += a·Wo, ffn_norm)                                 group gate_up
  *       a = silu_mul_quant(a·Wgate, a·Wup)                                     group down
@@ -159,6 +160,8 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc) { return fc->max_tokens; }
 
+const float *comet_forward_logits(const comet_forward_ctx *fc) { return fc->logits; }
+
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->be; }
 
 void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user) {
@@ -225,12 +228,18 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
                                     fc->act));
-        PROF("matmul q");
-        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_Q, fc->act, T, fc->q));
-        PROF("matmul k");
-        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_K, fc->act, T, fc->k));
-        PROF("matmul v");
-        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
+        if (op->matmul_group) {
+            float *const qkv[3] = {fc->q, fc->k, fc->v};
+            PROF("matmul qkv");
+            COMET_TRY(op->matmul_group(be, w, l, COMET_GROUP_QKV, fc->act, T, qkv));
+        } else {
+            PROF("matmul q");
+            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_Q, fc->act, T, fc->q));
+            PROF("matmul k");
+            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_K, fc->act, T, fc->k));
+            PROF("matmul v");
+            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
+        }
         PROF("rope_kv_append");
         COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
         PROF("paged_attention");
@@ -242,10 +251,16 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
-        PROF("matmul gate");
-        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_GATE, fc->act, T, fc->gate));
-        PROF("matmul up");
-        COMET_TRY(op->matmul(be, w, l, COMET_ROLE_UP, fc->act, T, fc->up));
+        if (op->matmul_group) {
+            float *const gate_up[2] = {fc->gate, fc->up};
+            PROF("matmul gate_up");
+            COMET_TRY(op->matmul_group(be, w, l, COMET_GROUP_GATE_UP, fc->act, T, gate_up));
+        } else {
+            PROF("matmul gate");
+            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_GATE, fc->act, T, fc->gate));
+            PROF("matmul up");
+            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_UP, fc->act, T, fc->up));
+        }
         PROF("silu_mul_quant");
         COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
         PROF("matmul down");
@@ -295,6 +310,10 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
     if (b->n_logits == 0 || op->host_memory) {
         PROF(NULL);
         return op->sync(be);
+    }
+    if (!logits) { /* they stay in the backend's memory (comet_forward_logits) */
+        PROF(NULL);
+        return COMET_OK;
     }
     PROF("logits download");
     COMET_TRY(op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float)));

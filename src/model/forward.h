@@ -27,6 +27,10 @@ void comet_forward_free(comet_forward_ctx *fc);
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc);
 
+/* The logits buffer [max_batch_tokens, V] fp32 in the backend's memory, which the latest
+ * step filled (rows 0 .. n_logits - 1); NULL on a backend whose memory is the host's. */
+const float *comet_forward_logits(const comet_forward_ctx *fc);
+
 /* The backend the context runs on (borrowed). */
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
 
@@ -39,8 +43,10 @@ void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, v
 
 /* Run one step: append the K/V of every token of `b` (host arrays) into `kv` (at the
  * positions given by b's page tables) and write logits [b->n_logits, V] for the rows
- * b->logit_rows into `logits` (host memory, may be NULL when n_logits == 0). Returns when
- * the step is done. COMET_OK, or COMET_ERR_INVALID_ARG (a token id out of the vocabulary, a
+ * b->logit_rows into `logits` (host memory). logits may be NULL when n_logits == 0, or on a
+ * backend whose memory is not the host's: the rows then stay in comet_forward_logits for
+ * the backend's op `sample`, and the call returns once the step is queued. Otherwise it
+ * returns when the step is done. COMET_OK, or COMET_ERR_INVALID_ARG (a token id out of the vocabulary, a
  * step larger than the workspace, a position beyond the KV pages given, a KV cache of
  * another backend) with the problem named; a backend's failure (COMET_ERR_CUDA, ...). */
 comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,

@@ -13,6 +13,8 @@
  * - silu_mul_quant (DOWN): as act_quant, except that codes may differ within 1e-4 of a .5
  *   boundary and scales by 1e-6 relative: the CUDA expf and glibc's expf may differ by an
  *   ulp (the quantizer itself is checked bit-exact by act_quant).
+ * - matmul_group (q, k, v; gate, up in one stacked GEMM): each output equal to matmul of
+ *   its role (W4Ax bit for bit, FP16 within 1e-6 relative norm error).
  * - matmul, every role of every layer: from one activation (the CPU's codes and scales
  *   uploaded in the CUDA layout) within 1e-4 relative norm error for W4Ax (exact int32
  *   block sums on both sides) and 1e-3 relative per row; from each backend's own
@@ -423,6 +425,66 @@ static void test_matmul(void **state)
     pair_free(&p);
 }
 
+/* matmul_group: each output equal to matmul of its role on the same activation (W4Ax: one
+ * stacked GEMM either way, bit for bit; FP16: one cuBLAS call over the stack against one
+ * per role, within 1e-6 relative norm error), guards intact. */
+static void test_matmul_group(void **state)
+{
+    const variant *v = *state;
+    pair p = pair_make(v);
+    const comet_model_config *c = &p.m->cfg;
+    static const int Ts[] = {1, 7, 70};
+    static const comet_group groups[2] = {COMET_GROUP_QKV, COMET_GROUP_GATE_UP};
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
+        for (int l = 0; l < c->n_layer; l++)
+            for (int gi = 0; gi < 2; gi++) {
+                const int T = Ts[ti];
+                const comet_group g = groups[gi];
+                const comet_role first = g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE;
+                const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
+                const int w4ax = st_group_w4ax(p.m, l, g);
+                char what[128];
+                snprintf(what, sizeof what, "%s: matmul_group %s layer %d T %d", v->name,
+                         g == COMET_GROUP_QKV ? "qkv" : "gate_up", l, T);
+                sbuf ac, ag;
+                make_acts(&p, l, g, T, &ac, &ag);
+                sbuf ys[3], y1[3];
+                float *outs[3] = {NULL, NULL, NULL};
+                for (int i = 0; i < n_roles; i++) {
+                    const size_t n = (size_t)T * comet_model_linear(p.m, l, first + i)->n_out;
+                    ys[i] = sb_alloc(g_cuda, n * 4);
+                    y1[i] = sb_alloc(g_cuda, n * 4);
+                    outs[i] = sb_f(&ys[i]);
+                    OP_OK(g_cuda, g_cuda->ops->matmul(g_cuda, p.wg, l, first + i, sb_ptr(&ag), T,
+                                                      sb_f(&y1[i])), what);
+                }
+                OP_OK(g_cuda, g_cuda->ops->matmul_group(g_cuda, p.wg, l, g, sb_ptr(&ag), T, outs),
+                      what);
+                st_sync_ok(g_cuda);
+                for (int i = 0; i < n_roles; i++) {
+                    const size_t n = (size_t)T * comet_model_linear(p.m, l, first + i)->n_out;
+                    float *a = sb_fetch(&ys[i], n * 4), *b = sb_fetch(&y1[i], n * 4);
+                    long nan_at = st_first_nan(a, n);
+                    if (nan_at >= 0)
+                        fail_msg("%s: output %d element %ld is NaN (unwritten?)", what, i, nan_at);
+                    if (w4ax) {
+                        if (memcmp(a, b, n * 4))
+                            fail_msg("%s: output %d differs from matmul of its role", what, i);
+                    } else {
+                        double e = st_nerr(a, b, n);
+                        if (!(e <= 1e-6))
+                            fail_msg("%s: output %d relative norm error %.3g > 1e-6", what, i, e);
+                    }
+                    SB_CHECK_GUARDS(&ys[i], what);
+                    free(a), free(b);
+                    sb_free(&ys[i]), sb_free(&y1[i]);
+                }
+                sb_free(&ac), sb_free(&ag);
+            }
+    print_message("%s: matmul_group ok\n", v->name);
+    pair_free(&p);
+}
+
 /* ---- embed_tokens and lm_head ------------------------------------------------------------ */
 
 /* One sequence of T tokens from position 0 in pages 0, 1, ... */
@@ -565,6 +627,10 @@ int main(void)
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A8),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W16),
+        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_FP32),
+        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W4A4),
+        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W4A8),
+        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W16),
         cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_FP32),
         cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_W16),

@@ -2,12 +2,15 @@
  * on one prompt, batch-1 decode tokens/s, and where one decode step's time goes (per op).
  *
  * Token ids are random (seeded), so a synthetic model without a tokenizer runs the same way
- * as a real one. Times are host wall-clock around whole steps (a step returns when its
- * logits are on the host); medians over --reps runs. The per-op table comes from one extra
+ * as a real one. Every step ends with greedy sampling as `generate` does it (on the GPU the
+ * backend's op `sample`: only the token id comes back; on the CPU the host's sampler).
+ * Times are host wall-clock around whole steps (a step returns when its token is on the
+ * host); medians over --reps runs. The per-op table comes from one extra
  * decode step run op by op: the profiler waits for the backend after each op, so each row
- * includes one synchronization and the total exceeds the plain step time. "host enqueue"
- * is the time from a decode step's first op to its last op enqueued, without waiting: when
- * it is close to the step time, the step is bound by the host's launches.
+ * includes one synchronization and the total exceeds the plain step time; its last row,
+ * "sample", is the sampling call after the forward pass. "host enqueue" is the time from a
+ * decode step's first op to its last op enqueued, without waiting: when it is close to the
+ * step time, the step is bound by the host's launches.
  * Output: a markdown table on stdout.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -21,6 +24,7 @@
 #include "comet/model.h"
 #include "commands.h"
 #include "engine/runner.h"
+#include "engine/sampler.h"
 
 #define MAX_OPS 32
 #define MAX_REPS 101
@@ -65,7 +69,7 @@ typedef struct prof {
     comet_backend *be;
     int wait;        /* wait for the backend at each op (per-op times), else host times only */
     double t_start;  /* the step's first op */
-    double t_queued; /* the last op enqueued (the logits download starts) */
+    double t_queued; /* the last op of the forward pass enqueued */
     const char *cur;
     double t;
     int n;
@@ -80,7 +84,7 @@ static void on_op(void *user, const char *op) {
         double t = now_s();
         if (!p->t_start)
             p->t_start = t;
-        if (op && !strcmp(op, "logits download"))
+        if (!op)
             p->t_queued = t;
         return;
     }
@@ -109,20 +113,23 @@ static int32_t random_token(int V) {
     return (int32_t)(rng_state % (uint64_t)V);
 }
 
-/* Append token id to seq and run one decode step; logits [V] on the host. */
-static comet_status decode_step(comet_runner *run, comet_kv_seq *seq, int32_t id, float *logits) {
-    COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, 1));
-    comet_batch_builder_reset(&run->bb);
-    COMET_TRY(comet_batch_builder_add(&run->bb, seq, &id, 1, 1));
-    return comet_runner_step(run, logits);
+/* Run the step built in run->bb and pick its one token greedily into *id (logits [V]: the
+ * host scratch comet_runner_step_sample needs). */
+static comet_status step_greedy(comet_runner *run, comet_sampler *smp, float *logits,
+                                int32_t *id) {
+    comet_runner_draw draw = {smp, NULL, 0};
+    COMET_TRY(comet_runner_step_sample(run, &draw, logits, id));
+    return *id >= 0 ? COMET_OK
+                    : comet_set_error(COMET_ERR_NUMERIC, "bench: the logits are not finite");
 }
 
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best])
-            best = i;
-    return best;
+/* Append token *id to seq, run one decode step and pick the next token into *id. */
+static comet_status decode_step(comet_runner *run, comet_sampler *smp, comet_kv_seq *seq,
+                                int32_t *id, float *logits) {
+    COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, 1));
+    comet_batch_builder_reset(&run->bb);
+    COMET_TRY(comet_batch_builder_add(&run->bb, seq, id, 1, 1));
+    return step_greedy(run, smp, logits, id);
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -198,7 +205,10 @@ int cmd_bench(int argc, char **argv) {
     int32_t *prompt = malloc((size_t)prompt_n * sizeof *prompt);
     float *logits = malloc((size_t)V * sizeof *logits);
     comet_backend *be = NULL;
-    if (!prompt || !logits) {
+    comet_sampler_params sp = comet_sampler_default_params();
+    sp.temperature = 0.0f; /* greedy */
+    comet_sampler *smp = comet_sampler_init(&sp, V);
+    if (!prompt || !logits || !smp) {
         fprintf(stderr, "comet bench: out of memory\n");
         goto out;
     }
@@ -221,8 +231,7 @@ int cmd_bench(int argc, char **argv) {
     for (long i = 0; i < prompt_n; i++)
         prompt[i] = random_token(V);
 
-    double pre[MAX_REPS], dec[MAX_REPS], host_argmax = 0.0;
-    long argmax_n = 0;
+    double pre[MAX_REPS], dec[MAX_REPS];
     int32_t id = 0;
     for (int r = 0; r <= reps; r++) { /* r == 0 warms up */
         comet_kv_seq_release(&run.pool, &seq);
@@ -231,17 +240,12 @@ int cmd_bench(int argc, char **argv) {
         comet_batch_builder_reset(&run.bb);
         double t0 = now_s();
         if (comet_batch_builder_add(&run.bb, &seq, prompt, (int)prompt_n, 1) < 0 ||
-            comet_runner_step(&run, logits) < 0)
+            step_greedy(&run, smp, logits, &id) < 0)
             goto step_fail;
         double t1 = now_s();
-        for (long s = 0; s < decode_n; s++) {
-            double ta = now_s();
-            id = argmax(logits, V); /* greedy sampling on the host, part of the step loop */
-            host_argmax += now_s() - ta;
-            argmax_n++;
-            if (decode_step(&run, &seq, id, logits) != COMET_OK)
+        for (long s = 0; s < decode_n; s++)
+            if (decode_step(&run, smp, &seq, &id, logits) != COMET_OK)
                 goto step_fail;
-        }
         double t2 = now_s();
         if (r > 0) {
             pre[r - 1] = (double)prompt_n / (t1 - t0);
@@ -252,12 +256,16 @@ int cmd_bench(int argc, char **argv) {
     prof hq = {.be = be, .wait = 0}, pf = {.be = be, .wait = 1};
     prof *passes[2] = {&hq, &pf};
     for (int k = 0; k < 2; k++) {
-        id = argmax(logits, V);
         comet_forward_set_profiler(run.fc, on_op, passes[k]);
-        comet_status st = decode_step(&run, &seq, id, logits);
+        comet_status st = decode_step(&run, smp, &seq, &id, logits);
         comet_forward_set_profiler(run.fc, NULL, NULL);
         if (st != COMET_OK)
             goto step_fail;
+    }
+    if (pf.n < MAX_OPS) { /* the sampling call after the forward pass's last op */
+        pf.name[pf.n] = "sample";
+        pf.sec[pf.n] = now_s() - pf.t;
+        pf.calls[pf.n++] = 1;
     }
 
     double pre_med = median(pre, (int)reps), dec_med = median(dec, (int)reps);
@@ -267,15 +275,14 @@ int cmd_bench(int argc, char **argv) {
         quant = m->quant ? "W4AxKV4 (simulated)" : "FP32";
     double enqueue_ms = hq.t_queued > 0 ? 1e3 * (hq.t_queued - hq.t_start) : 0.0;
     printf("| model | weights | device | prefill %ld tok/s | decode tok/s (ctx %ld..%ld) | "
-           "ms / decode step | host enqueue ms | host argmax ms | load s |\n",
+           "ms / decode step | host enqueue ms | load s |\n",
            prompt_n, prompt_n, prompt_n + decode_n);
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("|---|---|---|---|---|---|---|---|\n");
     char enqueue[32] = "n/a"; /* a host-memory backend computes as it goes */
     if (enqueue_ms > 0)
         snprintf(enqueue, sizeof enqueue, "%.3f", enqueue_ms);
-    printf("| %s | %s | %s | %.0f | %.1f | %.3f | %s | %.3f | %.1f |\n\n", name, quant, device,
-           pre_med, dec_med, 1e3 / dec_med, enqueue, 1e3 * host_argmax / (double)argmax_n,
-           t_load);
+    printf("| %s | %s | %s | %.0f | %.1f | %.3f | %s | %.1f |\n\n", name, quant, device,
+           pre_med, dec_med, 1e3 / dec_med, enqueue, t_load);
     double total = 0.0;
     for (int i = 0; i < pf.n; i++)
         total += pf.sec[i];
@@ -294,6 +301,7 @@ report:
 out:
     comet_kv_seq_free(&seq);
     comet_runner_free(&run);
+    comet_sampler_free(smp);
     comet_backend_free(be);
     comet_model_free(m);
     free(prompt);

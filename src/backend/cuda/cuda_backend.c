@@ -9,8 +9,10 @@
  * - Step ops: step_begin packs the batch (and the attention tiles) into one pinned buffer
  *   and one copy; the elementwise + quantize, RoPE + KV append and attention kernels are in
  *   model_ops.cu; matmul runs the W4Ax GEMM (comet_cuda_gemm_w4ax, kernel AUTO, fp32 output,
- *   programmatic dependent launch) or cuBLAS (FP16 in, fp32 out); lm_head gathers the rows
- *   wanted and runs cuBLAS.
+ *   programmatic dependent launch) or cuBLAS (FP16 in, fp32 out); matmul_group runs one
+ *   GEMM over a group's stacked linears (q, k, v; gate, up) and splits its columns; lm_head
+ *   gathers the rows wanted and runs cuBLAS.
+ * - sample: the sampler's chain on the logits rows in device memory (sample.cu).
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
  * - Decode steps are recorded as CUDA graphs, one per batch size and attention split
  *   count, and replayed (graph_begin / graph_end; COMET_CUDA_GRAPHS=0 turns them off).
@@ -574,26 +576,93 @@ static comet_status gemm_f16(cuda_impl *im, const uint16_t *W, int N, int K, con
     return COMET_OK;
 }
 
+/* *buf holds at least `need` bytes of device memory: a larger buffer replaces it after the
+ * stream has drained (im->generation moves: graphs recorded on the old one are stale).
+ * Called with the device entered; never inside a graph recording (a shape runs op by op
+ * once before it is recorded, so its buffers have grown by then). */
+static cudaError_t grow_buffer(cuda_impl *im, void **buf, size_t *bytes, size_t need) {
+    if (need <= *bytes)
+        return cudaSuccess;
+    size_t cap = *bytes * 2 > need ? *bytes * 2 : need;
+    cudaError_t e = cudaStreamSynchronize(im->stream);
+    if (e != cudaSuccess)
+        return e;
+    im->generation++;
+    cudaFree(*buf);
+    *buf = NULL;
+    *bytes = 0;
+    if ((e = cudaMalloc(buf, cap)) == cudaSuccess)
+        *bytes = cap;
+    return e;
+}
+
+/* y [T, N] = the linear cl (N x K) of group gr applied to act. */
+static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *gr,
+                             const void *act, int T, float *y) {
+    if (cl->kind == LIN_W4AX) {
+        const int8_t *qa = act;
+        const float *sa = (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
+        return gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y);
+    }
+    return gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
+}
+
+/* The stack of group g (QKV or GATE_UP) applied to act, then its columns split into ys[i]
+ * [T, N_i] per role (a NULL ys[i] is skipped). */
+static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer, comet_group g,
+                               const void *act, int T, float *const *ys) {
+    const cuda_grp *gr = group_of(w, layer, g);
+    const comet_role first = g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE;
+    const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
+    int widths[3];
+    for (int i = 0; i < n_roles; i++)
+        widths[i] = w->lin[(size_t)layer * COMET_ROLE_COUNT + first + i].N;
+    cudaError_t e = grow_buffer(im, &im->stack_ws, &im->stack_ws_bytes,
+                                (size_t)T * gr->stack.N * sizeof(float));
+    if (e != cudaSuccess)
+        return comet_cuda_be_fail(e, "matmul: growing the stacked output");
+    COMET_TRY(lin_gemm(im, &gr->stack, gr, act, T, im->stack_ws));
+    return comet_cuda_unstack(im->stack_ws, T, gr->stack.N, n_roles, widths, ys, im->stream);
+}
+
 static comet_status cuda_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
                                 const void *act, int T, float *y) {
     cuda_impl *im = impl_of(be);
     COMET_TRY(comet_cuda_be_check_weights(im, w, "matmul"));
     COMET_ASSERT(layer >= 0 && layer < w->n_layer && (unsigned)r < COMET_ROLE_COUNT && T >= 1);
     const cuda_lin *cl = &w->lin[(size_t)layer * COMET_ROLE_COUNT + r];
-    const cuda_grp *gr = group_of(w, layer, comet_role_group(r));
+    const comet_group g = comet_role_group(r);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul: cudaSetDevice");
     comet_status st;
-    if (cl->kind == LIN_W4AX) {
-        const int8_t *qa = act;
-        const float *sa = (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
-        st = gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y);
+    if (cl->kind == LIN_W4AX && !cl->w4) { /* its rows live in the group's stack */
+        float *ys[3] = {NULL, NULL, NULL};
+        ys[r - (g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE)] = y;
+        st = stack_gemm(im, w, layer, g, act, T, ys);
     } else {
-        st = gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
+        st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y);
     }
     comet_cuda_be_leave(prev);
     if (st < 0)
         return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer, comet_cuda_role_names[r]);
+    return COMET_OK;
+}
+
+static comet_status cuda_matmul_group(comet_backend *be, const comet_weights *w, int layer,
+                                      comet_group g, const void *act, int T, float *const *ys) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "matmul_group"));
+    COMET_ASSERT(layer >= 0 && layer < w->n_layer && T >= 1);
+    if (g != COMET_GROUP_QKV && g != COMET_GROUP_GATE_UP)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: matmul_group: group %s "
+                               "has one linear", comet_cuda_group_names[g]);
+    CUcontext prev;
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul_group: cudaSetDevice");
+    comet_status st = stack_gemm(im, w, layer, g, act, T, ys);
+    comet_cuda_be_leave(prev);
+    if (st < 0)
+        return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer,
+                                          comet_cuda_group_names[g]);
     return COMET_OK;
 }
 
@@ -668,18 +737,7 @@ static comet_status cuda_paged_attention(comet_backend *be, const comet_kv_cache
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "paged_attention: cudaSetDevice");
-    cudaError_t e = cudaSuccess;
-    if (need > im->attn_ws_bytes) {
-        size_t cap = im->attn_ws_bytes * 2 > need ? im->attn_ws_bytes * 2 : need;
-        if ((e = cudaStreamSynchronize(im->stream)) == cudaSuccess) {
-            im->generation++;
-            cudaFree(im->attn_ws);
-            im->attn_ws = NULL;
-            im->attn_ws_bytes = 0;
-            if ((e = cudaMalloc(&im->attn_ws, cap)) == cudaSuccess)
-                im->attn_ws_bytes = cap;
-        }
-    }
+    cudaError_t e = grow_buffer(im, &im->attn_ws, &im->attn_ws_bytes, need);
     comet_status r = e != cudaSuccess
                          ? comet_cuda_be_fail(e, "paged_attention: growing the split workspace")
                          : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
@@ -719,6 +777,79 @@ static comet_status cuda_lm_head(comet_backend *be, const comet_weights *w, cons
         r = gemm_f16(im, w->lm_head, w->V, C, src, n, logits, "lm_head");
     comet_cuda_be_leave(prev);
     return r;
+}
+
+/* ---- sampling ----
+ * One upload (rows, penalty ids, penalty counts), the kernel of sample.cu, one download
+ * of the ids: a step's sampling costs one round trip of a few hundred bytes, not the
+ * logits rows (V fp32 each). */
+
+static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
+
+static comet_status cuda_sample(comet_backend *be, const float *logits, int V,
+                                const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
+                                const int32_t *pen_counts, int n_pen, int32_t *ids) {
+    cuda_impl *im = impl_of(be);
+    if (n_rows < 1 || V < 1 || n_pen < 0 || (n_pen > 0 && (!pen_ids || !pen_counts)))
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: %d rows, V = %d, "
+                               "%d penalty pairs", n_rows, V, n_pen);
+    for (int r = 0; r < n_rows; r++)
+        if (rows[r].row < 0 || rows[r].n_pen < 0 || rows[r].pen_offset < 0 ||
+            rows[r].pen_offset + rows[r].n_pen > n_pen)
+            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: row %d names "
+                                   "logits row %d and penalty pairs %d..%d of %d", r, rows[r].row,
+                                   rows[r].pen_offset, rows[r].pen_offset + rows[r].n_pen, n_pen);
+    for (int i = 0; i < n_pen; i++)
+        if (pen_ids[i] < 0 || pen_ids[i] >= V)
+            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: penalty id %d "
+                                   "outside the vocabulary of %d", pen_ids[i], V);
+    const size_t o_pid = align8((size_t)n_rows * sizeof *rows);
+    const size_t o_pcnt = o_pid + align8((size_t)n_pen * sizeof(int32_t));
+    const size_t o_ids = o_pcnt + align8((size_t)n_pen * sizeof(int32_t));
+    const size_t need = o_ids + align8((size_t)n_rows * sizeof(int32_t));
+    CUcontext prev;
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "sample: cudaSetDevice");
+    cudaError_t e = cudaSuccess;
+    const char *what = "sample";
+    if (need > im->smp_cap) {
+        size_t cap = need > 2 * im->smp_cap ? need : 2 * im->smp_cap;
+        if ((e = cudaStreamSynchronize(im->stream)) == cudaSuccess) {
+            cudaFreeHost(im->smp_host);
+            cudaFree(im->smp_dev);
+            im->smp_host = im->smp_dev = NULL;
+            im->smp_cap = 0;
+            if ((e = cudaMallocHost(&im->smp_host, cap)) != cudaSuccess)
+                what = "sample: pinned staging buffer";
+            else if ((e = cudaMalloc(&im->smp_dev, cap)) != cudaSuccess)
+                what = "sample: device buffer";
+            else
+                im->smp_cap = cap;
+        }
+    }
+    comet_status r = COMET_OK;
+    if (e == cudaSuccess) {
+        char *h = im->smp_host, *d = im->smp_dev;
+        memcpy(h, rows, (size_t)n_rows * sizeof *rows);
+        if (n_pen) {
+            memcpy(h + o_pid, pen_ids, (size_t)n_pen * sizeof(int32_t));
+            memcpy(h + o_pcnt, pen_counts, (size_t)n_pen * sizeof(int32_t));
+        }
+        e = cudaMemcpyAsync(d, h, o_ids, cudaMemcpyHostToDevice, im->stream);
+        if (e == cudaSuccess) {
+            r = comet_cuda_sample((const comet_sample_row *)d, n_rows, (float *)logits, V,
+                                  (const int32_t *)(d + o_pid), (const int32_t *)(d + o_pcnt),
+                                  (int32_t *)(d + o_ids), im->stream);
+            if (r >= 0 &&
+                (e = cudaMemcpyAsync(h + o_ids, d + o_ids, (size_t)n_rows * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, im->stream)) == cudaSuccess &&
+                (e = cudaStreamSynchronize(im->stream)) == cudaSuccess)
+                memcpy(ids, h + o_ids, (size_t)n_rows * sizeof(int32_t));
+        }
+    }
+    comet_cuda_be_leave(prev);
+    if (r < 0)
+        return r;
+    return e == cudaSuccess ? COMET_OK : comet_cuda_be_fail(e, what);
 }
 
 /* ---- decode-step graphs ----
@@ -858,6 +989,12 @@ static void cuda_destroy(comet_backend *be) {
             cudaFree(im->step_dev);
         if (im->attn_ws)
             cudaFree(im->attn_ws);
+        if (im->stack_ws)
+            cudaFree(im->stack_ws);
+        if (im->smp_host)
+            cudaFreeHost(im->smp_host);
+        if (im->smp_dev)
+            cudaFree(im->smp_dev);
         if (im->rope_dev)
             cudaFree(im->rope_dev);
         if (im->workspace)
@@ -886,11 +1023,13 @@ static const comet_backend_ops cuda_ops = {
     .act_quant = cuda_act_quant,
     .silu_mul_quant = cuda_silu_mul_quant,
     .matmul = cuda_matmul,
+    .matmul_group = cuda_matmul_group,
     .rope_kv_append = cuda_rope_kv_append,
     .paged_attention = cuda_paged_attention,
     .lm_head = cuda_lm_head,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
+    .sample = cuda_sample,
     .w4ax_load = comet_cuda_be_w4ax_load,
     .w4ax_free = comet_cuda_be_w4ax_free,
     .gemm_w4ax = cuda_gemm_w4ax,

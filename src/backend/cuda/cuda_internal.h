@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_kv.h"
 #include "backend/cuda/model_ops.h"
+#include "backend/cuda/sample.h"
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
 
@@ -48,6 +49,8 @@ typedef struct cuda_impl {
     comet_cuda_step_view view; /* the latest step_begin's batch on the device */
     void *attn_ws; /* attention's split partials, grown on demand */
     size_t attn_ws_bytes;
+    void *stack_ws; /* a stacked group's GEMM output [T, N] fp32, grown on demand */
+    size_t stack_ws_bytes;
     double *rope_dev; /* [ROPE_SLOTS, ROPE_SLOT_FREQS] inv_freq tables, allocated on first use */
     comet_rope_params rope_key[ROPE_SLOTS];
     int rope_used, rope_next;
@@ -62,6 +65,10 @@ typedef struct cuda_impl {
     cuda_graph graphs[GRAPH_SLOTS];
     int graph_next;    /* the slot the next new shape takes */
     int capturing;     /* the slot being recorded, or -1 */
+    /* sampling (op sample): the rows, penalty pairs and ids, pinned and on the device,
+     * smp_cap bytes each, grown on demand */
+    void *smp_host, *smp_dev;
+    size_t smp_cap;
 } cuda_impl;
 
 struct comet_w4ax_weight {
@@ -81,13 +88,18 @@ typedef enum cuda_lin_kind { LIN_NONE = 0, LIN_F16, LIN_W4AX } cuda_lin_kind;
 typedef struct cuda_lin {
     cuda_lin_kind kind;
     int N, K;
-    comet_w4ax_weight *w4; /* LIN_W4AX */
-    uint16_t *w16;         /* LIN_F16: device fp16 [N, K] */
+    comet_w4ax_weight *w4; /* LIN_W4AX, own rows; NULL when the group's stack holds them */
+    uint16_t *w16;         /* LIN_F16: device fp16 [N, K], own or inside the group's stack */
+    int row0;              /* -1: own weight; else the first of its rows in the group's stack */
 } cuda_lin;
 
 typedef struct cuda_grp {
     comet_cuda_act_fmt fmt; /* fmt.perm: device [K] or NULL */
     float *norm;            /* device fp32 [C], or NULL for O and DOWN */
+    /* QKV and GATE_UP: the group's linears stacked by rows in role order (q, k, v; gate,
+     * up), so that one GEMM reads the activation once for all of them; kind LIN_NONE in
+     * the other groups */
+    cuda_lin stack;
 } cuda_grp;
 
 #define LAYER_GROUPS COMET_GROUP_LM_HEAD /* groups per layer; the lm_head's comes after */

@@ -67,11 +67,10 @@ static comet_status upload_new(cuda_impl *im, void **dst, const void *src, size_
     return COMET_OK;
 }
 
-/* *dst = a new device fp16 copy of host fp32 src [n], converted on the device through the
- * fp32 staging buffer *stage (allocated on first need). */
-static comet_status upload_f16(cuda_impl *im, uint16_t **dst, const float *src, size_t n,
-                               float **stage, const char *what) {
-    CUDA_TRY(cudaMalloc((void **)dst, n * sizeof **dst), what);
+/* dst [n] (device) = host fp32 src [n] as fp16, converted on the device through the fp32
+ * staging buffer *stage (allocated on first need). */
+static comet_status convert_f16(cuda_impl *im, uint16_t *dst, const float *src, size_t n,
+                                float **stage, const char *what) {
     if (!*stage)
         CUDA_TRY(cudaMalloc((void **)stage, F16_STAGE_FLOATS * sizeof **stage), what);
     for (size_t off = 0; off < n; off += F16_STAGE_FLOATS) {
@@ -80,9 +79,16 @@ static comet_status upload_f16(cuda_impl *im, uint16_t **dst, const float *src, 
          * read the stage) and returns once src is staged */
         CUDA_TRY(cudaMemcpyAsync(*stage, src + off, cnt * sizeof *src, cudaMemcpyHostToDevice,
                                  im->stream), what);
-        COMET_TRY(comet_cuda_f32_to_f16(*stage, *dst + off, cnt, im->stream));
+        COMET_TRY(comet_cuda_f32_to_f16(*stage, dst + off, cnt, im->stream));
     }
     return COMET_OK;
+}
+
+/* *dst = a new device fp16 copy of host fp32 src [n] (convert_f16). */
+static comet_status upload_f16(cuda_impl *im, uint16_t **dst, const float *src, size_t n,
+                               float **stage, const char *what) {
+    CUDA_TRY(cudaMalloc((void **)dst, n * sizeof **dst), what);
+    return convert_f16(im, *dst, src, n, stage, what);
 }
 
 void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w) {
@@ -98,11 +104,15 @@ void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w) {
     for (size_t i = 0; w->lin && i < n_lin; i++) {
         if (w->lin[i].w4)
             comet_cuda_be_w4ax_free(be, w->lin[i].w4);
-        if (w->lin[i].w16)
+        if (w->lin[i].w16 && w->lin[i].row0 < 0)
             cudaFree(w->lin[i].w16);
     }
     size_t n_grp = (size_t)w->n_layer * LAYER_GROUPS + 1;
     for (size_t i = 0; w->grp && i < n_grp; i++) {
+        if (w->grp[i].stack.w4)
+            comet_cuda_be_w4ax_free(be, w->grp[i].stack.w4);
+        if (w->grp[i].stack.w16)
+            cudaFree(w->grp[i].stack.w16);
         if (w->grp[i].fmt.perm)
             cudaFree((void *)w->grp[i].fmt.perm);
         if (w->grp[i].norm)
@@ -221,13 +231,85 @@ static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet
     return COMET_OK;
 }
 
+/* Group g's linears (QKV: q, k, v; GATE_UP: gate, up) of layer l stacked by rows into the
+ * group's stack: W4Ax codes and scales concatenated on the host and packed as one weight,
+ * fp16 rows converted into one buffer (each role's w16 points at its rows). The group's
+ * format check (load_group) has made them one kind, one K and one block. */
+static comet_status load_stack(comet_backend *be, comet_weights *w, int l, comet_group g,
+                               float **stage) {
+    cuda_impl *im = impl_of(be);
+    const comet_model *m = w->m;
+    cuda_lin *st = &w->grp[(size_t)l * LAYER_GROUPS + g].stack;
+    const comet_role roles[3] = {g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE,
+                                 g == COMET_GROUP_QKV ? COMET_ROLE_K : COMET_ROLE_UP,
+                                 COMET_ROLE_V};
+    const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
+    const comet_linear *first = comet_model_linear(m, l, roles[0]);
+    const int K = first->n_in, B = first->block;
+    int N = 0;
+    for (int i = 0; i < n_roles; i++) {
+        const comet_linear *lin = comet_model_linear(m, l, roles[i]);
+        cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + roles[i]];
+        cl->kind = lin_kind(m, lin);
+        cl->N = lin->n_out, cl->K = lin->n_in, cl->row0 = N;
+        N += lin->n_out;
+    }
+    st->kind = lin_kind(m, first);
+    st->N = N, st->K = K, st->row0 = -1;
+    const uint64_t seed = m->synthetic_seed,
+                   salt = 16 * ((uint64_t)l * COMET_ROLE_COUNT + roles[0]) + 2;
+    if (st->kind == LIN_W4AX) {
+        if (seed)
+            return synth_w4ax(be, N, K, B, seed, salt, &st->w4);
+        const size_t q_row = (size_t)K / 2, s_row = (size_t)K / B;
+        uint8_t *qw = malloc((size_t)N * q_row);
+        uint16_t *sw = malloc((size_t)N * s_row * sizeof *sw);
+        comet_status r = COMET_OK;
+        if (!qw || !sw) {
+            r = comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
+        } else {
+            for (int i = 0; i < n_roles; i++) {
+                const comet_linear *lin = comet_model_linear(m, l, roles[i]);
+                const int row0 = w->lin[(size_t)l * COMET_ROLE_COUNT + roles[i]].row0;
+                memcpy(qw + (size_t)row0 * q_row, lin->qw, (size_t)lin->n_out * q_row);
+                memcpy(sw + (size_t)row0 * s_row, lin->sw, (size_t)lin->n_out * s_row * sizeof *sw);
+            }
+            r = comet_cuda_be_w4ax_load(be, N, K, B, qw, sw, &st->w4);
+            if (r < 0)
+                r = comet_cuda_be_prefix_error(r, "weights_load, layer %d %s", l,
+                                               comet_cuda_group_names[g]);
+        }
+        free(qw);
+        free(sw);
+        return r;
+    }
+    CUDA_TRY(cudaMalloc((void **)&st->w16, (size_t)N * K * sizeof *st->w16),
+             "weights_load: fp16 linears");
+    for (int i = 0; i < n_roles; i++) {
+        cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + roles[i]];
+        cl->w16 = st->w16 + (size_t)cl->row0 * K;
+    }
+    if (seed) { /* uniform with the variance of N(0, 1/K) */
+        float a = sqrtf(3.0f / (float)K);
+        return comet_cuda_fill_random(st->w16, (size_t)N * K, COMET_CUDA_FILL_F16, -a, a,
+                                      seed * 0x100000001B3ull + salt, im->stream);
+    }
+    for (int i = 0; i < n_roles; i++) {
+        const comet_linear *lin = comet_model_linear(m, l, roles[i]);
+        const cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + roles[i]];
+        COMET_TRY(convert_f16(im, cl->w16, lin->w, (size_t)lin->n_out * K, stage,
+                              "weights_load: fp16 linear"));
+    }
+    return COMET_OK;
+}
+
 static comet_status load_linear(comet_backend *be, comet_weights *w, int l, comet_role r,
                                 float **stage) {
     cuda_impl *im = impl_of(be);
     const comet_linear *lin = comet_model_linear(w->m, l, r);
     cuda_lin *cl = &w->lin[(size_t)l * COMET_ROLE_COUNT + r];
     cl->kind = lin_kind(w->m, lin);
-    cl->N = lin->n_out, cl->K = lin->n_in;
+    cl->N = lin->n_out, cl->K = lin->n_in, cl->row0 = -1;
     uint64_t seed = w->m->synthetic_seed, salt = 16 * ((uint64_t)l * COMET_ROLE_COUNT + r) + 2;
     if (seed && cl->kind == LIN_W4AX)
         return synth_w4ax(be, lin->n_out, lin->n_in, lin->block, seed, salt, &cl->w4);
@@ -281,8 +363,13 @@ comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
     for (int l = 0; l < c->n_layer && st >= 0; l++) {
         for (int g = 0; g < LAYER_GROUPS && st >= 0; g++)
             st = load_group(be, w, l, (comet_group)g);
+        for (int g = 0; g < LAYER_GROUPS && st >= 0; g++)
+            if (g == COMET_GROUP_QKV || g == COMET_GROUP_GATE_UP)
+                st = load_stack(be, w, l, (comet_group)g, &stage);
         for (int r = 0; r < COMET_ROLE_COUNT && st >= 0; r++)
-            st = load_linear(be, w, l, (comet_role)r, &stage);
+            if (comet_role_group((comet_role)r) == COMET_GROUP_O ||
+                comet_role_group((comet_role)r) == COMET_GROUP_DOWN)
+                st = load_linear(be, w, l, (comet_role)r, &stage);
     }
     if (st >= 0) {
         cuda_grp *lg = &w->grp[(size_t)c->n_layer * LAYER_GROUPS];

@@ -1020,6 +1020,29 @@ comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
     return COMET_OK;
 }
 
+
+/* ---- stacked GEMM output ---- */
+
+struct unstack_args {
+    const float *y;
+    int N, n_parts;
+    int col0[4];
+    float *out[3];
+};
+
+/* Grid (column blocks, T): ys[i][t, c - col0[i]] = y[t, c] for the columns c of part i. */
+static __global__ void unstack_kernel(unstack_args a) {
+    const int t = blockIdx.y;
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.N; c += gridDim.x * blockDim.x) {
+        int i = 0;
+        while (i + 1 < a.n_parts && c >= a.col0[i + 1])
+            i++;
+        float *o = a.out[i];
+        if (o)
+            o[(size_t)t * (a.col0[i + 1] - a.col0[i]) + (c - a.col0[i])] = a.y[(size_t)t * a.N + c];
+    }
+}
+
 } /* namespace */
 
 extern "C" {
@@ -1215,6 +1238,25 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
         COMET_TRY(launch_check("paged_attention (split combine)"));
     }
     return COMET_OK;
+}
+
+comet_status comet_cuda_unstack(const float *y, int T, int N, int n_parts, const int *widths,
+                                float *const *outs, void *stream) {
+    unstack_args a = {};
+    if (T < 1 || n_parts < 1 || n_parts > 3)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: unstack: T = %d, %d parts",
+                               T, n_parts);
+    a.y = y, a.N = N, a.n_parts = n_parts;
+    for (int i = 0; i < n_parts; i++) {
+        a.col0[i + 1] = a.col0[i] + widths[i];
+        a.out[i] = outs[i];
+    }
+    if (a.col0[n_parts] != N)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: unstack: parts of %d "
+                               "columns in all, the stack has %d", a.col0[n_parts], N);
+    const unsigned blocks = (unsigned)((N + 1023) / 1024 < 64 ? (N + 1023) / 1024 : 64);
+    unstack_kernel<<<dim3(blocks, T), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
+    return launch_check("matmul (stack split)");
 }
 
 } /* extern "C" */

@@ -133,6 +133,12 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
                                         const float *q, int H, float *out, int rotate,
                                         int n_splits, void *workspace, void *stream);
 
+/* ys split of a stacked GEMM output: outs[i] [T, widths[i]] = the columns of part i of y
+ * [T, N] (parts side by side, N = their sum; n_parts <= 3); a NULL outs[i] is skipped.
+ * Queued on stream. COMET_OK, COMET_ERR_INVALID_ARG, COMET_ERR_CUDA (launch). */
+comet_status comet_cuda_unstack(const float *y, int T, int N, int n_parts, const int *widths,
+                                float *const *outs, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
