@@ -15,8 +15,8 @@
  *   - perplexity on the GPU does not depend on the prefill chunk (512 vs 37, 2 windows):
  *     within 1e-3 for FP, printed for W4AxKV4 (the same noise);
  *   - decode steps replayed from CUDA graphs give the same logits as op-by-op launches, on a
- *     short prompt and on one long enough (1400 tokens) that the attention split count
- *     stops growing while the page tables still do.
+ *     short prompt and on one long enough (1400 tokens) that a recording is replayed while
+ *     the page tables grow under it.
  * Exits 77 (ctest: skipped) when no CUDA device is usable or the model / text is missing.
  */
 #include <math.h>
@@ -38,8 +38,9 @@
 
 #define STEPS 64
 #define SKIP 77
-/* tokens of the long prompt of test_graphs_identical: past 22 x 64 (the default model's
- * attention split count on 132 SMs stops at 22 there, at two 32-key chunks a split) */
+/* tokens of the long prompt of test_graphs_identical: its decode steps take 21 to 23
+ * attention splits (one per 64 keys, model_ops.cu), so each recording is replayed while
+ * the page table grows by 4 pages (16 tokens each) */
 #define LONG_PROMPT 1400
 
 static char *text;
