@@ -89,6 +89,15 @@ typedef struct step_plan {
     chunk c[MAX_SEQS];
 } step_plan;
 
+/* a[0..n) in a random order (Fisher-Yates on the test's stream) */
+static void shuffle(int *a, int n)
+{
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(st_next() % (uint64_t)(i + 1)), t = a[i];
+        a[i] = a[j], a[j] = t;
+    }
+}
+
 /* Steps that bring sequences s to len[s] tokens: each step takes from each unfinished
  * sequence (in a shuffled order; one may sit a step out) a prefill chunk of 1..max_chunk
  * tokens, or a single decode token for its last two positions. */
@@ -103,10 +112,7 @@ static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *st
         if (!n_active)
             break;
         assert_true(n_steps < MAX_STEPS);
-        for (int i = n_active - 1; i > 0; i--) { /* shuffle */
-            int j = (int)(st_next() % (uint64_t)(i + 1)), t = active[i];
-            active[i] = active[j], active[j] = t;
-        }
+        shuffle(active, n_active);
         step_plan *sp = &steps[n_steps++];
         sp->n = 0;
         sp->attend = 1;
@@ -139,10 +145,7 @@ static int make_decode_schedule(const int *len, int n_seq, int max_chunk, int n_
         if (!n_active)
             break;
         assert_true(n_steps < MAX_STEPS);
-        for (int i = n_active - 1; i > 0; i--) { /* shuffle */
-            int j = (int)(st_next() % (uint64_t)(i + 1)), t = active[i];
-            active[i] = active[j], active[j] = t;
-        }
+        shuffle(active, n_active);
         step_plan *sp = &steps[n_steps++];
         sp->n = 0;
         sp->attend = 0;

@@ -92,36 +92,29 @@ struct sample_smem {
     arg_max am;
 };
 
-/* The block's sum (int), in every thread. */
-__device__ int all_sum(sample_smem &sm, int v) {
-    const int r = block_int(sm.t.i).Sum(v);
+/* v, valid in thread 0, in every thread (slot: shared memory). */
+template <typename T>
+__device__ T broadcast(T *slot, T v) {
     if (threadIdx.x == 0)
-        sm.bi = r;
+        *slot = v;
     __syncthreads();
-    const int out = sm.bi;
+    const T out = *slot;
     __syncthreads();
     return out;
+}
+
+/* The block's sum (int), in every thread. */
+__device__ int all_sum(sample_smem &sm, int v) {
+    return broadcast(&sm.bi, block_int(sm.t.i).Sum(v));
 }
 
 template <typename Op>
 __device__ int all_reduce(sample_smem &sm, int v, Op op) {
-    const int r = block_int(sm.t.i).Reduce(v, op);
-    if (threadIdx.x == 0)
-        sm.bi = r;
-    __syncthreads();
-    const int out = sm.bi;
-    __syncthreads();
-    return out;
+    return broadcast(&sm.bi, block_int(sm.t.i).Reduce(v, op));
 }
 
 __device__ double all_dsum(sample_smem &sm, double v) {
-    const double r = block_double(sm.t.d).Sum(v);
-    if (threadIdx.x == 0)
-        sm.bd = r;
-    __syncthreads();
-    const double out = sm.bd;
-    __syncthreads();
-    return out;
+    return broadcast(&sm.bd, block_double(sm.t.d).Sum(v));
 }
 
 __device__ __forceinline__ float tempered(const float *x, int i, const comet_sample_row &R) {
@@ -166,10 +159,7 @@ __device__ int draw_in_id_order(sample_smem &sm, const float *x, int V,
     double pre, total;
     block_dscan(sm.t.scan).ExclusiveSum(m, pre, total);
     __syncthreads();
-    if (threadIdx.x == 0)
-        sm.bd = total;
-    __syncthreads();
-    const double target = R.u * sm.bd;
+    const double target = R.u * broadcast(&sm.bd, total);
     int pick = INT_MAX;
     if (pre <= target) {
         double acc = pre;
@@ -310,10 +300,7 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
     double total;
     block_dscan(sm.t.scan).InclusiveSum(w, cum, total);
     __syncthreads();
-    if (tid == 0)
-        sm.bd = total;
-    __syncthreads();
-    const double target = R.u * sm.bd;
+    const double target = R.u * broadcast(&sm.bd, total);
     int pick = INT_MAX;
 #pragma unroll
     for (int j = 0; j < SMP_ITEMS; j++)
@@ -361,12 +348,7 @@ sample_kernel(const comet_sample_row *__restrict__ rows, float *__restrict__ log
             ids[blockIdx.x] = COMET_SAMPLE_NONFINITE;
         return;
     }
-    best = block_argmax(sm.t.am).Reduce(best, arg_max_op());
-    if (tid == 0)
-        sm.am = best;
-    __syncthreads();
-    best = sm.am;
-    __syncthreads();
+    best = broadcast(&sm.am, block_argmax(sm.t.am).Reduce(best, arg_max_op()));
     if (R.greedy) {
         if (tid == 0)
             ids[blockIdx.x] = best.id;
