@@ -21,6 +21,7 @@
 #include "format/checkpoint.h"
 #include "quant/calib.h"
 #include "quant/fmpq.h"
+#include "quant/rotate.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -59,6 +60,12 @@ static void usage(FILE *f) {
             "                       rotate K, V per KV head by the Walsh-Hadamard matrix\n"
             "                       before KV quantization (default: hadamard when the KV\n"
             "                       cache is quantized and the head dim a power of two)\n"
+            "  --rotate none|orthogonal\n"
+            "                       rotate the residual stream by a random orthogonal matrix\n"
+            "                       folded into the weights, RMSNorm weights folded into the\n"
+            "                       linears first (exact in fp32; spreads activation outliers\n"
+            "                       over all channels; default none)\n"
+            "  --rotate-seed N      the rotation's seed (default 1)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
@@ -92,7 +99,8 @@ int cmd_quantize(int argc, char **argv) {
     long kvgroup = 0;
     double budget = 0.25, tau = 2.0, damp = 0.01;
     comet_fmpq_params p = comet_fmpq_default_params();
-    int verbose = 0;
+    int verbose = 0, rotate = 0;
+    long rotate_seed = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -153,6 +161,14 @@ int cmd_quantize(int argc, char **argv) {
                 return 2;
             }
             i++;
+        } else if (!strcmp(a, "--rotate")) {
+            if (!val || (strcmp(val, "none") && strcmp(val, "orthogonal"))) {
+                fprintf(stderr, "comet quantize: --rotate expects none or orthogonal\n");
+                return 2;
+            }
+            rotate = !strcmp(val, "orthogonal"), i++;
+        } else if (!strcmp(a, "--rotate-seed")) {
+            bad = cli_parse_int("quantize", a, val, 0, 2147483647L, &rotate_seed), i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -197,11 +213,21 @@ int cmd_quantize(int argc, char **argv) {
                         "source model\n", model_path);
         goto out;
     }
+    if (rotate) {
+        if (comet_rotate_residual(m, (uint64_t)rotate_seed) < 0) {
+            cli_report_error("quantize", "cannot rotate the residual stream");
+            goto out;
+        }
+        comet_log(COMET_LOG_INFO, "residual stream rotated (orthogonal, seed %ld), RMSNorm "
+                  "weights folded", rotate_seed);
+    }
     /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
      * reordering needs none, so calibration is skipped. */
     int need_calib = p.gptq || p.reorder || p.a_bits == 4;
     comet_calib_meta meta = {.windows = (int)windows, .window_len = (int)win_len};
-    snprintf(meta.model, sizeof meta.model, "%s", model_path);
+    /* a rotated model's statistics are another model's: its cache entry says so */
+    snprintf(meta.model, sizeof meta.model, rotate ? "%s+rotate-orthogonal-%ld" : "%s",
+             model_path, rotate_seed);
     snprintf(meta.corpus, sizeof meta.corpus, "%s", calib_path);
     if (need_calib && cache_path && access(cache_path, R_OK) == 0) {
         if (comet_calib_stats_load(cache_path, &m->cfg, &meta, p.gptq, &cs) < 0)

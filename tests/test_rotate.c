@@ -1,0 +1,170 @@
+/* test_rotate.c — the residual rotation folded into the weights (quant/rotate.h):
+ *
+ * - comet_rotation_orthogonal gives Q·Qᵀ = I (1e-5), the same Q for a seed, another for
+ *   another seed;
+ * - the folding is exact: logits at every position of a prompt equal the unrotated
+ *   model's within 1e-4 relative (max over a row of |diff| / max |logit|), on a tiny random
+ *   model (untied lm_head, norms far from 1) and, when it is present, on the default model
+ *   (tied embeddings: the folded output norm unties them);
+ * - the rotated model's norms are all 1 and its lm_head is its own array;
+ * - a quantized model is refused by name.
+ */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "comet/model.h"
+#include "engine/kv_pages.h"
+#include "model/forward.h"
+#include "quant/rotate.h"
+#include "cpu_test_util.h"
+#include "test_util.h"
+
+#define P 16
+
+static void test_orthogonal(void **state) {
+    (void)state;
+    static const int ns[] = {44, 576};
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        const int n = ns[k];
+        float *q = malloc((size_t)n * n * sizeof *q), *q2 = malloc((size_t)n * n * sizeof *q2);
+        assert_true(q && q2);
+        assert_int_equal(comet_rotation_orthogonal(n, 7, q), COMET_OK);
+        double worst = 0.0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < n; j++) {
+                double d = 0.0;
+                for (int t = 0; t < n; t++)
+                    d += (double)q[(size_t)i * n + t] * q[(size_t)j * n + t];
+                worst = fmax(worst, fabs(d - (i == j)));
+            }
+        if (!(worst <= 1e-5))
+            fail_msg("n %d: |Q·Qᵀ - I| reaches %.3g", n, worst);
+        assert_int_equal(comet_rotation_orthogonal(n, 7, q2), COMET_OK);
+        assert_memory_equal(q, q2, (size_t)n * n * sizeof *q);
+        assert_int_equal(comet_rotation_orthogonal(n, 8, q2), COMET_OK);
+        assert_true(memcmp(q, q2, (size_t)n * n * sizeof *q) != 0);
+        free(q);
+        free(q2);
+    }
+}
+
+/* logits [n, V] after each of n prompt tokens, one step on the CPU backend */
+static float *prompt_logits(const comet_model *m, const int32_t *tokens, int n) {
+    comet_backend *be = comet_backend_cpu_init(1);
+    assert_non_null(be);
+    const int pages = (n + P - 1) / P;
+    comet_kv_cache kv;
+    comet_kv_pool pool;
+    comet_batch_builder bb;
+    comet_kv_seq seq;
+    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, pages, P, m->cfg.n_head_kv,
+                                         m->cfg.head_dim), COMET_OK);
+    assert_int_equal(comet_kv_pool_init(&pool, pages, P), COMET_OK);
+    assert_int_equal(comet_batch_builder_init(&bb, n, 1, pages, P), COMET_OK);
+    assert_int_equal(comet_kv_seq_init(&seq, n, P), COMET_OK);
+    comet_forward_ctx *fc = comet_forward_init(m, be, n);
+    assert_non_null(fc);
+    float *logits = malloc((size_t)n * m->cfg.n_vocab * sizeof *logits);
+    assert_non_null(logits);
+    assert_int_equal(comet_kv_seq_reserve(&pool, &seq, n), COMET_OK);
+    assert_int_equal(comet_batch_builder_add(&bb, &seq, tokens, n, 2), COMET_OK);
+    assert_int_equal(comet_forward(fc, &kv, &bb.batch, logits), COMET_OK);
+    comet_forward_free(fc);
+    comet_kv_seq_free(&seq);
+    comet_batch_builder_free(&bb);
+    comet_kv_pool_free(&pool);
+    comet_kv_cache_free(&kv);
+    comet_backend_free(be);
+    return logits;
+}
+
+/* The worst row of max |a - b| / max |b| over n rows of V. */
+static double worst_row_rel(const float *a, const float *b, int n, int V) {
+    double worst = 0.0;
+    for (int r = 0; r < n; r++) {
+        double md = 0.0, mb = 0.0;
+        for (int j = 0; j < V; j++) {
+            md = fmax(md, fabs((double)a[(size_t)r * V + j] - b[(size_t)r * V + j]));
+            mb = fmax(mb, fabs((double)b[(size_t)r * V + j]));
+        }
+        worst = fmax(worst, md / mb);
+    }
+    return worst;
+}
+
+static void check_folded(comet_model *m, const char *what) {
+    const int n = 24, V = m->cfg.n_vocab;
+    int32_t tokens[24];
+    tu_seed(99);
+    for (int i = 0; i < n; i++)
+        tokens[i] = tu_int(V);
+    float *before = prompt_logits(m, tokens, n);
+    float *embd0 = m->tok_embd;
+    assert_int_equal(comet_rotate_residual(m, 1234), COMET_OK);
+    assert_ptr_equal(m->tok_embd, embd0); /* in place */
+    assert_ptr_not_equal(m->lm_head, m->tok_embd);
+    assert_int_equal(m->cfg.tie_embeddings, 0);
+    for (int i = 0; i < m->cfg.n_embd; i++) {
+        assert_true(m->output_norm[i] == 1.0f);
+        for (int l = 0; l < m->cfg.n_layer; l++)
+            assert_true(m->layers[l].attn_norm[i] == 1.0f && m->layers[l].ffn_norm[i] == 1.0f);
+    }
+    float *after = prompt_logits(m, tokens, n);
+    double e = worst_row_rel(after, before, n, V);
+    print_message("%s: rotated vs original logits, worst row %.3g relative\n", what, e);
+    if (!(e <= 1e-4))
+        fail_msg("%s: rotated logits differ by %.3g relative (bound 1e-4)", what, e);
+    free(before);
+    free(after);
+}
+
+static void test_fold_tiny(void **state) {
+    (void)state;
+    comet_model *m = tu_tiny_model(5);
+    check_folded(m, "tiny model");
+    tu_model_free(m);
+}
+
+static void test_fold_default_model(void **state) {
+    (void)state;
+    const char *path = default_model_path();
+    if (access(path, R_OK) != 0) {
+        print_message("skipped: %s not present (scripts/setup.sh fetches it)\n", path);
+        skip();
+    }
+    comet_model *m = NULL;
+    assert_int_equal(comet_model_load(path, &m), COMET_OK);
+    assert_int_equal(m->cfg.tie_embeddings, 1);
+    check_folded(m, "default model");
+    comet_model_free(m);
+}
+
+static void test_refuses_quantized(void **state) {
+    (void)state;
+    comet_model *m = tu_tiny_model(6);
+    comet_quant_config q = {0};
+    m->quant = &q;
+    assert_int_equal(comet_rotate_residual(m, 1), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "floating-point"));
+    m->quant = NULL;
+    tu_model_free(m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_orthogonal),
+        cmocka_unit_test(test_fold_tiny),
+        cmocka_unit_test(test_fold_default_model),
+        cmocka_unit_test(test_refuses_quantized),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
