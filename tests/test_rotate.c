@@ -7,6 +7,8 @@
  *   model (untied lm_head, norms far from 1) and, when it is present, on the default model
  *   (tied embeddings: the folded output norm unties them);
  * - the rotated model's norms are all 1 and its lm_head is its own array;
+ * - kept channels (comet_rotate_residual_keeping) stay where they are, the fold stays
+ *   exact, and comet_rotation_outliers ranks channels by salience over the norm weight;
  * - a quantized model is refused by name.
  */
 #include <math.h>
@@ -148,6 +150,57 @@ static void test_fold_default_model(void **state) {
     comet_model_free(m);
 }
 
+/* Kept channels: the stream's channel j stays channel j (Q's row and column are e_j), the
+ * fold stays exact, bad lists are refused; comet_rotation_outliers ranks by salience over
+ * the norm weight. */
+static void test_keep_channels(void **state) {
+    (void)state;
+    comet_model *m = tu_tiny_model(8);
+    const int C = m->cfg.n_embd, V = m->cfg.n_vocab;
+    comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
+    assert_non_null(cs);
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int j = 0; j < C; j++) {
+            cs->sal[COMET_QGROUP_QKV][(size_t)l * C + j] = 1.0f + 0.01f * (float)j;
+            cs->sal[COMET_QGROUP_GATE_UP][(size_t)l * C + j] = 1.0f;
+        }
+    cs->sal[COMET_QGROUP_QKV][5] = 40.0f * m->layers[0].attn_norm[5];        /* layer 0 */
+    cs->sal[COMET_QGROUP_GATE_UP][(size_t)C + 11] = 90.0f * m->layers[1].ffn_norm[11];
+    int keep[3];
+    comet_rotation_outliers(m, cs, 3, keep);
+    assert_int_equal(keep[0], 11);
+    assert_int_equal(keep[1], 5);
+    assert_true(keep[2] != 5 && keep[2] != 11 && keep[2] >= 0 && keep[2] < C);
+    comet_calib_stats_free(cs);
+
+    int bad[2] = {3, 3};
+    assert_int_equal(comet_rotate_residual_keeping(m, 1, bad, 2), COMET_ERR_INVALID_ARG);
+    bad[1] = C;
+    assert_int_equal(comet_rotate_residual_keeping(m, 1, bad, 2), COMET_ERR_INVALID_ARG);
+
+    /* Q is the identity on a kept channel, and no norm folds into the embedding: its
+     * column stays as it was */
+    float *col = malloc((size_t)V * sizeof *col);
+    for (int v = 0; v < V; v++)
+        col[v] = m->tok_embd[(size_t)v * C + keep[0]];
+    const int n = 16;
+    int32_t tokens[16];
+    for (int i = 0; i < n; i++)
+        tokens[i] = tu_int(V);
+    float *before = prompt_logits(m, tokens, n);
+    assert_int_equal(comet_rotate_residual_keeping(m, 3, keep, 3), COMET_OK);
+    for (int v = 0; v < V; v++)
+        assert_true(m->tok_embd[(size_t)v * C + keep[0]] == col[v]);
+    float *after = prompt_logits(m, tokens, n);
+    double e = worst_row_rel(after, before, n, V);
+    if (!(e <= 1e-4))
+        fail_msg("keeping 3 channels: rotated logits differ by %.3g relative", e);
+    free(col);
+    free(before);
+    free(after);
+    tu_model_free(m);
+}
+
 static void test_refuses_quantized(void **state) {
     (void)state;
     comet_model *m = tu_tiny_model(6);
@@ -164,6 +217,7 @@ int main(void) {
         cmocka_unit_test(test_orthogonal),
         cmocka_unit_test(test_fold_tiny),
         cmocka_unit_test(test_fold_default_model),
+        cmocka_unit_test(test_keep_channels),
         cmocka_unit_test(test_refuses_quantized),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -91,7 +91,51 @@ static void left_rotate(float *w, int C, int cols, const float *q, float *tmp) {
 
 static int plain(const comet_linear *l) { return l->fmt == COMET_WFMT_F32 && l->w; }
 
+/* q [C, C] := identity on the channels keep[0..n_keep), a random orthogonal matrix of
+ * order C - n_keep on the others. */
+static comet_status rotation_keeping(int C, uint64_t seed, const int *keep, int n_keep,
+                                     float *q) {
+    const int n = C - n_keep;
+    int *rest = malloc((size_t)(n > 0 ? n : 1) * sizeof *rest);
+    unsigned char *kept = calloc((size_t)C, 1);
+    float *sub = malloc((size_t)(n > 0 ? n : 1) * (n > 0 ? n : 1) * sizeof *sub);
+    comet_status st = COMET_OK;
+    if (!rest || !kept || !sub) {
+        st = comet_set_error(COMET_ERR_NOMEM, "rotation: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < n_keep; i++) {
+        if (keep[i] < 0 || keep[i] >= C || kept[keep[i]]) {
+            st = comet_set_error(COMET_ERR_INVALID_ARG, "rotation: kept channel %d is outside "
+                                 "0..%d or listed twice", keep[i], C - 1);
+            goto out;
+        }
+        kept[keep[i]] = 1;
+    }
+    for (int j = 0, k = 0; j < C; j++)
+        if (!kept[j])
+            rest[k++] = j;
+    if (n > 0 && (st = comet_rotation_orthogonal(n, seed, sub)) < 0)
+        goto out;
+    memset(q, 0, (size_t)C * C * sizeof *q);
+    for (int i = 0; i < n_keep; i++)
+        q[(size_t)keep[i] * C + keep[i]] = 1.0f;
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++)
+            q[(size_t)rest[a] * C + rest[b]] = sub[(size_t)a * n + b];
+out:
+    free(rest);
+    free(kept);
+    free(sub);
+    return st;
+}
+
 comet_status comet_rotate_residual(comet_model *m, uint64_t seed) {
+    return comet_rotate_residual_keeping(m, seed, NULL, 0);
+}
+
+comet_status comet_rotate_residual_keeping(comet_model *m, uint64_t seed, const int *keep,
+                                           int n_keep) {
     const comet_model_config *c = &m->cfg;
     const int C = c->n_embd, V = c->n_vocab;
     if (m->quant || !m->tok_embd || !m->output_norm || !m->lm_head)
@@ -124,7 +168,7 @@ comet_status comet_rotate_residual(comet_model *m, uint64_t seed) {
         free(tmp);
         return comet_set_error(COMET_ERR_NOMEM, "rotation: out of memory");
     }
-    comet_status st = comet_rotation_orthogonal(C, seed, q);
+    comet_status st = rotation_keeping(C, seed, keep, n_keep, q);
     if (st < 0) {
         free(q);
         free(tmp);
@@ -152,4 +196,49 @@ comet_status comet_rotate_residual(comet_model *m, uint64_t seed) {
     free(q);
     free(tmp);
     return COMET_OK;
+}
+
+static int cmp_float(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+void comet_rotation_outliers(const comet_model *m, const comet_calib_stats *cs, int n_keep,
+                             int *keep_out) {
+    const int C = m->cfg.n_embd;
+    float *score = calloc((size_t)C, sizeof *score), *tmp = malloc((size_t)C * sizeof *tmp);
+    if (!score || !tmp) { /* no statistics to rank by: the first channels */
+        for (int i = 0; i < n_keep; i++)
+            keep_out[i] = i;
+        free(score);
+        free(tmp);
+        return;
+    }
+    const comet_qgroup groups[2] = {COMET_QGROUP_QKV, COMET_QGROUP_GATE_UP};
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        for (int gi = 0; gi < 2; gi++) {
+            const float *sal = cs->sal[groups[gi]] + (size_t)l * C;
+            const float *g = gi == 0 ? m->layers[l].attn_norm : m->layers[l].ffn_norm;
+            for (int j = 0; j < C; j++)
+                tmp[j] = sal[j] / fmaxf(fabsf(g[j]), 1e-6f);
+            float *sorted = malloc((size_t)C * sizeof *sorted);
+            if (!sorted)
+                continue;
+            memcpy(sorted, tmp, (size_t)C * sizeof *sorted);
+            qsort(sorted, (size_t)C, sizeof *sorted, cmp_float);
+            const float med = fmaxf(sorted[C / 2], 1e-30f);
+            free(sorted);
+            for (int j = 0; j < C; j++)
+                score[j] = fmaxf(score[j], tmp[j] / med);
+        }
+    for (int i = 0; i < n_keep; i++) { /* selection: n_keep is small */
+        int best = -1;
+        for (int j = 0; j < C; j++)
+            if (score[j] >= 0 && (best < 0 || score[j] > score[best]))
+                best = j;
+        keep_out[i] = best;
+        score[best] = -1.0f;
+    }
+    free(score);
+    free(tmp);
 }

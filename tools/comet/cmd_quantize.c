@@ -66,9 +66,15 @@ static void usage(FILE *f) {
             "                       linears first (exact in fp32; spreads activation outliers\n"
             "                       over all channels; default none)\n"
             "  --rotate-seed N      the rotation's seed (default 1)\n"
+            "  --rotate-keep N      leave the N residual channels with the largest activation\n"
+            "                       outliers (on 16 calibration windows of the unrotated\n"
+            "                       model) out of the rotation, for the INT8 blocks (default 0)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
+
+/* calibration windows that pick the channels --rotate-keep leaves unrotated */
+#define KEEP_WINDOWS 16
 
 static double dir_bytes(const char *dir) {
     DIR *d = opendir(dir);
@@ -92,6 +98,36 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The calibration text as token ids (*ids, *n: read and tokenized on the first call, then
+ * reused), and the CPU backend that runs calibration (*be: started on the first call).
+ * Returns 0, or 1 after printing why not. */
+static int calib_setup(const comet_model *m, const char *calib_path, long win_len, long threads,
+                       char **text, int32_t **ids, size_t *n, comet_backend **be) {
+    if (*ids)
+        return 0;
+    size_t text_len = 0;
+    if (!(*text = cli_read_file(calib_path, &text_len))) {
+        fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
+                strerror(errno));
+        return 1;
+    }
+    if (comet_tokenizer_encode(m->tok, *text, text_len, 0, ids, n) < 0) {
+        cli_report_error("quantize", "cannot tokenize the calibration text");
+        return 1;
+    }
+    if (*n < (size_t)win_len) {
+        fprintf(stderr, "comet quantize: %s has %zu tokens, fewer than one calibration window "
+                        "of %ld; a longer text or a smaller --calib-len would work\n",
+                calib_path, *n, win_len);
+        return 1;
+    }
+    if (!(*be = comet_backend_cpu_init((int)threads))) {
+        cli_report_error("quantize", "cannot start the CPU backend");
+        return 1;
+    }
+    return 0;
+}
+
 int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
     const char *cache_path = NULL;
@@ -100,7 +136,7 @@ int cmd_quantize(int argc, char **argv) {
     double budget = 0.25, tau = 2.0, damp = 0.01;
     comet_fmpq_params p = comet_fmpq_default_params();
     int verbose = 0, rotate = 0;
-    long rotate_seed = 1;
+    long rotate_seed = 1, rotate_keep = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         int bad = 0;
@@ -169,6 +205,8 @@ int cmd_quantize(int argc, char **argv) {
             rotate = !strcmp(val, "orthogonal"), i++;
         } else if (!strcmp(a, "--rotate-seed")) {
             bad = cli_parse_int("quantize", a, val, 0, 2147483647L, &rotate_seed), i++;
+        } else if (!strcmp(a, "--rotate-keep")) {
+            bad = cli_parse_int("quantize", a, val, 0, 4096, &rotate_keep), i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -213,21 +251,58 @@ int cmd_quantize(int argc, char **argv) {
                         "source model\n", model_path);
         goto out;
     }
+    size_t n_ids = 0;
+    if (rotate_keep > 0 && (!rotate || rotate_keep >= m->cfg.n_embd)) {
+        fprintf(stderr, "comet quantize: --rotate-keep %ld needs --rotate orthogonal and fewer "
+                        "than the model's %d residual channels\n", rotate_keep, m->cfg.n_embd);
+        goto out;
+    }
     if (rotate) {
-        if (comet_rotate_residual(m, (uint64_t)rotate_seed) < 0) {
+        int *keep = NULL;
+        if (rotate_keep > 0) {
+            /* which channels stay: outliers of the unrotated model on a few windows */
+            const long w = windows < KEEP_WINDOWS ? windows : KEEP_WINDOWS;
+            comet_calib_stats *pre = comet_calib_stats_init(&m->cfg, 0);
+            keep = malloc((size_t)rotate_keep * sizeof *keep);
+            if (!pre || !keep) {
+                comet_calib_stats_free(pre);
+                free(keep);
+                cli_report_error("quantize", "out of memory");
+                goto out;
+            }
+            if (calib_setup(m, calib_path, win_len, threads, &text, &ids, &n_ids, &be) ||
+                comet_calib_run(m, be, ids, n_ids, (int)w, (int)win_len, pre, NULL) < 0) {
+                if (comet_last_status() < 0)
+                    cli_report_error("quantize", "calibration for the rotation failed");
+                comet_calib_stats_free(pre);
+                free(keep);
+                goto out;
+            }
+            comet_rotation_outliers(m, pre, (int)rotate_keep, keep);
+            comet_calib_stats_free(pre);
+            char list[256] = "";
+            for (long i = 0, o = 0; i < rotate_keep && o < (long)sizeof list - 8; i++)
+                o += snprintf(list + o, sizeof list - (size_t)o, "%s%d", i ? " " : "", keep[i]);
+            comet_log(COMET_LOG_INFO, "rotation keeps residual channels %s (outliers on %ld "
+                      "windows)", list, w);
+        }
+        comet_status rs = comet_rotate_residual_keeping(m, (uint64_t)rotate_seed, keep,
+                                                        (int)rotate_keep);
+        free(keep);
+        if (rs < 0) {
             cli_report_error("quantize", "cannot rotate the residual stream");
             goto out;
         }
-        comet_log(COMET_LOG_INFO, "residual stream rotated (orthogonal, seed %ld), RMSNorm "
-                  "weights folded", rotate_seed);
+        comet_log(COMET_LOG_INFO, "residual stream rotated (orthogonal, seed %ld, %ld channels "
+                  "kept), RMSNorm weights folded", rotate_seed, rotate_keep);
     }
     /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
      * reordering needs none, so calibration is skipped. */
     int need_calib = p.gptq || p.reorder || p.a_bits == 4;
     comet_calib_meta meta = {.windows = (int)windows, .window_len = (int)win_len};
     /* a rotated model's statistics are another model's: its cache entry says so */
-    snprintf(meta.model, sizeof meta.model, rotate ? "%s+rotate-orthogonal-%ld" : "%s",
-             model_path, rotate_seed);
+    snprintf(meta.model, sizeof meta.model, rotate ? "%s+rotate-orthogonal-%ld-keep-%ld" : "%s",
+             model_path, rotate_seed, rotate_keep);
     snprintf(meta.corpus, sizeof meta.corpus, "%s", calib_path);
     if (need_calib && cache_path && access(cache_path, R_OK) == 0) {
         if (comet_calib_stats_load(cache_path, &m->cfg, &meta, p.gptq, &cs) < 0)
@@ -242,30 +317,13 @@ int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     if (need_calib && cs->n_tokens == 0) {
-        size_t text_len = 0, n = 0;
-        if (!(text = cli_read_file(calib_path, &text_len))) {
-            fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
-                    strerror(errno));
+        if (calib_setup(m, calib_path, win_len, threads, &text, &ids, &n_ids, &be))
             goto out;
-        }
-        if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
-            cli_report_error("quantize", "cannot tokenize the calibration text");
-            goto out;
-        }
-        if (n < (size_t)win_len) {
-            fprintf(stderr, "comet quantize: %s has %zu tokens, fewer than one calibration window "
-                            "of %ld; a longer text or a smaller --calib-len would work\n",
-                    calib_path, n, win_len);
-            goto out;
-        }
+        size_t n = n_ids;
         if ((long)(n / (size_t)win_len) < windows) {
             comet_log(COMET_LOG_WARN, "calibration: %s holds only %zu windows of %ld tokens",
                       calib_path, n / (size_t)win_len, win_len);
             windows = (long)(n / (size_t)win_len);
-        }
-        if (!(be = comet_backend_cpu_init((int)threads))) {
-            cli_report_error("quantize", "cannot start the CPU backend");
-            goto out;
         }
         comet_log(COMET_LOG_INFO, "calibration: %s, %ld windows x %ld tokens%s, %d threads",
                   calib_path, windows, win_len, p.gptq ? " (with Hessians for GPTQ)" : "",
