@@ -22,6 +22,7 @@
 #include "quant/calib.h"
 #include "quant/fmpq.h"
 #include "quant/rotate.h"
+#include "quant/smooth.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -69,6 +70,9 @@ static void usage(FILE *f) {
             "  --rotate-keep N      leave the N residual channels with the largest activation\n"
             "                       outliers (on 16 calibration windows of the unrotated\n"
             "                       model) out of the rotation, for the INT8 blocks (default 0)\n"
+            "  --smooth ALPHA       SmoothQuant: move activation outliers into the weights by\n"
+            "                       s = max|X|^ALPHA / max|W|^(1-ALPHA) per input channel,\n"
+            "                       folded into norms, up_proj and v_proj (default off)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --verbose            debug logs on stderr\n");
 }
@@ -133,7 +137,7 @@ int cmd_quantize(int argc, char **argv) {
     const char *cache_path = NULL;
     long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
     long kvgroup = 0;
-    double budget = 0.25, tau = 2.0, damp = 0.01;
+    double budget = 0.25, tau = 2.0, damp = 0.01, smooth = -1.0;
     comet_fmpq_params p = comet_fmpq_default_params();
     int verbose = 0, rotate = 0;
     long rotate_seed = 1, rotate_keep = 0;
@@ -207,6 +211,8 @@ int cmd_quantize(int argc, char **argv) {
             bad = cli_parse_int("quantize", a, val, 0, 2147483647L, &rotate_seed), i++;
         } else if (!strcmp(a, "--rotate-keep")) {
             bad = cli_parse_int("quantize", a, val, 0, 4096, &rotate_keep), i++;
+        } else if (!strcmp(a, "--smooth")) {
+            bad = cli_parse_float("quantize", a, val, 0.0, 1.0, &smooth), i++;
         } else if (!strcmp(a, "--no-clip")) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
@@ -339,6 +345,17 @@ int cmd_quantize(int argc, char **argv) {
     } else if (!need_calib) {
         windows = 0, win_len = 0;
         comet_log(COMET_LOG_INFO, "calibration: not needed (no reordering, no INT8 blocks, RTN)");
+    }
+    if (smooth >= 0.0) {
+        if (!need_calib || comet_smooth(m, cs, (float)smooth) < 0) {
+            if (!need_calib)
+                comet_set_error(COMET_ERR_INVALID_ARG, "--smooth needs calibration statistics "
+                                "(GPTQ, reordering or 4-bit activations)");
+            cli_report_error("quantize", "cannot smooth the model");
+            goto out;
+        }
+        comet_log(COMET_LOG_INFO, "smoothed (alpha %.2f): activation outliers moved into the "
+                  "weights", smooth);
     }
     double t1 = now_s();
     if (comet_fmpq_quantize(m, cs, &p) < 0) {

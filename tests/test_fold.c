@@ -1,4 +1,5 @@
-/* test_rotate.c — the residual rotation folded into the weights (quant/rotate.h):
+/* test_fold.c — transformations folded into a floating-point model's weights before
+ * quantization: the residual rotation (quant/rotate.h) and smoothing (quant/smooth.h).
  *
  * - comet_rotation_orthogonal gives Q·Qᵀ = I (1e-5), the same Q for a seed, another for
  *   another seed;
@@ -9,7 +10,10 @@
  * - the rotated model's norms are all 1 and its lm_head is its own array;
  * - kept channels (comet_rotate_residual_keeping) stay where they are, the fold stays
  *   exact, and comet_rotation_outliers ranks channels by salience over the norm weight;
- * - a quantized model is refused by name.
+ * - a quantized model is refused by name;
+ * - smoothing (alpha 0.5) leaves the logits within 1e-4 relative, and the statistics it
+ *   rewrites equal a new calibration of the smoothed model (salience within 1e-4
+ *   relative, XᵀX within 1e-3 relative norm error).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -26,7 +30,9 @@
 #include "comet/model.h"
 #include "engine/kv_pages.h"
 #include "model/forward.h"
+#include "quant/calib.h"
 #include "quant/rotate.h"
+#include "quant/smooth.h"
 #include "cpu_test_util.h"
 #include "test_util.h"
 
@@ -212,6 +218,46 @@ static void test_refuses_quantized(void **state) {
     tu_model_free(m);
 }
 
+static void test_smooth(void **state) {
+    (void)state;
+    comet_model *m = tu_tiny_model(9);
+    const int V = m->cfg.n_vocab, win = 32, n_win = 4;
+    int32_t tokens[128];
+    for (int i = 0; i < win * n_win; i++)
+        tokens[i] = tu_int(V);
+    for (int l = 0; l < m->cfg.n_layer; l++) /* an outlier channel for smoothing to move */
+        m->layers[l].attn_norm[3] *= 20.0f;
+    comet_backend *be = comet_backend_cpu_init(1);
+    assert_non_null(be);
+    comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 1);
+    comet_calib_stats *again = comet_calib_stats_init(&m->cfg, 1);
+    assert_true(cs && again);
+    assert_int_equal(comet_calib_run(m, be, tokens, 128, n_win, win, cs, NULL), COMET_OK);
+    float *before = prompt_logits(m, tokens, 24);
+    assert_int_equal(comet_smooth(m, cs, 0.5f), COMET_OK);
+    float *after = prompt_logits(m, tokens, 24);
+    double e = worst_row_rel(after, before, 24, V);
+    print_message("smoothed vs original logits, worst row %.3g relative\n", e);
+    if (!(e <= 1e-4))
+        fail_msg("smoothing changed the logits by %.3g relative", e);
+    assert_int_equal(comet_calib_run(m, be, tokens, 128, n_win, win, again, NULL), COMET_OK);
+    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        const size_t K = (size_t)cs->width[g], n = (size_t)m->cfg.n_layer * K;
+        double es = worst_row_rel(cs->sal[g], again->sal[g], 1, (int)n);
+        double ex = tu_nerr(cs->xtx[g], again->xtx[g], n * K);
+        if (!(es <= 1e-4 && ex <= 1e-3))
+            fail_msg("group %d: rewritten statistics differ from a new calibration (salience "
+                     "%.3g, XtX %.3g)", g, es, ex);
+    }
+    assert_int_equal(comet_smooth(m, cs, 1.5f), COMET_ERR_INVALID_ARG);
+    comet_calib_stats_free(cs);
+    comet_calib_stats_free(again);
+    comet_backend_free(be);
+    free(before);
+    free(after);
+    tu_model_free(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_orthogonal),
@@ -219,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_fold_default_model),
         cmocka_unit_test(test_keep_channels),
         cmocka_unit_test(test_refuses_quantized),
+        cmocka_unit_test(test_smooth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
