@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "comet/model.h"
-#include "model/batch.h"
+#include "backend/batch.h"
 
 typedef struct comet_backend comet_backend;
 

@@ -1,79 +1,8 @@
-/* kv_pages.c — KV storage, the page allocator, block tables and the batch builder
- * (see kv_pages.h). */
+/* kv_pages.c — the page allocator, block tables and the batch builder (see kv_pages.h). */
 #include "engine/kv_pages.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-comet_status comet_kv_cache_init(comet_kv_cache *kv, int n_layer, int n_pages, int page_size,
-                                 int n_head_kv, int head_dim) {
-    memset(kv, 0, sizeof *kv);
-    if (n_layer <= 0 || n_pages <= 0 || page_size <= 0 || n_head_kv <= 0 || head_dim <= 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: sizes must be positive");
-    size_t n = (size_t)n_layer * n_pages * page_size * n_head_kv * head_dim;
-    kv->k = malloc(n * sizeof(float));
-    kv->v = malloc(n * sizeof(float));
-    if (!kv->k || !kv->v) {
-        comet_kv_cache_free(kv);
-        return comet_set_error(COMET_ERR_NOMEM, "kv cache: cannot allocate 2 x %zu MiB for %d pages",
-                               n * sizeof(float) >> 20, n_pages);
-    }
-    kv->n_layer = n_layer;
-    kv->n_pages = n_pages;
-    kv->page_size = page_size;
-    kv->n_head_kv = n_head_kv;
-    kv->head_dim = head_dim;
-    return COMET_OK;
-}
-
-void comet_kv_cache_free(comet_kv_cache *kv) {
-    if (!kv)
-        return;
-    free(kv->k);
-    free(kv->v);
-    memset(kv, 0, sizeof *kv);
-}
-
-comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
-                                    int n_pages, int page_size, int n_head_kv, int head_dim,
-                                    int kv_bits, int kv_group, int kv_rotation) {
-    memset(kv, 0, sizeof *kv);
-    if (n_layer <= 0 || n_pages <= 0 || page_size <= 0 || n_head_kv <= 0 || head_dim <= 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: sizes must be positive");
-    if (kv_bits != 0 && kv_bits != 4 && kv_bits != 8 && kv_bits != 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: kv_bits %d (4, 8 or 16)",
-                               kv_bits);
-    if (kv_group < 0 || (kv_group > 0 && head_dim % kv_group))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "kv cache: group %d does not divide head_dim %d", kv_group,
-                               head_dim);
-    if (kv_rotation == COMET_KV_ROTATION_HADAMARD && (head_dim & (head_dim - 1)))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "kv cache: the Hadamard rotation needs a power-of-two head_dim, "
-                               "not %d", head_dim);
-    if (kv_rotation != COMET_KV_ROTATION_NONE && kv_rotation != COMET_KV_ROTATION_HADAMARD)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: unknown rotation %d",
-                               kv_rotation);
-    kv->n_layer = n_layer;
-    kv->n_pages = n_pages;
-    kv->page_size = page_size;
-    kv->n_head_kv = n_head_kv;
-    kv->head_dim = head_dim;
-    kv->kv_bits = kv_bits;
-    kv->kv_group = kv_group;
-    kv->kv_rotation = kv_rotation;
-    comet_status st = be->ops->kv_init(be, kv);
-    if (st < 0)
-        memset(kv, 0, sizeof *kv);
-    return st;
-}
-
-void comet_kv_cache_free_on(comet_backend *be, comet_kv_cache *kv) {
-    if (!kv || !be)
-        return;
-    be->ops->kv_free(be, kv);
-    memset(kv, 0, sizeof *kv);
-}
 
 comet_status comet_kv_pool_init(comet_kv_pool *pool, int n_pages, int page_size) {
     memset(pool, 0, sizeof *pool);

@@ -1,8 +1,8 @@
-/* kv_pages.h — the KV page pool: storage, page allocator, per-sequence block tables,
+/* kv_pages.h — the KV page pool: page allocator, per-sequence block tables,
  * and the step's batch descriptor built from them.
  *
- * Storage (comet_kv_cache, model/batch.h) and the pool are sized once at start-up; a
- * step never allocates. Pages are handed out from a free list; a sequence's block table
+ * Storage (comet_kv_cache, backend/batch.h, allocated through backend/kv_cache.h) and the
+ * pool are sized once at start-up; a step never allocates. Pages are handed out from a free list; a sequence's block table
  * lists its pages in position order. When the pool cannot hold a step the allocator
  * answers COMET_KV_FULL (a soft status: the caller decides — wait, preempt, or fail) and
  * changes nothing. Pages carry reference counts so that sequences can share the full
@@ -15,27 +15,9 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "backend/batch.h"
+#include "backend/kv_cache.h"
 #include "comet/status.h"
-#include "model/batch.h"
-
-/* Allocate FP32 storage for n_pages pages of page_size tokens, all layers.
- * kv is caller-owned; returns COMET_ERR_NOMEM (named size) on failure. */
-comet_status comet_kv_cache_init(comet_kv_cache *kv, int n_layer, int n_pages, int page_size,
-                                 int n_head_kv, int head_dim);
-/* Release the storage (the struct itself is the caller's). NULL or zeroed: no-op. */
-void comet_kv_cache_free(comet_kv_cache *kv);
-
-/* The KV pool of backend `be` (backend.h kv_init): n_pages pages of page_size tokens for
- * every layer, stored as kv_bits says (0 / 16 unquantized: fp32 on the CPU, fp16 on CUDA;
- * 4 / 8 quantized per token per KV head in groups of kv_group channels, 0 = head_dim) after
- * the rotation kv_rotation (comet_kv_rotation). kv is caller-owned; release with
- * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes,
- * a group that does not divide head_dim, a Hadamard rotation with head_dim not a power of
- * two), COMET_ERR_NOMEM (size named), or the backend's failure. */
-comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
-                                    int n_pages, int page_size, int n_head_kv, int head_dim,
-                                    int kv_bits, int kv_group, int kv_rotation);
-void comet_kv_cache_free_on(comet_backend *be, comet_kv_cache *kv);
 
 /* The page allocator: a stack of free page ids. */
 typedef struct comet_kv_pool {

@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "comet/model.h"
-#include "model/batch.h"
+#include "backend/batch.h"
 
 typedef struct comet_forward_ctx comet_forward_ctx;
 

@@ -36,10 +36,10 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/batch.h"
 #include "backend/cuda/cuda_kv.h"
 #include "comet/model.h"
 #include "engine/kv_pages.h"
-#include "model/batch.h"
 #include "quant/quant.h"
 
 #include "cuda_skip.h"

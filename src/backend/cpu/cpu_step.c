@@ -13,7 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
-#include "engine/kv_pages.h"
+#include "backend/kv_cache.h"
 #include "quant/qlinear.h"
 
 struct comet_weights {

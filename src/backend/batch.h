@@ -7,8 +7,8 @@
  * cache". This header holds data layouts only; the page manager that hands out pages
  * lives in src/engine.
  */
-#ifndef COMET_MODEL_BATCH_H
-#define COMET_MODEL_BATCH_H
+#ifndef COMET_BACKEND_BATCH_H
+#define COMET_BACKEND_BATCH_H
 
 #include <stddef.h>
 #include <stdint.h>
