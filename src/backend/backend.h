@@ -25,8 +25,8 @@
 
 #include <stdint.h>
 
-#include "comet/model.h"
 #include "backend/batch.h"
+#include "comet/model.h"
 
 typedef struct comet_backend comet_backend;
 

@@ -10,8 +10,8 @@
 #define COMET_MODEL_FORWARD_H
 
 #include "backend/backend.h"
-#include "comet/model.h"
 #include "backend/batch.h"
+#include "comet/model.h"
 
 typedef struct comet_forward_ctx comet_forward_ctx;
 
