@@ -208,6 +208,28 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
     return COMET_OK;
 }
 
+/* The linears of group g of layer l (QKV: q, k, v; GATE_UP: gate, up) on fc->act into
+ * ys[i]: one matmul_group where the backend has it, else one matmul per role. */
+static comet_status group_matmul(comet_forward_ctx *fc, int l, comet_group g, int T,
+                                 float *const *ys) {
+    static const char *const names[2][3] = {{"matmul q", "matmul k", "matmul v"},
+                                            {"matmul gate", "matmul up", NULL}};
+    const comet_backend_ops *op = fc->be->ops;
+    const int qkv = g == COMET_GROUP_QKV;
+    if (op->matmul_group) {
+        if (fc->on_op)
+            fc->on_op(fc->on_op_user, qkv ? "matmul qkv" : "matmul gate_up");
+        return op->matmul_group(fc->be, fc->w, l, g, fc->act, T, ys);
+    }
+    for (int i = 0; i < (qkv ? 3 : 2); i++) {
+        if (fc->on_op)
+            fc->on_op(fc->on_op_user, names[!qkv][i]);
+        COMET_TRY(op->matmul(fc->be, fc->w, l, (qkv ? COMET_ROLE_Q : COMET_ROLE_GATE) + i,
+                             fc->act, T, ys[i]));
+    }
+    return COMET_OK;
+}
+
 /* The ops of one step, from the embedding to the lm_head (logits rows into lm_out). */
 static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
                             const comet_step *st, float *lm_out) {
@@ -228,18 +250,8 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
                                     fc->act));
-        if (op->matmul_group) {
-            float *const qkv[3] = {fc->q, fc->k, fc->v};
-            PROF("matmul qkv");
-            COMET_TRY(op->matmul_group(be, w, l, COMET_GROUP_QKV, fc->act, T, qkv));
-        } else {
-            PROF("matmul q");
-            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_Q, fc->act, T, fc->q));
-            PROF("matmul k");
-            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_K, fc->act, T, fc->k));
-            PROF("matmul v");
-            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_V, fc->act, T, fc->v));
-        }
+        float *const qkv[3] = {fc->q, fc->k, fc->v};
+        COMET_TRY(group_matmul(fc, l, COMET_GROUP_QKV, T, qkv));
         PROF("rope_kv_append");
         COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
         PROF("paged_attention");
@@ -251,16 +263,8 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
-        if (op->matmul_group) {
-            float *const gate_up[2] = {fc->gate, fc->up};
-            PROF("matmul gate_up");
-            COMET_TRY(op->matmul_group(be, w, l, COMET_GROUP_GATE_UP, fc->act, T, gate_up));
-        } else {
-            PROF("matmul gate");
-            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_GATE, fc->act, T, fc->gate));
-            PROF("matmul up");
-            COMET_TRY(op->matmul(be, w, l, COMET_ROLE_UP, fc->act, T, fc->up));
-        }
+        float *const gate_up[2] = {fc->gate, fc->up};
+        COMET_TRY(group_matmul(fc, l, COMET_GROUP_GATE_UP, T, gate_up));
         PROF("silu_mul_quant");
         COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
         PROF("matmul down");
