@@ -511,9 +511,10 @@ static void test_attention_ragged(void **state)
 }
 
 /* Decode shapes: GQA groups of 1, 3, 4 and 8 (the decode kernel's register tiles of 1, 4, 4
- * and 8 query heads) at head dims 64 and 128. */
+ * and 8 query heads) at head dims 64 and 128, KV groups of 16, 32, 64 and whole heads. */
 static const att_cfg DEC_CFGS[] = {
     {"D64 H9/Hkv3 smollm2", 64, 9, 3, 0, COMET_ROPE_SCALING_NONE, 100000.0f},
+    {"D64 H9/Hkv3 G16 smollm2 --kv-group 16", 64, 9, 3, 16, COMET_ROPE_SCALING_NONE, 100000.0f},
     {"D128 H32/Hkv8 G32 llama3-8b", 128, 32, 8, 32, COMET_ROPE_SCALING_LLAMA3, 500000.0f},
     {"D128 H4/Hkv4 G64", 128, 4, 4, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
     {"D64 H16/Hkv2 G32", 64, 16, 2, 32, COMET_ROPE_SCALING_NONE, 10000.0f},
