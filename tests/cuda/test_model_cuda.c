@@ -39,7 +39,7 @@
 #define STEPS 64
 #define SKIP 77
 /* tokens of the long prompt of test_graphs_identical: its decode steps take 21 to 23
- * attention splits (one per 64 keys, model_ops.cu), so each recording is replayed while
+ * attention splits (one per 64 keys, attention.cu), so each recording is replayed while
  * the page table grows by 4 pages (16 tokens each) */
 #define LONG_PROMPT 1400
 

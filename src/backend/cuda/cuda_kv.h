@@ -21,8 +21,8 @@
  * (D % 8 == 0) and scale row is aligned for the kernels' 4, 8 and 16-byte loads. With the
  * hadamard rotation the stored vectors are H_D k and H_D v (after RoPE for k).
  *
- * Plain C (no CUDA types): cuda_backend.c sizes the storage with it, model_ops.cu reads and
- * writes it.
+ * Plain C (no CUDA types): cuda_backend.c sizes the storage with it, model_ops.cu writes it
+ * and attention.cu reads it.
  */
 #ifndef COMET_BACKEND_CUDA_CUDA_KV_H
 #define COMET_BACKEND_CUDA_CUDA_KV_H

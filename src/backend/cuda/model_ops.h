@@ -1,6 +1,7 @@
-/* model_ops.h — the CUDA backend's model kernels (model_ops.cu) behind the step ops of
- * backend.h: embedding, fused RMSNorm / SwiGLU + activation quantization, RoPE + paged KV
- * append, paged attention, the lm_head row gather and the fp32 -> fp16 weight conversion.
+/* model_ops.h — the CUDA backend's model kernels (model_ops.cu, attention.cu) behind the
+ * step ops of backend.h: embedding, fused RMSNorm / SwiGLU + activation quantization,
+ * RoPE + paged KV append, paged attention, the lm_head row gather and the fp32 -> fp16
+ * weight conversion.
  * The GEMMs are not here: W4Ax goes through gemm_w4ax.h, FP16 through cuBLAS
  * (cuda_backend.c).
  *

@@ -1,0 +1,87 @@
+/* paged_kv.cuh — what the CUDA backend's model kernels share (model_ops.cu: RoPE + KV
+ * append; attention.cu: paged attention): the launch check, warp reductions, the paged KV
+ * pool's layout as kernel arguments (cuda_kv.h) and the in-shared-memory Walsh-Hadamard
+ * transform. Internal to those two files: everything is in an anonymous namespace.
+ */
+#ifndef COMET_BACKEND_CUDA_PAGED_KV_CUH
+#define COMET_BACKEND_CUDA_PAGED_KV_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/model_ops.h"
+
+namespace {
+
+inline comet_status launch_check(const char *op) {
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: kernel launch failed: %s (%s)",
+                               op, cudaGetErrorString(e), cudaGetErrorName(e));
+    return COMET_OK;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+
+/* ---- paged KV ---- */
+
+struct kv_args {
+    uint8_t *base; /* the layer's first byte */
+    size_t tile_bytes, sz_offset;
+    int code_row, sz_row, P, Hkv, D, G, bits;
+};
+
+inline kv_args kv_args_make(const comet_cuda_kv_layout *L, const void *storage, int layer) {
+    kv_args k;
+    k.base = (uint8_t *)storage + (size_t)layer * L->layer_bytes;
+    k.tile_bytes = L->head_tile_bytes;
+    k.sz_offset = L->sz_offset;
+    k.code_row = L->code_row_bytes, k.sz_row = L->sz_row_bytes;
+    k.P = L->P, k.Hkv = L->Hkv, k.D = L->D, k.G = L->G, k.bits = L->bits;
+    return k;
+}
+
+/* The head tile of (page, kv, h) in the layer. */
+__device__ __forceinline__ uint8_t *kv_tile(const kv_args &L, int page, int kv, int h) {
+    return L.base + (((size_t)page * 2 + kv) * L.Hkv + h) * L.tile_bytes;
+}
+
+/* In-place normalized Walsh-Hadamard transform of n_vec vectors of n floats in shared
+ * memory (stride `stride` floats), comet_wht's butterflies and scaling; the whole CTA
+ * takes part and every stage ends at a barrier. */
+__device__ void wht_smem(float *x, int n_vec, int n, int stride) {
+    const int half = n / 2, pairs = n_vec * half;
+    for (int h = 1; h < n; h *= 2) {
+        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+            const int r = p / half, i = p % half;
+            const int j = (i / h) * 2 * h + i % h;
+            float *v = x + (size_t)r * stride;
+            const float a = v[j], b = v[j + h];
+            v[j] = __fadd_rn(a, b);
+            v[j + h] = __fsub_rn(a, b);
+        }
+        __syncthreads();
+    }
+    const float norm = __fdiv_rn(1.0f, __fsqrt_rn((float)n));
+    for (int p = threadIdx.x; p < n_vec * n; p += blockDim.x) {
+        float *v = x + (size_t)(p / n) * stride + p % n;
+        *v = __fmul_rn(*v, norm);
+    }
+    __syncthreads();
+}
+
+} /* namespace */
+
+#endif
