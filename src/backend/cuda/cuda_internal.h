@@ -131,7 +131,45 @@ void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w);
 comet_status comet_cuda_be_check_weights(const cuda_impl *im, const comet_weights *w,
                                          const char *op);
 
-/* ---- helpers both files use ---- */
+/* ---- the step ops (cuda_step_ops.c) and what they share with cuda_backend.c ----
+ * The op-table entries of backend.h of the same names. */
+comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, comet_step *st);
+comet_status comet_cuda_be_embed_tokens(comet_backend *be, const comet_weights *w,
+                                        const comet_step *st, float *x);
+comet_status comet_cuda_be_rmsnorm_quant(comet_backend *be, const comet_weights *w, int layer,
+                                         comet_group g, float *x, const float *residual, int T,
+                                         void *act);
+comet_status comet_cuda_be_act_quant(comet_backend *be, const comet_weights *w, int layer,
+                                     comet_group g, const float *x, int T, void *act);
+comet_status comet_cuda_be_silu_mul_quant(comet_backend *be, const comet_weights *w, int layer,
+                                          const float *gate, const float *up, int T, void *act);
+comet_status comet_cuda_be_matmul(comet_backend *be, const comet_weights *w, int layer,
+                                  comet_role r, const void *act, int T, float *y);
+comet_status comet_cuda_be_matmul_group(comet_backend *be, const comet_weights *w, int layer,
+                                        comet_group g, const void *act, int T, float *const *ys);
+comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
+                                          const comet_step *st, const comet_rope_params *rp,
+                                          float *q, int H, float *k, const float *v);
+comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv,
+                                           int layer, const comet_step *st, const float *q,
+                                           int H, float *out);
+comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,
+                                   const comet_step *st, float *logits);
+comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
+                                  const comet_sample_row *rows, int n_rows,
+                                  const int32_t *pen_ids, const int32_t *pen_counts, int n_pen,
+                                  int32_t *ids);
+/* *v = the device view of step st, the latest step_begin's; INVALID_ARG naming op when st
+ * is not that step. */
+comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, const char *op,
+                                     comet_cuda_step_view *v);
+/* The KV pool's layout (cuda_kv.h) for kv's sizes and format (cuda_backend.c). */
+comet_cuda_kv_layout comet_cuda_be_kv_layout(const comet_kv_cache *kv);
+/* y [M, N] = the W4Ax GEMM of w on (qa, sa), kernel AUTO, on im's stream (cuda_backend.c). */
+comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M,
+                                            int n8, const int8_t *qa, const float *sa, float *y);
+
+/* ---- helpers the backend's files share ---- */
 
 /* A failed CUDA call as a status: COMET_ERR_NOMEM for an allocation that did not fit
  * (cleared, the context stays usable), COMET_ERR_CUDA otherwise. */
