@@ -82,6 +82,14 @@ comet_group comet_role_group(comet_role r) {
     return COMET_GROUP_COUNT;
 }
 
+int comet_group_roles(comet_group g, comet_role roles[3]) {
+    int n = 0;
+    for (int r = 0; r < COMET_ROLE_COUNT; r++)
+        if (g != COMET_GROUP_LM_HEAD && comet_role_group((comet_role)r) == g)
+            roles[n++] = (comet_role)r;
+    return n;
+}
+
 const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r) {
     COMET_ASSERT(l >= 0 && l < m->cfg.n_layer);
     const comet_layer_weights *w = &m->layers[l];

@@ -77,6 +77,10 @@ typedef enum comet_role {
 
 /* The group a role's linear reads. */
 comet_group comet_role_group(comet_role r);
+
+/* The roles of group g's linears, in role order (QKV: q, k, v; O: o; GATE_UP: gate, up;
+ * DOWN: down; LM_HEAD: none), into roles[]; returns how many (at most 3). */
+int comet_group_roles(comet_group g, comet_role roles[3]);
 /* The linear of `r` in layer l of m. */
 const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r);
 /* The RMSNorm weight [C] in front of group g of layer l (QKV: attn_norm, GATE_UP:

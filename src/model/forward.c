@@ -212,20 +212,20 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
  * ys[i]: one matmul_group where the backend has it, else one matmul per role. */
 static comet_status group_matmul(comet_forward_ctx *fc, int l, comet_group g, int T,
                                  float *const *ys) {
-    static const char *const names[2][3] = {{"matmul q", "matmul k", "matmul v"},
-                                            {"matmul gate", "matmul up", NULL}};
+    static const char *const names[COMET_ROLE_COUNT] = {
+        "matmul q", "matmul k", "matmul v", "matmul o", "matmul gate", "matmul up",
+        "matmul down"};
     const comet_backend_ops *op = fc->be->ops;
-    const int qkv = g == COMET_GROUP_QKV;
     if (op->matmul_group) {
         if (fc->on_op)
-            fc->on_op(fc->on_op_user, qkv ? "matmul qkv" : "matmul gate_up");
+            fc->on_op(fc->on_op_user, g == COMET_GROUP_QKV ? "matmul qkv" : "matmul gate_up");
         return op->matmul_group(fc->be, fc->w, l, g, fc->act, T, ys);
     }
-    for (int i = 0; i < (qkv ? 3 : 2); i++) {
+    comet_role roles[3];
+    for (int i = 0, n = comet_group_roles(g, roles); i < n; i++) {
         if (fc->on_op)
-            fc->on_op(fc->on_op_user, names[!qkv][i]);
-        COMET_TRY(op->matmul(fc->be, fc->w, l, (qkv ? COMET_ROLE_Q : COMET_ROLE_GATE) + i,
-                             fc->act, T, ys[i]));
+            fc->on_op(fc->on_op_user, names[roles[i]]);
+        COMET_TRY(op->matmul(fc->be, fc->w, l, roles[i], fc->act, T, ys[i]));
     }
     return COMET_OK;
 }

@@ -252,11 +252,11 @@ static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *
 static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer, comet_group g,
                                const void *act, int T, float *const *ys) {
     const cuda_grp *gr = group_of(w, layer, g);
-    const comet_role first = g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE;
-    const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
+    comet_role roles[3];
+    const int n_roles = comet_group_roles(g, roles);
     int widths[3];
     for (int i = 0; i < n_roles; i++)
-        widths[i] = w->lin[(size_t)layer * COMET_ROLE_COUNT + first + i].N;
+        widths[i] = w->lin[(size_t)layer * COMET_ROLE_COUNT + roles[i]].N;
     cudaError_t e = grow_buffer(im, &im->stack_ws, &im->stack_ws_bytes,
                                 (size_t)T * gr->stack.N * sizeof(float));
     if (e != cudaSuccess)
@@ -276,8 +276,11 @@ comet_status comet_cuda_be_matmul(comet_backend *be, const comet_weights *w, int
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul: cudaSetDevice");
     comet_status st;
     if (cl->kind == LIN_W4AX && !cl->w4) { /* its rows live in the group's stack */
+        comet_role roles[3];
         float *ys[3] = {NULL, NULL, NULL};
-        ys[r - (g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE)] = y;
+        for (int i = 0, n = comet_group_roles(g, roles); i < n; i++)
+            if (roles[i] == r)
+                ys[i] = y;
         st = stack_gemm(im, w, layer, g, act, T, ys);
     } else {
         st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y);

@@ -240,10 +240,8 @@ static comet_status load_stack(comet_backend *be, comet_weights *w, int l, comet
     cuda_impl *im = impl_of(be);
     const comet_model *m = w->m;
     cuda_lin *st = &w->grp[(size_t)l * LAYER_GROUPS + g].stack;
-    const comet_role roles[3] = {g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE,
-                                 g == COMET_GROUP_QKV ? COMET_ROLE_K : COMET_ROLE_UP,
-                                 COMET_ROLE_V};
-    const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
+    comet_role roles[3];
+    const int n_roles = comet_group_roles(g, roles);
     const comet_linear *first = comet_model_linear(m, l, roles[0]);
     const int K = first->n_in, B = first->block;
     int N = 0;
