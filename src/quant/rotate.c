@@ -207,11 +207,13 @@ void comet_rotation_outliers(const comet_model *m, const comet_calib_stats *cs, 
                              int *keep_out) {
     const int C = m->cfg.n_embd;
     float *score = calloc((size_t)C, sizeof *score), *tmp = malloc((size_t)C * sizeof *tmp);
-    if (!score || !tmp) { /* no statistics to rank by: the first channels */
+    float *sorted = malloc((size_t)C * sizeof *sorted);
+    if (!score || !tmp || !sorted) { /* no statistics to rank by: the first channels */
         for (int i = 0; i < n_keep; i++)
             keep_out[i] = i;
         free(score);
         free(tmp);
+        free(sorted);
         return;
     }
     const comet_qgroup groups[2] = {COMET_QGROUP_QKV, COMET_QGROUP_GATE_UP};
@@ -221,13 +223,9 @@ void comet_rotation_outliers(const comet_model *m, const comet_calib_stats *cs, 
             const float *g = gi == 0 ? m->layers[l].attn_norm : m->layers[l].ffn_norm;
             for (int j = 0; j < C; j++)
                 tmp[j] = sal[j] / fmaxf(fabsf(g[j]), 1e-6f);
-            float *sorted = malloc((size_t)C * sizeof *sorted);
-            if (!sorted)
-                continue;
             memcpy(sorted, tmp, (size_t)C * sizeof *sorted);
             qsort(sorted, (size_t)C, sizeof *sorted, cmp_float);
             const float med = fmaxf(sorted[C / 2], 1e-30f);
-            free(sorted);
             for (int j = 0; j < C; j++)
                 score[j] = fmaxf(score[j], tmp[j] / med);
         }
@@ -241,4 +239,5 @@ void comet_rotation_outliers(const comet_model *m, const comet_calib_stats *cs, 
     }
     free(score);
     free(tmp);
+    free(sorted);
 }
