@@ -34,6 +34,9 @@ typedef struct comet_engine_params {
     int n_threads;        /* CPU backend threads; <= 0: all cores */
     const char *device;   /* backend: "cpu" (NULL), "cuda" or "cuda:N" (backend.h
                            * comet_backend_open); borrowed for comet_engine_init */
+    int batch_invariant;  /* 1: a request's tokens do not depend on the other requests in
+                           * its steps, bit for bit (docs/numerics.md "Reproducibility");
+                           * slower on the GPU. Default 0 */
 } comet_engine_params;
 
 comet_engine_params comet_engine_default_params(void);

@@ -13,6 +13,11 @@ void comet_backend_free(comet_backend *be) {
         be->ops->destroy(be);
 }
 
+void comet_backend_set_batch_invariant(comet_backend *be, int on) {
+    if (be)
+        be->batch_invariant = on ? 1 : 0;
+}
+
 comet_status comet_w4ax_check_load(const comet_backend *be, int N, int K, int B,
                                    const uint8_t *qw_plain, const uint16_t *sw_plain,
                                    comet_w4ax_weight **out) {

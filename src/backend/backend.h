@@ -332,7 +332,16 @@ typedef struct comet_backend_ops {
 struct comet_backend {
     const comet_backend_ops *ops;
     int n_threads; /* CPU: worker threads */
-    void *impl;    /* backend-private state */
+    /* 1: every token's arithmetic is the same whatever else is in its step and however its
+     * sequence was cut into prefill chunks, bit for bit (docs/numerics.md
+     * "Reproducibility"). The CPU backends always are, and ignore it. CUDA: the W4Ax GEMMs take
+     * a plan fixed by the weight's shape (batch_invariant in gemm_w4ax.h) and attention cuts
+     * every row's keys into spans at fixed positions, merged in order (attention.cu); FP16 linears and lm_head
+     * (cuBLAS) stay plan-by-shape, so FP models are invariant up to fp rounding only. Costs
+     * speed (bench/results); 0 by default. Set it (comet_backend_set_batch_invariant) before
+     * the backend's first step. */
+    int batch_invariant;
+    void *impl; /* backend-private state */
 };
 
 /* The CPU backends. `ref` is the scalar single-threaded oracle; the default one uses
@@ -348,6 +357,8 @@ comet_backend *comet_backend_cpu_init(int n_threads);
 comet_backend *comet_backend_open(const char *device, int n_threads);
 /* Release a backend through its ops->destroy. NULL is a no-op. */
 void comet_backend_free(comet_backend *be);
+/* Set be->batch_invariant (on: 1, off: 0) before the backend's first step. */
+void comet_backend_set_batch_invariant(comet_backend *be, int on);
 
 /* The CUDA backend on GPU `device` (0-based), with its own non-blocking cudaStream and a
  * GEMM workspace it owns (allocated and zero-filled on first need, grown when a call needs

@@ -628,6 +628,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     e->be = comet_backend_open(p.device, p.n_threads);
     if (!e->be)
         goto fail;
+    comet_backend_set_batch_invariant(e->be, p.batch_invariant);
     comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
                               .n_pages = p.n_pages, .page_size = p.page_size};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)

@@ -16,6 +16,8 @@
  *   at D 64 and 128, kv_bits 4, 8 and 16, both rotations, within 2e-5 relative norm error
  *   of the CPU's paged_attention over a cache holding the CUDA cache's values (so a code
  *   that RoPE's last ulp moved does not count, and one key too many or too few does).
+ * - with batch_invariant: each sequence's outputs inside a ragged batch equal, bit for bit,
+ *   its outputs alone, token by token and in chunks of 37.
  * - KV codes, scales and zeros (fp16 values for kv 16) bit-exact with comet_quant_kv_group
  *   (after comet_wht with the hadamard rotation) when every position is 0 (RoPE is then the
  *   identity), read from the device storage in the layout of cuda_kv.h.
@@ -544,6 +546,135 @@ static void test_attention_decode(void **state)
             }
 }
 
+/* ---- batch invariance ------------------------------------------------------------------ */
+
+/* Runs steps[0..n_steps) on a fresh pool of CUDA backend be and leaves each sequence's attention outputs by
+ * position in outs[s] ([len[s], H * D], zeros where not attended). */
+static void run_schedule(comet_backend *be, const att_cfg *cfg, int bits, int rot,
+                         const step_plan *steps,
+                         int n_steps, int32_t *const *pages, int n_pages, uint64_t seed,
+                         float *const *outs, const char *what)
+{
+    const int HD = cfg->H * cfg->D;
+    const comet_rope_params rp = rope_of(cfg);
+    comet_kv_cache kv;
+    kv_make(be, &kv, cfg, n_pages, bits, rot);
+    for (int i = 0; i < n_steps; i++) {
+        rbatch rb;
+        memset(&rb, 0, sizeof rb);
+        const int T = rbatch_build(&rb, &steps[i], pages, -1);
+        const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
+        float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+        gen_qkv(cfg, &rb, seed, q, k, v);
+        step_out og = run_step(be, &kv, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        for (int t = 0; t < T; t++)
+            memcpy(outs[rb.tok_seq[t]] + (size_t)rb.positions[t] * HD, og.out + (size_t)t * HD,
+                   (size_t)HD * 4);
+        step_out_free(&og);
+        free(q), free(k), free(v);
+        rbatch_free(&rb);
+    }
+    comet_kv_cache_free_on(be, &kv);
+}
+
+/* With batch_invariant on, each sequence's attention outputs are the same bits whether it
+ * runs inside a ragged batch (prefill chunks of 1..128 tokens, decode tokens, other sequences
+ * in the step, a shuffled order) or alone, token by token (decode-only steps) or in chunks
+ * of 37; the ragged batch and the chunks of 37 also on `nosplit` (COMET_CUDA_ATTN_SPLITS=0:
+ * each CTA merges its spans itself instead of the combine kernel). */
+static void invariance_case(comet_backend *nosplit, const att_cfg *cfg, int bits, int rot,
+                            uint64_t seed)
+{
+    static const int len[] = {1, 17, 300};
+    enum { N_SEQ = 3 };
+    const int HD = cfg->H * cfg->D;
+    char what[160];
+    snprintf(what, sizeof what, "batch-invariant attention %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
+    int n_pages = 0;
+    for (int s = 0; s < N_SEQ; s++)
+        n_pages += (len[s] + PAGE - 1) / PAGE;
+    int32_t *ids = st_malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        ids[i] = n_pages - 1 - i;
+    int32_t *pages[N_SEQ];
+    for (int s = 0, o = 0; s < N_SEQ; s++) {
+        pages[s] = ids + o;
+        o += (len[s] + PAGE - 1) / PAGE;
+    }
+    step_plan *steps = st_malloc(MAX_STEPS * sizeof *steps);
+    float *mixed[N_SEQ], *alone[N_SEQ];
+    for (int s = 0; s < N_SEQ; s++) {
+        mixed[s] = st_malloc((size_t)len[s] * HD * 4);
+        alone[s] = st_malloc((size_t)len[s] * HD * 4);
+        memset(mixed[s], 0, (size_t)len[s] * HD * 4);
+    }
+    st_seed(seed);
+    int n_steps = make_schedule(len, N_SEQ, 128, steps);
+    run_schedule(g_cuda, cfg, bits, rot, steps, n_steps, pages, n_pages, seed, mixed, what);
+    /* chunk 0: the ragged batch again on nosplit */
+    static const int chunks[] = {1, 37, 37, 0};
+    comet_backend *const bes[] = {g_cuda, g_cuda, nosplit, nosplit};
+    for (int ci = 0; ci < 4; ci++)
+        for (int only = 0; only < N_SEQ; only++) {
+            if (chunks[ci] == 0) {
+                if (only > 0)
+                    break;
+                st_seed(seed);
+                n_steps = make_schedule(len, N_SEQ, 128, steps);
+            } else {
+                n_steps = 0;
+                for (int p = 0; p < len[only]; p += chunks[ci]) {
+                    const int n = len[only] - p < chunks[ci] ? len[only] - p : chunks[ci];
+                    steps[n_steps++] = (step_plan){.n = 1, .attend = 1, .c = {{only, p, n}}};
+                }
+            }
+            for (int s = 0; s < N_SEQ; s++)
+                memset(alone[s], 0, (size_t)len[s] * HD * 4);
+            run_schedule(bes[ci], cfg, bits, rot, steps, n_steps, pages, n_pages, seed, alone,
+                         what);
+            for (int s2 = 0; s2 < N_SEQ; s2++) {
+                if (chunks[ci] != 0 && s2 != only)
+                    continue;
+                size_t first = 0;
+                while (first < (size_t)len[s2] * HD && !memcmp(&alone[s2][first], &mixed[s2][first], 4))
+                    first++;
+                if (first < (size_t)len[s2] * HD)
+                    fail_msg("%s: sequence %d (%d tokens) %s%s differs from its run in the ragged "
+                             "batch at position %zu: %.9g vs %.9g", what, s2, len[s2],
+                             chunks[ci] ? "alone in chunks of " : "in the ragged batch",
+                             chunks[ci] == 1 ? "1" : chunks[ci] == 37 ? "37" : "",
+                             first / HD, alone[s2][first], mixed[s2][first]);
+            }
+        }
+    print_message("  %s: alone (chunks 1, 37), and without key splits (chunks 37, the batch), "
+                  "== inside the ragged batch, bit for bit\n", what);
+    for (int s = 0; s < N_SEQ; s++)
+        free(mixed[s]), free(alone[s]);
+    free(steps);
+    free(ids);
+}
+
+static void test_attention_batch_invariant(void **state)
+{
+    (void)state;
+    need_all(g_cuda);
+    setenv("COMET_CUDA_ATTN_SPLITS", "0", 1);
+    comet_backend *nosplit = comet_backend_cuda_init(0);
+    unsetenv("COMET_CUDA_ATTN_SPLITS");
+    assert_non_null(nosplit);
+    comet_backend_set_batch_invariant(g_cuda, 1);
+    comet_backend_set_batch_invariant(nosplit, 1);
+    static const int bits[] = {4, 16};
+    for (int c = 0; c < N_DEC_CFGS; c++)
+        for (int b = 0; b < 2; b++)
+            invariance_case(nosplit, &DEC_CFGS[c], bits[b], (c + b) % 2,
+                            0xB1A50000ull + (uint64_t)c * 10 + (uint64_t)b);
+    invariance_case(nosplit, &ATT_CFGS[0], 8, 0, 0xB1A5FFFFull);
+    comet_backend_set_batch_invariant(g_cuda, 0);
+    comet_backend_free(nosplit);
+}
+
 /* ---- KV storage at position 0 ------------------------------------------------------------ */
 
 static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
@@ -707,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_kv_codes_position0),
         cmocka_unit_test(test_attention_ragged),
         cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_attention_batch_invariant),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     comet_backend_free(g_cpu);

@@ -8,7 +8,8 @@
  * sides. Also: the error statuses (bad M, n8, NULLs, bad load shapes, a foreign weight,
  * misaligned qa, device out of range) and the workspace grow path (a small call, then one
  * needing a larger workspace, on a fresh backend), and that ops give the caller its CUDA
- * context back: a thread with a context of its own, and a thread with none.
+ * context back: a thread with a context of its own, and a thread with none. And
+ * batch_invariant: rows of any call equal the same rows of a larger one, bit for bit.
  * Usage: test_backend_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
  * Prints one line per check, "FAIL ..." for failures, then "N/N checks passed"; exit status
  * 0 when every check passes. */
@@ -225,6 +226,63 @@ static void test_shapes(comet_backend *be, int quick)
             }
 }
 
+/* batch_invariant: a token row's outputs are the same bits whatever M the call has and
+ * wherever the row sits in it. One call of M_MAX rows on a (N, K, B) weight (the default
+ * model's q/k/v stack, o and down, and LLaMA-3-8B qkv and down shapes), then calls of M rows
+ * starting at row `first`, for M across the stream (M <= 8) and wgmma plans; each must equal
+ * the big call's rows bit for bit. The big call is also checked against the oracle. */
+static void test_batch_invariant(comet_backend *be, int quick)
+{
+    enum { M_MAX = 300 };
+    static const int shapes[][4] = {{960, 576, 64, 2},   {576, 576, 64, 1},    {576, 1536, 64, 3},
+                                    {6144, 4096, 128, 3}, {4096, 14336, 128, 4}};
+    static const int Ms[][2] = {{1, 0}, {1, 299}, {2, 7}, {5, 100}, {8, 0}, {9, 3}, {16, 40},
+                                {17, 200}, {37, 11}, {64, 0}, {129, 171}, {256, 1}};
+    const int n_shapes = quick ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
+    comet_backend_set_batch_invariant(be, 1);
+    for (int si = 0; si < n_shapes; si++) {
+        const int N = shapes[si][0], K = shapes[si][1], B = shapes[si][2], n8 = shapes[si][3];
+        weight w = weight_make(be, N, K, B);
+        acts a = acts_make(M_MAX, K, B, n8);
+        float *all = malloc((size_t)M_MAX * N * 4), *part = malloc((size_t)M_MAX * N * 4);
+        if (!run_and_compare(be, &w, &a, all, "gemm batch-invariant")) {
+            free(all), free(part), acts_free(&a), weight_free(be, &w);
+            continue;
+        }
+        gout g = gout_make((size_t)M_MAX * N);
+        int bad = 0;
+        for (size_t mi = 0; mi < sizeof Ms / sizeof Ms[0]; mi++) {
+            const int M = Ms[mi][0], first = Ms[mi][1];
+            CUDA_OK(cudaMemset(g.y, 0xFF, (size_t)M * N * 4));
+            CUDA_OK(cudaDeviceSynchronize());
+            comet_status st = be->ops->gemm_w4ax(be, w.w, M, n8, a.dqa + (size_t)first * K,
+                                                 a.dsa + (size_t)first * (K / B), g.y);
+            if (st == COMET_OK)
+                st = comet_backend_cuda_sync(be);
+            int same = st == COMET_OK;
+            if (same) {
+                CUDA_OK(cudaMemcpy(part, g.y, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
+                same = !memcmp(part, all + (size_t)first * N, (size_t)M * N * 4);
+            }
+            comet_cuda_w4ax_gemm plan = {.M = M, .N = N, .K = K, .B = B, .n8 = n8,
+                                         .batch_invariant = 1};
+            if (!same || mi == 0 || mi == 5)
+                check(same, "batch-invariant N=%-5d K=%-5d B=%-3d rows %d..%d alone (M=%d, %s) "
+                      "== the same rows of M=%d: %s", N, K, B, first, first + M - 1, M,
+                      comet_cuda_gemm_w4ax_plan_name(&plan), M_MAX,
+                      st != COMET_OK ? comet_last_error() : same ? "bit for bit" : "bits differ");
+            bad += !same;
+        }
+        check(bad == 0 && gout_guards_ok(&g), "batch-invariant N=%d K=%d B=%d: %zu row ranges, %d "
+              "differ", N, K, B, sizeof Ms / sizeof Ms[0], bad);
+        cudaFree(g.raw);
+        free(all), free(part);
+        acts_free(&a);
+        weight_free(be, &w);
+    }
+    comet_backend_set_batch_invariant(be, 0);
+}
+
 /* A fresh backend: a call with a small (or no) workspace, then one whose plan needs more,
  * then the small one again and the large one twice more (reuse; deterministic bits). */
 static void test_workspace_grow(int device)
@@ -409,6 +467,7 @@ int main(int argc, char **argv)
     test_errors(be, device);
     test_caller_context(be, device);
     test_shapes(be, quick);
+    test_batch_invariant(be, quick);
     test_workspace_grow(device);
     comet_backend_free(be);
     printf("%d/%d checks passed\n", n_check - n_fail, n_check);

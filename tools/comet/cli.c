@@ -171,13 +171,16 @@ int cli_device_ok(const char *cmd, const char *device) {
     return 1;
 }
 
-comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads) {
+comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,
+                                int batch_invariant) {
     comet_backend *be = comet_backend_open(device, n_threads);
     if (!be) {
         char what[96];
         snprintf(what, sizeof what, "cannot start the %s backend", device);
         cli_report_error(cmd, what);
+        return NULL;
     }
+    comet_backend_set_batch_invariant(be, batch_invariant);
     return be;
 }
 

@@ -40,6 +40,7 @@ static void usage(FILE *f) {
             "  --synthetic NAME     random weights of that shape made by the backend\n"
             "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
             "  --fp16               with --synthetic: the floating-point variant\n"
+            "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
             "  --device D           cpu, cuda or cuda:N (default cuda)\n"
             "  --prompt-tokens N    prefill prompt length (default 512)\n"
             "  --decode-tokens N    decode steps after it (default 128)\n"
@@ -135,7 +136,7 @@ static comet_status decode_step(comet_runner *run, comet_sampler *smp, comet_kv_
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *device = "cuda";
     long prompt_n = 512, decode_n = 128, reps = 5, threads = 0, seed = 1;
-    int fp16 = 0;
+    int fp16 = 0, batch_invariant = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -143,6 +144,9 @@ int cmd_bench(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "--fp16")) {
             fp16 = 1;
+            continue;
+        } else if (!strcmp(a, "--batch-invariant")) {
+            batch_invariant = 1;
             continue;
         }
         if (!val) {
@@ -217,7 +221,7 @@ int cmd_bench(int argc, char **argv) {
                 prompt_n, decode_n, c->n_ctx);
         goto out;
     }
-    if (!(be = cli_open_backend("bench", device, (int)threads)))
+    if (!(be = cli_open_backend("bench", device, (int)threads, batch_invariant)))
         goto out;
     comet_runner_params rp = {.max_batch_tokens = (int)prompt_n, .max_seqs = 1,
                               .n_pages = (ctx + P - 1) / P + 1, .page_size = P};
@@ -281,8 +285,9 @@ int cmd_bench(int argc, char **argv) {
     char enqueue[32] = "n/a"; /* a host-memory backend computes as it goes */
     if (enqueue_ms > 0)
         snprintf(enqueue, sizeof enqueue, "%.3f", enqueue_ms);
-    printf("| %s | %s | %s | %.0f | %.1f | %.3f | %s | %.1f |\n\n", name, quant, device,
-           pre_med, dec_med, 1e3 / dec_med, enqueue, t_load);
+    printf("| %s | %s | %s%s | %.0f | %.1f | %.3f | %s | %.1f |\n\n", name, quant, device,
+           batch_invariant ? " batch-invariant" : "", pre_med, dec_med, 1e3 / dec_med, enqueue,
+           t_load);
     double total = 0.0;
     for (int i = 0; i < pf.n; i++)
         total += pf.sec[i];

@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
+            "  --batch-invariant    results independent of the prefill chunk, bit for bit, on\n"
+            "                       the GPU too, at some speed (docs/numerics.md)\n"
             "  --stats              print prefill and decode tokens/s to stderr\n"
             "  --verbose            debug logs on stderr\n",
             MAX_STOP);
@@ -125,7 +127,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *system = NULL, *template_name = NULL;
     const char *device = "cpu";
     const char *stop[MAX_STOP];
-    int raw = 0, stats = 0, verbose = 0, seed_given = 0;
+    int raw = 0, stats = 0, verbose = 0, seed_given = 0, batch_invariant = 0;
     long threads = 0;
     comet_gen_params gp = comet_gen_default_params();
     comet_sampler_params *sp = &gp.sampling;
@@ -225,6 +227,8 @@ int cmd_generate(int argc, char **argv) {
             gp.ignore_eos = 1;
         } else if (!strcmp(a, "--stats")) {
             stats = 1;
+        } else if (!strcmp(a, "--batch-invariant")) {
+            batch_invariant = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
         } else {
@@ -271,7 +275,7 @@ int cmd_generate(int argc, char **argv) {
                 n_ids, m->cfg.n_ctx);
         goto out;
     }
-    if (!(be = cli_open_backend("generate", device, (int)threads)))
+    if (!(be = cli_open_backend("generate", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               be->n_threads, (unsigned long long)sp->seed);

@@ -37,6 +37,8 @@ static void usage(FILE *f) {
             "  --chunk N          tokens per prefill step (default 256)\n"
             "  --device D         cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N        CPU threads (default: all cores)\n"
+            "  --batch-invariant  results independent of --chunk, bit for bit, on the GPU too,\n"
+            "                     at some speed (docs/numerics.md)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
             "  --kv-group G       channels per KV scale/zero group (default: the model's, or\n"
@@ -51,7 +53,7 @@ static void usage(FILE *f) {
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
-    int verbose = 0, kv_rotation = -1;
+    int verbose = 0, kv_rotation = -1, batch_invariant = 0;
     comet_ppl_protocol protocol = COMET_PPL_COMET;
     const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
@@ -120,6 +122,8 @@ int cmd_perplexity(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
+        } else if (!strcmp(a, "--batch-invariant")) {
+            batch_invariant = 1;
         } else {
             fprintf(stderr, "comet perplexity: unknown option '%s' (see comet perplexity --help)\n",
                     a);
@@ -183,7 +187,7 @@ int cmd_perplexity(int argc, char **argv) {
         pp.ctx = m->cfg.n_ctx;
     pp.max_windows = (int)max_windows;
     pp.chunk = (int)chunk;
-    if (!(be = cli_open_backend("perplexity", device, (int)threads)))
+    if (!(be = cli_open_backend("perplexity", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
               text_path, n, pp.ctx, be->n_threads, protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");

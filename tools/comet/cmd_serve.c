@@ -42,6 +42,9 @@ static void usage(FILE *f) {
             "                         (default off: message contents are plain text)\n"
             "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N            CPU threads (default: all cores)\n"
+            "  --batch-invariant      a request's tokens do not depend on the other requests\n"
+            "                         in its steps, bit for bit, on the GPU too, at some\n"
+            "                         speed (docs/numerics.md)\n"
             "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
             "  --verbose              debug logs on stderr\n"
             "\n"
@@ -81,7 +84,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_id = NULL, *template_name = NULL, *device = "cpu";
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
     long max_body = 4L << 20, threads = 0, drain = 30;
-    int verbose = 0, allow_special_in_messages = 0;
+    int verbose = 0, allow_special_in_messages = 0, batch_invariant = 0;
     /* request defaults given on the command line (-1: not given) */
     double opt_temp = -1, opt_top_p = -1, opt_min_p = -1;
     long opt_top_k = -1, opt_max_tokens = -1;
@@ -140,6 +143,10 @@ int cmd_serve(int argc, char **argv) {
             verbose = 1;
             continue;
         }
+        if (!strcmp(a, "--batch-invariant")) {
+            batch_invariant = 1;
+            continue;
+        }
         if (!strcmp(a, "--allow-special-in-messages")) {
             allow_special_in_messages = 1;
             continue;
@@ -174,6 +181,7 @@ int cmd_serve(int argc, char **argv) {
     ep.max_waiting = (int)max_waiting;
     ep.n_threads = (int)threads;
     ep.device = device;
+    ep.batch_invariant = batch_invariant;
     comet_engine *e = comet_engine_init(m, &ep);
     if (!e) {
         cli_report_error("serve", "cannot start the engine");

@@ -25,6 +25,15 @@ constexpr int DEC_MIN_KEYS = 64;
 /* Most query heads per KV head the decode kernel holds in registers (GQA groups of LLaMA,
  * Mistral, SmolLM); larger groups take the general kernel */
 constexpr int DEC_MAX_G = 8;
+/* Batch-invariant attention (st->batch_invariant): every row's keys are cut into spans of
+ * ATT_SPAN keys at fixed positions; each span's (max, sum, unnormalized row) starts from
+ * nothing and the spans merge in order (att_merge), in the CTA or, when the keys are split
+ * across CTAs one span each, in the combine kernel: the same bits either way. Two key chunks,
+ * as fine as the decode kernel's smallest split (DEC_MIN_KEYS). */
+constexpr int ATT_SPAN = 64;
+/* Most workspace bytes batch-invariant attention splits its spans into (beyond, one CTA
+ * merges a tile's spans itself): a decode step of 64 sequences at 8K keys on LLaMA-3-8B */
+constexpr size_t ATT_SPAN_WS_MAX = 256u << 20;
 
 /* Query rows (token, head of the GQA group) of one attention CTA for head dims up to DMAX:
  * Q [R, DMAX] stays at 32 KB of shared memory (16 KB for DMAX = 64). */
@@ -34,6 +43,7 @@ struct att_args {
     kv_args L;
     const int32_t *positions, *token_indptr, *page_indptr, *page_indices, *tiles;
     int H, g, tt, n_sub, n_splits, rotate;
+    int span; /* batch-invariant with n_splits > 1: keys per split, ATT_SPAN; else 0 */
     int lk_log2; /* decode: log2 of the lanes that share one key */
     int p_shift; /* decode: log2(P) when P is a power of two, else -1 */
     float scale;
@@ -117,6 +127,24 @@ __device__ __forceinline__ void kv_load8(const kv_args &L, const uint8_t *tile, 
         kv_dequant8<8>(kv_fetch8<8>(L, tile, slot, c, 4 * (c / L.G)), o);
 }
 
+/* The merge of batch-invariant attention's spans: the running (M, L) of a row takes a span's
+ * (m, l); *a and *b scale the running and the span's unnormalized rows (A = A a + o b,
+ * att_merge_row). A span that saw no key (m = -inf) leaves the row as it is. Rounded
+ * products and sums (no contraction), so the CTA and the combine kernel agree bit for bit. */
+__device__ __forceinline__ void att_merge(float &M, float &L, float m, float l, float *a, float *b) {
+    if (m == -INFINITY) {
+        *a = 1.0f, *b = 0.0f;
+        return;
+    }
+    const float Mn = fmaxf(M, m);
+    *a = expf(M - Mn), *b = expf(m - Mn);
+    L = __fadd_rn(__fmul_rn(L, *a), __fmul_rn(l, *b));
+    M = Mn;
+}
+__device__ __forceinline__ float att_merge_row(float A, float o, float a, float b) {
+    return __fadd_rn(__fmul_rn(A, a), __fmul_rn(o, b));
+}
+
 /* Flash-attention over the paged cache on the CUDA cores, fp32 throughout.
  *
  * CTA (blockIdx.x = tile * n_sub + sub, blockIdx.y = KV head, blockIdx.z = key split),
@@ -134,8 +162,10 @@ __device__ __forceinline__ void kv_load8(const kv_args &L, const uint8_t *tile, 
  * channel i % DMAX of rows i / DMAX + k * (256 / DMAX), R * DMAX / 256 fp32 accumulators
  * in registers, rescaled then advanced by P · V. One split: the normalized rows go out
  * (through shared memory and H_D again when rotated); several: the unnormalized rows and
- * (max, sum) go to the workspace for attn_combine_kernel. */
-template <int DMAX>
+ * (max, sum) go to the workspace for attn_combine_kernel. SPANS (batch-invariant, one split):
+ * every ATT_SPAN keys the row's span state merges into its running state (att_merge) and
+ * starts again. */
+template <int DMAX, bool SPANS>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
     constexpr int R = att_rows(DMAX), RW = R / 8, ACC = R * DMAX / ATT_THREADS,
                   RSTEP = ATT_THREADS / DMAX, KS = DMAX + 1;
@@ -161,7 +191,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
         return;
     const int rows = nt * g;
     const int n_keys = a.positions[t0 + nt - 1] + 1; /* positions rise within a sequence */
-    const int chunk = ((n_keys + a.n_splits - 1) / a.n_splits + ATT_KC - 1) / ATT_KC * ATT_KC;
+    const int chunk = a.span > 0 ? a.span
+                                 : ((n_keys + a.n_splits - 1) / a.n_splits + ATT_KC - 1) / ATT_KC * ATT_KC;
     const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
     const int pbase = a.page_indptr[seq];
 
@@ -183,12 +214,21 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
         wht_smem(Qs, rows, D, DMAX);
 
     float m_r[RW], l_r[RW], o[ACC];
+    float Mr[SPANS ? RW : 1], Lr[SPANS ? RW : 1], A[SPANS ? ACC : 1]; /* SPANS: running state */
 #pragma unroll
     for (int i = 0; i < RW; i++)
         m_r[i] = -INFINITY, l_r[i] = 0.0f;
 #pragma unroll
     for (int i = 0; i < ACC; i++)
         o[i] = 0.0f;
+    if constexpr (SPANS) {
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            Mr[i] = -INFINITY, Lr[i] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            A[i] = 0.0f;
+    }
     const int d_me = tid % DMAX, r_me = tid / DMAX;
     const int units = D / 8;
 
@@ -268,6 +308,38 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
             }
         }
         __syncthreads();
+        if constexpr (SPANS) {
+            if ((k0 + ATT_KC) % ATT_SPAN == 0 || k0 + ATT_KC >= kend) { /* the span ends */
+#pragma unroll
+                for (int i = 0; i < RW; i++) {
+                    const int r = warp + 8 * i;
+                    if (r >= rows)
+                        continue;
+                    float sa, sb;
+                    att_merge(Mr[i], Lr[i], m_r[i], l_r[i], &sa, &sb);
+                    m_r[i] = -INFINITY, l_r[i] = 0.0f;
+                    if (lane == 0)
+                        corr_s[r] = sa, l_s[r] = sb;
+                }
+                __syncthreads();
+#pragma unroll
+                for (int i = 0; i < ACC; i++) {
+                    const int r = r_me + RSTEP * i;
+                    if (r < rows)
+                        A[i] = att_merge_row(A[i], o[i], corr_s[r], l_s[r]);
+                    o[i] = 0.0f;
+                }
+                __syncthreads();
+            }
+        }
+    }
+    if constexpr (SPANS) { /* the running state is the result */
+#pragma unroll
+        for (int i = 0; i < RW; i++)
+            m_r[i] = Mr[i], l_r[i] = Lr[i];
+#pragma unroll
+        for (int i = 0; i < ACC; i++)
+            o[i] = A[i];
     }
 
     if (lane == 0) {
@@ -528,22 +600,32 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(att_arg
  * the cache is rotated, and writes out [T, H, D]. */
 static __global__ void attn_combine_kernel(const float *__restrict__ ws_acc,
                                            const float *__restrict__ ws_ml, int H, int D,
-                                           int n_splits, int rotate, float *__restrict__ out) {
+                                           int n_splits, int rotate, int spans,
+                                           float *__restrict__ out) {
     __shared__ float buf[COMET_CUDA_KV_MAX_HEAD_DIM];
     const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const size_t base = ((size_t)t * H + h) * n_splits;
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        M = fmaxf(M, ws_ml[2 * (base + s)]);
     float sum = 0.0f, acc = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        const float m = ws_ml[2 * (base + s)];
-        if (m == -INFINITY)
-            continue;
-        const float w = expf(m - M);
-        sum += ws_ml[2 * (base + s) + 1] * w;
-        if (d < D)
-            acc += ws_acc[(base + s) * D + d] * w;
+    if (spans) { /* batch-invariant: the splits are spans, merged in order as attn_kernel does */
+        float M = -INFINITY, a, b;
+        for (int s = 0; s < n_splits; s++) {
+            att_merge(M, sum, ws_ml[2 * (base + s)], ws_ml[2 * (base + s) + 1], &a, &b);
+            if (d < D)
+                acc = att_merge_row(acc, ws_acc[(base + s) * D + d], a, b);
+        }
+    } else {
+        float M = -INFINITY;
+        for (int s = 0; s < n_splits; s++)
+            M = fmaxf(M, ws_ml[2 * (base + s)]);
+        for (int s = 0; s < n_splits; s++) {
+            const float m = ws_ml[2 * (base + s)];
+            if (m == -INFINITY)
+                continue;
+            const float w = expf(m - M);
+            sum += ws_ml[2 * (base + s) + 1] * w;
+            if (d < D)
+                acc += ws_acc[(base + s) * D + d] * w;
+        }
     }
     const float val = sum > 0.0f ? acc / sum : 0.0f;
     if (!rotate) {
@@ -581,9 +663,10 @@ void att_tiling(int D, int g, int *tt, int *n_sub) {
 
 /* Whether the step's attention takes attn_decode_kernel: every tile is one token (tiles
  * cover the T tokens, each at least one, so n_tiles == T says so; a decode step, one token
- * a sequence, always is one) and the GQA group fits its registers. */
+ * a sequence, always is one), the GQA group fits its registers, and the step is not
+ * batch-invariant (its rows take attn_kernel's fixed spans whatever the step). */
 bool att_decode_step(const comet_cuda_step_view *st, int g) {
-    return st->n_tiles == st->n_tokens && g >= 1 && g <= DEC_MAX_G;
+    return !st->batch_invariant && st->n_tiles == st->n_tokens && g >= 1 && g <= DEC_MAX_G;
 }
 
 template <int BITS>
@@ -598,16 +681,23 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
 }
 
-template <int DMAX>
+template <int DMAX, bool SPANS>
 comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
     const size_t smem = att_smem_bytes(DMAX);
-    cudaError_t e = cudaFuncSetAttribute(attn_kernel<DMAX>,
+    cudaError_t e = cudaFuncSetAttribute(attn_kernel<DMAX, SPANS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: paged_attention: %zu bytes of "
                                "shared memory refused: %s", smem, cudaGetErrorString(e));
-    attn_kernel<DMAX><<<grid, ATT_THREADS, smem, s>>>(a);
+    attn_kernel<DMAX, SPANS><<<grid, ATT_THREADS, smem, s>>>(a);
     return COMET_OK;
+}
+
+template <bool SPANS>
+comet_status attn_launch_dmax(int dmax, const att_args &a, dim3 grid, cudaStream_t s) {
+    return dmax == 64    ? attn_launch<64, SPANS>(a, grid, s)
+           : dmax == 128 ? attn_launch<128, SPANS>(a, grid, s)
+                         : attn_launch<256, SPANS>(a, grid, s);
 }
 
 } /* namespace */
@@ -616,9 +706,21 @@ extern "C" {
 
 int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
                                 int H, int n_sm) {
-    if (L->Hkv < 1 || H % L->Hkv)
+    if (L->Hkv < 1 || H % L->Hkv || n_sm <= 0)
         return 1;
     const int g = H / L->Hkv;
+    if (st->batch_invariant) {
+        /* one CTA per span (ATT_SPAN) where the tiles leave SMs idle and the spans' partial
+         * rows fit ATT_SPAN_WS_MAX; else each CTA merges its tile's spans itself */
+        int tt, n_sub;
+        att_tiling(L->D, g, &tt, &n_sub);
+        const long blocks = (long)st->n_tiles * n_sub * L->Hkv;
+        const long spans = (st->max_kv_len + ATT_SPAN - 1) / ATT_SPAN;
+        const size_t ws = (size_t)st->n_tokens * H * spans * ((size_t)L->D + 2) * sizeof(float);
+        return spans > 1 && blocks < 2L * (n_sm > 0 ? n_sm : 1) && ws <= ATT_SPAN_WS_MAX
+                   ? (int)spans
+                   : 1;
+    }
     long blocks, min_keys;
     if (att_decode_step(st, g)) {
         blocks = (long)st->n_tokens * L->Hkv;
@@ -679,6 +781,7 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     a.positions = st->positions, a.token_indptr = st->token_indptr;
     a.page_indptr = st->page_indptr, a.page_indices = st->page_indices, a.tiles = st->tiles;
     a.H = H, a.g = g, a.n_splits = n_splits, a.rotate = rotate;
+    a.span = st->batch_invariant && n_splits > 1 ? ATT_SPAN : 0;
     att_tiling(D, g, &a.tt, &a.n_sub);
     a.lk_log2 = 2; /* lanes a key: D / 8 rounded up to a power of two, at least 4 */
     while ((8 << a.lk_log2) < D)
@@ -703,17 +806,17 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {
         dim3 grid((unsigned)st->n_tiles * a.n_sub, L->Hkv, n_splits);
-        comet_status r = dmax == 64 ? attn_launch<64>(a, grid, s)
-                         : dmax == 128 ? attn_launch<128>(a, grid, s)
-                                       : attn_launch<256>(a, grid, s);
+        comet_status r = st->batch_invariant && n_splits == 1
+                             ? attn_launch_dmax<true>(dmax, a, grid, s)
+                             : attn_launch_dmax<false>(dmax, a, grid, s);
         if (r < 0)
             return r;
         COMET_TRY(launch_check("paged_attention"));
     }
     if (n_splits > 1) {
         const int threads = (D + 31) / 32 * 32;
-        attn_combine_kernel<<<dim3(st->n_tokens, H), threads, 0, s>>>(a.ws_acc, a.ws_ml, H, D,
-                                                                      n_splits, rotate, out);
+        attn_combine_kernel<<<dim3(st->n_tokens, H), threads, 0, s>>>(
+            a.ws_acc, a.ws_ml, H, D, n_splits, rotate, a.span > 0, out);
         COMET_TRY(launch_check("paged_attention (split combine)"));
     }
     return COMET_OK;

@@ -210,13 +210,15 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
 
 /* The launch of cuda_gemm_w4ax, on the backend's device (current). */
 comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M,
-                                            int n8, const int8_t *qa, const float *sa, float *y) {
+                                            int n8, const int8_t *qa, const float *sa, float *y,
+                                            int batch_invariant) {
     /* pdl: the GEMM's first weight loads may overlap the previous kernel on the stream. Safe
      * here: weights are written only by w4ax_load's synchronized copies and freed only after
      * the device is idle, so no kernel that may still run writes them. */
     comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
                               .sw = w->sw, .qa = qa, .sa = sa, .y = y,
-                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = im->pdl_on};
+                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = im->pdl_on,
+                              .batch_invariant = batch_invariant};
     COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
     g.workspace = im->workspace;
     g.workspace_bytes = im->workspace_bytes;
@@ -237,7 +239,7 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
                                "backend runs on device %d", w->device, im->device);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
-    comet_status st = comet_cuda_be_gemm_w4ax_launch(im, w, M, n8, qa, sa, y);
+    comet_status st = comet_cuda_be_gemm_w4ax_launch(im, w, M, n8, qa, sa, y, be->batch_invariant);
     comet_cuda_be_leave(prev);
     return st;
 }
@@ -413,7 +415,7 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
     comet_cuda_step_view view;
     COMET_TRY(comet_cuda_be_step_view(im, st, "graph_begin", &view));
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
-    int splits = comet_cuda_attention_splits(&L, &view, H, im->n_sm);
+    int splits = comet_cuda_attention_splits(&L, &view, H, im->attn_sm);
     cuda_graph *g = NULL;
     for (int i = 0; i < GRAPH_SLOTS && !g; i++) {
         cuda_graph *c = &im->graphs[i];
@@ -590,6 +592,8 @@ comet_backend *comet_backend_cuda_init(int device) {
     im->graphs_on = !(graphs && !strcmp(graphs, "0"));
     const char *pdl = getenv("COMET_CUDA_PDL");
     im->pdl_on = !(pdl && !strcmp(pdl, "0"));
+    const char *attn_splits = getenv("COMET_CUDA_ATTN_SPLITS");
+    const int attn_splits_on = !(attn_splits && !strcmp(attn_splits, "0"));
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;
@@ -628,6 +632,7 @@ comet_backend *comet_backend_cuda_init(int device) {
         cuda_destroy(be);
         return NULL;
     }
+    im->attn_sm = attn_splits_on ? im->n_sm : 0;
     return be;
 }
 

@@ -38,6 +38,8 @@ typedef struct cuda_graph {
 typedef struct cuda_impl {
     int device;
     int n_sm; /* multiprocessors of the device (attention's split choice) */
+    int attn_sm; /* n_sm as attention's split choice sees it; 0 (COMET_CUDA_ATTN_SPLITS=0, for
+                  * tests and debugging): keys never split across CTAs */
     cudaStream_t stream;
     void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
     size_t workspace_bytes;
@@ -165,9 +167,11 @@ comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, 
                                      comet_cuda_step_view *v);
 /* The KV pool's layout (cuda_kv.h) for kv's sizes and format (cuda_backend.c). */
 comet_cuda_kv_layout comet_cuda_be_kv_layout(const comet_kv_cache *kv);
-/* y [M, N] = the W4Ax GEMM of w on (qa, sa), kernel AUTO, on im's stream (cuda_backend.c). */
+/* y [M, N] = the W4Ax GEMM of w on (qa, sa), kernel AUTO (with batch_invariant: the plan
+ * fixed by w's shape, gemm_w4ax.h), on im's stream (cuda_backend.c). */
 comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M,
-                                            int n8, const int8_t *qa, const float *sa, float *y);
+                                            int n8, const int8_t *qa, const float *sa, float *y,
+                                            int batch_invariant);
 
 /* ---- helpers the backend's files share ---- */
 

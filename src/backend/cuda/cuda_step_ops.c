@@ -124,7 +124,8 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
     im->view = (comet_cuda_step_view){.n_tokens = T, .n_seqs = S, .positions = d + o_pos,
                                       .token_indptr = d + o_tind, .page_indptr = d + o_pind,
                                       .page_indices = d + o_pidx, .tiles = d + o_tiles,
-                                      .n_tiles = n_tiles, .max_kv_len = max_kv};
+                                      .n_tiles = n_tiles, .max_kv_len = max_kv,
+                                      .batch_invariant = be->batch_invariant};
     return COMET_OK;
 }
 
@@ -238,11 +239,12 @@ static cudaError_t grow_buffer(cuda_impl *im, void **buf, size_t *bytes, size_t 
 
 /* y [T, N] = the linear cl (N x K) of group gr applied to act. */
 static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *gr,
-                             const void *act, int T, float *y) {
+                             const void *act, int T, float *y, int batch_invariant) {
     if (cl->kind == LIN_W4AX) {
         const int8_t *qa = act;
         const float *sa = (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
-        return comet_cuda_be_gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y);
+        return comet_cuda_be_gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y,
+                                              batch_invariant);
     }
     return gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
 }
@@ -250,7 +252,7 @@ static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *
 /* The stack of group g (QKV or GATE_UP) applied to act, then its columns split into ys[i]
  * [T, N_i] per role (a NULL ys[i] is skipped). */
 static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer, comet_group g,
-                               const void *act, int T, float *const *ys) {
+                               const void *act, int T, float *const *ys, int batch_invariant) {
     const cuda_grp *gr = group_of(w, layer, g);
     comet_role roles[3];
     const int n_roles = comet_group_roles(g, roles);
@@ -261,7 +263,7 @@ static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer,
                                 (size_t)T * gr->stack.N * sizeof(float));
     if (e != cudaSuccess)
         return comet_cuda_be_fail(e, "matmul: growing the stacked output");
-    COMET_TRY(lin_gemm(im, &gr->stack, gr, act, T, im->stack_ws));
+    COMET_TRY(lin_gemm(im, &gr->stack, gr, act, T, im->stack_ws, batch_invariant));
     return comet_cuda_unstack(im->stack_ws, T, gr->stack.N, n_roles, widths, ys, im->stream);
 }
 
@@ -281,9 +283,9 @@ comet_status comet_cuda_be_matmul(comet_backend *be, const comet_weights *w, int
         for (int i = 0, n = comet_group_roles(g, roles); i < n; i++)
             if (roles[i] == r)
                 ys[i] = y;
-        st = stack_gemm(im, w, layer, g, act, T, ys);
+        st = stack_gemm(im, w, layer, g, act, T, ys, be->batch_invariant);
     } else {
-        st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y);
+        st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y, be->batch_invariant);
     }
     comet_cuda_be_leave(prev);
     if (st < 0)
@@ -301,7 +303,7 @@ comet_status comet_cuda_be_matmul_group(comet_backend *be, const comet_weights *
                                "has one linear", comet_cuda_group_names[g]);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul_group: cudaSetDevice");
-    comet_status st = stack_gemm(im, w, layer, g, act, T, ys);
+    comet_status st = stack_gemm(im, w, layer, g, act, T, ys, be->batch_invariant);
     comet_cuda_be_leave(prev);
     if (st < 0)
         return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer,
@@ -376,7 +378,7 @@ comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cac
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: paged_attention: the KV "
                                "pool has no storage (kv_init)");
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
-    int splits = comet_cuda_attention_splits(&L, &view, H, im->n_sm);
+    int splits = comet_cuda_attention_splits(&L, &view, H, im->attn_sm);
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "paged_attention: cudaSetDevice");

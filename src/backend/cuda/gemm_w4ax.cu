@@ -349,6 +349,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     if (pl.pdl)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
+    if (pl.invariant)
+        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " invariant");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"

@@ -145,6 +145,12 @@ typedef struct comet_cuda_w4ax_gemm {
                                * at its start, pdl or not: a caller's kernel launched after one
                                * of them with the attribute must itself wait before reading y
                                * or writing qa, sa, y or the workspace. 0 = plain stream order. */
+    int batch_invariant;      /* 1 = a token row's outputs do not depend on M, bit for bit: with
+                               * kernel AUTO and splits 0 the plan takes a split count fixed by
+                               * N, K, B and the device, and the stream (small M), wgmma or
+                               * tiled kernel, which give the same bits for the same splits; no
+                               * pipe kernel, stream-K or persistent tiles. Slower than the
+                               * automatic plan (bench/results). 0 = the fastest plan per M. */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan on the current

@@ -40,6 +40,7 @@ struct plan_t {
     bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
     bool persist; /* wgmma, 128-token tiles past one wave: one CTA per SM, whole tiles in turn */
     bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
+    bool invariant; /* the batch-invariant plan (batch_invariant_call) */
     int carveout; /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
     dim3 grid, block;
     size_t smem, ws_bytes;
@@ -419,10 +420,37 @@ comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
     return g->M <= 8 || (g->M <= 16 && g->ablate) ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
 }
 
+/* The batch-invariant plan (g->batch_invariant): a token row's outputs must not depend on M.
+ * The stream, wgmma and tiled kernels give the same bits for the same split count S (split s
+ * sums blocks [s nb / S, (s + 1) nb / S) in order from 0; the splits are summed in split order
+ * from 0.0f, through a cluster or the workspace alike), so S is fixed by N, K and B -- the
+ * stream plan's split at M = 1, which keeps decode streaming from every SM -- and M picks only
+ * among those kernels. The pipe kernel (warps own strided stages) and stream-K (shares cut by
+ * M) would change the sums. */
+void batch_invariant_call(comet_cuda_w4ax_gemm &gi, int sms)
+{
+    const int nb = gi.K / gi.B, ctas = ((gi.N + 15) / 16 + STREAM_WARPS - 1) / STREAM_WARPS;
+    const int min_s = (nb + STREAM_MAX_RANGE / gi.B - 1) / (STREAM_MAX_RANGE / gi.B);
+    const int S = (4 * sms + ctas - 1) / ctas;
+    gi.splits = clampi(S < min_s ? min_s : S, 1, nb);
+    if (has_wgmma())
+        gi.kernel = gi.M <= 8 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
+    else
+        gi.kernel = gi.M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
+}
+
 plan_t make_plan(const comet_cuda_w4ax_gemm *g)
 {
     plan_t pl = {};
-    const int nb = g->K / g->B, np16 = (g->N + 15) / 16, sms = sm_count();
+    const int sms = sm_count();
+    comet_cuda_w4ax_gemm gi;
+    if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0 && g->ablate == 0) {
+        gi = *g;
+        batch_invariant_call(gi, sms);
+        g = &gi;
+        pl.invariant = true;
+    }
+    const int nb = g->K / g->B, np16 = (g->N + 15) / 16;
     /* programmatic dependent launch where the device and the loaded code have it; asked for
      * elsewhere, the call runs as a plain launch */
     const bool pdl = g->pdl && pdl_supported();

@@ -100,6 +100,8 @@ typedef struct comet_cuda_step_view {
                                     * sequence, covering every token once */
     int n_tiles;
     int max_kv_len;                /* the longest sequence after the append (host value) */
+    int batch_invariant;           /* the backend's batch_invariant (backend.h): attention
+                                    * then takes the tile kernel over fixed key spans */
 } comet_cuda_step_view;
 
 /* RoPE (rotate-half pairs (f, f + D/2), angle positions[t] * inv_freq[f] in double, cos
@@ -115,7 +117,9 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
                                        void *stream);
 
 /* Number of key splits the attention launch uses for this step (1 = no split) on a GPU
- * with n_sm multiprocessors, and the bytes of workspace it then needs (0 for 1 split). */
+ * with n_sm multiprocessors (0: never split), and the bytes of workspace it then needs (0
+ * for 1 split). Batch-invariant steps split only at fixed spans of keys (attention.cu
+ * ATT_SPAN), so any split count gives the same bits. */
 int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
                                 int H, int n_sm);
 size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
