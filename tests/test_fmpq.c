@@ -20,6 +20,7 @@
 #include "comet/tokenizer.h"
 #include "engine/kv_pages.h"
 #include "model/forward.h"
+#include "engine/calibrate.h"
 #include "quant/calib.h"
 #include "quant/fmpq.h"
 

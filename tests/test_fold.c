@@ -30,6 +30,7 @@
 #include "comet/model.h"
 #include "engine/kv_pages.h"
 #include "model/forward.h"
+#include "engine/calibrate.h"
 #include "quant/calib.h"
 #include "quant/rotate.h"
 #include "quant/smooth.h"

@@ -13,7 +13,7 @@
 
 #include "backend/cpu/ref_gemm_w4ax.h"
 #include "backend/cuda/gemm_w4ax.h"
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 static uint32_t rng_state = 12345;
 static uint32_t rnd(void)

@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 #include "engine/kv_pages.h"
 #include "cpu_test_util.h"
 

@@ -13,9 +13,9 @@
 #include <cmocka.h>
 
 #include "backend/cpu/ref_gemm_w4ax.h"
-#include "quant/qlinear.h"
+#include "numerics/qlinear.h"
 #include "quant/quant.h"
-#include "quant/pack.h"
+#include "numerics/pack.h"
 
 /* xorshift64* + Box-Muller: reproducible test data. */
 static uint64_t rng_state = 88172645463325252ull;

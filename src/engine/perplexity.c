@@ -72,6 +72,7 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     comet_runner_params rp = {.max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages,
                               .page_size = P};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
+        (st = comet_forward_set_input_observer(run.fc, p->observer, p->observer_user)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
         goto done;
     double nll = 0.0;

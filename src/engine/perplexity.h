@@ -21,6 +21,7 @@
 
 #include "backend/backend.h"
 #include "comet/model.h"
+#include "model/forward.h"
 
 typedef enum comet_ppl_protocol {
     COMET_PPL_COMET = 0,
@@ -33,9 +34,12 @@ typedef struct comet_ppl_params {
     int chunk;       /* tokens per prefill step (> 0) */
     comet_ppl_protocol protocol;
     int bos_id;      /* the BOS id when the model adds one (protocols above), else -1 */
+    comet_forward_input_fn observer; /* sees every linear's input (calibration:
+                                      * comet_forward_set_input_observer), or NULL */
+    void *observer_user;
 } comet_ppl_params;
 
-/* ctx 2048, all windows, chunk 256, comet's protocol, bos_id -1. */
+/* ctx 2048, all windows, chunk 256, comet's protocol, bos_id -1, no observer. */
 comet_ppl_params comet_ppl_default_params(void);
 
 typedef struct comet_ppl_result {

@@ -13,9 +13,9 @@
 #include "format/checkpoint.h"
 #include "format/loader.h"
 #include "format/safetensors.h"
-#include "quant/fmpq.h"
-#include "quant/pack.h"
-#include "quant/quant.h"
+#include "numerics/qgroup.h"
+#include "numerics/pack.h"
+#include "numerics/quant.h"
 
 /* Whole file as a NUL-terminated string; NULL + COMET_ERR_IO message. */
 static char *read_text(const char *path, int quiet) {

@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 
 #include "format/checkpoint.h"
-#include "quant/fmpq.h"
-#include "quant/quant.h"
+#include "numerics/qgroup.h"
+#include "numerics/quant.h"
 
 typedef enum { ST_F32, ST_I32, ST_F16, ST_U8, ST_I8 } st_dtype;
 static const char *dtype_name[] = {"F32", "I32", "F16", "U8", "I8"};
@@ -264,7 +264,7 @@ static cJSON *config_json(const comet_model *m) {
     cJSON_AddNumberToObject(cal, "window_tokens", q->calib_window_len);
     cJSON_AddNumberToObject(cal, "tokens", (double)q->calib_tokens);
     double frac[COMET_QGROUP_COUNT], fb, fw;
-    comet_fmpq_int8_fraction(m, frac, &fb, &fw);
+    comet_qgroup_int8_fraction(m, frac, &fb, &fw);
     cJSON *fr = cJSON_AddObjectToObject(qc, "int8_block_fraction");
     for (int g = 0; g < COMET_QGROUP_COUNT; g++)
         cJSON_AddNumberToObject(fr, comet_qgroup_name((comet_qgroup)g), frac[g]);

@@ -42,6 +42,8 @@ struct comet_forward_ctx {
     float *logits; /* [T, V] (backends without host memory) */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
+    comet_forward_input_fn on_input; /* linear-input observer, or NULL */
+    void *on_input_user;
 };
 
 void comet_forward_free(comet_forward_ctx *fc) {
@@ -169,6 +171,22 @@ void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, v
     fc->on_op_user = user;
 }
 
+comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forward_input_fn fn,
+                                              void *user) {
+    if (fn && !fc->be->ops->host_memory)
+        return comet_set_error(COMET_ERR_UNSUPPORTED, "observing the linears' inputs: backend "
+                               "'%s' keeps them in its own memory", fc->be->ops->name);
+    for (int l = 0; fn && l < fc->m->cfg.n_layer; l++)
+        for (int r = 0; r < COMET_ROLE_COUNT; r++)
+            if (comet_model_linear(fc->m, l, (comet_role)r)->fmt == COMET_WFMT_QSIM)
+                return comet_set_error(COMET_ERR_UNSUPPORTED, "observing the linears' inputs: "
+                                       "layer %d holds a quantized linear, whose input is "
+                                       "quantized before the matmul", l);
+    fc->on_input = fn;
+    fc->on_input_user = user;
+    return COMET_OK;
+}
+
 static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
                                 const comet_batch *b) {
     const comet_model_config *c = &fc->m->cfg;
@@ -243,6 +261,11 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         if (fc->on_op)                            \
             fc->on_op(fc->on_op_user, (name));    \
     } while (0)
+#define OBSERVE(l, g)                                                         \
+    do {                                                                      \
+        if (fc->on_input)                                                     \
+            fc->on_input(fc->on_input_user, (l), (g), (const float *)fc->act, T); \
+    } while (0)
 
     PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, st, fc->x));
@@ -250,6 +273,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
                                     fc->act));
+        OBSERVE(l, COMET_GROUP_QKV);
         float *const qkv[3] = {fc->q, fc->k, fc->v};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_QKV, T, qkv));
         PROF("rope_kv_append");
@@ -258,15 +282,18 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
         PROF("act_quant");
         COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, fc->att, T, fc->act));
+        OBSERVE(l, COMET_GROUP_O);
         PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
+        OBSERVE(l, COMET_GROUP_GATE_UP);
         float *const gate_up[2] = {fc->gate, fc->up};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_GATE_UP, T, gate_up));
         PROF("silu_mul_quant");
         COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
+        OBSERVE(l, COMET_GROUP_DOWN);
         PROF("matmul down");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
     }
@@ -276,6 +303,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
     PROF("lm_head");
     return op->lm_head(be, w, fc->act, st, lm_out);
+#undef OBSERVE
 }
 
 /* A decode step a backend may record as a graph: one token per sequence, logits for every

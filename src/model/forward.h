@@ -41,6 +41,17 @@ comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
 typedef void (*comet_forward_op_fn)(void *user, const char *op);
 void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user);
 
+/* An observer of the linears' inputs (calibration): comet_forward calls fn(user, layer, g, x,
+ * T) in every layer with the input of group g (QKV, O, GATE_UP, DOWN) before its matmul:
+ * x [T, K] fp32 in host memory, K the group's input width, in the model's channel order;
+ * borrowed for the call. Only a floating-point model (no quantized linear) on a backend
+ * whose memory is the host's has such inputs: otherwise COMET_ERR_UNSUPPORTED naming why,
+ * and nothing is set. NULL turns it off (COMET_OK). */
+typedef void (*comet_forward_input_fn)(void *user, int layer, comet_group g, const float *x,
+                                       int T);
+comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forward_input_fn fn,
+                                              void *user);
+
 /* Run one step: append the K/V of every token of `b` (host arrays) into `kv` (at the
  * positions given by b's page tables) and write logits [b->n_logits, V] for the rows
  * b->logit_rows into `logits` (host memory). logits may be NULL when n_logits == 0, or on a

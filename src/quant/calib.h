@@ -1,28 +1,14 @@
-/* calib.h — calibration: run the floating-point model over calibration text and collect,
- * for every layer and linear input group, the per-channel salience (max |x|) and, for
- * GPTQ, XᵀX (docs/numerics.md "Choosing INT8 blocks").
- *
- * The statistics are gathered by wrapping the backend: a calibration backend forwards
- * every op to the real one and, in `linear`, records the input of q_proj, o_proj,
- * gate_proj and down_proj (one per group) before forwarding. The forward pass itself is
- * untouched, so calibration adds nothing to the hot path of normal runs. */
+/* calib.h — calibration statistics on disk: the per-channel salience (max |x|) and, for
+ * GPTQ, XᵀX of every layer and linear input group (docs/numerics.md "Choosing INT8
+ * blocks"), saved so that several quantizations share one calibration run. The run itself
+ * (the model over calibration text) is src/engine/calibrate.h. */
 #ifndef COMET_QUANT_CALIB_H
 #define COMET_QUANT_CALIB_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
 #include "quant/fmpq.h"
-
-/* Run `m` (fp32 linears) over `n_windows` consecutive windows of `window_len` tokens of
- * `tokens` [n_tokens] (each from an empty KV cache, docs/numerics.md's perplexity protocol, so
- * the calibration text's perplexity comes out too: *ppl, may be NULL) on backend `be`,
- * adding every linear input to `cs`. Fails with COMET_ERR_INVALID_ARG when the text holds
- * fewer than one window; uses as many full windows as there are, up to n_windows. */
-comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int32_t *tokens,
-                             size_t n_tokens, int n_windows, int window_len,
-                             comet_calib_stats *cs, double *ppl);
 
 /* Where statistics came from, checked when they are read back. */
 typedef struct comet_calib_meta {

@@ -1,14 +1,8 @@
-/* quant.h — FMPQ quantization primitives: the one implementation of docs/numerics.md's
- * rounding rules, shared by the quantizer (`comet quantize`) and the CPU backend's
- * simulated execution of quantized checkpoints.
- *
- * Holds: per-token per-block symmetric activation quantization (INT4/INT8 blocks) and
- * its fp32 quantize->dequantize simulation; per-token per-head asymmetric KV
- * quantization (4/8 bits) and its simulation; channel reordering and the INT8 block
- * choice from calibration salience; INT4/INT8 weight quantization per output channel
- * per block (RTN with a clipping search, and GPTQ); calibration statistics (salience,
- * XᵀX). Packing of INT4 codes is in w4_plain.h. It does not run models: calibration
- * (src/quant/calib.c) and the checkpoint (src/format/checkpoint.c) build on this.
+/* quant.h — the FMPQ quantizer's steps (`comet quantize`): calibration statistics
+ * (salience, XᵀX), channel reordering and the INT8 block choice, INT4/INT8 weight
+ * quantization per output channel per block (RTN with a clipping search, and GPTQ). The
+ * rounding primitives they share with the backends are in numerics/quant.h. It does not
+ * run models: calibration (src/quant/calib.c) builds on this.
  *
  * Shape letters as in docs/numerics.md: T tokens, K input channels of a linear, N output
  * channels, B block size (channels). Every [T, K] array is row-major.
@@ -20,144 +14,7 @@
 #include <stdint.h>
 
 #include "comet/status.h"
-
-/* IEEE half conversion (round to nearest even), used for the fp16 scales and zeros.
- * Compilers without _Float16 on this target (clang < 15 on x86, used for the libFuzzer
- * builds) get the same conversion in integer code (checked equal to _Float16 on every
- * 7th fp32 bit pattern). */
-#if defined(__FLT16_MAX__)
-static inline uint16_t comet_quant_f16_bits(float f) {
-    _Float16 h = (_Float16)f;
-    uint16_t u;
-    __builtin_memcpy(&u, &h, sizeof u);
-    return u;
-}
-static inline float comet_quant_f16_value(uint16_t u) {
-    _Float16 h;
-    __builtin_memcpy(&h, &u, sizeof h);
-    return (float)h;
-}
-#else
-static inline uint16_t comet_quant_f16_bits(float f) {
-    uint32_t x;
-    __builtin_memcpy(&x, &f, 4);
-    uint32_t sign = (x >> 16) & 0x8000u, exp = (x >> 23) & 0xffu, man = x & 0x7fffffu;
-    if (exp == 0xff)
-        return (uint16_t)(sign | 0x7c00u | (man ? 0x200u | (man >> 13) : 0));
-    int e = (int)exp - 127 + 15;
-    if (e >= 31)
-        return (uint16_t)(sign | 0x7c00u);
-    uint32_t h, rem, half;
-    if (e <= 0) { /* fp16 subnormal or zero */
-        if (e < -10)
-            return (uint16_t)sign;
-        man |= 0x800000u;
-        int shift = 14 - e;
-        h = man >> shift;
-        rem = man & ((1u << shift) - 1);
-        half = 1u << (shift - 1);
-    } else {
-        h = ((uint32_t)e << 10) | (man >> 13);
-        rem = man & 0x1fffu;
-        half = 0x1000u;
-    }
-    if (rem > half || (rem == half && (h & 1))) /* a carry into the exponent is correct */
-        h++;
-    return (uint16_t)(sign | h);
-}
-static inline float comet_quant_f16_value(uint16_t u) {
-    uint32_t sign = (uint32_t)(u & 0x8000u) << 16, exp = (u >> 10) & 0x1fu, man = u & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp) {
-        bits = sign | ((exp + 112) << 23) | (man << 13);
-    } else if (!man) {
-        bits = sign;
-    } else {
-        int e = -1;
-        do {
-            e++;
-            man <<= 1;
-        } while (!(man & 0x400u));
-        bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
-    }
-    float f;
-    __builtin_memcpy(&f, &bits, 4);
-    return f;
-}
-#endif
-/* f rounded to the nearest fp16 value, as fp32. */
-static inline float comet_quant_f16_round(float f) {
-    return comet_quant_f16_value(comet_quant_f16_bits(f));
-}
-
-/* The fp16 bit pattern of the largest fp16 value <= f (down) or the smallest >= f (up), for
- * finite f within fp16's range [-65504, 65504] (CUDA's __float2half_rd / __float2half_ru
- * there). */
-static inline uint16_t comet_quant_f16_bits_down(float f) {
-    uint16_t h = comet_quant_f16_bits(f);
-    if (comet_quant_f16_value(h) <= f)
-        return h;
-    /* one fp16 step towards -inf: magnitude up for negatives (and -0), down for positives */
-    return (h & 0x8000u) || h == 0 ? (uint16_t)((h == 0 ? 0x8000u : h) + 1) : (uint16_t)(h - 1);
-}
-static inline uint16_t comet_quant_f16_bits_up(float f) {
-    uint16_t h = comet_quant_f16_bits(f);
-    if (comet_quant_f16_value(h) >= f)
-        return h;
-    return (h & 0x8000u) ? (h == 0x8000u ? (uint16_t)1 : (uint16_t)(h - 1)) : (uint16_t)(h + 1);
-}
-
-/* fp16 bits of a quiet NaN: the scale of a block or KV group holding a non-finite value */
-#define COMET_QUANT_F16_NAN 0x7e00u
-/* The largest finite fp16 value */
-#define COMET_QUANT_F16_MAX 65504.0f
-
-/* ---- Activations (docs/numerics.md "Activations") ---------------------------------------- */
-
-/* Symmetric quantization of one block of n values with code range [-qmax-1, qmax]
- * (qmax = 7 for INT4, 127 for INT8): s = amax / qmax, q = clamp(rint(x * (1/s))) in fp32.
- * amax == 0 gives s = 0 and q = 0. A block holding a NaN or an infinity gives q = 0 and
- * s = NaN: its products are NaN, so the token's logits are not finite and the engine fails
- * that request (docs/numerics.md "Degenerate inputs"). Writes q[n], returns s. */
-float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q);
-
-/* Quantize activations x [T, K] (already in the group's permuted order) per token per
- * block of B channels: blocks 0..n8-1 INT8 (s = amax/127), the rest INT4 (s = amax/7).
- * K % B == 0, 0 <= n8 <= K/B. Writes codes q [T, K] and fp32 scales s [T, K/B]. */
-void comet_quant_act(const float *x, int T, int K, int B, int n8, int8_t *q, float *s);
-
-/* The fp32 simulation of comet_quant_act: y[t, k] = q[t, k] * s[t, k/B] with exactly the
- * same codes and scales. y may alias x. */
-void comet_quant_act_sim(const float *x, int T, int K, int B, int n8, float *y);
-
-/* ---- KV cache (docs/numerics.md "KV cache") ----------------------------------------------- */
-
-/* Asymmetric quantization of one group of n values to `bits` (4 or 8) bits: zero = min
- * rounded down to fp16, scale = (max - zero) / (2^bits - 1) rounded up to fp16, so that
- * [zero, zero + (2^bits - 1) * scale] holds every value; the codes use the stored values:
- * q = clamp(rint((x - zero) * (1/scale)), 0, 2^bits - 1) (scale == 0 gives q = 0), and
- * |x - (q * scale + zero)| <= scale / 2 up to fp32 rounding. A group holding a non-finite
- * value or one outside fp16's range gets q = 0, zero = 0 and a NaN scale (the request then
- * fails, as for activations). Writes q[n] (one code per byte) and the fp16 bit patterns
- * of scale and zero. */
-void comet_quant_kv_group(const float *x, int n, int bits, uint8_t *q, uint16_t *scale,
-                          uint16_t *zero);
-
-/* Simulation over n_groups consecutive groups of G values (K or V of one token and KV
- * head: G = D): y = dequant(quant(x)) per group with comet_quant_kv_group's rounding.
- * bits 16 (or 0) copies x. y may alias x. */
-void comet_quant_kv_sim(const float *x, int n_groups, int G, int bits, float *y);
-
-/* In-place normalized fast Walsh–Hadamard transform of x[n] (n a power of two, n >= 1):
- * x <- H_n x with H_n the Sylvester Hadamard matrix divided by sqrt(n). H_n is symmetric
- * and orthogonal (H_n H_n = I), so applying it twice gives x back up to fp32 rounding.
- * O(n log n). This is the KV-cache rotation of docs/numerics.md "KV cache". */
-void comet_wht(float *x, int n);
-
-/* 1 when n is a power of two (n >= 1): the head dims comet_wht accepts. */
-static inline int comet_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
+#include "numerics/quant.h"
 
 /* ---- Calibration statistics, reordering, INT8 block choice --------------------------- */
 
@@ -212,26 +69,11 @@ uint16_t comet_quant_w_block_scale(const float *w, int n, int qmax, int clip_sea
 uint16_t comet_quant_w_block_scale_weighted(const float *w, const float *h, int n, int qmax,
                                             int clip_search);
 
-/* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 or a NaN product gives 0
- * (no NaN is cast to an integer). */
-static inline int8_t comet_quant_w_code(float w, float s, int qmax) {
-    if (s == 0.0f)
-        return 0;
-    float v = __builtin_rintf(w * (1.0f / s));
-    if (v != v)
-        return 0;
-    float lo = (float)(-qmax - 1), hi = (float)qmax;
-    return (int8_t)(v < lo ? lo : v > hi ? hi : v);
-}
-
 /* COMET_OK unless sh (the scale comet_quant_w_block_scale gave block b of output channel n,
  * weights wb [B]) is COMET_QUANT_F16_NAN; then COMET_ERR_INVALID_ARG naming the channel, the
  * block and why (a non-finite weight, or the scale fp16 cannot hold), prefixed by `what`. */
 comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n,
                                        int b, const char *what);
-
-/* w [N, K] = q [N, K] * s [N, K/B] (fp16 scales). */
-void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int B, float *w);
 
 /* GPTQ (Frantar et al. 2022) of w [N, K] against the Hessian of the calibration inputs:
  * xtx [K, K] = Σ xᵀx over calibration tokens, in the same (permuted) channel order as w's

@@ -95,15 +95,3 @@ comet_status comet_quant_w_rtn(const float *w, int N, int K, int B, int bits, in
         }
     return COMET_OK;
 }
-
-void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int B, float *w) {
-    COMET_ASSERT(B > 0 && K % B == 0);
-    int nb = K / B;
-    for (int n = 0; n < N; n++)
-        for (int b = 0; b < nb; b++) {
-            float sc = comet_quant_f16_value(s[(size_t)n * nb + b]);
-            size_t off = (size_t)n * K + (size_t)b * B;
-            for (int i = 0; i < B; i++)
-                w[off + i] = (float)q[off + i] * sc;
-        }
-}

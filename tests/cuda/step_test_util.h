@@ -19,7 +19,7 @@
 #include "backend/backend.h"
 #include "comet/model.h"
 #include "quant/fmpq.h"
-#include "quant/quant.h"
+#include "numerics/quant.h"
 
 /* ---- buffers in a backend's memory, with guards ------------------------------------------
  *

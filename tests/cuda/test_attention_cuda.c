@@ -42,7 +42,7 @@
 #include "backend/cuda/cuda_kv.h"
 #include "comet/model.h"
 #include "engine/kv_pages.h"
-#include "quant/quant.h"
+#include "numerics/quant.h"
 
 #include "cuda_skip.h"
 #include "step_test_util.h"
@@ -840,6 +840,8 @@ int main(void)
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_attention_batch_invariant),
     };
+    if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
+        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     comet_backend_free(g_cpu);
     comet_backend_free(g_cuda);

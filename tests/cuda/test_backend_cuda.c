@@ -27,7 +27,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/ref_gemm_w4ax.h"
 #include "backend/cuda/gemm_w4ax.h"
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 #define CUDA_TEST_SEED 0x2545F4914F6CDD1Dull
 #include "cuda_test_util.h"

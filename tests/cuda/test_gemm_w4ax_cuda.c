@@ -27,7 +27,7 @@
 
 #include "backend/cpu/ref_gemm_w4ax.h"
 #include "backend/cuda/gemm_w4ax.h"
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 #define CUDA_TEST_SEED 0x9E3779B97F4A7C15ull
 #include "cuda_test_util.h"

@@ -13,7 +13,7 @@
 #include "comet/tokenizer.h"
 #include "commands.h"
 #include "engine/perplexity.h"
-#include "quant/quant.h"
+#include "numerics/quant.h"
 
 static void usage(FILE *f) {
     fprintf(f,

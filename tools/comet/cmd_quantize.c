@@ -19,6 +19,7 @@
 #include "comet/tokenizer.h"
 #include "commands.h"
 #include "format/checkpoint.h"
+#include "engine/calibrate.h"
 #include "quant/calib.h"
 #include "quant/fmpq.h"
 #include "quant/rotate.h"
@@ -375,7 +376,7 @@ int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     double frac[COMET_QGROUP_COUNT], fb, fw;
-    comet_fmpq_int8_fraction(m, frac, &fb, &fw);
+    comet_qgroup_int8_fraction(m, frac, &fb, &fw);
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
     fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
             p.w_bits, p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16",

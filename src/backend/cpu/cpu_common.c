@@ -8,8 +8,8 @@
 
 #include "backend/cpu/ref_gemm_w4ax.h"
 #include "comet/model.h"
-#include "quant/quant.h"
-#include "quant/w4_plain.h"
+#include "numerics/quant.h"
+#include "numerics/w4_plain.h"
 
 comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                  const comet_batch *b, const float *k, const float *v) {

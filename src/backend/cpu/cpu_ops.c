@@ -37,8 +37,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/ref_gemm_w4ax.h"
-#include "quant/qlinear.h"
-#include "quant/quant.h"
+#include "numerics/qlinear.h"
+#include "numerics/quant.h"
 #include "core/threads.h"
 
 #define MIN_PAR_ELEMS 16384 /* elementwise work below this runs on the calling thread */

@@ -14,7 +14,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/kv_cache.h"
-#include "quant/qlinear.h"
+#include "numerics/qlinear.h"
 
 struct comet_weights {
     const comet_model *m;
@@ -167,8 +167,7 @@ comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int lay
                                const void *act, int T, float *y) {
     const comet_linear *orig = comet_model_linear(w->m, layer, r);
     if (orig->fmt != COMET_WFMT_QSIM)
-        return be->ops->linear(be, orig, act, T, y); /* the model's own linear: calibration
-                                                      * tells the linears apart by address */
+        return be->ops->linear(be, orig, act, T, y);
     comet_linear lin = *orig;
     lin.perm = NULL;
     lin.a_bits = 16;

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 float comet_ref_f16_to_f32(uint16_t h)
 {

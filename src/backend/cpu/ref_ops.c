@@ -10,8 +10,8 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/ref_gemm_w4ax.h"
-#include "quant/qlinear.h"
-#include "quant/quant.h"
+#include "numerics/qlinear.h"
+#include "numerics/quant.h"
 
 static comet_status ref_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
                               int T, float *x) {

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 static int dims_ok(int N, int K)
 {

@@ -1,5 +1,5 @@
 /* pack.c — packing of INT4 codes into the plain layout of w4_plain.h (see pack.h). */
-#include "quant/pack.h"
+#include "numerics/pack.h"
 
 #include "comet/status.h"
 

@@ -1,10 +1,11 @@
-/* act.c — activation (per token, per block, symmetric) and KV cache (per token, per head,
- * asymmetric) quantization with docs/numerics.md's rounding, plus their fp32 quantize->dequantize
- * simulations. Scalar reference code: every faster path must give the same codes. */
+/* numerics/quant.c — activation (per token, per block, symmetric) and KV cache (per token,
+ * per head, asymmetric) quantization with docs/numerics.md's rounding, their fp32
+ * quantize->dequantize simulations, the Walsh-Hadamard rotation and weight dequantization.
+ * Scalar reference code: every faster path must give the same codes. */
 #include <math.h>
 #include <string.h>
 
-#include "quant/quant.h"
+#include "numerics/quant.h"
 
 float comet_quant_sym_block(const float *x, int n, int qmax, int8_t *q) {
     float amax = 0.0f;
@@ -123,4 +124,16 @@ void comet_wht(float *x, int n) {
     float norm = 1.0f / sqrtf((float)n);
     for (int i = 0; i < n; i++)
         x[i] *= norm;
+}
+
+void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int B, float *w) {
+    COMET_ASSERT(B > 0 && K % B == 0);
+    int nb = K / B;
+    for (int n = 0; n < N; n++)
+        for (int b = 0; b < nb; b++) {
+            float sc = comet_quant_f16_value(s[(size_t)n * nb + b]);
+            size_t off = (size_t)n * K + (size_t)b * B;
+            for (int i = 0; i < B; i++)
+                w[off + i] = (float)q[off + i] * sc;
+        }
 }

@@ -3,8 +3,8 @@
  * The integer GEMM backends computes the same codes and scales; this path multiplies
  * their dequantized values instead, so perplexity and generation work on quantized
  * checkpoints without an integer backend. */
-#ifndef COMET_QUANT_QLINEAR_H
-#define COMET_QUANT_QLINEAR_H
+#ifndef COMET_NUMERICS_QLINEAR_H
+#define COMET_NUMERICS_QLINEAR_H
 
 #include "comet/model.h"
 

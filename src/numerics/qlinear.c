@@ -1,11 +1,11 @@
 /* qlinear.c — fp32 simulation of a quantized linear (see qlinear.h). */
-#include "quant/qlinear.h"
+#include "numerics/qlinear.h"
 
 #include <cblas.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/quant.h"
+#include "numerics/quant.h"
 
 void comet_qlinear_input(const comet_linear *lin, const float *x, int T, float *xq) {
     int K = lin->n_in;

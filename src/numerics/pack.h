@@ -1,13 +1,13 @@
 /* pack.h — whole-matrix packing into and out of the plain INT4 layout of w4_plain.h
  * (codes [N, K/2] bytes row-major, element (n, k) in byte n*K/2 + k/2, low nibble for even
  * k, high nibble for odd k, 4-bit two's complement). */
-#ifndef COMET_QUANT_PACK_H
-#define COMET_QUANT_PACK_H
+#ifndef COMET_NUMERICS_PACK_H
+#define COMET_NUMERICS_PACK_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "quant/w4_plain.h"
+#include "numerics/w4_plain.h"
 
 
 /* Pack q [N, K] codes in [-8, 7] (one per int8) into packed [N, K/2] (K even). */

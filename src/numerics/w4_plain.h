@@ -7,8 +7,8 @@
  * "Weights"). Backends repack this layout into their own (tested by round trip); this
  * header holds only the accessors, so it is usable from C and CUDA alike.
  */
-#ifndef COMET_QUANT_W4_PLAIN_H
-#define COMET_QUANT_W4_PLAIN_H
+#ifndef COMET_NUMERICS_W4_PLAIN_H
+#define COMET_NUMERICS_W4_PLAIN_H
 
 #include <stddef.h>
 #include <stdint.h>
