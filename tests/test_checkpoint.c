@@ -171,11 +171,11 @@ static void round_trip(int w_bits, int gptq) {
     comet_model *r = NULL;
     assert_int_equal(comet_checkpoint_load(d1, &r), COMET_OK);
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
-    assert_int_equal(r->kv_bits, 4);
-    assert_int_equal(r->kv_group, m->kv_group);
-    assert_int_equal(r->kv_group, 32); /* the head dim */
-    assert_int_equal(r->kv_rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
-    assert_int_equal(r->quant->kv_rotation, m->quant->kv_rotation);
+    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.group, m->kv.group);
+    assert_int_equal(r->kv.group, 32); /* the head dim */
+    assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
+    assert_int_equal(r->quant->kv.rotation, m->quant->kv.rotation);
     assert_non_null(r->quant);
     assert_int_equal(r->quant->w_bits, w_bits);
     assert_string_equal(r->quant->wmethod, w_bits >= 16 ? "none" : gptq ? "gptq" : "rtn");
@@ -328,8 +328,8 @@ static void test_corrupt_checkpoints(void **st) {
                 "\"format_version\":\t1", dir);
     assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
     assert_int_equal(r->quant->format_version, 1);
-    assert_int_equal(r->kv_bits, 4);
-    assert_int_equal(r->kv_rotation, COMET_KV_ROTATION_NONE);
+    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_NONE);
     comet_model_free(r);
 }
 

@@ -50,9 +50,9 @@ static float *run_logits(const comet_model *m, comet_backend *be) {
     int n_pages = (N_TOK + P - 1) / P;
     assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv,
                                          m->cfg.head_dim), COMET_OK);
-    kv.kv_bits = m->kv_bits;
-    kv.kv_group = m->kv_group;
-    kv.kv_rotation = m->kv_rotation;
+    kv.kv.bits = m->kv.bits;
+    kv.kv.group = m->kv.group;
+    kv.kv.rotation = m->kv.rotation;
     assert_int_equal(comet_kv_pool_init(&pool, n_pages, P), COMET_OK);
     assert_int_equal(comet_kv_seq_init(&seq, N_TOK, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, N_TOK, 1, n_pages, P), COMET_OK);
@@ -117,7 +117,7 @@ static void test_permutation_round_trip(void **st) {
     assert_int_equal(comet_model_load(model_path, &m1), COMET_OK);
     comet_calib_stats *cs = random_stats(m1);
     comet_fmpq_params p = comet_fmpq_default_params();
-    p.w_bits = 32, p.a_bits = 16, p.kv_bits = 16, p.gptq = 0;
+    p.w_bits = 32, p.a_bits = 16, p.kv.bits = 16, p.gptq = 0;
     assert_int_equal(comet_fmpq_quantize(m1, cs, &p), COMET_OK);
     comet_calib_stats_free(cs);
     /* The permutations moved channels, and down_proj's is folded, not gathered. */
@@ -154,18 +154,18 @@ static void test_kv_rotation_exact_unquantized(void **st) {
     for (int ref = 0; ref < 2; ref++) {
         comet_backend *be = ref ? comet_backend_cpu_ref_init() : comet_backend_cpu_init(0);
         assert_non_null(be);
-        m->kv_bits = 16;
-        m->kv_rotation = COMET_KV_ROTATION_NONE;
+        m->kv.bits = 16;
+        m->kv.rotation = COMET_KV_ROTATION_NONE;
         float *a = run_logits(m, be);
-        m->kv_rotation = COMET_KV_ROTATION_HADAMARD;
+        m->kv.rotation = COMET_KV_ROTATION_HADAMARD;
         float *b = run_logits(m, be);
         double d = max_rel_diff(a, b, n);
         print_message("%s, KV16: hadamard vs no rotation: max |diff| / max |logit| = %.3g\n",
                       be->ops->name, d);
         assert_true(d < 1e-5);
-        m->kv_bits = 4;
+        m->kv.bits = 4;
         float *c = run_logits(m, be);
-        m->kv_rotation = COMET_KV_ROTATION_NONE;
+        m->kv.rotation = COMET_KV_ROTATION_NONE;
         float *e = run_logits(m, be);
         assert_true(max_rel_diff(c, e, n) > 1e-4);
         free(a), free(b), free(c), free(e);
@@ -220,13 +220,13 @@ static void test_calibrate_quantize_close_to_fp(void **st) {
     comet_calib_stats_free(b);
 
     comet_fmpq_params p = comet_fmpq_default_params();
-    p.gptq = 0, p.a_bits = 16, p.kv_bits = 16, p.reorder = 0;
+    p.gptq = 0, p.a_bits = 16, p.kv.bits = 16, p.reorder = 0;
     assert_int_equal(comet_fmpq_quantize(m1, a, &p), COMET_OK);
     comet_calib_stats_free(a);
     int V = m0->cfg.n_vocab, T = N_TOK;
     memcpy(prompt_ids, ids, sizeof prompt_ids);
     float *l0 = run_logits(m0, be), *l1 = run_logits(m1, be);
-    m0->kv_bits = 4;
+    m0->kv.bits = 4;
     float *l2 = run_logits(m0, be);
     const float *cmp[2] = {l1, l2};
     const char *what[2] = {"W4A16 RTN", "FP + KV4"};

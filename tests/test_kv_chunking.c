@@ -66,9 +66,9 @@ static void check_backend(comet_backend *(*make)(int threads), const int *thread
         tokens[i] = tu_int(m->cfg.n_vocab);
     int bad = 0;
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
-        m->kv_bits = configs[c].bits;
-        m->kv_group = 0; /* one scale/zero per head */
-        m->kv_rotation = configs[c].rotation;
+        m->kv.bits = configs[c].bits;
+        m->kv.group = 0; /* one scale/zero per head */
+        m->kv.rotation = configs[c].rotation;
         double ref = 0;
         for (int ti = 0; ti < n_threads; ti++) {
             comet_backend *be = make(threads[ti]);

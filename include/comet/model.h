@@ -117,13 +117,21 @@ const char *comet_kv_rotation_name(int rotation);
 
 /* The comet_kv_rotation named `name`, or -1 for a name not listed above. */
 int comet_kv_rotation_parse(const char *name);
+
+/* How the KV cache stores K and V (docs/numerics.md "KV cache"): the one definition the
+ * checkpoint, the model, the quantizer's parameters and the cache itself share. */
+typedef struct comet_kv_format {
+    int bits;     /* 4 or 8: codes with an fp16 scale and zero per token, KV head and group;
+                   * 16 (or 0 where a cache is set up from a model without one): unquantized */
+    int group;    /* G: channels per scale/zero group (divides the head dim D); 0 = D */
+    int rotation; /* comet_kv_rotation applied before quantization (-1 in the quantizer's
+                   * parameters: chosen automatically) */
+} comet_kv_format;
 typedef struct comet_quant_config {
     int format_version; /* COMET_QUANT_FORMAT_VERSION */
     int w_bits;         /* 4, 8, 16 or 32 */
     int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
-    int kv_bits;        /* 4, 8 or 16 */
-    int kv_group;       /* G: channels per KV scale/zero group (divides D; D = per head) */
-    int kv_rotation;    /* comet_kv_rotation applied before KV quantization */
+    comet_kv_format kv; /* the KV cache: bits 4, 8 or 16, group G, rotation */
     int block;          /* B */
     int reorder;        /* channels sorted by salience (else identity permutations) */
     float tau;          /* INT8 threshold: salience > tau * median */
@@ -169,10 +177,9 @@ typedef struct comet_model {
     /* Quantization: NULL for a floating-point model; set by `comet quantize` and by the
      * comet checkpoint loader (src/format/checkpoint.h). */
     struct comet_quant_config *quant;
-    int kv_bits; /* KV cache precision simulated by the CPU backend: 0 or 16 = fp32,
-                  * 4 or 8 = quantize->dequantize per token per KV head (docs/numerics.md) */
-    int kv_group; /* G channels per KV scale/zero group; 0 = D (one group per head) */
-    int kv_rotation; /* comet_kv_rotation of the KV cache (the CPU backends apply it) */
+    /* The KV cache the model runs with: bits 0 or 16 = unquantized, 4 or 8 (the CPU backends
+     * simulate them: quantize->dequantize per token per KV head); group 0 = D. */
+    comet_kv_format kv;
     /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and
      * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy
      * with random weights from this seed, others refuse the model. */

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comet/model.h"
+
 /* The batch of one step. Token t belongs to sequence s when
  * token_indptr[s] <= t < token_indptr[s+1]; tokens of a sequence are consecutive
  * positions. After this step's K/V append, sequence s holds
@@ -47,14 +49,12 @@ typedef struct comet_kv_cache {
     int head_dim;  /* D */
     float *k;      /* [n_layer, n_pages, P, Hkv, D] */
     float *v;      /* [n_layer, n_pages, P, Hkv, D] */
-    int kv_bits;   /* 0 or 16: stored as given; 4 or 8: kv_append quantizes->dequantizes each
-                    * token's K/V per KV head (docs/numerics.md "KV cache", simulated in fp32);
-                    * set from the model's kv_bits by whoever sets up the cache */
-    int kv_group;  /* G channels per scale/zero group of the above (divides D); 0 = D */
-    int kv_rotation; /* comet_kv_rotation (comet/model.h): 0 = none; 1 = hadamard: kv_append
-                      * stores H_D·k and H_D·v per KV head (then quantizes them as above) and
-                      * attention uses H_D·q and rotates its output back by H_D; D must be
-                      * a power of two */
+    /* The storage format, set from the model's by whoever sets up the cache. bits 0 or 16:
+     * stored as given; 4 or 8: kv_append quantizes->dequantizes each token's K/V per KV head
+     * (docs/numerics.md "KV cache", simulated in fp32 on the CPU). rotation hadamard:
+     * kv_append stores H_D·k and H_D·v per KV head (then quantizes them) and attention uses
+     * H_D·q and rotates its output back by H_D; D must be a power of two. */
+    comet_kv_format kv;
     void *storage;   /* a non-CPU backend's page storage (NULL on the CPU) */
     size_t storage_bytes;
 } comet_kv_cache;

@@ -35,7 +35,8 @@ void comet_kv_cache_free(comet_kv_cache *kv) {
 
 comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
                                     int n_pages, int page_size, int n_head_kv, int head_dim,
-                                    int kv_bits, int kv_group, int kv_rotation) {
+                                    comet_kv_format fmt) {
+    const int kv_bits = fmt.bits, kv_group = fmt.group, kv_rotation = fmt.rotation;
     memset(kv, 0, sizeof *kv);
     if (n_layer <= 0 || n_pages <= 0 || page_size <= 0 || n_head_kv <= 0 || head_dim <= 0)
         return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: sizes must be positive");
@@ -58,9 +59,7 @@ comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n
     kv->page_size = page_size;
     kv->n_head_kv = n_head_kv;
     kv->head_dim = head_dim;
-    kv->kv_bits = kv_bits;
-    kv->kv_group = kv_group;
-    kv->kv_rotation = kv_rotation;
+    kv->kv = fmt;
     comet_status st = be->ops->kv_init(be, kv);
     if (st < 0)
         memset(kv, 0, sizeof *kv);

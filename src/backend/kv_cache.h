@@ -16,15 +16,15 @@ comet_status comet_kv_cache_init(comet_kv_cache *kv, int n_layer, int n_pages, i
 void comet_kv_cache_free(comet_kv_cache *kv);
 
 /* The KV pool of backend `be` (backend.h kv_init): n_pages pages of page_size tokens for
- * every layer, stored as kv_bits says (0 / 16 unquantized: fp32 on the CPU, fp16 on CUDA;
- * 4 / 8 quantized per token per KV head in groups of kv_group channels, 0 = head_dim) after
- * the rotation kv_rotation (comet_kv_rotation). kv is caller-owned; release with
+ * every layer, stored as `fmt` says (bits 0 / 16 unquantized: fp32 on the CPU, fp16 on
+ * CUDA; 4 / 8 quantized per token per KV head in groups of fmt.group channels, 0 = head_dim)
+ * after the rotation fmt.rotation (comet_kv_rotation). kv is caller-owned; release with
  * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes,
  * a group that does not divide head_dim, a Hadamard rotation with head_dim not a power of
  * two), COMET_ERR_NOMEM (size named), or the backend's failure. */
 comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
                                     int n_pages, int page_size, int n_head_kv, int head_dim,
-                                    int kv_bits, int kv_group, int kv_rotation);
+                                    comet_kv_format fmt);
 void comet_kv_cache_free_on(comet_backend *be, comet_kv_cache *kv);
 
 #endif

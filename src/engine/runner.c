@@ -21,8 +21,7 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
     r->be = be;
     comet_status st;
     if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
-                                     c->n_head_kv, c->head_dim, m->kv_bits, m->kv_group,
-                                     m->kv_rotation)) < 0 ||
+                                     c->n_head_kv, c->head_dim, m->kv)) < 0 ||
         (st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
         (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, p->n_pages,
                                        p->page_size)) < 0)

@@ -59,7 +59,7 @@ typedef struct comet_runner {
 } comet_runner;
 
 /* Set up r for model m on backend be (both borrowed; they must outlive r). The KV cache
- * takes the model's KV settings (m->kv_bits, kv_group, kv_rotation). COMET_OK, or the
+ * takes the model's KV settings (m->kv.bits, kv_group, kv_rotation). COMET_OK, or the
  * first failure with comet_last_error() naming it (COMET_ERR_INVALID_ARG for sizes,
  * COMET_ERR_NOMEM, COMET_ERR_UNSUPPORTED for a backend that cannot run the model,
  * COMET_ERR_CUDA); r is then zeroed and owns nothing. */

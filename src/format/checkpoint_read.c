@@ -211,21 +211,21 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                c->cfg_path, q->format_version, COMET_QUANT_FORMAT_VERSION);
     COMET_TRY(get_int(c, qj, W, "w_bits", 0, 0, &q->w_bits));
     COMET_TRY(get_int(c, qj, W, "a_bits", 0, 0, &q->a_bits));
-    COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &q->kv_bits));
-    COMET_TRY(get_int(c, qj, W, "kv_group_size", 1, m->cfg.head_dim, &q->kv_group));
-    if (q->kv_group <= 0 || m->cfg.head_dim % q->kv_group)
+    COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &q->kv.bits));
+    COMET_TRY(get_int(c, qj, W, "kv_group_size", 1, m->cfg.head_dim, &q->kv.group));
+    if (q->kv.group <= 0 || m->cfg.head_dim % q->kv.group)
         return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_group_size %d "
-                               "does not divide head_dim %d", c->cfg_path, q->kv_group,
+                               "does not divide head_dim %d", c->cfg_path, q->kv.group,
                                m->cfg.head_dim);
     /* version 1 had no KV rotation; from version 2 the key is required */
-    q->kv_rotation = COMET_KV_ROTATION_NONE;
+    q->kv.rotation = COMET_KV_ROTATION_NONE;
     if (q->format_version >= 2) {
         const cJSON *rot = cJSON_GetObjectItemCaseSensitive(qj, "kv_rotation");
-        q->kv_rotation = cJSON_IsString(rot) ? comet_kv_rotation_parse(rot->valuestring) : -1;
-        if (q->kv_rotation < 0)
+        q->kv.rotation = cJSON_IsString(rot) ? comet_kv_rotation_parse(rot->valuestring) : -1;
+        if (q->kv.rotation < 0)
             return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.kv_rotation: "
                                    "\"none\" or \"hadamard\" expected", c->cfg_path);
-        if (q->kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
+        if (q->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
             return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_rotation "
                                    "\"hadamard\" needs a power-of-two head_dim, not %d",
                                    c->cfg_path, m->cfg.head_dim);
@@ -237,9 +237,9 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     if (q->a_bits != 4 && q->a_bits != 8 && q->a_bits != 16)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.a_bits %d: 4, 8 "
                                "or 16 expected", c->cfg_path, q->a_bits);
-    if (q->kv_bits != 4 && q->kv_bits != 8 && q->kv_bits != 16)
+    if (q->kv.bits != 4 && q->kv.bits != 8 && q->kv.bits != 16)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.kv_bits %d: 4, 8 "
-                               "or 16 expected", c->cfg_path, q->kv_bits);
+                               "or 16 expected", c->cfg_path, q->kv.bits);
     if (q->block < 0)
         return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.block_size %d: >= 0 "
                                "expected", c->cfg_path, q->block);
@@ -300,9 +300,9 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
         }
     }
     m->quant = q;
-    m->kv_bits = q->kv_bits;
-    m->kv_group = q->kv_group;
-    m->kv_rotation = q->kv_rotation;
+    m->kv.bits = q->kv.bits;
+    m->kv.group = q->kv.group;
+    m->kv.rotation = q->kv.rotation;
     return COMET_OK;
 }
 

@@ -88,8 +88,8 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
         set_linear(&w->w_down, c->n_embd, c->n_ff, quantized, NULL);
     }
     if (quantized) {
-        m->kv_bits = 4;
-        m->kv_rotation = COMET_KV_ROTATION_HADAMARD;
+        m->kv.bits = 4;
+        m->kv.rotation = COMET_KV_ROTATION_HADAMARD;
     }
     *out = m;
     return COMET_OK;

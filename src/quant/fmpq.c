@@ -60,8 +60,8 @@ comet_fmpq_params comet_fmpq_default_params(void) {
     comet_fmpq_params p = {
         .w_bits = 4,
         .a_bits = 4,
-        .kv_bits = 4,
-        .kv_rotation = -1,
+        .kv.bits = 4,
+        .kv.rotation = -1,
         .block = -1,
         .reorder = 1,
         .tau = 2.0f,
@@ -83,18 +83,18 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
             COMET_ERR_INVALID_ARG,
             "quantize: %d-bit activations; 4 (INT4 with INT8 outlier blocks), 8 or 16 would work",
             p->a_bits);
-    if (p->kv_group < 0 || (p->kv_group > 0 && m->cfg.head_dim % p->kv_group))
+    if (p->kv.group < 0 || (p->kv.group > 0 && m->cfg.head_dim % p->kv.group))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: KV group %d does not divide the head dim %d",
-                               p->kv_group, m->cfg.head_dim);
-    if (p->kv_bits != 4 && p->kv_bits != 8 && p->kv_bits != 16)
+                               p->kv.group, m->cfg.head_dim);
+    if (p->kv.bits != 4 && p->kv.bits != 8 && p->kv.bits != 16)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv_bits);
-    if (p->kv_rotation != -1 && !comet_kv_rotation_name(p->kv_rotation))
+                               "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv.bits);
+    if (p->kv.rotation != -1 && !comet_kv_rotation_name(p->kv.rotation))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: KV rotation %d; none, hadamard or automatic (-1) "
-                               "would work", p->kv_rotation);
-    if (p->kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
+                               "would work", p->kv.rotation);
+    if (p->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: the hadamard KV rotation needs a power-of-two head "
                                "dim, not %d; --kv-rotation none would work", m->cfg.head_dim);
@@ -286,10 +286,10 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->format_version = COMET_QUANT_FORMAT_VERSION;
     qc->w_bits = p->w_bits;
     qc->a_bits = p->a_bits;
-    qc->kv_bits = p->kv_bits;
-    qc->kv_group = p->kv_group > 0 ? p->kv_group : m->cfg.head_dim;
-    qc->kv_rotation = p->kv_rotation >= 0 ? p->kv_rotation
-                      : p->kv_bits < 16 && comet_is_pow2(m->cfg.head_dim)
+    qc->kv.bits = p->kv.bits;
+    qc->kv.group = p->kv.group > 0 ? p->kv.group : m->cfg.head_dim;
+    qc->kv.rotation = p->kv.rotation >= 0 ? p->kv.rotation
+                      : p->kv.bits < 16 && comet_is_pow2(m->cfg.head_dim)
                           ? COMET_KV_ROTATION_HADAMARD
                           : COMET_KV_ROTATION_NONE;
     qc->block = B;
@@ -303,8 +303,8 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->clip_search = p->clip_search;
     qc->gptq_damp = p->gptq_damp;
     m->quant = qc;
-    m->kv_bits = p->kv_bits;
-    m->kv_group = qc->kv_group;
-    m->kv_rotation = qc->kv_rotation;
+    m->kv.bits = p->kv.bits;
+    m->kv.group = qc->kv.group;
+    m->kv.rotation = qc->kv.rotation;
     return COMET_OK;
 }

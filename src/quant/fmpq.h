@@ -33,10 +33,9 @@ typedef struct comet_fmpq_params {
     int w_bits;        /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
                         * permutation and folding only, embeddings not rounded either) */
     int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
-    int kv_bits;       /* 4, 8 or 16 */
-    int kv_group;      /* channels per KV scale/zero group; 0 = D (docs/numerics.md default) */
-    int kv_rotation;   /* comet_kv_rotation; -1 = automatic: hadamard when the KV cache is
-                        * quantized (4 or 8 bits) and D is a power of two, else none */
+    comet_kv_format kv; /* bits 4, 8 or 16; group 0 = D (docs/numerics.md default);
+                         * rotation -1 = automatic: hadamard when the KV cache is quantized
+                         * (4 or 8 bits) and D is a power of two, else none */
     int block;         /* B; 0 = one block per row (per-token activations, per-channel
                         * weights); -1 = automatic (comet_quant_choose_block) */
     int reorder;       /* sort channels by salience */
@@ -54,7 +53,7 @@ comet_fmpq_params comet_fmpq_default_params(void);
 
 /* Quantize `m` (fp32 F32 linears) in place with statistics `cs`. Afterwards every linear
  * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16 (w_bits <= 16), m->quant is set
- * (calibration fields left for the caller) and m->kv_bits = p->kv_bits. Logs one
+ * (calibration fields left for the caller) and m->kv.bits = p->kv.bits. Logs one
  * progress line per layer. Returns COMET_ERR_INVALID_ARG (bad params, dims not
  * multiples of the block, GPTQ without XᵀX), COMET_ERR_NOMEM, COMET_ERR_INTERNAL
  * (GPTQ failure); on failure the model is partly converted and must be freed. */

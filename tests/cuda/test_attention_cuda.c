@@ -347,8 +347,8 @@ static void step_out_free(step_out *o) { free(o->q), free(o->k), free(o->out); }
 static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, int n_pages, int bits,
                     int rot)
 {
-    if (comet_kv_cache_init_on(be, kv, ATT_LAYERS, n_pages, PAGE, cfg->Hkv, cfg->D, bits, cfg->G,
-                               rot) != COMET_OK)
+    const comet_kv_format fmt = {.bits = bits, .group = cfg->G, .rotation = rot};
+    if (comet_kv_cache_init_on(be, kv, ATT_LAYERS, n_pages, PAGE, cfg->Hkv, cfg->D, fmt) != COMET_OK)
         fail_msg("%s backend: KV pool (%s, kv_bits %d, rotation %d): %s", be->ops->name, cfg->name,
                  bits, rot, comet_last_error());
 }

@@ -151,9 +151,9 @@ int cmd_perplexity(int argc, char **argv) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }
-    int model_kv_quantized = m->kv_bits == 4 || m->kv_bits == 8;
+    int model_kv_quantized = m->kv.bits == 4 || m->kv.bits == 8;
     if (kv_bits)
-        m->kv_bits = (int)kv_bits;
+        m->kv.bits = (int)kv_bits;
     if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
         comet_is_pow2(m->cfg.head_dim))
         kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
@@ -163,7 +163,7 @@ int cmd_perplexity(int argc, char **argv) {
                     "dim, not %d\n", m->cfg.head_dim);
             goto out;
         }
-        m->kv_rotation = kv_rotation;
+        m->kv.rotation = kv_rotation;
     }
     if (kv_group) {
         if (m->cfg.head_dim % kv_group) {
@@ -171,7 +171,7 @@ int cmd_perplexity(int argc, char **argv) {
                     kv_group, m->cfg.head_dim);
             goto out;
         }
-        m->kv_group = (int)kv_group;
+        m->kv.group = (int)kv_group;
     }
     size_t n = 0;
     if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
@@ -195,13 +195,13 @@ int cmd_perplexity(int argc, char **argv) {
     if (q)
         comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
                   "weights %s, calibration %s (%ld tokens)", q->w_bits, q->a_bits,
-                  m->kv_bits ? m->kv_bits : 16, m->kv_group ? m->kv_group : m->cfg.head_dim,
-                  comet_kv_rotation_name(m->kv_rotation), q->block, q->wmethod,
+                  m->kv.bits ? m->kv.bits : 16, m->kv.group ? m->kv.group : m->cfg.head_dim,
+                  comet_kv_rotation_name(m->kv.rotation), q->block, q->wmethod,
                   q->calib_corpus[0] ? q->calib_corpus : "none", q->calib_tokens);
     else
         comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d (group %d, rotation %s)",
-                  m->kv_bits ? m->kv_bits : 16, m->kv_group ? m->kv_group : m->cfg.head_dim,
-                  comet_kv_rotation_name(m->kv_rotation));
+                  m->kv.bits ? m->kv.bits : 16, m->kv.group ? m->kv.group : m->cfg.head_dim,
+                  comet_kv_rotation_name(m->kv.rotation));
     comet_ppl_result r;
     if (comet_perplexity(m, be, ids, n, &pp, &r) < 0) {
         cli_report_error("perplexity", "perplexity failed");

@@ -196,8 +196,8 @@ int cmd_quantize(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-group")) {
             bad = cli_parse_int("quantize", a, val, 1, 4096, &kvgroup), i++;
         } else if (!strcmp(a, "--kv-rotation")) {
-            p.kv_rotation = comet_kv_rotation_parse(val);
-            if (p.kv_rotation < 0) {
+            p.kv.rotation = comet_kv_rotation_parse(val);
+            if (p.kv.rotation < 0) {
                 fprintf(stderr, "comet quantize: --kv-rotation expects none or hadamard\n");
                 return 2;
             }
@@ -234,8 +234,8 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "comet quantize: --out DIR is required (see comet quantize --help)\n");
         return 2;
     }
-    p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv_bits = (int)kvbits, p.block = (int)block;
-    p.kv_group = (int)kvgroup;
+    p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv.bits = (int)kvbits, p.block = (int)block;
+    p.kv.group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
     if (p.w_bits == 16)
         p.gptq = 0;
@@ -380,7 +380,7 @@ int cmd_quantize(int argc, char **argv) {
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
     fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
             p.w_bits, p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16",
-            p.kv_bits, qc->kv_group, comet_kv_rotation_name(qc->kv_rotation), qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
+            p.kv.bits, qc->kv.group, comet_kv_rotation_name(qc->kv.rotation), qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
             p.reorder ? "channels reordered" : "channel order kept");
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,

@@ -16,18 +16,18 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
     (void)be;
     int D = kv->head_dim, Hkv = kv->n_head_kv;
     size_t row = (size_t)Hkv * D;
-    int G = kv->kv_group > 0 ? kv->kv_group : D;
+    int G = kv->kv.group > 0 ? kv->kv.group : D;
     COMET_ASSERT(D % G == 0);
-    if (kv->kv_rotation == COMET_KV_ROTATION_NONE) {
+    if (kv->kv.rotation == COMET_KV_ROTATION_NONE) {
         for (int s = 0; s < b->n_seqs; s++)
             for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
                 size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->k + off);
-                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv_bits, kv->v + off);
+                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv.bits, kv->k + off);
+                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv.bits, kv->v + off);
             }
         return COMET_OK;
     }
-    COMET_ASSERT(kv->kv_rotation == COMET_KV_ROTATION_HADAMARD && comet_is_pow2(D) &&
+    COMET_ASSERT(kv->kv.rotation == COMET_KV_ROTATION_HADAMARD && comet_is_pow2(D) &&
                  D <= COMET_CPU_MAX_HEAD_DIM);
     float tmp[COMET_CPU_MAX_HEAD_DIM];
     for (int s = 0; s < b->n_seqs; s++)
@@ -39,7 +39,7 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
                     float *dst = (which ? kv->v : kv->k) + off + (size_t)h * D;
                     memcpy(tmp, src, (size_t)D * sizeof *tmp);
                     comet_wht(tmp, D);
-                    comet_quant_kv_sim(tmp, D / G, G, kv->kv_bits, dst);
+                    comet_quant_kv_sim(tmp, D / G, G, kv->kv.bits, dst);
                 }
         }
     return COMET_OK;
@@ -48,10 +48,10 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
 comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache *kv, int layer,
                                          const comet_batch *b, const float *q, int H,
                                          float *out, comet_cpu_attention_fn attend) {
-    if (kv->kv_rotation == COMET_KV_ROTATION_NONE)
+    if (kv->kv.rotation == COMET_KV_ROTATION_NONE)
         return attend(be, kv, layer, b, q, H, out);
     int D = kv->head_dim;
-    COMET_ASSERT(kv->kv_rotation == COMET_KV_ROTATION_HADAMARD && comet_is_pow2(D));
+    COMET_ASSERT(kv->kv.rotation == COMET_KV_ROTATION_HADAMARD && comet_is_pow2(D));
     size_t heads = (size_t)b->n_tokens * H;
     float *qr = malloc(heads * D * sizeof *qr);
     if (!qr)

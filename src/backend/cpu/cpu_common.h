@@ -11,9 +11,9 @@
 
 
 /* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
- * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv_bits 4 or 8 each token's
+ * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv.bits 4 or 8 each token's
  * K and V are quantized->dequantized per KV head group as stored (docs/numerics.md "KV cache",
- * simulated in fp32); with kv->kv_rotation hadamard each head is first multiplied by H_D
+ * simulated in fp32); with kv->kv.rotation hadamard each head is first multiplied by H_D
  * (comet_wht), so the cache holds the rotated (and quantized) K and V. */
 comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                  const comet_batch *b, const float *k, const float *v);
@@ -24,7 +24,7 @@ typedef comet_status (*comet_cpu_attention_fn)(comet_backend *be, const comet_kv
                                                const float *q, int H, float *out);
 
 /* The attention op of both CPU backends around their own `attend`: with
- * kv->kv_rotation == none it is `attend` itself; with hadamard (the cache holds H_D·k and
+ * kv->kv.rotation == none it is `attend` itself; with hadamard (the cache holds H_D·k and
  * H_D·v per KV head, see comet_cpu_kv_append) it runs `attend` on H_D·q and rotates each
  * output head back by H_D, so the result equals unrotated attention over an unquantized
  * cache up to fp32 rounding. Needs a [T, H, D] fp32 temporary (COMET_ERR_NOMEM). */

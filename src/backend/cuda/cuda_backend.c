@@ -314,12 +314,12 @@ static comet_status cuda_sync_op(comet_backend *be) { return comet_backend_cuda_
 
 comet_cuda_kv_layout comet_cuda_be_kv_layout(const comet_kv_cache *kv) {
     return comet_cuda_kv_layout_make(kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
-                                     kv->head_dim, kv->kv_bits, kv->kv_group);
+                                     kv->head_dim, kv->kv.bits, kv->kv.group);
 }
 
 static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
     cuda_impl *im = impl_of(be);
-    int D = kv->head_dim, G = kv->kv_group > 0 ? kv->kv_group : D, bits = kv->kv_bits;
+    int D = kv->head_dim, G = kv->kv.group > 0 ? kv->kv.group : D, bits = kv->kv.bits;
     kv->k = kv->v = NULL;
     kv->storage = NULL;
     kv->storage_bytes = 0;
@@ -341,11 +341,11 @@ static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: KV group of %d channels at head dim %d; "
                                "need a multiple of 8 dividing D", G, D);
-    if (kv->kv_rotation != COMET_KV_ROTATION_NONE &&
-        (kv->kv_rotation != COMET_KV_ROTATION_HADAMARD || (D & (D - 1))))
+    if (kv->kv.rotation != COMET_KV_ROTATION_NONE &&
+        (kv->kv.rotation != COMET_KV_ROTATION_HADAMARD || (D & (D - 1))))
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: KV rotation %d at head dim %d; need none, "
-                               "or hadamard with D a power of two", kv->kv_rotation, D);
+                               "or hadamard with D a power of two", kv->kv.rotation, D);
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "kv_init: cudaSetDevice");

@@ -363,7 +363,7 @@ comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv,
     comet_status r = rope_table(im, rp, &inv_freq);
     if (r >= 0)
         r = comet_cuda_rope_kv_append(&L, kv->storage, layer, &view, inv_freq, q, H, k, v,
-                                      kv->kv_rotation == COMET_KV_ROTATION_HADAMARD, im->stream);
+                                      kv->kv.rotation == COMET_KV_ROTATION_HADAMARD, im->stream);
     comet_cuda_be_leave(prev);
     return r;
 }
@@ -386,7 +386,7 @@ comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cac
     comet_status r = e != cudaSuccess
                          ? comet_cuda_be_fail(e, "paged_attention: growing the split workspace")
                          : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
-                                                      kv->kv_rotation ==
+                                                      kv->kv.rotation ==
                                                           COMET_KV_ROTATION_HADAMARD,
                                                       splits, im->attn_ws, im->stream);
     comet_cuda_be_leave(prev);
