@@ -8,7 +8,7 @@
  * buffer (not NUL-terminated) and live as long as the comet_gguf.
  *
  * Format reference: ggml/docs/gguf.md (llama.cpp); block layouts: ggml-common.h.
- * This file does not know about LLaMA: the model loader (loader.c) maps keys and tensor
+ * This file does not know about LLaMA: the model loader (gguf_model.c) maps keys and tensor
  * names to a comet_model. Only version 3 (little-endian) is read.
  */
 #ifndef COMET_FORMAT_GGUF_H

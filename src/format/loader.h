@@ -1,4 +1,5 @@
-/* loader.h — internals shared by the model loaders (loader.c: dispatch, GGUF; hf.c: HF).
+/* loader.h — internals shared by the model readers (loader.c: dispatch and the weight walk;
+ * gguf_model.c: GGUF; hf.c: HF).
  *
  * A loader fills the config, then hands a weight source to comet_load_weights, which
  * walks the LLaMA tensor list once, checks every shape and converts to fp32. The two
@@ -35,6 +36,9 @@ comet_status comet_load_weights(comet_model *m, comet_wsource *src);
 
 /* HF directory loader (hf.c). `dir` holds config.json. */
 comet_status comet_load_hf(const char *dir, comet_model **out);
+
+/* GGUF file loader (gguf_model.c). */
+comet_status comet_load_gguf(const char *path, comet_model **out);
 
 /* Undo llama.cpp's convert_hf_to_gguf permutation of Q/K rows in place: within each of
  * `n_head` heads of `head_dim` rows (of `cols` floats), GGUF row 2i+j holds HF row
