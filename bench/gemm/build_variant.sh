@@ -1,8 +1,7 @@
 #!/bin/bash
-# build_variant.sh OUTDIR NVCC_FLAGS... — bench_gemm and test_gemm_w4ax_cuda with extra
-# compile flags on the kernel file (experiments, e.g. -DCOMET_PP_WARPS=4); the other
-# objects come from build-gemm-dev
-# (bench/gemm/build.sh).
+# build_variant.sh OUTDIR [NVCC_FLAGS...] — bench_gemm and test_gemm_w4ax_cuda from the working
+# tree's kernel file (an experiment on a branch, e.g. -DCOMET_PDL_NO_WAIT, the negative control
+# of the pdl test); the other objects come from build-gemm-dev (bench/gemm/build.sh).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=$1; shift   # relative to the repository root

@@ -43,10 +43,7 @@ struct params {
  * matrix over the grid) made the wgmma kernel up to 1.16x slower. Between GEMMs,
  * which are all bandwidth-bound, 16 KB and none measured the same; it is meant for
  * the short kernels between them in a decode step (norms, quantization), not measured there. */
-#ifndef COMET_PDL_PREFETCH /* experiments: build_variant.sh -DCOMET_PDL_PREFETCH=0 */
-#define COMET_PDL_PREFETCH 16384
-#endif
-constexpr unsigned PDL_PREFETCH_BYTES = COMET_PDL_PREFETCH;
+constexpr unsigned PDL_PREFETCH_BYTES = 16384;
 static_assert(PDL_PREFETCH_BYTES % 16 == 0, "cp.async.bulk.prefetch sizes are multiples of 16 bytes");
 /* Each 16-row weight slice's share of PDL_PREFETCH_BYTES in a CTA that prefetches `slices` of
  * them (a 16-byte multiple, as cp.async.bulk.prefetch needs) */
@@ -79,16 +76,9 @@ __device__ __forceinline__ float f16f(unsigned short h) { return __half2float(__
  * each CTA's copy crossed from L2 to the SM again, and at M = 2-8 those bytes rivalled the
  * weights' (.ca took the automatic plan to 0.65-0.98x the time per LLaMA-3 shape
  * at M = 2-8, in CUDA graphs with pdl). The tiled kernel's copies stay .cg. */
-#ifndef COMET_TOK_CA /* experiments: build_variant.sh -DCOMET_TOK_CA=0 copies through L2 only */
-#define COMET_TOK_CA 1
-#endif
 __device__ __forceinline__ void cp_async16_tok_s(uint32_t s, const void *gmem)
 {
-#if COMET_TOK_CA
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#else
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-#endif
 }
 __device__ __forceinline__ void cp_async16_tok(void *smem, const void *gmem)
 {

@@ -34,12 +34,8 @@ namespace {
  * (bench/results/2026-12-02-h200-gemm-s14.md) a CTA keeping its token group's rows
  * resident in shared memory for all its items, the rings carrying weights only (1.03-1.26x
  * the time at M = 1-16: the one-time copy and barrier sit on the critical path). */
-#ifndef COMET_PP_WARPS /* experiments: bench/gemm/build_variant.sh -DCOMET_PP_WARPS=4 */
-#define COMET_PP_WARPS 8
-#endif
-constexpr int PP_WARPS = COMET_PP_WARPS, PP_RS = 128 + 16, PP_MAX_DEPTH = 8, PP_MAX_TILES = 4;
-constexpr int PP_MAX_CTAS = PP_WARPS == 4 ? 5 : 3; /* CTAs per SM (__launch_bounds__: 102 / 85 registers) */
-static_assert(PP_WARPS == 4 || PP_WARPS == 8, "the pipe kernel is tuned for 4 or 8 warps");
+constexpr int PP_WARPS = 8, PP_RS = 128 + 16, PP_MAX_DEPTH = 8, PP_MAX_TILES = 4;
+constexpr int PP_MAX_CTAS = 3; /* CTAs per SM (__launch_bounds__: 85 registers) */
 /* CTAs per SM that an instance with PT weight tiles per item is built for (__launch_bounds__):
  * its PT x MI x 4 accumulators, and the B fragments kept for the PT tiles, spill at the 85
  * registers of three CTAs from 12 accumulators up, and at the 128 of two with 32 (ptxas -v) */
@@ -57,27 +53,10 @@ __host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
 constexpr int PP_SLOT_ALIGN = 128;
-/* With pdl, the weights of the ring's first positions are copied before the kernel waits for
- * the previous one (1), or a 16 KB L2 prefetch of the first item's weights is (0) */
-#ifndef COMET_PP_PDL_EARLY /* experiments: build_variant.sh -DCOMET_PP_PDL_EARLY=0 */
-#define COMET_PP_PDL_EARLY 1
-#endif
-constexpr bool PP_PDL_EARLY = COMET_PP_PDL_EARLY;
-#ifndef COMET_PP_CARVEOUT
-#define COMET_PP_CARVEOUT 1 /* the pipe plan's shared-memory carveout hint (make_pipe_plan) */
-#endif
 __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
 {
     return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
 }
-/* Profiling builds (timing only: the sums are wrong), bench/gemm/build_variant.sh OUT
- * -DCOMET_PP_ABL=x, bits: 1 half the token rows copied, 2 none, 4 no weight copies (the compute
- * reads stale slots), 8 the weights' low nibbles unshifted (one instruction fewer per 8),
- * 16 no compute, 32 no reduction (warp 0's partial tiles are the outputs); measurements in
- * bench/results/2026-12-02-h200-gemm-s15.md. */
-#ifndef COMET_PP_ABL
-#define COMET_PP_ABL 0
-#endif
 /* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
  * (one barrier per item), else single (two barriers). A warp's tile is token-major, rows of
  * pp_red_ld floats, so that the sum runs along the weight rows, four per thread, and its stores
@@ -119,9 +98,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     const size_t tile_stride = (size_t)k64 * 512; /* bytes between two 16-row tiles' codes */
     const bool out4 = out4_ok(p);
     pdl_trigger();
-    if (!PP_PDL_EARLY && p.pdl && threadIdx.x == 0 && (int)blockIdx.x < n_items) /* first weights, into L2 */
-        l2_prefetch(p.qw + (size_t)(blockIdx.x % ni) * PT * tile_stride,
-                    min((unsigned)(k64 * 512 * min(PT, np16 - (int)(blockIdx.x % ni) * PT)), PDL_PREFETCH_BYTES));
 
     /* Copy position (l_item, l_s) of this warp's sequence into ring slot l_slot (one commit
      * group, empty past the last item) and step on. Everything that depends only on the lane
@@ -172,8 +148,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * tiles; the slots of tiles past np16 (the last item along N of PT > 1) are zero-filled,
      * so that the compute needs no case for them */
     auto copy_w = [&](uint32_t slot, const uint8_t *w, const uint16_t *sw, bool two, int npt) {
-        if (COMET_PP_ABL & 4)
-            return;
         if (PT == 1) {
             cp_async16_s(slot + lane * 16, w);
             if (two)
@@ -202,7 +176,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             if (parts & 2) {
                 if (lane < (two ? BPS * TT : TT))
                     cp_async4_s(l_slot + SA_OFF + lane * 4, l_sa, l_sa_ok);
-                constexpr int PIECES = (COMET_PP_ABL & 2) ? 0 : (COMET_PP_ABL & 1) ? TT / 8 : TT / 4;
+                constexpr int PIECES = TT / 4;
 #pragma unroll
                 for (int k = 0; k < PIECES; k++)
                     if (4 * k < l_a_rows && (two || (lane & 7) < 4))
@@ -228,7 +202,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * complete in order, and that position's token rows can only be copied after the wait), so
      * the first position waits for all of them: p.pp_early, at most depth - 1, is the plan's
      * (plan_pipe) */
-    const int n_early = PP_PDL_EARLY && p.pdl ? min(depth - 1, p.pp_early) : 0;
+    const int n_early = p.pdl ? min(depth - 1, p.pp_early) : 0;
     if (n_early > 0) {
         int it = l_item, st = l_s;
         for (int d = 0; d < n_early && it < n_items; d++) {
@@ -271,7 +245,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
             const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
             for (int j = 0; j < BPS; j++) {
-                if (j >= nblk || (COMET_PP_ABL & 16))
+                if (j >= nblk)
                     break;
                 /* the block's B fragments (token codes) and activation scales, shared by the PT
                  * tiles: with PT = 1 loaded where the first tile uses them
@@ -319,8 +293,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                      * M = 1-8 (same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
                      * shapes); no production instance spills either way */
                     constexpr int NCH = PT == 1 ? 2 * KPB : 1;
-                    /* the low nibbles' A registers (profiling: unshifted, COMET_PP_ABL & 8) */
-                    auto lo = [](uint32_t w) { return (COMET_PP_ABL & 8) ? w & 0x0F0F0F0Fu : lo16x(w); };
                     int cs[NCH][MI][4];
 #pragma unroll
                     for (int c = 0; c < KPB; c++) {
@@ -338,7 +310,7 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
 #pragma unroll
                                     for (int r = 0; r < 4; r++)
                                         cs[x][f][r] = 0;
-                                mma_s8(cs[x % NCH][f], lo(w0), hi16x(w0), lo(w1), hi16x(w1), bf[x][f][0],
+                                mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
                                        bf[x][f][1]);
                             }
                         }
@@ -380,20 +352,6 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
          * item suffices (a warp reaches the next item's barrier only after every warp has read
          * this item's buffer); single-buffered, the first barrier waits for the previous item's
          * reads. Tiles past np16 hold zeros and are not stored. */
-        if (COMET_PP_ABL & 32) { /* profiling: warp 0's partial tiles as the outputs */
-            if (warp == 0)
-#pragma unroll
-                for (int pt = 0; pt < PT; pt++)
-#pragma unroll
-                    for (int f = 0; f < MI; f++)
-#pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
-                            if (t < p.M && n < p.N)
-                                store_out(p, t, n, acc[pt][f][r]);
-                        }
-            continue;
-        }
         constexpr int ROWS = 16 * PT, LD = pp_red_ld(MI, PT);
         float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * TT * LD);
         if (!pp_red2(MI, PT))

@@ -24,9 +24,8 @@ constexpr int WS_CTA_COST = 2, WS_MAX_GLOBAL_SPLITS = 16;
 /* Stream-K (make_plan): a CTA's cost of its partial tiles in blocks, the percent of the other
  * plan's modelled time it must reach, and the most waves of 128-token tiles it is tried for. */
 constexpr int WS_SK_COST = 12, WS_SK_GAIN = 90, WS_SK_MAX_WAVES = 4;
-#ifndef COMET_WS_GLOBAL_GAIN /* percent of the cluster plan's modelled time (make_plan) */
-#define COMET_WS_GLOBAL_GAIN 90
-#endif
+/* Global split-K (make_plan): the percent of the cluster plan's modelled time it must reach */
+constexpr int WS_GLOBAL_GAIN = 90;
 
 struct plan_t {
     comet_w4ax_kernel kernel;
@@ -273,16 +272,12 @@ pp_spread pp_spread_items(long items, int cmax, int sms)
  * busiest SM's tiles (fewer items than SMs otherwise: N/16 below ~1.5x the SMs, no LLaMA-3
  * shape; not measured). */
 constexpr int PP_AUTO_TILES_M8 = 2;
-/* Token groups of 8 (MI = 1) up to this M. -DCOMET_PP_MI1_MAX_M=16 runs M = 9-16 as two
- * 8-token groups (twice the items, each weight tile read twice): 1.33-1.42x the time of
- * 16-token items with PT = 2, 1.25-1.46x over PT = 2-4, CUDA graphs with pdl, 8 LLaMA-3
- * shapes. */
-#ifndef COMET_PP_MI1_MAX_M
-#define COMET_PP_MI1_MAX_M 8
-#endif
+/* Token groups of 8 (MI = 1) up to this M; M = 9-16 as two 8-token groups (each weight tile
+ * read twice) took 1.33-1.42x the time of 16-token items. */
+constexpr int PP_MI1_MAX_M = 8;
 void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 {
-    pl.MI = g->M <= COMET_PP_MI1_MAX_M ? 1 : 2;
+    pl.MI = g->M <= PP_MI1_MAX_M ? 1 : 2;
     const int tt = 8 * pl.MI, reserve = 1024, smem_sm = sm_smem_bytes();
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
@@ -317,15 +312,9 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
     const long items = items_of(pt);
     const int slot = slot_of(pt), fixed = pp_red_bytes(pl.MI, pt), c = spread_of(pt).ctas;
     int budget = smem_sm / c - reserve;
-/* -DCOMET_PP_BUDGET_OPTIN=1 lets a CTA alone on its SM take the device's opt-in limit (227 KB
- * on the H200, past MAX_SMEM) for deeper rings: measured 1.02x slower, up to 1.18x on 8B qkv at
- * M = 12-16 (bench/results/2026-12-02-h200-gemm-s13.md section 3) */
-#if COMET_PP_BUDGET_OPTIN
-    const int cap = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
-#else
-    const int cap = MAX_SMEM;
-#endif
-    budget = budget < cap ? budget : cap;
+    /* MAX_SMEM even for a CTA alone on its SM: the opt-in limit's deeper rings measured 1.02x
+     * slower */
+    budget = budget < MAX_SMEM ? budget : MAX_SMEM;
     pl.pp_tiles = pt;
     pl.pp_depth = clampi((budget - fixed) / slot, 2, PP_MAX_DEPTH);
     pl.pp_ctas = c;
@@ -364,9 +353,8 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
      * a model's four layers (bench_gemm --chain, each kernel after one with another carveout)
      * 0.99x at M = 1-4 on 8B, and without the hint on any plan 0.99x there but 1.11x at M = 12
      * (70B: 1.00x). The hint on 16-token groups and capped rings only measured the same as on
-     * every plan (0.999x, chain 1.00x), so every plan sends it. -DCOMET_PP_CARVEOUT=0 leaves it
-     * out (A/B). */
-    pl.carveout = COMET_PP_CARVEOUT ? (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm) : 0;
+     * every plan (0.999x, chain 1.00x), so every plan sends it. */
+    pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
 }
 
 /* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
@@ -541,7 +529,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
                 if (t < best)
                     best = t, best_s = sg;
             }
-            if (best_s && 100 * best <= COMET_WS_GLOBAL_GAIN * cur)
+            if (best_s && 100 * best <= WS_GLOBAL_GAIN * cur)
                 S = best_s, global_splits = true;
         }
         S = g->splits > 0 ? g->splits : S;
@@ -567,7 +555,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
         const int persist_smem = ws_persist_smem_bytes(g->B / 64, pl.tok);
-        if (COMET_WS_PERSIST && !pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
+        if (!pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
             ctas > slots && nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
             device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= persist_smem)
             pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1), pl.smem = (size_t)persist_smem;

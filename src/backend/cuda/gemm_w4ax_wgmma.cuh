@@ -56,11 +56,8 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
  *  - the next block's fragments loaded during this block's wgmma: 1.013x.
  * Two blocks' wgmma really in flight together do not fit the registers at B = 128 (104 / 72 per
  * consumer thread): ptxas serializes them (C7512), and build.sh refuses that. Other tiles: one
- * block at a time (-DCOMET_WS_NEXT_FIRST=0 everywhere, for A/B). */
-#ifndef COMET_WS_NEXT_FIRST
-#define COMET_WS_NEXT_FIRST 1
-#endif
-[[maybe_unused]] constexpr bool WS_NEXT_FIRST = COMET_WS_NEXT_FIRST; /* used by the sm_90a kernel body only */
+ * block at a time. */
+[[maybe_unused]] constexpr bool WS_NEXT_FIRST = true; /* used by the sm_90a kernel body only */
 /* Every consumer thread arrives on a stage's `empty` barrier after its last read of the stage
  * (256 arrivals), so each read is ordered before the producer's next copy into the slot by
  * the barrier itself. With one lane per warp after __syncwarp (CUTLASS's pattern)
@@ -69,18 +66,12 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 [[maybe_unused]] constexpr int WS_RELEASE_ARRIVALS = 256; /* used by the sm_90a kernel body only */
 [[maybe_unused]] constexpr int WS_GROUP = 8; /* used by the sm_90a kernel body only */
 constexpr int WS_RED_LD = WS_ROWS + 4; /* row stride (floats) of the cluster reduction tile */
-#ifndef COMET_WS_SMALL_CTAS
-#define COMET_WS_SMALL_CTAS 2
-#endif
-#ifndef COMET_WS_TOK16_CTAS
-#define COMET_WS_TOK16_CTAS 3
-#endif
 /* CTAs per SM of the wgmma kernel by token tile: 32- and 64-token tiles run two per SM
  * (consumers within 104 registers, shallower rings: ws_stages), 16-token tiles three (72 registers,
  * a third of the ring). */
 __host__ __device__ constexpr int ws_ctas_per_sm(int tok)
 {
-    return tok == 16 ? COMET_WS_TOK16_CTAS : tok <= 64 ? COMET_WS_SMALL_CTAS : 1;
+    return tok == 16 ? 3 : tok <= 64 ? 2 : 1;
 }
 /* Pipeline depth by block size (kpb = B/64) and token-tile height (deeper rings measured no
  * faster at 128 tokens; the 32-token depths are untuned); at two CTAs per SM, what fits in
@@ -114,25 +105,18 @@ __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok)
  * keeps the grid. At M = 512 (4 token tiles) it measured 1.002x on the LLaMA-3 shapes, and
  * LLaMA-2-7B qkv and gate_up took 1.09x / 1.17x the grid's time there (separate runs,
  * not a same-run A/B), so it starts at 8 token tiles (M > 896), where every gain above was
- * measured. Most of the tile's cost stays: the consumers' epilogue still stops their MMA. With
- * COMET_WS_PERSIST_STAGED (default) the epilogue goes through a staging tile of its own past
- * the ring and its barriers (66 KiB more shared memory, 171 / 192 KiB per CTA at B = 64 / 128,
+ * measured. Most of the tile's cost stays: the consumers' epilogue still stops their MMA. The
+ * epilogue goes through a staging tile of its own past the ring and its barriers (66 KiB more shared memory, 171 / 192 KiB per CTA at B = 64 / 128,
  * so a device whose opt-in limit is lower keeps the grid); direct stores measured 0.998x in
  * geomean where the staged tile measured 0.988x (run 2, M = 256-8192). */
-#ifndef COMET_WS_PERSIST
-#define COMET_WS_PERSIST 1
-#endif
 constexpr int WS_PERSIST_MAX_NB = 64, WS_PERSIST_MIN_TILES_M = 8;
-#ifndef COMET_WS_PERSIST_STAGED
-#define COMET_WS_PERSIST_STAGED 1
-#endif
 __host__ __device__ constexpr int ws_persist_staging_offset(int kpb, int tok)
 {
     return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 256; /* past the ring's 2 x ST barriers */
 }
 __host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok)
 {
-    return ws_persist_staging_offset(kpb, tok) + (COMET_WS_PERSIST_STAGED ? tok * (128 + 4) * 4 : 0) + 1024;
+    return ws_persist_staging_offset(kpb, tok) + tok * (128 + 4) * 4 + 1024;
 }
 
 /* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
@@ -516,7 +500,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK)) w4ax_ws_kerne
                 for (int i = 0; i < NACC; i++)
                     acc[i] += __ldcg(pc + i * 256 + ctid);
             }
-        } else if (COMET_WS_PERSIST_STAGED && p.persist) {
+        } else if (p.persist) {
             /* A persistent CTA's whole tile, stored as the S = 1 path below does but through its
              * own staging area past the ring (the producer is already filling the ring with the
              * next tile's blocks): the first barrier keeps this tile's writes behind the other
