@@ -24,7 +24,9 @@ static inline uint64_t tu_next(void) {
 }
 
 /* uniform in [-1, 1) */
-static inline float tu_uniform(void) { return (float)((tu_next() >> 40) * (2.0 / 16777216.0) - 1.0); }
+static inline float tu_uniform(void) {
+    return (float)((tu_next() >> 40) * (2.0 / 16777216.0) - 1.0);
+}
 
 static inline int tu_int(int n) { return (int)(tu_next() % (uint64_t)n); }
 
@@ -91,7 +93,9 @@ static inline float *tu_rand_buf(size_t n, float scale) {
 }
 
 static inline comet_linear tu_linear(int n_out, int n_in) {
-    comet_linear l = {.n_out = n_out, .n_in = n_in, .fmt = COMET_WFMT_F32,
+    comet_linear l = {.n_out = n_out,
+                      .n_in = n_in,
+                      .fmt = COMET_WFMT_F32,
                       .w = tu_rand_buf((size_t)n_out * n_in, 1.0f / sqrtf((float)n_in))};
     return l;
 }

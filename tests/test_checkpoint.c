@@ -26,7 +26,8 @@
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 static float frand(void) {
     rng ^= rng >> 12, rng ^= rng << 25, rng ^= rng >> 27;
-    return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0) * 2.0f - 1.0f;
+    return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0) * 2.0f -
+           1.0f;
 }
 
 static char model_path[4096], tmpdir[4096], tok_json[4300];
@@ -82,7 +83,9 @@ static comet_model *synthetic_model(void) {
 static comet_calib_stats *synthetic_stats(const comet_model *m) {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 1);
     assert_non_null(cs);
-    enum { T = 300 };
+    enum {
+        T = 300
+    };
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
             int K = cs->width[g];
@@ -173,7 +176,7 @@ static void round_trip(int w_bits, int gptq) {
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
     assert_int_equal(r->kv.bits, 4);
     assert_int_equal(r->kv.group, m->kv.group);
-    assert_int_equal(r->kv.group, 32); /* the head dim */
+    assert_int_equal(r->kv.group, 32);                            /* the head dim */
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
     assert_int_equal(r->quant->kv.rotation, m->quant->kv.rotation);
     assert_non_null(r->quant);
@@ -383,7 +386,8 @@ static void test_calib_cache(void **st) {
     comet_calib_stats_free(back);
     comet_calib_meta other = meta;
     other.windows = 8;
-    assert_int_equal(comet_calib_stats_load(path, &m->cfg, &other, 1, &back), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_calib_stats_load(path, &m->cfg, &other, 1, &back),
+                     COMET_ERR_INVALID_ARG);
     assert_non_null(strstr(comet_last_error(), "do not match"));
     assert_null(back);
     size_t n;
@@ -414,10 +418,11 @@ static void test_tokenizer_json_from_gguf(void **st) {
         for (int special = 0; special < 2; special++) {
             int32_t *a = NULL, *b = NULL;
             size_t na = 0, nb = 0;
-            assert_int_equal(comet_tokenizer_encode(m->tok, texts[i], strlen(texts[i]), special,
-                                                    &a, &na), COMET_OK);
-            assert_int_equal(comet_tokenizer_encode(t, texts[i], strlen(texts[i]), special, &b,
-                                                    &nb), COMET_OK);
+            assert_int_equal(
+                comet_tokenizer_encode(m->tok, texts[i], strlen(texts[i]), special, &a, &na),
+                COMET_OK);
+            assert_int_equal(
+                comet_tokenizer_encode(t, texts[i], strlen(texts[i]), special, &b, &nb), COMET_OK);
             assert_int_equal(na, nb);
             assert_memory_equal(a, b, na * sizeof *a);
             free(a), free(b);

@@ -67,8 +67,9 @@ static void assert_one_line_error(const result *r, const char *cmd, const char *
     int n_errors = 0;
     for (const char *p = r->err; (p = strstr(p, "comet ")); p++)
         n_errors += p == r->err || p[-1] == '\n';
-    int ok = r->rc != 0 && len && r->err[len - 1] == '\n' && !strncmp(last, prefix, strlen(prefix)) &&
-             strstr(last, needle) && n_errors == 1 && !strstr(r->err, "error:") && !r->out[0];
+    int ok = r->rc != 0 && len && r->err[len - 1] == '\n' &&
+             !strncmp(last, prefix, strlen(prefix)) && strstr(last, needle) && n_errors == 1 &&
+             !strstr(r->err, "error:") && !r->out[0];
     if (!ok)
         fprintf(stderr, "rc %d, stdout '%s', stderr '%s' (wanted '%s')\n", r->rc, r->out, r->err,
                 needle);

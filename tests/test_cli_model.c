@@ -34,8 +34,10 @@ static void run_generate(const char *model, result *r) {
     const char *bin = getenv("COMET_BIN");
     assert_non_null(bin);
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "'%s' generate --model '%s' --prompt hi --max-tokens 1 >'%s' 2>'%s'"
-             " </dev/null", bin, model, tmp_file("out"), tmp_file("err"));
+    snprintf(cmd, sizeof cmd,
+             "'%s' generate --model '%s' --prompt hi --max-tokens 1 >'%s' 2>'%s'"
+             " </dev/null",
+             bin, model, tmp_file("out"), tmp_file("err"));
     int st = system(cmd);
     r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     slurp(tmp_file("out"), r->out, sizeof r->out);

@@ -319,7 +319,8 @@ static void test_nonfinite_fails_only_its_request(void **state) {
     bad_ids[n / 2] = bad_tok;
     collect ref, a, b;
     memset(&ref, 0, sizeof ref), memset(&a, 0, sizeof a), memset(&b, 0, sizeof b);
-    pthread_mutex_init(&ref.mu, NULL), pthread_mutex_init(&a.mu, NULL), pthread_mutex_init(&b.mu, NULL);
+    pthread_mutex_init(&ref.mu, NULL), pthread_mutex_init(&a.mu, NULL),
+        pthread_mutex_init(&b.mu, NULL);
     comet_engine *e = comet_engine_init(model, NULL);
     assert_non_null(e);
     comet_request_params rp = greedy(ids, n, 8);

@@ -32,11 +32,13 @@ static float urand(void) {
     return (float)((double)((rng * 2685821657736338717ull) >> 11) / 9007199254740992.0);
 }
 
-enum { N_TOK = 24, P = 16 };
+enum {
+    N_TOK = 24,
+    P = 16
+};
 /* The prompt of run_logits: arbitrary ids, replaced by real text where a test needs it. */
-static int32_t prompt_ids[N_TOK] = {1,   504,  3458, 282, 4205, 28,  314, 1345,
-                                    30,  216,  1093, 2,   900,  77,  5000, 12,
-                                    345, 9999, 4,    17,  640,  201, 33,   8};
+static int32_t prompt_ids[N_TOK] = {1,   504, 3458, 282, 4205, 28,   314, 1345, 30,  216, 1093, 2,
+                                    900, 77,  5000, 12,  345,  9999, 4,   17,   640, 201, 33,   8};
 static const int32_t *prompt = prompt_ids;
 
 /* Logits [N_TOK, V] of one prefill of the prompt. */
@@ -48,8 +50,9 @@ static float *run_logits(const comet_model *m, comet_backend *be) {
     comet_kv_seq seq = {0};
     comet_batch_builder bb = {0};
     int n_pages = (N_TOK + P - 1) / P;
-    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv,
-                                         m->cfg.head_dim), COMET_OK);
+    assert_int_equal(
+        comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim),
+        COMET_OK);
     kv.kv.bits = m->kv.bits;
     kv.kv.group = m->kv.group;
     kv.kv.rotation = m->kv.rotation;
@@ -194,7 +197,8 @@ static void test_calibrate_quantize_close_to_fp(void **st) {
     assert_true(n >= 2 * 24);
     comet_backend *be = comet_backend_cpu_init(0);
     assert_non_null(be);
-    comet_calib_stats *a = comet_calib_stats_init(&m0->cfg, 1), *b = comet_calib_stats_init(&m0->cfg, 1);
+    comet_calib_stats *a = comet_calib_stats_init(&m0->cfg, 1),
+                      *b = comet_calib_stats_init(&m0->cfg, 1);
     double ppl = 0;
     assert_int_equal(comet_calib_run(m0, be, ids, n, 2, 24, a, &ppl), COMET_OK);
     assert_int_equal(comet_calib_run(m0, be, ids, n, 2, 24, b, NULL), COMET_OK);
@@ -304,7 +308,8 @@ static void test_cli_quantize_then_run(void **st) {
     assert_true(ppl > 1.0 && ppl < 1e4);
     snprintf(cmd, sizeof cmd,
              "'%s' generate --model '%s' --prompt 'What is the capital of France?' "
-             "--max-tokens 8 2>/dev/null", bin, dir);
+             "--max-tokens 8 2>/dev/null",
+             bin, dir);
     p = popen(cmd, "r");
     assert_non_null(p);
     size_t n = fread(line, 1, sizeof line - 1, p);
@@ -320,8 +325,7 @@ int main(void) {
     snprintf(model_path, sizeof model_path, "%s/models/SmolLM2-135M-Instruct.Q4_1.gguf",
              src ? src : ".");
     if (access(model_path, R_OK) != 0) {
-        fprintf(stderr, "test_fmpq: the default model %s is missing (run the setup)\n",
-                model_path);
+        fprintf(stderr, "test_fmpq: the default model %s is missing (run the setup)\n", model_path);
         return 1;
     }
     const struct CMUnitTest tests[] = {

@@ -75,8 +75,9 @@ static float *prompt_logits(const comet_model *m, const int32_t *tokens, int n) 
     comet_kv_pool pool;
     comet_batch_builder bb;
     comet_kv_seq seq;
-    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, pages, P, m->cfg.n_head_kv,
-                                         m->cfg.head_dim), COMET_OK);
+    assert_int_equal(
+        comet_kv_cache_init(&kv, m->cfg.n_layer, pages, P, m->cfg.n_head_kv, m->cfg.head_dim),
+        COMET_OK);
     assert_int_equal(comet_kv_pool_init(&pool, pages, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, n, 1, pages, P), COMET_OK);
     assert_int_equal(comet_kv_seq_init(&seq, n, P), COMET_OK);
@@ -171,7 +172,7 @@ static void test_keep_channels(void **state) {
             cs->sal[COMET_QGROUP_QKV][(size_t)l * C + j] = 1.0f + 0.01f * (float)j;
             cs->sal[COMET_QGROUP_GATE_UP][(size_t)l * C + j] = 1.0f;
         }
-    cs->sal[COMET_QGROUP_QKV][5] = 40.0f * m->layers[0].attn_norm[5];        /* layer 0 */
+    cs->sal[COMET_QGROUP_QKV][5] = 40.0f * m->layers[0].attn_norm[5]; /* layer 0 */
     cs->sal[COMET_QGROUP_GATE_UP][(size_t)C + 11] = 90.0f * m->layers[1].ffn_norm[11];
     int keep[3];
     comet_rotation_outliers(m, cs, 3, keep);
@@ -248,7 +249,8 @@ static void test_smooth(void **state) {
         double ex = tu_nerr(cs->xtx[g], again->xtx[g], n * K);
         if (!(es <= 1e-4 && ex <= 1e-3))
             fail_msg("group %d: rewritten statistics differ from a new calibration (salience "
-                     "%.3g, XtX %.3g)", g, es, ex);
+                     "%.3g, XtX %.3g)",
+                     g, es, ex);
     }
     assert_int_equal(comet_smooth(m, cs, 1.5f), COMET_ERR_INVALID_ARG);
     comet_calib_stats_free(cs);
@@ -261,12 +263,9 @@ static void test_smooth(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_orthogonal),
-        cmocka_unit_test(test_fold_tiny),
-        cmocka_unit_test(test_fold_default_model),
-        cmocka_unit_test(test_keep_channels),
-        cmocka_unit_test(test_refuses_quantized),
-        cmocka_unit_test(test_smooth),
+        cmocka_unit_test(test_orthogonal),         cmocka_unit_test(test_fold_tiny),
+        cmocka_unit_test(test_fold_default_model), cmocka_unit_test(test_keep_channels),
+        cmocka_unit_test(test_refuses_quantized),  cmocka_unit_test(test_smooth),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

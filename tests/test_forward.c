@@ -43,7 +43,9 @@ static void run_alone(const comet_model *m, comet_backend *be, run_result *r) {
     comet_kv_cache kv;
     comet_kv_pool pool;
     comet_batch_builder bb;
-    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, 8, P, m->cfg.n_head_kv, m->cfg.head_dim), COMET_OK);
+    assert_int_equal(
+        comet_kv_cache_init(&kv, m->cfg.n_layer, 8, P, m->cfg.n_head_kv, m->cfg.head_dim),
+        COMET_OK);
     assert_int_equal(comet_kv_pool_init(&pool, 8, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, MAX_LEN, 1, 8, P), COMET_OK);
     comet_forward_ctx *fc = comet_forward_init(m, be, MAX_LEN);
@@ -61,7 +63,8 @@ static void run_alone(const comet_model *m, comet_backend *be, run_result *r) {
             assert_int_equal(comet_kv_seq_reserve(&pool, &seq, 1), COMET_OK);
             comet_batch_builder_reset(&bb);
             assert_int_equal(comet_batch_builder_add(&bb, &seq, &r->tokens[s][i], 1, 1), COMET_OK);
-            assert_int_equal(comet_forward(fc, &kv, &bb.batch, r->logits[s] + (size_t)i * V), COMET_OK);
+            assert_int_equal(comet_forward(fc, &kv, &bb.batch, r->logits[s] + (size_t)i * V),
+                             COMET_OK);
         }
         comet_kv_seq_release(&pool, &seq);
         comet_kv_seq_free(&seq);
@@ -82,7 +85,9 @@ static void run_mixed(const comet_model *m, comet_backend *be, int chunk, run_re
     comet_kv_pool pool;
     comet_batch_builder bb;
     comet_kv_seq seq[N_SEQ];
-    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim), COMET_OK);
+    assert_int_equal(
+        comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim),
+        COMET_OK);
     assert_int_equal(comet_kv_pool_init(&pool, n_pages, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, N_SEQ * MAX_LEN, N_SEQ, n_pages, P), COMET_OK);
     comet_forward_ctx *fc = comet_forward_init(m, be, N_SEQ * MAX_LEN);
@@ -107,7 +112,8 @@ static void run_mixed(const comet_model *m, comet_backend *be, int chunk, run_re
             assert_int_equal(comet_kv_seq_reserve(&pool, &seq[s], n), COMET_OK);
             first_tok[s] = bb.batch.n_logits;
             n_tok[s] = n;
-            assert_int_equal(comet_batch_builder_add(&bb, &seq[s], &r->tokens[s][done[s]], n, 2), COMET_OK);
+            assert_int_equal(comet_batch_builder_add(&bb, &seq[s], &r->tokens[s][done[s]], n, 2),
+                             COMET_OK);
             any = 1;
         }
         if (!any)
@@ -334,10 +340,8 @@ static void test_cuda_backend_state(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_batch_invariance),
-        cmocka_unit_test(test_kv_pool_full),
-        cmocka_unit_test(test_forward_bad_token),
-        cmocka_unit_test(test_forward_missing_op),
+        cmocka_unit_test(test_batch_invariance),   cmocka_unit_test(test_kv_pool_full),
+        cmocka_unit_test(test_forward_bad_token),  cmocka_unit_test(test_forward_missing_op),
         cmocka_unit_test(test_cuda_backend_state),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

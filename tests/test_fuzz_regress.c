@@ -111,7 +111,7 @@ static void test_saved_inputs(void **state) {
     (void)state;
     int ok;
     int n = replay("tests/fixtures/fuzz/gguf", fuzz_exercise_gguf, 0, &ok);
-    assert_true(n >= 100);       /* the saved corpus is present */
+    assert_true(n >= 100);         /* the saved corpus is present */
     assert_true(ok > 0 && ok < n); /* and exercises both accepted and refused inputs */
     n = replay("tests/fixtures/fuzz/safetensors", fuzz_exercise_safetensors, 0, &ok);
     assert_true(n >= 40);

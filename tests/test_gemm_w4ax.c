@@ -16,8 +16,7 @@
 #include "numerics/w4_plain.h"
 
 static uint32_t rng_state = 12345;
-static uint32_t rnd(void)
-{
+static uint32_t rnd(void) {
     rng_state ^= rng_state << 13;
     rng_state ^= rng_state >> 17;
     rng_state ^= rng_state << 5;
@@ -25,8 +24,7 @@ static uint32_t rnd(void)
 }
 
 /* Hand-computed case: M=2, N=2, K=4, B=2 (two blocks), n8=1. */
-static void test_ref_known_values(void **state)
-{
+static void test_ref_known_values(void **state) {
     (void)state;
     const int8_t w[2][4] = {{1, -2, 7, -8}, {0, 3, -1, 2}};
     uint8_t qw[2 * 2] = {0};
@@ -54,22 +52,23 @@ static void test_ref_known_values(void **state)
     assert_true(y[2] == -5.0f * 2.0f * 1.0f + 49.0f * 1.0f * 2.0f);
 }
 
-static void test_ref_rejects_int4_range(void **state)
-{
+static void test_ref_rejects_int4_range(void **state) {
     (void)state;
     uint8_t qw[2] = {0};
     const uint16_t sw[2] = {0x3C00, 0x3C00};
     int8_t qa[4] = {100, 1, 9, 0}; /* block 1 is INT4 when n8 = 1: 9 is out of range */
     const float sa[2] = {1.0f, 1.0f};
     float y[1];
-    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 1, qw, sw, qa, sa, y, NULL), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 1, qw, sw, qa, sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
     assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 2, qw, sw, qa, sa, y, NULL), COMET_OK);
-    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 0, qw, sw, qa, sa, y, NULL), COMET_ERR_INVALID_ARG);
-    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 5, 2, 0, qw, sw, qa, sa, y, NULL), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 0, qw, sw, qa, sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 5, 2, 0, qw, sw, qa, sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
 }
 
-static void test_f16_to_f32(void **state)
-{
+static void test_f16_to_f32(void **state) {
     (void)state;
     assert_true(comet_ref_f16_to_f32(0x3C00) == 1.0f);
     assert_true(comet_ref_f16_to_f32(0xC000) == -2.0f);
@@ -79,14 +78,15 @@ static void test_f16_to_f32(void **state)
 }
 
 /* Packing round trip on awkward shapes, and the packed position of one known element. */
-static void test_pack_round_trip(void **state)
-{
+static void test_pack_round_trip(void **state) {
     (void)state;
-    const int shapes[][3] = {{8, 64, 64}, {136, 576, 64}, {17, 1536, 128}, {1, 128, 128}, {48, 256, 64}};
+    const int shapes[][3] = {
+        {8, 64, 64}, {136, 576, 64}, {17, 1536, 128}, {1, 128, 128}, {48, 256, 64}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
         int N = shapes[si][0], K = shapes[si][1], B = shapes[si][2], nb = K / B;
         size_t qb = comet_w4_plain_bytes(N, K);
-        uint8_t *qw = malloc(qb), *qw2 = malloc(qb), *pk = malloc(comet_cuda_w4ax_packed_qw_bytes(N, K));
+        uint8_t *qw = malloc(qb), *qw2 = malloc(qb),
+                *pk = malloc(comet_cuda_w4ax_packed_qw_bytes(N, K));
         uint16_t *sw = malloc((size_t)N * nb * 2), *sw2 = malloc((size_t)N * nb * 2);
         uint16_t *spk = malloc(comet_cuda_w4ax_packed_sw_bytes(N, K, B));
         for (size_t i = 0; i < qb; i++)
@@ -117,7 +117,8 @@ static void test_pack_round_trip(void **state)
     assert_int_equal(comet_cuda_w4ax_pack(8, 128, 32, dummy, ds, dummy, ds), COMET_ERR_INVALID_ARG);
     /* N past COMET_CUDA_W4AX_MAX_DIM (rounding N up to 16 would overflow an int near INT_MAX):
      * refused, and the size helpers say 0 instead of wrapping */
-    assert_int_equal(comet_cuda_w4ax_pack(INT_MAX, 128, 64, dummy, ds, dummy, ds), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cuda_w4ax_pack(INT_MAX, 128, 64, dummy, ds, dummy, ds),
+                     COMET_ERR_INVALID_ARG);
     assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(INT_MAX, 128), 0);
     assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(INT_MAX, 128, 64), 0);
     assert_int_equal(comet_cuda_w4ax_packed_qw_bytes(COMET_CUDA_W4AX_MAX_DIM, 64),
@@ -130,8 +131,7 @@ static void test_pack_round_trip(void **state)
     assert_int_equal(comet_cuda_w4ax_packed_sw_bytes(16, 192, 64), 3 * 16 * 2);
 }
 
-int main(void)
-{
+int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_known_values),
         cmocka_unit_test(test_ref_rejects_int4_range),

@@ -53,9 +53,17 @@ static int setup(void **state) {
     tokens[96] = "<end>";
     attr[94] = attr[95] = COMET_TOKEN_NORMAL;
     attr[96] = COMET_TOKEN_CONTROL;
-    comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 97, .tokens = tokens,
-                          .token_attr = attr, .n_merges = 0, .merges = NULL, .pre = "gpt2",
-                          .bos_id = -1, .eos_id = 96, .unk_id = -1, .pad_id = -1};
+    comet_vocab_desc d = {.type = COMET_TOK_BPE,
+                          .n_tokens = 97,
+                          .tokens = tokens,
+                          .token_attr = attr,
+                          .n_merges = 0,
+                          .merges = NULL,
+                          .pre = "gpt2",
+                          .bos_id = -1,
+                          .eos_id = 96,
+                          .unk_id = -1,
+                          .pad_id = -1};
     f->m->tok = comet_tokenizer_init(&d);
     if (!f->m->tok)
         fail_msg("%s", comet_last_error());

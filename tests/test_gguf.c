@@ -205,15 +205,15 @@ static void test_truncated(void **state) {
         size_t cut;
         const char *frag;
     } cuts[] = {
-        {0, "shorter than"},                          /* empty file */
-        {2, "shorter than"},                          /* mid-magic */
-        {6, "header version"},                        /* mid-version */
-        {20, "header metadata count"},                /* mid-counts */
-        {100, "truncated"},                           /* mid-metadata (architecture key) */
-        {1000000, "truncated"},                       /* mid-metadata (token list) */
-        {data_off - 40, "truncated"},                 /* mid-tensor-info */
-        {data_off + 1000, "past the end"},            /* mid-data */
-        {end - 1, "past the end"},                    /* one byte short */
+        {0, "shorter than"},               /* empty file */
+        {2, "shorter than"},               /* mid-magic */
+        {6, "header version"},             /* mid-version */
+        {20, "header metadata count"},     /* mid-counts */
+        {100, "truncated"},                /* mid-metadata (architecture key) */
+        {1000000, "truncated"},            /* mid-metadata (token list) */
+        {data_off - 40, "truncated"},      /* mid-tensor-info */
+        {data_off + 1000, "past the end"}, /* mid-data */
+        {end - 1, "past the end"},         /* one byte short */
     };
     FILE *f = fopen(default_model_path(), "rb");
     assert_non_null(f);
@@ -266,8 +266,8 @@ static void test_wrong_magic_and_version(void **state) {
 }
 
 /* A one-tensor GGUF built by hand. */
-static gbuf one_tensor(const char *name, uint64_t ne0, uint64_t ne1, uint32_t type,
-                       uint64_t offset, size_t data_bytes) {
+static gbuf one_tensor(const char *name, uint64_t ne0, uint64_t ne1, uint32_t type, uint64_t offset,
+                       size_t data_bytes) {
     gbuf b = {0};
     gb_header(&b, 3, 1, 1);
     kv_str(&b, "general.architecture", "llama");
@@ -445,14 +445,10 @@ static void test_bad_metadata(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fp16),
-        cmocka_unit_test(test_quant_blocks),
-        cmocka_unit_test(test_golden_raw),
-        cmocka_unit_test(test_metadata),
-        cmocka_unit_test(test_truncated),
-        cmocka_unit_test(test_wrong_magic_and_version),
-        cmocka_unit_test(test_bad_tensors),
-        cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_fp16),        cmocka_unit_test(test_quant_blocks),
+        cmocka_unit_test(test_golden_raw),  cmocka_unit_test(test_metadata),
+        cmocka_unit_test(test_truncated),   cmocka_unit_test(test_wrong_magic_and_version),
+        cmocka_unit_test(test_bad_tensors), cmocka_unit_test(test_bad_metadata),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

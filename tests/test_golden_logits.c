@@ -41,7 +41,9 @@ static double check_prompt(const comet_model *m, comet_backend *be, FILE *fx, in
     comet_kv_seq seq;
     comet_batch_builder bb;
     int n_pages = (n + P - 1) / P;
-    assert_int_equal(comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim), COMET_OK);
+    assert_int_equal(
+        comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim),
+        COMET_OK);
     assert_int_equal(comet_kv_pool_init(&pool, n_pages, P), COMET_OK);
     assert_int_equal(comet_kv_seq_init(&seq, n, P), COMET_OK);
     assert_int_equal(comet_batch_builder_init(&bb, n, 1, n_pages, P), COMET_OK);
@@ -56,7 +58,8 @@ static double check_prompt(const comet_model *m, comet_backend *be, FILE *fx, in
     for (int p = 0; p < n; p++) {
         int pos, top1, k;
         double maxabs;
-        assert_int_equal(fscanf(fx, " pos %d top1 %d maxabs %lf n %d", &pos, &top1, &maxabs, &k), 4);
+        assert_int_equal(fscanf(fx, " pos %d top1 %d maxabs %lf n %d", &pos, &top1, &maxabs, &k),
+                         4);
         assert_int_equal(pos, p);
         const float *row = logits + (size_t)p * V;
         int ours = 0;

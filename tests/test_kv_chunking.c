@@ -27,7 +27,8 @@
 #include "engine/perplexity.h"
 #include "cpu_test_util.h"
 
-#define CTX 100 /* not a multiple of the 16-slot page nor of 7 or 16: partial pages, ragged chunks */
+#define CTX                                                                                        \
+    100 /* not a multiple of the 16-slot page nor of 7 or 16: partial pages, ragged chunks */
 #define WINDOWS 2
 
 typedef struct {
@@ -42,8 +43,8 @@ static const kv_config configs[] = {
 };
 static const int chunks[] = {CTX, 1, 7, 16};
 
-static comet_ppl_result run(comet_model *m, comet_backend *be, const int32_t *tokens,
-                            size_t n, int chunk) {
+static comet_ppl_result run(comet_model *m, comet_backend *be, const int32_t *tokens, size_t n,
+                            int chunk) {
     comet_ppl_params p = comet_ppl_default_params();
     p.ctx = CTX;
     p.max_windows = WINDOWS;

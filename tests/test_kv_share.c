@@ -79,7 +79,11 @@ static void test_shared_prefix_logits(void **state) {
     const comet_model_config *c = &m->cfg;
     comet_backend *be = comet_backend_cpu_init(0);
     assert_non_null(be);
-    enum { N_PREFIX = 2 * P, N_TAIL = 7, N = N_PREFIX + N_TAIL };
+    enum {
+        N_PREFIX = 2 * P,
+        N_TAIL = 7,
+        N = N_PREFIX + N_TAIL
+    };
     int32_t toks[N], tail_b[N_TAIL];
     for (int i = 0; i < N; i++)
         toks[i] = 100 + (i * 7919) % 20000;

@@ -60,13 +60,12 @@ static void test_default_config(void **state) {
         struct {
             const char *k;
             double got;
-        } map[] = {{"n_layer", c->n_layer},     {"n_embd", c->n_embd},
-                   {"n_ff", c->n_ff},           {"n_head", c->n_head},
-                   {"n_head_kv", c->n_head_kv}, {"n_ctx", c->n_ctx},
-                   {"n_vocab", c->n_vocab},     {"rope_theta", c->rope_theta},
-                   {"rms_eps", c->rms_eps},     {"bos_id", c->bos_id},
-                   {"eos_id", c->eos_ids[0]},   {"add_bos", c->add_bos},
-                   {"tied", c->tie_embeddings}};
+        } map[] = {
+            {"n_layer", c->n_layer},    {"n_embd", c->n_embd},         {"n_ff", c->n_ff},
+            {"n_head", c->n_head},      {"n_head_kv", c->n_head_kv},   {"n_ctx", c->n_ctx},
+            {"n_vocab", c->n_vocab},    {"rope_theta", c->rope_theta}, {"rms_eps", c->rms_eps},
+            {"bos_id", c->bos_id},      {"eos_id", c->eos_ids[0]},     {"add_bos", c->add_bos},
+            {"tied", c->tie_embeddings}};
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
             if (!strcmp(map[i].k, key)) {
                 if (fabs(map[i].got - v) > 1e-6 * fabs(v))
@@ -258,8 +257,7 @@ static void test_tiny_llama3_gguf(void **state) {
 
 /* ---- bad input ---------------------------------------------------------------------- */
 
-static void expect_load(const char *path, comet_status want, const char *frag1,
-                        const char *frag2) {
+static void expect_load(const char *path, comet_status want, const char *frag1, const char *frag2) {
     comet_model *m = NULL;
     comet_status got = comet_model_load(path, &m);
     if (got != want)
@@ -378,8 +376,8 @@ static void test_bad_hf(void **state) {
                 "architecture 'GPT2LMHeadModel' is not supported", "config.json");
     free(cfg);
     cfg = config_with("\"LlamaForCausalLM\"", "\"MistralForCausalLM\"], \"sliding_window\": [4096");
-    expect_load(hf_copy("mistral_sw", "config.json", cfg), COMET_ERR_UNSUPPORTED,
-                "sliding_window", NULL);
+    expect_load(hf_copy("mistral_sw", "config.json", cfg), COMET_ERR_UNSUPPORTED, "sliding_window",
+                NULL);
     free(cfg);
     cfg = config_with("\"LlamaForCausalLM\"",
                       "\"MistralForCausalLM\"], \"sliding_window\": null, \"x\": [0");
@@ -393,7 +391,8 @@ static void test_bad_hf(void **state) {
     expect_load(hf_copy("shape", "config.json", cfg), COMET_ERR_FORMAT,
                 "'model.embed_tokens.weight' has shape [300, 32], expected [300, 48]", NULL);
     free(cfg);
-    cfg = config_with("\"tie_word_embeddings\": false", "\"quantization_config\": "
+    cfg = config_with("\"tie_word_embeddings\": false",
+                      "\"quantization_config\": "
                       "{\"quant_method\": \"gptq\"}, \"tie_word_embeddings\": false");
     /* Claimed by the comet checkpoint reader (checkpoint_read.c), which wants its own method. */
     {
@@ -409,11 +408,11 @@ static void test_bad_hf(void **state) {
                 "'model.layers.2.input_layernorm.weight' missing", NULL);
     free(cfg);
     cfg = config_with("\"hidden_size\": 32,", "");
-    expect_load(hf_copy("nohidden", "config.json", cfg), COMET_ERR_FORMAT, "\"hidden_size\" missing",
-                "config.json");
+    expect_load(hf_copy("nohidden", "config.json", cfg), COMET_ERR_FORMAT,
+                "\"hidden_size\" missing", "config.json");
     free(cfg);
-    expect_load(hf_copy("notok", "tokenizer.json", NULL), COMET_ERR_FORMAT, "tokenizer.json missing",
-                "notok");
+    expect_load(hf_copy("notok", "tokenizer.json", NULL), COMET_ERR_FORMAT,
+                "tokenizer.json missing", "notok");
     expect_load(hf_copy("noweights", "model.safetensors", NULL), COMET_ERR_FORMAT,
                 "no model.safetensors", "noweights");
     expect_load(hf_copy("badjson", "config.json", "{\"architectures\": ["), COMET_ERR_FORMAT,
@@ -427,8 +426,18 @@ static void test_bad_hf(void **state) {
 /* A Llama-3-like vocabulary: the end markers as control tokens, plus look-alikes that must
  * not stop generation (a NORMAL "<|endoftext|>", a control token that is no end marker). */
 static const char *const eog_toks[] = {
-    "a", "b", "c", "<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>",
-    "<|im_end|>", "<|endoftext|>", "</s>", "<|end|>", "<|start_header_id|>",
+    "a",
+    "b",
+    "c",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<|im_end|>",
+    "<|endoftext|>",
+    "</s>",
+    "<|end|>",
+    "<|start_header_id|>",
 };
 static const int32_t eog_types[] = {1, 1, 1, 3, 3, 3, 3, 3, 1, 3, 3, 3};
 #define EOG_V 12
@@ -445,7 +454,11 @@ static void kv_arr_i32(gbuf *b, const char *k, int n, const int32_t *v) {
  * (every embedding is e0, attention and FFN are zero, lm_head row `emit` reads e0). The
  * GGUF names eos = `eos` and, when >= 0, eot = `eot`. */
 static void write_eog_gguf(const char *path, int eos, int eot, int emit) {
-    enum { C = 32, F = 64, V = EOG_V };
+    enum {
+        C = 32,
+        F = 64,
+        V = EOG_V
+    };
     gbuf b = {0};
     gb_header(&b, 3, 3 + 9, 13 + (eot >= 0));
     kv_str(&b, "general.architecture", "llama");
@@ -471,7 +484,12 @@ static void write_eog_gguf(const char *path, int eos, int eot, int emit) {
     head[emit * C] = 100.0f;
     for (int i = 0; i < C; i++)
         ones[i] = 1.0f;
-    struct { const char *name; int ne0, ne1; const float *data; size_t bytes; } t[] = {
+    struct {
+        const char *name;
+        int ne0, ne1;
+        const float *data;
+        size_t bytes;
+    } t[] = {
         {"token_embd.weight", C, V, emb, sizeof emb},
         {"output_norm.weight", C, 0, ones, sizeof ones},
         {"output.weight", C, V, head, sizeof head},
@@ -592,14 +610,10 @@ int main(void) {
         cmocka_unit_test(test_default_qk_order),
     };
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_hf),
-        cmocka_unit_test(test_tiny_hf_sharded),
-        cmocka_unit_test(test_tiny_gguf),
-        cmocka_unit_test(test_tiny_llama3_gguf),
-        cmocka_unit_test(test_bad_gguf),
-        cmocka_unit_test(test_bad_hf),
-        cmocka_unit_test(test_gguf_end_markers),
-        cmocka_unit_test(test_hf_end_markers),
+        cmocka_unit_test(test_tiny_hf),          cmocka_unit_test(test_tiny_hf_sharded),
+        cmocka_unit_test(test_tiny_gguf),        cmocka_unit_test(test_tiny_llama3_gguf),
+        cmocka_unit_test(test_bad_gguf),         cmocka_unit_test(test_bad_hf),
+        cmocka_unit_test(test_gguf_end_markers), cmocka_unit_test(test_hf_end_markers),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     return fails + cmocka_run_group_tests(smol_tests, load_smol, free_smol);

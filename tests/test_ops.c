@@ -55,7 +55,8 @@ static void test_embed(void **state) {
         assert_int_equal(f->ref->ops->embed(f->ref, embd, C, tok, T, a), COMET_OK);
         assert_int_equal(f->fast->ops->embed(f->fast, embd, C, tok, T, b), COMET_OK);
         assert_memory_equal(a, b, (size_t)T * C * sizeof(float));
-        assert_memory_equal(a + (size_t)(T - 1) * C, embd + (size_t)tok[T - 1] * C, C * sizeof(float));
+        assert_memory_equal(a + (size_t)(T - 1) * C, embd + (size_t)tok[T - 1] * C,
+                            C * sizeof(float));
         assert_true(tu_guard_ok(a, (size_t)T * C) && tu_guard_ok(b, (size_t)T * C));
         tu_guarded_free(a);
         tu_guarded_free(b);
@@ -134,7 +135,7 @@ static void test_rope(void **state) {
             for (int hi = 0; hi < 2; hi++)
                 for (int ti = 0; ti < N_TS; ti++) {
                     int T = Ts[ti], D = Ds[di], H = Hs[hi][0], Hkv = Hs[hi][1];
-                    comet_rope_params rp = {D, 500000.0f, (comet_rope_scaling)sc, 8.0f, 1.0f,
+                    comet_rope_params rp = {D,    500000.0f, (comet_rope_scaling)sc, 8.0f, 1.0f,
                                             4.0f, 8192};
                     if (sc == COMET_ROPE_SCALING_LINEAR)
                         rp.factor = 2.0f;
@@ -193,9 +194,13 @@ static void test_rope_known(void **state) {
 static void test_rope_scaling_known(void **state) {
     fixture *f = *state;
     static const int idx3[] = {0, 10, 20, 30, 40, 45, 50, 63};
-    static const double hf3[] = {1.0, 0.12868738174438477, 0.016560440883040428,
-                                 0.0013718936825171113, 3.428102354519069e-05,
-                                 1.2297638932068367e-05, 4.411534519022098e-06,
+    static const double hf3[] = {1.0,
+                                 0.12868738174438477,
+                                 0.016560440883040428,
+                                 0.0013718936825171113,
+                                 3.428102354519069e-05,
+                                 1.2297638932068367e-05,
+                                 4.411534519022098e-06,
                                  3.068925877869333e-07};
     static const int idx_lin[] = {0, 5, 31};
     static const double hf_lin[] = {0.25, 0.05928434059023857, 3.333803761051968e-05};
@@ -273,8 +278,8 @@ static void test_logits(void **state) {
 /* A ragged batch over shuffled pages: each sequence has `old` cached tokens and `n_new`
  * tokens in this step. K/V of the old tokens are written through kv_append of the
  * reference, then both backends append the new ones and attend. */
-static void run_attention_case(fixture *f, int H, int Hkv, int D, int P, int n_seqs,
-                               const int *old, const int *n_new) {
+static void run_attention_case(fixture *f, int H, int Hkv, int D, int P, int n_seqs, const int *old,
+                               const int *n_new) {
     int n_layer = 2, layer = 1, n_pages = 64;
     comet_kv_cache kva, kvb;
     assert_int_equal(comet_kv_cache_init(&kva, n_layer, n_pages, P, Hkv, D), COMET_OK);
@@ -313,12 +318,15 @@ static void run_attention_case(fixture *f, int H, int Hkv, int D, int P, int n_s
         ptr_all[s + 1] = T_all;
     }
     assert_true(np <= n_pages);
-    comet_batch b = {T, n_seqs, NULL, positions, token_indptr, page_indptr, page_idx, last, 0, NULL};
-    comet_batch b_all = {T_all, n_seqs, NULL, pos_all, ptr_all, page_indptr, page_idx, last, 0, NULL};
+    comet_batch b = {T,           n_seqs,   NULL, positions, token_indptr,
+                     page_indptr, page_idx, last, 0,         NULL};
+    comet_batch b_all = {T_all,       n_seqs,   NULL, pos_all, ptr_all,
+                         page_indptr, page_idx, last, 0,       NULL};
 
     /* history: every position of every sequence through the reference append */
     size_t row = (size_t)Hkv * D;
-    float *k_all = tu_rand_buf((size_t)T_all * row, 1.0f), *v_all = tu_rand_buf((size_t)T_all * row, 1.0f);
+    float *k_all = tu_rand_buf((size_t)T_all * row, 1.0f),
+          *v_all = tu_rand_buf((size_t)T_all * row, 1.0f);
     f->ref->ops->kv_append(f->ref, &kva, layer, &b_all, k_all, v_all);
     f->ref->ops->kv_append(f->ref, &kvb, layer, &b_all, k_all, v_all);
     /* this step's new K/V over the tail positions, one append per backend */
@@ -388,7 +396,6 @@ static void test_attention(void **state) {
             }
 }
 
-
 /* ---- W4Ax GEMM ---- */
 
 /* binary16 bits -> double, written from the IEEE definition (independent of the library's
@@ -412,15 +419,22 @@ typedef struct {
 
 static w4ax_case w4ax_case_make(int M, int N, int K, int B, int n8) {
     int nb = K / B;
-    w4ax_case c = {M, N, K, B, n8, malloc(comet_w4_plain_bytes(N, K)),
-                   malloc((size_t)N * nb * sizeof(uint16_t)), malloc((size_t)M * K),
+    w4ax_case c = {M,
+                   N,
+                   K,
+                   B,
+                   n8,
+                   malloc(comet_w4_plain_bytes(N, K)),
+                   malloc((size_t)N * nb * sizeof(uint16_t)),
+                   malloc((size_t)M * K),
                    malloc((size_t)M * nb * sizeof(float))};
     for (size_t i = 0; i < comet_w4_plain_bytes(N, K); i++)
         c.qw[i] = (uint8_t)tu_next();
     for (int i = 0; i < N * nb; i++)
-        c.sw[i] = tu_int(50) == 0 ? (uint16_t)(tu_next() & 0x83FF) /* subnormal */
-                                  : (uint16_t)((tu_next() & 0x8000) | ((6 + tu_int(7)) << 10) |
-                                               (tu_next() & 0x3FF));
+        c.sw[i] =
+            tu_int(50) == 0
+                ? (uint16_t)(tu_next() & 0x83FF) /* subnormal */
+                : (uint16_t)((tu_next() & 0x8000) | ((6 + tu_int(7)) << 10) | (tu_next() & 0x3FF));
     for (int t = 0; t < M; t++)
         for (int k = 0; k < K; k++)
             c.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)tu_next() : (int8_t)(tu_int(16) - 8);
@@ -462,15 +476,18 @@ static double w4ax_independent_check(const w4ax_case *c, const float *y) {
                     int code = (k % 2 ? byte >> 4 : byte) & 15;
                     s += (long)c->qa[(size_t)t * K + k] * (code < 8 ? code : code - 16);
                 }
-                double term = (double)s * c->sa[(size_t)t * nb + b] * f16_value(c->sw[(size_t)n * nb + b]);
+                double term =
+                    (double)s * c->sa[(size_t)t * nb + b] * f16_value(c->sw[(size_t)n * nb + b]);
                 sum += term;
                 mag += fabs(term);
             }
             double tol = (nb + 2) * 1.2e-7 * mag + 1e-30;
             double err = fabs((double)y[(size_t)t * c->N + n] - sum);
             if (!(err <= tol)) {
-                fprintf(stderr, "gemm_w4ax M=%d N=%d K=%d B=%d n8=%d: y[%d, %d] = %.9g, want %.9g "
-                        "(tol %.3g)\n", c->M, c->N, K, B, c->n8, t, n, y[(size_t)t * c->N + n], sum, tol);
+                fprintf(stderr,
+                        "gemm_w4ax M=%d N=%d K=%d B=%d n8=%d: y[%d, %d] = %.9g, want %.9g "
+                        "(tol %.3g)\n",
+                        c->M, c->N, K, B, c->n8, t, n, y[(size_t)t * c->N + n], sum, tol);
                 return INFINITY;
             }
             if (err / tol > worst)
@@ -501,9 +518,10 @@ static void test_gemm_w4ax(void **state) {
                         if (memcmp(ya, yb, ny * sizeof(float)))
                             for (size_t e = 0; e < ny; e++)
                                 if (memcmp(&ya[e], &yb[e], sizeof(float))) {
-                                    fprintf(stderr, "gemm_w4ax M=%d N=%d K=%d B=%d n8=%d: fast "
-                                            "y[%zu] = %.9g, ref %.9g\n", M, N, K, B, n8s[i], e,
-                                            yb[e], ya[e]);
+                                    fprintf(stderr,
+                                            "gemm_w4ax M=%d N=%d K=%d B=%d n8=%d: fast "
+                                            "y[%zu] = %.9g, ref %.9g\n",
+                                            M, N, K, B, n8s[i], e, yb[e], ya[e]);
                                     fail();
                                 }
                         assert_true(tu_guard_ok(ya, ny) && tu_guard_ok(yb, ny));
@@ -519,8 +537,8 @@ static void test_gemm_w4ax(void **state) {
                 }
     assert_int_equal(n_cases, 6 * 3 * 4 * 3); /* (K, B): (64, 64) (576, 64) (1536, 64|128) */
     /* N not a multiple of the fast path's 4-row groups nor of its 64-channel items */
-    const int odd[][5] = {{5, 67, 128, 64, 1}, {40, 3, 192, 64, 2}, {2, 1, 128, 128, 0},
-                          {33, 131, 256, 128, 2}};
+    const int odd[][5] = {
+        {5, 67, 128, 64, 1}, {40, 3, 192, 64, 2}, {2, 1, 128, 128, 0}, {33, 131, 256, 128, 2}};
     for (int i = 0; i < 4; i++) {
         w4ax_case c = w4ax_case_make(odd[i][0], odd[i][1], odd[i][2], odd[i][3], odd[i][4]);
         size_t ny = (size_t)c.M * c.N;
@@ -543,7 +561,12 @@ static void test_gemm_w4ax(void **state) {
 static void test_gemm_w4ax_known(void **state) {
     fixture *f = *state;
     comet_backend *bes[2] = {f->ref, f->fast};
-    enum { M = 2, N = 3, K = 128, B = 64 };
+    enum {
+        M = 2,
+        N = 3,
+        K = 128,
+        B = 64
+    };
     uint8_t qw[N * K / 2] = {0};
     uint16_t sw[N * 2];
     int8_t qa[M * K];
@@ -574,7 +597,8 @@ static void test_gemm_w4ax_known(void **state) {
         for (int t = 0; t < M; t++)
             for (int n = 0; n < N; n++) {
                 double a0 = t ? -128 : 100, a1 = t ? -8 : 7;
-                double want = a0 * rowsum[n] * sa[t * 2] * 0.5 + a1 * rowsum[n] * sa[t * 2 + 1] * 2.0;
+                double want =
+                    a0 * rowsum[n] * sa[t * 2] * 0.5 + a1 * rowsum[n] * sa[t * 2 + 1] * 2.0;
                 assert_true(y[t * N + n] == (float)want);
             }
         bes[bi]->ops->w4ax_free(bes[bi], w);
@@ -594,8 +618,11 @@ static void test_gemm_w4ax_errors(void **state) {
         const struct {
             int N, K, B;
             const char *says;
-        } bad[] = {{0, 128, 64, "N = 0"},    {8, 96, 64, "K = 96"},  {8, 0, 64, "K = 0"},
-                   {8, 128, 32, "B = 32"},   {8, 192, 128, "K = 192 is not a multiple"},
+        } bad[] = {{0, 128, 64, "N = 0"},
+                   {8, 96, 64, "K = 96"},
+                   {8, 0, 64, "K = 0"},
+                   {8, 128, 32, "B = 32"},
+                   {8, 192, 128, "K = 192 is not a multiple"},
                    {-3, 128, 64, "N = -3"},
                    /* above COMET_W4AX_MAX_DIM: refused before any allocation */
                    {COMET_W4AX_MAX_DIM + 1, 128, 64, "N = 1073741825"},
@@ -617,7 +644,8 @@ static void test_gemm_w4ax_errors(void **state) {
         assert_int_equal(op->gemm_w4ax(be, w, 0, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "M = 0"));
         assert_int_equal(op->gemm_w4ax(be, w, -1, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->gemm_w4ax(be, w, INT_MAX - 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+        assert_int_equal(op->gemm_w4ax(be, w, INT_MAX - 3, 1, c.qa, c.sa, y),
+                         COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "M <= 1073741824"));
         assert_int_equal(op->gemm_w4ax(be, w, 3, -1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
         assert_non_null(strstr(comet_last_error(), "n8 = -1"));

@@ -58,8 +58,8 @@ static void test_ppl_two_windows(void **state) {
     double ppl;
     long tokens;
     int ctx, windows;
-    assert_int_equal(sscanf(out, "PPL %lf tokens %ld ctx %d windows %d", &ppl, &tokens, &ctx,
-                            &windows), 4);
+    assert_int_equal(
+        sscanf(out, "PPL %lf tokens %ld ctx %d windows %d", &ppl, &tokens, &ctx, &windows), 4);
     assert_int_equal(ctx, 512);
     assert_int_equal(windows, 2);
     assert_int_equal(tokens, 2 * 511);

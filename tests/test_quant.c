@@ -193,7 +193,8 @@ static void test_wht_and_kv_rotation(void **st) {
         for (int i = 0; i < D; i++)
             k[i] = nrand() * 0.5f;
         for (int j = 0; j < 3; j++) /* outlier channels, 20-40x the others */
-            k[(int)(urand() * D) % D] += (nrand() > 0 ? 1.0f : -1.0f) * (10.0f + 10.0f * fabsf(nrand()));
+            k[(int)(urand() * D) % D] +=
+                (nrand() > 0 ? 1.0f : -1.0f) * (10.0f + 10.0f * fabsf(nrand()));
         comet_quant_kv_sim(k, 1, D, 4, y);
         memcpy(r, k, sizeof r);
         comet_wht(r, D);
@@ -211,7 +212,10 @@ static void test_wht_and_kv_rotation(void **st) {
 
 static void test_reorder_int8_blocks(void **st) {
     (void)st;
-    enum { K = 256, B = 64 };
+    enum {
+        K = 256,
+        B = 64
+    };
     float sal[K];
     int32_t perm[K], perm2[K];
     int n8 = -1, n8b = -1;
@@ -293,7 +297,11 @@ static double block_mse(const float *w, const int8_t *q, const uint16_t *s, int 
 
 static void test_weight_rtn(void **st) {
     (void)st;
-    enum { N = 16, K = 128, B = 64 };
+    enum {
+        N = 16,
+        K = 128,
+        B = 64
+    };
     float w[N * K], wd[N * K];
     int8_t q[N * K], qc[N * K];
     uint16_t s[N * 2], sc[N * 2];
@@ -371,7 +379,12 @@ static double output_mse(const float *x, int T, const float *w, const int8_t *q,
 
 static void test_gptq_beats_rtn(void **st) {
     (void)st;
-    enum { T = 1024, K = 256, N = 48, B = 64 };
+    enum {
+        T = 1024,
+        K = 256,
+        N = 48,
+        B = 64
+    };
     float *z = malloc((size_t)T * K * sizeof *z), *x = malloc((size_t)T * K * sizeof *x);
     float *mix = malloc((size_t)K * K * sizeof *mix), *w = malloc((size_t)N * K * sizeof *w);
     float *xtx = calloc((size_t)K * K, sizeof *xtx);
@@ -422,7 +435,10 @@ static void test_gptq_beats_rtn(void **st) {
 
 static void test_w4_pack_round_trip(void **st) {
     (void)st;
-    enum { N = 3, K = 34 };
+    enum {
+        N = 3,
+        K = 34
+    };
     int8_t q[N * K], back[N * K];
     uint8_t packed[N * K / 2];
     for (int i = 0; i < N * K; i++)
@@ -449,7 +465,13 @@ static void test_w4_pack_round_trip(void **st) {
  * codes and scales (up to fp32 rounding of the outer sums). */
 static void test_qlinear_sim_matches_w4ax_gemm(void **st) {
     (void)st;
-    enum { T = 7, K = 192, N = 40, B = 64, N8 = 1 };
+    enum {
+        T = 7,
+        K = 192,
+        N = 40,
+        B = 64,
+        N8 = 1
+    };
     float *x = malloc(sizeof(float) * T * K), *w = malloc(sizeof(float) * N * K);
     float *wd = malloc(sizeof(float) * N * K), *y = malloc(sizeof(float) * T * N);
     float *yref = malloc(sizeof(float) * T * N), *xp = malloc(sizeof(float) * T * K);
@@ -467,8 +489,17 @@ static void test_qlinear_sim_matches_w4ax_gemm(void **st) {
     assert_int_equal(comet_quant_w_rtn(w, N, K, B, 4, 1, qw, sw), COMET_OK);
     comet_quant_w_dequant(qw, sw, N, K, B, wd);
     comet_w4_pack(qw, N, K, packed);
-    comet_linear lin = {.n_out = N, .n_in = K, .fmt = COMET_WFMT_QSIM, .w = wd, .perm = perm,
-                        .block = B, .n8 = N8, .a_bits = 4, .w_bits = 4, .qw = packed, .sw = sw};
+    comet_linear lin = {.n_out = N,
+                        .n_in = K,
+                        .fmt = COMET_WFMT_QSIM,
+                        .w = wd,
+                        .perm = perm,
+                        .block = B,
+                        .n8 = N8,
+                        .a_bits = 4,
+                        .w_bits = 4,
+                        .qw = packed,
+                        .sw = sw};
     assert_int_equal(comet_qlinear_sim(&lin, x, T, y), COMET_OK);
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
@@ -599,8 +630,8 @@ static void test_kv_zero_edges(void **st) {
  * the top of the range. */
 static void test_f16_directed(void **st) {
     (void)st;
-    const float xs[] = {0.0f, -0.0f, 1e-9f, -1e-9f, 6e-8f, 1.0001f, -1.0001f, 2000.3f,
-                        65503.0f, -65503.0f, 3.14159f};
+    const float xs[] = {0.0f,     -0.0f,   1e-9f,    -1e-9f,    6e-8f,   1.0001f,
+                        -1.0001f, 2000.3f, 65503.0f, -65503.0f, 3.14159f};
     for (size_t i = 0; i < sizeof xs / sizeof xs[0]; i++) {
         float d = comet_quant_f16_value(comet_quant_f16_bits_down(xs[i]));
         float u = comet_quant_f16_value(comet_quant_f16_bits_up(xs[i]));

@@ -38,7 +38,9 @@ static void test_read_fixture(void **state) {
     comet_st_free(st);
 
     assert_int_equal(comet_st_open(src_path("tests/fixtures/tiny_hf_sharded/"
-                                            "model-00001-of-00002.safetensors"), &st), COMET_OK);
+                                            "model-00001-of-00002.safetensors"),
+                                   &st),
+                     COMET_OK);
     t = &st->tensors[0];
     assert_int_equal(t->dtype, COMET_ST_F16);
     comet_st_free(st);
@@ -83,8 +85,8 @@ static void test_bad_input(void **state) {
     const char *ok = "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,16]}}";
     expect(ok, -1, 16, COMET_OK, NULL, NULL);
     /* Padding spaces after the JSON are allowed; other trailing bytes are not. */
-    expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}    ", -1, 8,
-           COMET_OK, NULL, NULL);
+    expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}    ", -1, 8, COMET_OK,
+           NULL, NULL);
     expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}xx", -1, 8,
            COMET_ERR_FORMAT, "trailing", NULL);
     /* Header length past the end of the file. */
@@ -111,13 +113,14 @@ static void test_bad_input(void **state) {
     expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,0]}}", -1, 0,
            COMET_ERR_FORMAT, "'w'", "shape[0]");
     expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,4294967296],"
-           "\"data_offsets\":[0,0]}}", -1, 0, COMET_ERR_FORMAT, "'w'", "overflows");
+           "\"data_offsets\":[0,0]}}",
+           -1, 0, COMET_ERR_FORMAT, "'w'", "overflows");
     /* Missing fields, duplicates. */
     expect("{\"w\":{\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4, COMET_ERR_FORMAT, "'w'",
            "dtype");
     expect("{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-           "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", -1, 4,
-           COMET_ERR_FORMAT, "'w'", "twice");
+           "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+           -1, 4, COMET_ERR_FORMAT, "'w'", "twice");
     /* A file shorter than the length field. */
     const char *p = tmp_file("short.safetensors");
     write_file(p, "abc", 3);

@@ -214,9 +214,9 @@ static void test_penalties(void **state) {
     p.repeat_last_n = 3; /* sees 1, 1, 3 */
     comet_sampler *s = comet_sampler_init(&p, 5);
     int32_t id = comet_sampler_sample(s, l, hist, 4);
-    assert_float_equal(l[0], 2.0f, 0);   /* outside the window */
-    assert_float_equal(l[1], -2.0f, 0);  /* negative: multiplied, once */
-    assert_float_equal(l[3], 1.5f, 0);   /* positive: divided */
+    assert_float_equal(l[0], 2.0f, 0);  /* outside the window */
+    assert_float_equal(l[1], -2.0f, 0); /* negative: multiplied, once */
+    assert_float_equal(l[3], 1.5f, 0);  /* positive: divided */
     assert_int_equal(id, 0);
     comet_sampler_free(s);
 

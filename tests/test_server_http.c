@@ -167,10 +167,10 @@ static void test_bad_requests(void **state) {
     assert_int_equal(post("/v1/chat/completions", "sekrit", "{\"model\":\"smol\"}", &b), 400);
     assert_string_equal(error_param(b, pb, sizeof pb), "messages");
     free(b);
-    assert_int_equal(post("/v1/chat/completions", "sekrit",
-                          "{\"model\":\"other\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}",
-                          &b),
-                     404);
+    assert_int_equal(
+        post("/v1/chat/completions", "sekrit",
+             "{\"model\":\"other\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}", &b),
+        404);
     assert_string_equal(error_param(b, pb, sizeof pb), "model");
     free(b);
     assert_int_equal(post("/v1/completions", "sekrit",
@@ -178,9 +178,8 @@ static void test_bad_requests(void **state) {
                      400);
     assert_string_equal(error_param(b, pb, sizeof pb), "max_tokens");
     free(b);
-    assert_int_equal(post("/v1/completions", "sekrit", "{\"model\":\"smol\",\"prompt\":\"\xff\"}",
-                          &b),
-                     400);
+    assert_int_equal(
+        post("/v1/completions", "sekrit", "{\"model\":\"smol\",\"prompt\":\"\xff\"}", &b), 400);
     free(b);
     /* still serving */
     assert_int_equal(get("/health", &b), 200);

@@ -90,8 +90,9 @@ static void test_defaults_and_prompt_forms(void **state) {
     (void)state;
     comet_oai_request r;
     comet_oai_error e;
-    assert_int_equal(parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":[\"x y\"],"
-                                                 "\"temperature\":null,\"stop\":null}",
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":[\"x y\"],"
+                           "\"temperature\":null,\"stop\":null}",
                            &r, &e),
                      0);
     assert_string_equal(r.prompt, "x y");
@@ -108,14 +109,14 @@ static void test_defaults_and_prompt_forms(void **state) {
     assert_false(r.logprobs);
     comet_oai_request_free(&r);
 
-    assert_int_equal(parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":[1,2,49151]}",
-                           &r, &e),
-                     0);
+    assert_int_equal(
+        parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":[1,2,49151]}", &r, &e), 0);
     assert_int_equal(r.n_prompt_ids, 3);
     assert_int_equal(r.prompt_ids[2], 49151);
     comet_oai_request_free(&r);
-    assert_int_equal(parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":[[5,6]],"
-                                                 "\"stop\":\"x\",\"top_k\":-1}",
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":[[5,6]],"
+                           "\"stop\":\"x\",\"top_k\":-1}",
                            &r, &e),
                      0);
     assert_int_equal(r.n_prompt_ids, 2);
@@ -207,17 +208,17 @@ static void test_bad_json(void **state) {
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\"} trailing", 400, NULL);
     expect_error(COMET_OAI_CHAT, "nul", 400, NULL);
     /* an escaped NUL would cut the C string short: refused, not silently truncated */
-    expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"hi\\u0000there\"}",
-                 400, NULL);
+    expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"hi\\u0000there\"}", 400,
+                 NULL);
     expect_error(COMET_OAI_CHAT,
                  "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000\"}]}",
                  400, NULL);
     /* an escaped backslash followed by the letters u0000 is plain text */
     comet_oai_request req;
     comet_oai_error err;
-    assert_int_equal(parse(COMET_OAI_COMPLETION,
-                           "{\"model\":\"smol\",\"prompt\":\"a\\\\u0000\"}", &req, &err),
-                     0);
+    assert_int_equal(
+        parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"a\\\\u0000\"}", &req, &err),
+        0);
     assert_string_equal(req.prompt, "a\\u0000");
     comet_oai_request_free(&req);
 }
@@ -230,8 +231,9 @@ static void test_wrong_types(void **state) {
                  400, "max_tokens");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"max_tokens\":2.5}",
                  400, "max_tokens");
-    expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"temperature\":\"hot\"}",
-                 400, "temperature");
+    expect_error(COMET_OAI_COMPLETION,
+                 "{\"model\":\"smol\",\"prompt\":\"x\",\"temperature\":\"hot\"}", 400,
+                 "temperature");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"stream\":1}", 400,
                  "stream");
     expect_error(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\",\"ignore_eos\":0}",
@@ -252,9 +254,10 @@ static void test_wrong_types(void **state) {
                  "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
                  "\"logprobs\":1}",
                  400, "logprobs");
-    expect_error(COMET_OAI_COMPLETION,
-                 "{\"model\":\"smol\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}",
-                 400, "stream_options");
+    expect_error(
+        COMET_OAI_COMPLETION,
+        "{\"model\":\"smol\",\"prompt\":\"x\",\"stream_options\":{\"include_usage\":true}}", 400,
+        "stream_options");
 }
 
 static void test_ranges(void **state) {
@@ -289,8 +292,9 @@ static void test_ranges(void **state) {
     /* max_tokens 0 is allowed with echo (prompt scoring) */
     comet_oai_request r;
     comet_oai_error e;
-    assert_int_equal(parse(COMET_OAI_COMPLETION, "{\"model\":\"smol\",\"prompt\":\"x\","
-                                                 "\"max_tokens\":0,\"echo\":true,\"logprobs\":0}",
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":\"x\","
+                           "\"max_tokens\":0,\"echo\":true,\"logprobs\":0}",
                            &r, &e),
                      0);
     assert_int_equal(r.max_tokens, 0);
@@ -349,8 +353,8 @@ static void test_response_builders(void **state) {
     assert_string_equal(cJSON_GetObjectItem(c, "finish_reason")->valuestring, "length");
     cJSON *lp = cJSON_GetObjectItem(c, "logprobs");
     assert_true(cJSON_IsNull(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "token_logprobs"), 0)));
-    assert_float_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "token_logprobs"), 1)->valuedouble,
-                       -0.1, 1e-6);
+    assert_float_equal(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "token_logprobs"), 1)->valuedouble, -0.1, 1e-6);
     cJSON *t1 = cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "top_logprobs"), 1);
     assert_float_equal(cJSON_GetObjectItem(t1, "la")->valuedouble, -2.5, 1e-6);
     assert_int_equal(cJSON_GetArrayItem(cJSON_GetObjectItem(lp, "text_offset"), 1)->valueint, 2);
@@ -367,7 +371,8 @@ static void test_response_builders(void **state) {
     c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
     assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "message"), "role")->valuestring,
                         "assistant");
-    cJSON *ct = cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "logprobs"), "content"), 0);
+    cJSON *ct =
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "logprobs"), "content"), 0);
     assert_string_equal(cJSON_GetObjectItem(ct, "token")->valuestring, "lo");
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(ct, "bytes")), 2);
     assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(ct, "top_logprobs")), 2);
@@ -379,8 +384,8 @@ static void test_response_builders(void **state) {
     o = cJSON_Parse(js);
     assert_string_equal(cJSON_GetObjectItem(o, "object")->valuestring, "chat.completion.chunk");
     c = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
-    assert_string_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")->valuestring,
-                        "Hi");
+    assert_string_equal(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(c, "delta"), "content")->valuestring, "Hi");
     assert_true(cJSON_IsNull(cJSON_GetObjectItem(c, "finish_reason")));
     assert_null(cJSON_GetObjectItem(o, "usage")); /* no include_usage: no key, as OpenAI */
     cJSON_Delete(o);
@@ -427,8 +432,9 @@ static void test_chunk_usage_null(void **state) {
             k.usage = &us;
             js = comet_oai_chunk_json(kinds[ki], &k);
             o = cJSON_Parse(js);
-            assert_int_equal(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"),
-                                                 "completion_tokens")->valueint, 9);
+            assert_int_equal(
+                cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "completion_tokens")->valueint,
+                9);
             assert_int_equal(cJSON_GetArraySize(cJSON_GetObjectItem(o, "choices")), 0);
             cJSON_Delete(o);
             free(js);

@@ -36,10 +36,38 @@
 
 /* ---- the model --------------------------------------------------------------------- */
 
-enum { T_UNK, T_BOS, T_EOS, T_SP, T_A, T_B, T_C, T_SA, T_SB, T_SC, T_NL, T_ONE, T_DOT, V };
-static const char *const VOCAB[V] = {
-    "<unk>", "<s>", "</s>", "\xe2\x96\x81", "a", "b", "c", "\xe2\x96\x81" "a",
-    "\xe2\x96\x81" "b", "\xe2\x96\x81" "c", "<0x0A>", "1", "."};
+enum {
+    T_UNK,
+    T_BOS,
+    T_EOS,
+    T_SP,
+    T_A,
+    T_B,
+    T_C,
+    T_SA,
+    T_SB,
+    T_SC,
+    T_NL,
+    T_ONE,
+    T_DOT,
+    V
+};
+static const char *const VOCAB[V] = {"<unk>",
+                                     "<s>",
+                                     "</s>",
+                                     "\xe2\x96\x81",
+                                     "a",
+                                     "b",
+                                     "c",
+                                     "\xe2\x96\x81"
+                                     "a",
+                                     "\xe2\x96\x81"
+                                     "b",
+                                     "\xe2\x96\x81"
+                                     "c",
+                                     "<0x0A>",
+                                     "1",
+                                     "."};
 static const int32_t TYPES[V] = {2, 3, 3, 1, 1, 1, 1, 1, 1, 1, 6, 1, 1};
 #define X T_SC /* the token greedy decoding always picks */
 
@@ -56,20 +84,27 @@ static void kv_arr_num(gbuf *b, const char *k, uint32_t type, int n, const void 
 /* As /work/shared/repro/mk_tiny_models.py: attention and FFN zero, every embedding starts
  * with 10, output row X with 100, so the logit of X dominates at every position. */
 static void write_model(const char *path) {
-    enum { C = 32, H = 4, HKV = 2, D = 8, F = 64 };
+    enum {
+        C = 32,
+        H = 4,
+        HKV = 2,
+        D = 8,
+        F = 64
+    };
     float scores[V];
     for (int i = 0; i < V; i++)
         scores[i] = -(float)i;
     gbuf b = {0};
-    const char *tn[] = {"token_embd.weight", "output_norm.weight", "output.weight",
-                        "blk.0.attn_norm.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
-                        "blk.0.attn_v.weight", "blk.0.attn_output.weight",
-                        "blk.0.ffn_norm.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
-                        "blk.0.ffn_down.weight"};
-    const uint64_t ne[][2] = {{C, V},       {C, 0},       {C, V},      {C, 0},
-                              {C, H * D},   {C, HKV * D}, {C, HKV * D}, {H * D, C},
-                              {C, 0},       {C, F},       {C, F},      {F, C}};
-    enum { NT = 12 };
+    const char *tn[] = {
+        "token_embd.weight",      "output_norm.weight",       "output.weight",
+        "blk.0.attn_norm.weight", "blk.0.attn_q.weight",      "blk.0.attn_k.weight",
+        "blk.0.attn_v.weight",    "blk.0.attn_output.weight", "blk.0.ffn_norm.weight",
+        "blk.0.ffn_gate.weight",  "blk.0.ffn_up.weight",      "blk.0.ffn_down.weight"};
+    const uint64_t ne[][2] = {{C, V},       {C, 0},     {C, V}, {C, 0}, {C, H * D}, {C, HKV * D},
+                              {C, HKV * D}, {H * D, C}, {C, 0}, {C, F}, {C, F},     {F, C}};
+    enum {
+        NT = 12
+    };
     gb_header(&b, 3, NT, 17);
     kv_str(&b, "general.architecture", "llama");
     kv_u32(&b, "llama.block_count", 1);
@@ -161,8 +196,7 @@ static char *decode(const int32_t *ids, size_t n) {
 static size_t prompt_ids(const char *text, int32_t *out, size_t cap) {
     int32_t *ids;
     size_t n;
-    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 1, &ids, &n),
-                     COMET_OK);
+    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 1, &ids, &n), COMET_OK);
     assert_true(n + 1 <= cap);
     out[0] = T_BOS;
     memcpy(out + 1, ids, n * sizeof *ids);
@@ -384,8 +418,8 @@ static void test_server_completions(void **state) {
 
     char text[512], toks[512], first[128];
 #define REQ(x) "{\"model\": \"spm\", \"max_tokens\": 3, \"temperature\": 0, " x "}"
-    completion(REQ("\"prompt\": \"a b\", \"logprobs\": 1"), text, sizeof text, toks,
-               sizeof toks, 0, first, sizeof first);
+    completion(REQ("\"prompt\": \"a b\", \"logprobs\": 1"), text, sizeof text, toks, sizeof toks, 0,
+               first, sizeof first);
     assert_string_equal(text, " c c c"); /* "a b" + " c c c" == decode(prompt + generated) */
     assert_string_equal(toks, text);
     streamed(REQ("\"prompt\": \"a b\", \"stream\": true, \"logprobs\": 1"), text, sizeof text);
@@ -393,21 +427,21 @@ static void test_server_completions(void **state) {
     completion(REQ("\"prompt\": [1, 7, 8]"), text, sizeof text, toks, sizeof toks, 0, first,
                sizeof first);
     assert_string_equal(text, " c c c");
-    completion(REQ("\"prompt\": [1], \"logprobs\": 1"), text, sizeof text, toks, sizeof toks,
-               0, first, sizeof first);
+    completion(REQ("\"prompt\": [1], \"logprobs\": 1"), text, sizeof text, toks, sizeof toks, 0,
+               first, sizeof first);
     assert_string_equal(text, "c c c"); /* nothing before: the text starts here */
     assert_string_equal(toks, text);
 
     /* echo: the prompt's token strings (from the second: BOS is not in the text) and the
      * completion's join to the text */
-    completion(REQ("\"prompt\": \"\\n1. b\", \"echo\": true, \"logprobs\": 1"), text,
-               sizeof text, toks, sizeof toks, 1, first, sizeof first);
+    completion(REQ("\"prompt\": \"\\n1. b\", \"echo\": true, \"logprobs\": 1"), text, sizeof text,
+               toks, sizeof toks, 1, first, sizeof first);
     assert_string_equal(text, "\n1. b c c c");
     assert_string_equal(toks, text);
     assert_string_equal(first, "[<s>][]"); /* the lone dummy-prefix token is "" */
     /* a token-id prompt's echo is its token strings */
-    completion(REQ("\"prompt\": [1, 7, 8], \"echo\": true, \"logprobs\": 1"), text,
-               sizeof text, toks, sizeof toks, 0, first, sizeof first);
+    completion(REQ("\"prompt\": [1, 7, 8], \"echo\": true, \"logprobs\": 1"), text, sizeof text,
+               toks, sizeof toks, 0, first, sizeof first);
     assert_string_equal(text, "<s>a b c c c");
     assert_string_equal(toks, text);
     streamed(REQ("\"prompt\": \"\\n1. b\", \"echo\": true, \"logprobs\": 1, \"stream\": true"),

@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 typedef struct {
-    const char *path;     /* relative to $COMET_SOURCE_DIR */
-    long min_bytes;       /* plausible size range */
+    const char *path; /* relative to $COMET_SOURCE_DIR */
+    long min_bytes;   /* plausible size range */
     long max_bytes;
     const char *opening;  /* the file starts with this */
     const char *sentence; /* and contains this somewhere */
@@ -153,8 +153,7 @@ static void test_austen_all_is_concatenation(void **state) {
     for (size_t i = 0; i < 6; i++) {
         text_file t = load(novels[order[i]].path);
         if (pos + t.len > all.len || memcmp(all.data + pos, t.data, (size_t)t.len) != 0)
-            fail_msg("data/austen_all.txt: %s not found at offset %ld", novels[order[i]].path,
-                     pos);
+            fail_msg("data/austen_all.txt: %s not found at offset %ld", novels[order[i]].path, pos);
         pos += t.len;
         free(t.data);
     }

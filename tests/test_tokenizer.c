@@ -74,9 +74,8 @@ static char *decode_all(const comet_tokenizer *tok, const int32_t *ids, size_t n
         assert_true(k >= 0);
         while (m + (size_t)k + 1 > cap)
             out = realloc(out, cap *= 2);
-        assert_int_equal(comet_tokenizer_token_bytes(tok, ids[i], render_special, out + m,
-                                                     (size_t)k),
-                         k);
+        assert_int_equal(
+            comet_tokenizer_token_bytes(tok, ids[i], render_special, out + m, (size_t)k), k);
         m += (size_t)k;
     }
     out[m] = '\0';
@@ -362,8 +361,10 @@ static void test_smollm2_invalid_utf8(void **state) {
     assert_memory_equal(dec, text, len);
     free(dec);
     free(ids);
-    const char lacking[] = "a\xff\xc0" "b";
-    const char replaced[] = "a\xef\xbf\xbd\xef\xbf\xbd" "b";
+    const char lacking[] = "a\xff\xc0"
+                           "b";
+    const char replaced[] = "a\xef\xbf\xbd\xef\xbf\xbd"
+                            "b";
     assert_int_equal(comet_tokenizer_encode(m->tok, lacking, 4, 1, &ids, &n), COMET_OK);
     dec = decode_all(m->tok, ids, n, 1, &dlen);
     assert_int_equal(dlen, sizeof replaced - 1);
@@ -443,9 +444,15 @@ static void test_spm_desc_scores(void **state) {
         sc[i] = (float)cJSON_GetArrayItem(scores, i)->valuedouble;
         attr[i] = cJSON_GetArrayItem(attrs, i)->valueint;
     }
-    comet_vocab_desc d = {.type = COMET_TOK_SPM, .n_tokens = n, .tokens = tokens,
-                          .token_attr = attr, .scores = sc, .bos_id = 1, .eos_id = 2,
-                          .unk_id = 0, .pad_id = -1};
+    comet_vocab_desc d = {.type = COMET_TOK_SPM,
+                          .n_tokens = n,
+                          .tokens = tokens,
+                          .token_attr = attr,
+                          .scores = sc,
+                          .bos_id = 1,
+                          .eos_id = 2,
+                          .unk_id = 0,
+                          .pad_id = -1};
     comet_tokenizer *tok = comet_tokenizer_init(&d);
     if (!tok)
         fail_msg("%s", comet_last_error());
@@ -453,9 +460,9 @@ static void test_spm_desc_scores(void **state) {
     assert_int_equal(comet_tokenizer_special_id(tok, COMET_SPECIAL_BOS), 1);
     /* <0x41> decodes to "A". */
     char buf[8];
-    assert_int_equal(comet_tokenizer_token_bytes(tok, comet_tokenizer_find(tok, "<0x41>"), 0, buf,
-                                                 sizeof buf),
-                     1);
+    assert_int_equal(
+        comet_tokenizer_token_bytes(tok, comet_tokenizer_find(tok, "<0x41>"), 0, buf, sizeof buf),
+        1);
     assert_int_equal(buf[0], 'A');
     comet_tokenizer_free(tok);
     free(tokens);
@@ -496,9 +503,16 @@ static void test_desc_llama_bpe_pre(void **state) {
     cJSON_ArrayForEach(it, jm) merges[k++] = it->valuestring;
     for (int i = 0; i < n; i++)
         assert_non_null(tokens[i]);
-    comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = n, .tokens = tokens,
-                          .token_attr = attr, .n_merges = k, .merges = merges,
-                          .pre = "llama-bpe", .bos_id = 0, .eos_id = 1, .unk_id = -1,
+    comet_vocab_desc d = {.type = COMET_TOK_BPE,
+                          .n_tokens = n,
+                          .tokens = tokens,
+                          .token_attr = attr,
+                          .n_merges = k,
+                          .merges = merges,
+                          .pre = "llama-bpe",
+                          .bos_id = 0,
+                          .eos_id = 1,
+                          .unk_id = -1,
                           .pad_id = -1};
     comet_tokenizer *tok = comet_tokenizer_init(&d);
     if (!tok)
@@ -529,20 +543,24 @@ static void test_pre_names(void **state) {
         }
         tokens[b] = sym[b];
     }
-    const char *names[] = {NULL, "default", "gpt2", "gpt-2", "llama3", "llama-bpe", "smollm",
-                           "starcoder", "qwen2", "dbrx", "command-r"};
+    const char *names[] = {NULL,     "default",   "gpt2",  "gpt-2", "llama3",   "llama-bpe",
+                           "smollm", "starcoder", "qwen2", "dbrx",  "command-r"};
     const char text[] = "Hello 123 world!!\n\n  x's \xe4\xbd\xa0\xf0\x9f\x98\x80 $+<=> 4096";
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 256, .tokens = tokens,
-                              .pre = names[i], .bos_id = -1, .eos_id = -1, .unk_id = -1,
+        comet_vocab_desc d = {.type = COMET_TOK_BPE,
+                              .n_tokens = 256,
+                              .tokens = tokens,
+                              .pre = names[i],
+                              .bos_id = -1,
+                              .eos_id = -1,
+                              .unk_id = -1,
                               .pad_id = -1};
         comet_tokenizer *tok = comet_tokenizer_init(&d);
         if (!tok)
             fail_msg("pre %s: %s", names[i] ? names[i] : "(none)", comet_last_error());
         int32_t *ids;
         size_t n, len;
-        assert_int_equal(comet_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n),
-                         COMET_OK);
+        assert_int_equal(comet_tokenizer_encode(tok, text, sizeof text - 1, 1, &ids, &n), COMET_OK);
         assert_int_equal(n, sizeof text - 1);
         char *dec = decode_all(tok, ids, n, 1, &len);
         assert_int_equal(len, sizeof text - 1);
@@ -601,9 +619,16 @@ static void test_bad_inputs(void **state) {
 
     const char *toks[] = {"a", "b", "ab", "c"};
     const char *bad_merge[] = {"a x"};
-    comet_vocab_desc d = {.type = COMET_TOK_BPE, .n_tokens = 4, .tokens = toks, .n_merges = 1,
-                          .merges = bad_merge, .pre = "gpt2", .bos_id = -1, .eos_id = -1,
-                          .unk_id = -1, .pad_id = -1};
+    comet_vocab_desc d = {.type = COMET_TOK_BPE,
+                          .n_tokens = 4,
+                          .tokens = toks,
+                          .n_merges = 1,
+                          .merges = bad_merge,
+                          .pre = "gpt2",
+                          .bos_id = -1,
+                          .eos_id = -1,
+                          .unk_id = -1,
+                          .pad_id = -1};
     assert_null(comet_tokenizer_init(&d));
     assert_non_null(strstr(comet_last_error(), "a x"));
     const char *no_result[] = {"b c"};

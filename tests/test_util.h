@@ -157,7 +157,7 @@ static inline void kv_arr_str(gbuf *b, const char *k, int n, const char *const *
 }
 /* Tensor info: 1 or 2 dims (ne1 == 0 -> 1-D). */
 static inline void ti(gbuf *b, const char *name, uint64_t ne0, uint64_t ne1, uint32_t type,
-               uint64_t offset) {
+                      uint64_t offset) {
     gb_str(b, name);
     gb_u32(b, ne1 ? 2 : 1);
     gb_u64(b, ne0);

@@ -50,34 +50,33 @@
 #include "harness.cuh"
 
 static const double BW = 4.3e12, PEAK = 1.94e15; /* docs/hopper.md ceilings */
-static const size_t ROT = 256ull << 20;           /* bytes of distinct inputs per rotation */
+static const size_t ROT = 256ull << 20;          /* bytes of distinct inputs per rotation */
 
-__global__ void fill_half(__half *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+__global__ void fill_half(__half *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
         p[i] = __float2half((float)(hash32(i, seed) % 2001) * 1e-3f - 1.0f);
 }
-__global__ void fill_scale_f16(uint16_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+__global__ void fill_scale_f16(uint16_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
         p[i] = __half_as_ushort(__float2half((float)(hash32(i, seed) % 1000 + 1) * 1e-5f));
 }
-__global__ void fill_scale_f32(float *p, size_t n, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+__global__ void fill_scale_f32(float *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
         p[i] = (float)(hash32(i, seed) % 1000 + 1) * 1e-4f;
 }
 /* Activation codes [rows, K]: INT8 range in blocks < n8, INT4 range after. */
-__global__ void fill_codes(int8_t *p, size_t n, int K, int B, int n8, uint32_t seed)
-{
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+__global__ void fill_codes(int8_t *p, size_t n, int K, int B, int n8, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
         uint32_t h = hash32(i, seed);
         p[i] = (int)(i % K) / B < n8 ? (int8_t)(h & 0xFF) : (int8_t)((int)(h % 16) - 8);
     }
 }
 
-static void *dmalloc(size_t b)
-{
+static void *dmalloc(size_t b) {
     void *p;
     CK(cudaMalloc(&p, b));
     return p;
@@ -108,23 +107,21 @@ struct ctx_t {
 
 static cudaStream_t g_stream = 0; /* --graph: a stream that can be captured; else legacy 0 */
 
-static void run_fp16(void *p, int set)
-{
+static void run_fp16(void *p, int set) {
     ctx_t *c = (ctx_t *)p;
     float one = 1.0f, zero = 0.0f;
     CKB(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, c->N, c->M, c->K, &one,
                      c->w16 + (set % c->nsw) * c->wstride, CUDA_R_16F, c->K,
-                     c->x16 + (set % c->nsx) * c->xstride, CUDA_R_16F, c->K, &zero, c->c16, CUDA_R_16F,
-                     c->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                     c->x16 + (set % c->nsx) * c->xstride, CUDA_R_16F, c->K, &zero, c->c16,
+                     CUDA_R_16F, c->N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-static void run_int8(void *p, int set)
-{
+static void run_int8(void *p, int set) {
     ctx_t *c = (ctx_t *)p;
     int32_t one = 1, zero = 0;
     CKB(cublasLtMatmul(c->lt, c->ltdesc, &one, c->w8 + (set % c->nsw) * c->wstride, c->la,
-                       c->x8 + (set % c->nsx) * c->xstride, c->lb, &zero, c->c32, c->lc, c->c32, c->lc,
-                       &c->algo, c->ltws, c->ltws_bytes, g_stream));
+                       c->x8 + (set % c->nsx) * c->xstride, c->lb, &zero, c->c32, c->lc, c->c32,
+                       c->lc, &c->algo, c->ltws, c->ltws_bytes, g_stream));
 }
 
 static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force one */
@@ -136,17 +133,16 @@ static int g_pdl = 0;    /* --pdl: programmatic dependent launch for our calls *
 
 /* our call's shape and the command line's plan options, no buffers (the plan, its name and its
  * workspace depend on exactly these) */
-static comet_cuda_w4ax_gemm ours_call(const ctx_t *c)
-{
+static comet_cuda_w4ax_gemm ours_call(const ctx_t *c) {
     comet_cuda_w4ax_gemm g = {};
-    g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel, g.ablate = g_ablate, g.splits = g_splits;
+    g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel,
+    g.ablate = g_ablate, g.splits = g_splits;
     g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl;
     return g;
 }
 
 /* c's workspace grown (and zeroed) to what our call g needs */
-static void ensure_ws(ctx_t &c, const comet_cuda_w4ax_gemm &g)
-{
+static void ensure_ws(ctx_t &c, const comet_cuda_w4ax_gemm &g) {
     const size_t need = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     if (need > c.ws_bytes) {
         cudaFree(c.ws);
@@ -157,8 +153,7 @@ static void ensure_ws(ctx_t &c, const comet_cuda_w4ax_gemm &g)
         CK(cudaMemset(c.ws, 0, c.ws_bytes));
 }
 
-static void run_ours(void *p, int set)
-{
+static void run_ours(void *p, int set) {
     ctx_t *c = (ctx_t *)p;
     comet_cuda_w4ax_gemm g = ours_call(c);
     g.qw = c->qw + (set % c->nsw) * c->wstride;
@@ -185,14 +180,16 @@ struct row_t {
     std::string plan;
 };
 
-static int sets_for(size_t bytes) { return (int)std::min<size_t>(64, std::max<size_t>(2, (ROT + bytes - 1) / bytes)); }
+static int sets_for(size_t bytes) {
+    return (int)std::min<size_t>(64, std::max<size_t>(2, (ROT + bytes - 1) / bytes));
+}
 
 /* --chain (see the top): per M, the time of one layer's four calls of each model, ours and
  * cuBLAS FP16, as a markdown table on stdout */
-static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cublasHandle_t blas)
-{
+static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cublasHandle_t blas) {
     const int B = 128;
-    printf("| model | M | ours µs per layer | cuBLAS FP16 µs per layer | × FP16 | plans |\n|---|---|---|---|---|---|\n");
+    printf("| model | M | ours µs per layer | cuBLAS FP16 µs per layer | × FP16 | plans "
+           "|\n|---|---|---|---|---|---|\n");
     for (int model = 0; model < 2; model++) {
         ctx_t cs[4] = {};
         int ns4[4], ns16[4];
@@ -201,8 +198,10 @@ static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cubla
         for (int l = 0; l < 4; l++) {
             ctx_t &c = cs[l];
             const shape_t &s = shapes[4 * model + l];
-            c.N = s.N, c.K = s.K, c.B = B, c.n8 = (int)std::lround(0.125 * (s.K / B)), c.blas = blas;
-            const size_t w16b = (size_t)c.N * c.K * 2, w4b = comet_cuda_w4ax_packed_qw_bytes(c.N, c.K);
+            c.N = s.N, c.K = s.K, c.B = B, c.n8 = (int)std::lround(0.125 * (s.K / B)),
+            c.blas = blas;
+            const size_t w16b = (size_t)c.N * c.K * 2,
+                         w4b = comet_cuda_w4ax_packed_qw_bytes(c.N, c.K);
             const size_t swb = comet_cuda_w4ax_packed_sw_bytes(c.N, c.K, B);
             ns16[l] = sets_for(w16b), ns4[l] = sets_for(w4b + swb);
             c.w16 = (__half *)dmalloc(w16b * ns16[l]);
@@ -246,19 +245,19 @@ static void chain_bench(const shape_t *shapes, const std::vector<int> &Ms, cubla
             };
             const double ours = 4 * time_graph_us(ours_layer, 4 * 64, g_stream);
             const double fp16 = 4 * time_graph_us(fp16_layer, 4 * 64, g_stream);
-            printf("| LLaMA-3-%s | %d | %.2f | %.2f | %.2f | %s |\n", model ? "70B" : "8B", M, ours, fp16, fp16 / ours,
-                   plans.c_str());
+            printf("| LLaMA-3-%s | %d | %.2f | %.2f | %.2f | %s |\n", model ? "70B" : "8B", M, ours,
+                   fp16, fp16 / ours, plans.c_str());
             fflush(stdout);
         }
         for (ctx_t &c : cs) {
-            cudaFree(c.w16), cudaFree(c.qw), cudaFree(c.sw), cudaFree(c.x16), cudaFree(c.qa), cudaFree(c.sa);
+            cudaFree(c.w16), cudaFree(c.qw), cudaFree(c.sw), cudaFree(c.x16), cudaFree(c.qa),
+                cudaFree(c.sa);
             cudaFree(c.c16), cudaFree(c.y16), cudaFree(c.ws);
         }
     }
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     bool quick = false, graph = false, chain = false;
     const char *out = NULL;
     int one_m = 0, one_n = 0, one_k = 0, one_kernel = 0, n_shapes_arg = 0;
@@ -287,7 +286,8 @@ int main(int argc, char **argv)
             g_splits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--tok") && i + 1 < argc) /* --tok 32|64|128: wgmma token tile */
             g_tok = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--pipe-tiles") && i + 1 < argc) /* --pipe-tiles 1-4: pipe kernel */
+        else if (!strcmp(argv[i], "--pipe-tiles") &&
+                 i + 1 < argc) /* --pipe-tiles 1-4: pipe kernel */
             g_pt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--ablate") && i + 1 < argc) /* --ablate 1|2|4: see gemm_w4ax.h */
             g_ablate = atoi(argv[++i]);
@@ -297,12 +297,12 @@ int main(int argc, char **argv)
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     const shape_t shapes[] = {
-        {"LLaMA-3-8B", "qkv", 6144, 4096},     {"LLaMA-3-8B", "o", 4096, 4096},
-        {"LLaMA-3-8B", "gate_up", 28672, 4096}, {"LLaMA-3-8B", "down", 4096, 14336},
-        {"LLaMA-3-70B", "qkv", 10240, 8192},   {"LLaMA-3-70B", "o", 8192, 8192},
+        {"LLaMA-3-8B", "qkv", 6144, 4096},       {"LLaMA-3-8B", "o", 4096, 4096},
+        {"LLaMA-3-8B", "gate_up", 28672, 4096},  {"LLaMA-3-8B", "down", 4096, 14336},
+        {"LLaMA-3-70B", "qkv", 10240, 8192},     {"LLaMA-3-70B", "o", 8192, 8192},
         {"LLaMA-3-70B", "gate_up", 57344, 8192}, {"LLaMA-3-70B", "down", 8192, 28672},
-        {"LLaMA-2-7B", "qkv", 12288, 4096},    {"LLaMA-2-7B", "o", 4096, 4096},
-        {"LLaMA-2-7B", "gate_up", 22016, 4096}, {"LLaMA-2-7B", "down", 4096, 11008}};
+        {"LLaMA-2-7B", "qkv", 12288, 4096},      {"LLaMA-2-7B", "o", 4096, 4096},
+        {"LLaMA-2-7B", "gate_up", 22016, 4096},  {"LLaMA-2-7B", "down", 4096, 11008}};
     if (one_m) { /* a few calls of one configuration, for ncu */
         comet_cuda_w4ax_gemm g = {};
         g.M = one_m, g.N = one_n, g.K = one_k, g.B = 128, g.n8 = one_k / 128 / 8;
@@ -313,8 +313,10 @@ int main(int argc, char **argv)
         g.qa = (int8_t *)dmalloc((size_t)one_m * one_k);
         g.sa = (float *)dmalloc((size_t)one_m * one_k / 128 * 4);
         g.y_f16 = (uint16_t *)dmalloc((size_t)one_m * one_n * 2);
-        fill_bytes<<<1024, 256>>>((uint8_t *)g.qw, comet_cuda_w4ax_packed_qw_bytes(one_n, one_k), 1);
-        fill_scale_f16<<<1024, 256>>>((uint16_t *)g.sw, comet_cuda_w4ax_packed_sw_bytes(one_n, one_k, 128) / 2, 2);
+        fill_bytes<<<1024, 256>>>((uint8_t *)g.qw, comet_cuda_w4ax_packed_qw_bytes(one_n, one_k),
+                                  1);
+        fill_scale_f16<<<1024, 256>>>((uint16_t *)g.sw,
+                                      comet_cuda_w4ax_packed_sw_bytes(one_n, one_k, 128) / 2, 2);
         fill_codes<<<1024, 256>>>((int8_t *)g.qa, (size_t)one_m * one_k, one_k, 128, g.n8, 3);
         fill_scale_f32<<<1024, 256>>>((float *)g.sa, (size_t)one_m * one_k / 128, 4);
         g.workspace_bytes = comet_cuda_gemm_w4ax_workspace_bytes(&g);
@@ -341,7 +343,8 @@ int main(int argc, char **argv)
         }
         std::sort(ts.begin(), ts.end());
         printf("one: M=%d N=%d K=%d %-32s %9.2f us %7.1f TOPS\n", one_m, one_n, one_k,
-               comet_cuda_gemm_w4ax_plan_name(&g), ts[10] * 1e3, 2.0 * one_m * one_n * one_k / (ts[10] * 1e9));
+               comet_cuda_gemm_w4ax_plan_name(&g), ts[10] * 1e3,
+               2.0 * one_m * one_n * one_k / (ts[10] * 1e9));
         return 0;
     }
     std::vector<int> Ms = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192};
@@ -377,10 +380,12 @@ int main(int argc, char **argv)
         return 0;
     }
     /* the timing method of every row */
-    auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, g_stream) : time_us(call, nsets); };
-    printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer", "N",
-           "K", "M", "int8%", "ours_us", "TOPS", "GB/s", "fp16_us", "int8_us", "x_fp16", "x_int8",
-           "roofl", "plan");
+    auto timed = [&](auto &&call, int nsets) {
+        return graph ? time_graph_us(call, nsets, g_stream) : time_us(call, nsets);
+    };
+    printf("%-12s %-8s %6s %6s %5s %5s %10s %8s %8s %10s %10s %7s %7s %6s  %s\n", "model", "layer",
+           "N", "K", "M", "int8%", "ours_us", "TOPS", "GB/s", "fp16_us", "int8_us", "x_fp16",
+           "x_int8", "roofl", "plan");
     int shape_i = 0;
     for (const shape_t &s : shapes) {
         if (n_shapes_arg > 0 && shape_i++ >= n_shapes_arg)
@@ -388,7 +393,8 @@ int main(int argc, char **argv)
         const int N = s.N, K = s.K, nb = K / B, Mmax = Ms.back();
         c.N = N, c.K = K, c.B = B;
         /* weights: fp16, int8, packed int4 (random bytes are random codes in any layout) */
-        size_t w16b = (size_t)N * K * 2, w8b = (size_t)N * K, w4b = comet_cuda_w4ax_packed_qw_bytes(N, K);
+        size_t w16b = (size_t)N * K * 2, w8b = (size_t)N * K,
+               w4b = comet_cuda_w4ax_packed_qw_bytes(N, K);
         size_t swb = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
         int ns16 = sets_for(w16b), ns8 = sets_for(w8b), ns4 = sets_for(w4b + swb);
         c.w16 = (__half *)dmalloc(w16b * ns16);
@@ -418,8 +424,10 @@ int main(int argc, char **argv)
             /* cuBLASLt INT8 descriptors: C^T[N, M] = W[K, N]^T (col-major) · X^T[K, M] */
             cublasOperation_t tA = CUBLAS_OP_T, tB = CUBLAS_OP_N;
             CKB(cublasLtMatmulDescCreate(&c.ltdesc, CUBLAS_COMPUTE_32I, CUDA_R_32I));
-            CKB(cublasLtMatmulDescSetAttribute(c.ltdesc, CUBLASLT_MATMUL_DESC_TRANSA, &tA, sizeof tA));
-            CKB(cublasLtMatmulDescSetAttribute(c.ltdesc, CUBLASLT_MATMUL_DESC_TRANSB, &tB, sizeof tB));
+            CKB(cublasLtMatmulDescSetAttribute(c.ltdesc, CUBLASLT_MATMUL_DESC_TRANSA, &tA,
+                                               sizeof tA));
+            CKB(cublasLtMatmulDescSetAttribute(c.ltdesc, CUBLASLT_MATMUL_DESC_TRANSB, &tB,
+                                               sizeof tB));
             CKB(cublasLtMatrixLayoutCreate(&c.la, CUDA_R_8I, K, N, K));
             CKB(cublasLtMatrixLayoutCreate(&c.lb, CUDA_R_8I, K, M, K));
             CKB(cublasLtMatrixLayoutCreate(&c.lc, CUDA_R_32I, N, M, N));
@@ -429,8 +437,8 @@ int main(int argc, char **argv)
                                                      &c.ltws_bytes, sizeof c.ltws_bytes));
             cublasLtMatmulHeuristicResult_t heur;
             int nres = 0;
-            cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, c.ltdesc, c.la, c.lb, c.lc, c.lc,
-                                                               pref, 1, &heur, &nres);
+            cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(c.lt, c.ltdesc, c.la, c.lb, c.lc,
+                                                               c.lc, pref, 1, &heur, &nres);
             c.algo_ok = hs == CUBLAS_STATUS_SUCCESS && nres > 0;
             if (c.algo_ok)
                 c.algo = heur.algo;
@@ -448,33 +456,39 @@ int main(int argc, char **argv)
                 fill_codes<<<1024, 256>>>(c.qa, xpool / 2, K, B, c.n8, 8);
                 c.wstride = w4b, c.swstride = swb / 2, c.nsw = ns4;
                 c.sastride = (size_t)M * nb;
-                const comet_cuda_w4ax_gemm g = ours_call(&c); /* the plan (and its workspace) depends on ablate */
+                const comet_cuda_w4ax_gemm g =
+                    ours_call(&c); /* the plan (and its workspace) depends on ablate */
                 ensure_ws(c, g);
                 double t4 = timed([&](int set) { run_ours(&c, set); }, 64);
                 row_t r;
                 r.s = s, r.M = M, r.frac = fr, r.us = t4, r.fp16_us = t16, r.int8_us = t8;
                 r.ops = 2.0 * M * N * K;
-                r.bytes = (double)N * K / 2 + (double)N * nb * 2 + (double)M * K + (double)M * nb * 4 + (double)M * N * 2;
+                r.bytes = (double)N * K / 2 + (double)N * nb * 2 + (double)M * K +
+                          (double)M * nb * 4 + (double)M * N * 2;
                 r.plan = comet_cuda_gemm_w4ax_plan_name(&g);
                 double roof = std::max(r.bytes / BW, r.ops / PEAK) * 1e6;
-                printf("%-12s %-8s %6d %6d %5d %5.1f %10.2f %8.1f %8.0f %10.2f %10.2f %7.2f %7.2f %6.2f  %s\n",
-                       s.model, s.layer, N, K, M, fr * 100, t4, r.ops / t4 * 1e-6, r.bytes / t4 * 1e-3, t16, t8,
-                       t16 / t4, t8 / t4, roof / t4, r.plan.c_str());
+                printf("%-12s %-8s %6d %6d %5d %5.1f %10.2f %8.1f %8.0f %10.2f %10.2f %7.2f %7.2f "
+                       "%6.2f  %s\n",
+                       s.model, s.layer, N, K, M, fr * 100, t4, r.ops / t4 * 1e-6,
+                       r.bytes / t4 * 1e-3, t16, t8, t16 / t4, t8 / t4, roof / t4, r.plan.c_str());
                 fflush(stdout);
                 rows.push_back(r);
             }
-            cublasLtMatrixLayoutDestroy(c.la), cublasLtMatrixLayoutDestroy(c.lb), cublasLtMatrixLayoutDestroy(c.lc);
+            cublasLtMatrixLayoutDestroy(c.la), cublasLtMatrixLayoutDestroy(c.lb),
+                cublasLtMatrixLayoutDestroy(c.lc);
             cublasLtMatmulDescDestroy(c.ltdesc);
         }
-        cudaFree(c.w16), cudaFree(c.w8), cudaFree(c.qw), cudaFree(c.sw), cudaFree(c.x16), cudaFree(c.x8);
+        cudaFree(c.w16), cudaFree(c.w8), cudaFree(c.qw), cudaFree(c.sw), cudaFree(c.x16),
+            cudaFree(c.x8);
         cudaFree(c.qa), cudaFree(c.sa), cudaFree(c.c16), cudaFree(c.c32), cudaFree(c.y16);
     }
 
     /* summary: geomean over the 8 LLaMA-3 shapes at 12.5 % INT8, per M */
     std::string sum;
     char line[256];
-    snprintf(line, sizeof line, "\nSummary: geomean over the 8 LLaMA-3 shapes, 12.5%% INT8 blocks\n\n"
-                                "| M | x cuBLAS FP16 | x cuBLASLt INT8 | min x FP16 (shape) |\n|---|---|---|---|\n");
+    snprintf(line, sizeof line,
+             "\nSummary: geomean over the 8 LLaMA-3 shapes, 12.5%% INT8 blocks\n\n"
+             "| M | x cuBLAS FP16 | x cuBLASLt INT8 | min x FP16 (shape) |\n|---|---|---|---|\n");
     sum += line;
     double worst_all = 1e9;
     for (int M : Ms) {
@@ -491,11 +505,12 @@ int main(int argc, char **argv)
         for (const row_t &r : rows)
             if (r.M == M)
                 worst_all = std::min(worst_all, r.fp16_us / r.us);
-        snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.2f (%s) |\n", M, std::exp(l16 / n), std::exp(l8 / n), mn,
-                 mn_name.c_str());
+        snprintf(line, sizeof line, "| %d | %.2f | %.2f | %.2f (%s) |\n", M, std::exp(l16 / n),
+                 std::exp(l8 / n), mn, mn_name.c_str());
         sum += line;
     }
-    snprintf(line, sizeof line, "\nLowest ratio vs cuBLAS FP16 over every shape, M and fraction: %.2f\n", worst_all);
+    snprintf(line, sizeof line,
+             "\nLowest ratio vs cuBLAS FP16 over every shape, M and fraction: %.2f\n", worst_all);
     sum += line;
     printf("%s", sum.c_str());
 
@@ -508,22 +523,28 @@ int main(int argc, char **argv)
         time_t now = time(NULL);
         char date[32];
         strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-        fprintf(f, "GPU: %s (%d SMs, L2 %d MB), date %s, timing: %s\n%s\n\n", prop.name, prop.multiProcessorCount,
-                prop.l2CacheSize >> 20, date,
-                graph ? (g_pdl ? "per call inside CUDA graphs of 20 calls, ours with programmatic dependent launch (--graph --pdl)"
-                               : "per call inside CUDA graphs of 20 calls (--graph)")
-                      : (g_pdl ? "CUDA events around each call, ours with pdl (--pdl; nothing to overlap)"
-                               : "CUDA events around each call"),
-                sum.c_str());
-        fprintf(f, "| model | layer | N | K | M | INT8 %% | ours µs | TOPS | GB/s | cuBLAS FP16 µs | "
-                   "cuBLASLt INT8 µs | × FP16 | × INT8 | roofline frac | plan |\n"
-                   "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        fprintf(
+            f, "GPU: %s (%d SMs, L2 %d MB), date %s, timing: %s\n%s\n\n", prop.name,
+            prop.multiProcessorCount, prop.l2CacheSize >> 20, date,
+            graph
+                ? (g_pdl ? "per call inside CUDA graphs of 20 calls, ours with programmatic "
+                           "dependent launch (--graph --pdl)"
+                         : "per call inside CUDA graphs of 20 calls (--graph)")
+                : (g_pdl ? "CUDA events around each call, ours with pdl (--pdl; nothing to overlap)"
+                         : "CUDA events around each call"),
+            sum.c_str());
+        fprintf(f,
+                "| model | layer | N | K | M | INT8 %% | ours µs | TOPS | GB/s | cuBLAS FP16 µs | "
+                "cuBLASLt INT8 µs | × FP16 | × INT8 | roofline frac | plan |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
         for (const row_t &r : rows) {
             double roof = std::max(r.bytes / BW, r.ops / PEAK) * 1e6;
-            fprintf(f, "| %s | %s | %d | %d | %d | %.1f | %.2f | %.1f | %.0f | %.2f | %.2f | %.2f | %.2f | %.2f | %s |\n",
-                    r.s.model, r.s.layer, r.s.N, r.s.K, r.M, r.frac * 100, r.us, r.ops / r.us * 1e-6,
-                    r.bytes / r.us * 1e-3, r.fp16_us, r.int8_us, r.fp16_us / r.us, r.int8_us / r.us, roof / r.us,
-                    r.plan.c_str());
+            fprintf(f,
+                    "| %s | %s | %d | %d | %d | %.1f | %.2f | %.1f | %.0f | %.2f | %.2f | %.2f | "
+                    "%.2f | %.2f | %s |\n",
+                    r.s.model, r.s.layer, r.s.N, r.s.K, r.M, r.frac * 100, r.us,
+                    r.ops / r.us * 1e-6, r.bytes / r.us * 1e-3, r.fp16_us, r.int8_us,
+                    r.fp16_us / r.us, r.int8_us / r.us, roof / r.us, r.plan.c_str());
         }
         fclose(f);
     }

@@ -38,8 +38,8 @@ __global__ void empty_kernel(unsigned *sink) { (void)sink; }
 
 /* Reads n16 16-byte vectors, each CTA a contiguous range, U loads in flight per thread; the
  * XOR of everything is written only if it equals a value it will not take, so the loads stay. */
-template <int U> __global__ void ld_kernel(const uint4 *p, size_t n16, unsigned *sink)
-{
+template <int U>
+__global__ void ld_kernel(const uint4 *p, size_t n16, unsigned *sink) {
     const size_t per = (n16 + gridDim.x - 1) / gridDim.x, b0 = blockIdx.x * per;
     const size_t b1 = min(n16, b0 + per);
     uint32_t x = 0;
@@ -59,13 +59,14 @@ template <int U> __global__ void ld_kernel(const uint4 *p, size_t n16, unsigned 
         sink[blockIdx.x] = x;
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
 
 /* One CTA per SM; thread 0 streams CTA b's contiguous byte range [b*per, (b+1)*per) in
  * CH-byte bulk copies through D slots; each landed slot is recycled at once (no consumer:
  * this is the arrival floor of the copy engine path). */
-__global__ void bulk_kernel(const uint8_t *p, size_t bytes, int CH, int D, unsigned *sink)
-{
+__global__ void bulk_kernel(const uint8_t *p, size_t bytes, int CH, int D, unsigned *sink) {
 #if __CUDA_ARCH__ >= 900 /* bulk copies and tx-count mbarriers: sm_90 (main() skips it elsewhere) */
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t bar[16];
@@ -83,10 +84,12 @@ __global__ void bulk_kernel(const uint8_t *p, size_t bytes, int CH, int D, unsig
         const int d = c % D;
         const size_t off = b0 + (size_t)c * CH;
         const unsigned n = (unsigned)min((size_t)CH, b1 - off);
-        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar[d])), "r"(n)
-                     : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                         smem_u32(smem + (size_t)d * CH)),
+        asm volatile(
+            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar[d])),
+            "r"(n)
+            : "memory");
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
+                     "[%1], %2, [%3];\n" ::"r"(smem_u32(smem + (size_t)d * CH)),
                      "l"(p + off), "r"(n), "r"(smem_u32(&bar[d]))
                      : "memory");
     };
@@ -113,9 +116,9 @@ __global__ void bulk_kernel(const uint8_t *p, size_t bytes, int CH, int D, unsig
 #endif
 }
 
-int main(int argc, char **argv)
-{
-    if (argc == 5 && !strcmp(argv[1], "--ld")) { /* --ld BYTES CTAS THREADS: a few U = 4 calls, for ncu */
+int main(int argc, char **argv) {
+    if (argc == 5 &&
+        !strcmp(argv[1], "--ld")) { /* --ld BYTES CTAS THREADS: a few U = 4 calls, for ncu */
         const size_t bytes = strtoull(argv[2], nullptr, 10);
         uint8_t *p;
         unsigned *sk;
@@ -123,7 +126,8 @@ int main(int argc, char **argv)
         CK(cudaMalloc(&sk, 65536 * sizeof(unsigned)));
         fill_bytes<<<1024, 256>>>(p, bytes, 1u);
         for (int i = 0; i < 5; i++)
-            ld_kernel<4><<<atoi(argv[3]), atoi(argv[4])>>>(reinterpret_cast<const uint4 *>(p), bytes / 16, sk);
+            ld_kernel<4><<<atoi(argv[3]), atoi(argv[4])>>>(reinterpret_cast<const uint4 *>(p),
+                                                           bytes / 16, sk);
         CK(cudaDeviceSynchronize());
         return 0;
     }
@@ -134,14 +138,16 @@ int main(int argc, char **argv)
     cudaStream_t st = 0;
     if (graph)
         CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    auto timed = [&](auto &&call, int nsets) { return graph ? time_graph_us(call, nsets, st) : time_us(call, nsets); };
+    auto timed = [&](auto &&call, int nsets) {
+        return graph ? time_graph_us(call, nsets, st) : time_us(call, nsets);
+    };
     struct shape {
         const char *model, *name;
         int N, K;
     } shapes[] = {
-        {"LLaMA-3-8B", "qkv", 6144, 4096},    {"LLaMA-3-8B", "o", 4096, 4096},
-        {"LLaMA-3-8B", "gate_up", 28672, 4096}, {"LLaMA-3-8B", "down", 4096, 14336},
-        {"LLaMA-3-70B", "qkv", 10240, 8192},  {"LLaMA-3-70B", "o", 8192, 8192},
+        {"LLaMA-3-8B", "qkv", 6144, 4096},       {"LLaMA-3-8B", "o", 4096, 4096},
+        {"LLaMA-3-8B", "gate_up", 28672, 4096},  {"LLaMA-3-8B", "down", 4096, 14336},
+        {"LLaMA-3-70B", "qkv", 10240, 8192},     {"LLaMA-3-70B", "o", 8192, 8192},
         {"LLaMA-3-70B", "gate_up", 57344, 8192}, {"LLaMA-3-70B", "down", 8192, 28672},
     };
     cudaDeviceProp prop;
@@ -162,9 +168,12 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&c16, 16 * 65536 * sizeof(__half)));
     CK(cudaMemset(x16, 0x3c, 16 * 65536 * sizeof(__half)));
 
-    printf("# decode floor, %s (%d SMs), B = %d: weights + scales read once, us (%s)\n\n", prop.name, sms, B,
-           graph ? "per call inside CUDA graphs of 20 calls, median of 15 replays" : "median of 30");
-    printf("| shape | N | K | MB | empty | ld (best config) | bulk (best config) | floor GB/s | fp16 M=1 | fp16 "
+    printf("# decode floor, %s (%d SMs), B = %d: weights + scales read once, us (%s)\n\n",
+           prop.name, sms, B,
+           graph ? "per call inside CUDA graphs of 20 calls, median of 15 replays"
+                 : "median of 30");
+    printf("| shape | N | K | MB | empty | ld (best config) | bulk (best config) | floor GB/s | "
+           "fp16 M=1 | fp16 "
            "M=16 | fp16(1)/floor | fp16(16)/floor |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     double gm1 = 0, gm16 = 0;
@@ -184,7 +193,8 @@ int main(int argc, char **argv)
                     if (c * th > 2048)
                         continue;
                     auto run = [&](int set) {
-                        const uint4 *p = reinterpret_cast<const uint4 *>(buf + (size_t)set * stride);
+                        const uint4 *p =
+                            reinterpret_cast<const uint4 *>(buf + (size_t)set * stride);
                         if (u == 2)
                             ld_kernel<2><<<c * sms, th, 0, st>>>(p, bytes / 16, sink);
                         else if (u == 4)
@@ -201,7 +211,8 @@ int main(int argc, char **argv)
                 if ((size_t)ch * d > 200 * 1024 || prop.major < 9)
                     continue;
                 auto run = [&](int set) {
-                    bulk_kernel<<<sms, 32, (size_t)ch * d, st>>>(buf + (size_t)set * stride, bytes, ch, d, sink);
+                    bulk_kernel<<<sms, 32, (size_t)ch * d, st>>>(buf + (size_t)set * stride, bytes,
+                                                                 ch, d, sink);
                 };
                 double t = timed(run, nsets);
                 if (t < t_bulk)
@@ -216,10 +227,11 @@ int main(int argc, char **argv)
             float one = 1.0f, zero = 0.0f;
             t16[mi] = timed(
                 [&](int set) {
-                    CKB(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one,
-                                     reinterpret_cast<const __half *>(buf + (size_t)(set % nw) * wbytes), CUDA_R_16F,
-                                     s.K, x16, CUDA_R_16F, s.K, &zero, c16, CUDA_R_16F, s.N, CUBLAS_COMPUTE_32F,
-                                     CUBLAS_GEMM_DEFAULT));
+                    CKB(cublasGemmEx(
+                        blas, CUBLAS_OP_T, CUBLAS_OP_N, s.N, M, s.K, &one,
+                        reinterpret_cast<const __half *>(buf + (size_t)(set % nw) * wbytes),
+                        CUDA_R_16F, s.K, x16, CUDA_R_16F, s.K, &zero, c16, CUDA_R_16F, s.N,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
                 },
                 nw);
         }
@@ -227,12 +239,13 @@ int main(int argc, char **argv)
         char bulk[96] = "n/a (needs sm_90)";
         if (t_bulk < 1e29)
             snprintf(bulk, sizeof bulk, "%.2f (%s)", t_bulk, bulk_cfg);
-        printf("| %s %s | %d | %d | %.1f | %.2f | %.2f (%s) | %s | %.0f | %.2f | %.2f | %.2f | %.2f |\n", s.model,
-               s.name, s.N, s.K, bytes / 1e6, t_empty, t_ld, ld_cfg, bulk, bytes / fl / 1e3, t16[0], t16[1],
-               t16[0] / fl, t16[1] / fl);
+        printf("| %s %s | %d | %d | %.1f | %.2f | %.2f (%s) | %s | %.0f | %.2f | %.2f | %.2f | "
+               "%.2f |\n",
+               s.model, s.name, s.N, s.K, bytes / 1e6, t_empty, t_ld, ld_cfg, bulk,
+               bytes / fl / 1e3, t16[0], t16[1], t16[0] / fl, t16[1] / fl);
         gm1 += log(t16[0] / fl), gm16 += log(t16[1] / fl), ns++;
     }
-    printf("\ngeomean of fp16 / floor over the %d shapes: M = 1: %.2f, M = 16: %.2f\n", ns, exp(gm1 / ns),
-           exp(gm16 / ns));
+    printf("\ngeomean of fp16 / floor over the %d shapes: M = 1: %.2f, M = 16: %.2f\n", ns,
+           exp(gm1 / ns), exp(gm16 / ns));
     return 0;
 }

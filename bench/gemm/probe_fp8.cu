@@ -39,24 +39,25 @@
         }                                                                                          \
     } while (0)
 
-constexpr int KB = 128;         /* one block: 4 k32 steps */
-constexpr int TRIALS = 4096;    /* per pattern */
+constexpr int KB = 128;      /* one block: 4 k32 steps */
+constexpr int TRIALS = 4096; /* per pattern */
 constexpr int A_ROWS = 64, B_ROWS = 8;
 
-__device__ __forceinline__ uint32_t ld32(const uint8_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+__device__ __forceinline__ uint32_t ld32(const uint8_t *p) {
+    return *reinterpret_cast<const uint32_t *>(p);
+}
 
 /* The m16n8k32 (and wgmma A-from-registers) A fragment of k32 step s for lane (g, tq) of a
  * 16-row slice a (rows KB bytes apart): rows g and g + 8, k 4 tq .. and 16 + 4 tq .. */
-__device__ __forceinline__ void load_a(uint32_t (&r)[4], const uint8_t *a, int s, int g, int tq)
-{
+__device__ __forceinline__ void load_a(uint32_t (&r)[4], const uint8_t *a, int s, int g, int tq) {
     const int k = s * 32 + tq * 4;
     r[0] = ld32(a + g * KB + k), r[1] = ld32(a + (g + 8) * KB + k);
     r[2] = ld32(a + g * KB + k + 16), r[3] = ld32(a + (g + 8) * KB + k + 16);
 }
 
 /* this thread's four results of trial blockIdx.x: the fp32 ones (fp8) or the int32 ones */
-__device__ __forceinline__ void store_d(int *di, float *df, int fp8, const int (&ci)[4], const float (&cf)[4])
-{
+__device__ __forceinline__ void store_d(int *di, float *df, int fp8, const int (&ci)[4],
+                                        const float (&cf)[4]) {
     const size_t o = ((size_t)blockIdx.x * 128 + threadIdx.x) * 4;
     for (int r = 0; r < 4; r++) {
         if (fp8)
@@ -67,9 +68,9 @@ __device__ __forceinline__ void store_d(int *di, float *df, int fp8, const int (
 }
 
 /* mma.sync m16n8k32: warp w of the CTA takes A rows 16(w&3).., all of B; steps = 1 or 4 */
-__global__ void k_mma(const uint8_t *A, const uint8_t *B, int steps, int *di, float *df, int fp8)
-{
-    const int trial = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+__global__ void k_mma(const uint8_t *A, const uint8_t *B, int steps, int *di, float *df, int fp8) {
+    const int trial = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
     const uint8_t *a = A + (size_t)trial * A_ROWS * KB + (size_t)(warp * 16) * KB;
     const uint8_t *b = B + (size_t)trial * B_ROWS * KB;
     int ci[4] = {0, 0, 0, 0};
@@ -77,28 +78,32 @@ __global__ void k_mma(const uint8_t *A, const uint8_t *B, int steps, int *di, fl
     for (int s = 0; s < steps; s++) {
         uint32_t af[4];
         load_a(af, a, s, g, tq);
-        const uint32_t b0 = ld32(b + g * KB + s * 32 + tq * 4), b1 = ld32(b + g * KB + s * 32 + 16 + tq * 4);
+        const uint32_t b0 = ld32(b + g * KB + s * 32 + tq * 4),
+                       b1 = ld32(b + g * KB + s * 32 + 16 + tq * 4);
         if (fp8)
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                         "{%8,%9}, {%0,%1,%2,%3};\n"
-                         : "+f"(cf[0]), "+f"(cf[1]), "+f"(cf[2]), "+f"(cf[3])
-                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
+            asm volatile(
+                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+f"(cf[0]), "+f"(cf[1]), "+f"(cf[2]), "+f"(cf[3])
+                : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
         else
-            asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-                         "{%8,%9}, {%0,%1,%2,%3};\n"
-                         : "+r"(ci[0]), "+r"(ci[1]), "+r"(ci[2]), "+r"(ci[3])
-                         : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
+            asm volatile(
+                "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+                "{%8,%9}, {%0,%1,%2,%3};\n"
+                : "+r"(ci[0]), "+r"(ci[1]), "+r"(ci[2]), "+r"(ci[3])
+                : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "r"(b0), "r"(b1));
     }
     store_d(di, df, fp8, ci, cf);
 }
 
 /* wgmma m64n8k32, A (64 x 32 per step) from registers, B (8 x 32 per step) from shared memory
  * without swizzle: core matrices of 8 rows x 16 bytes, the two of a step 128 bytes apart */
-__global__ void k_wgmma(const uint8_t *A, const uint8_t *B, int steps, int *di, float *df, int fp8)
-{
+__global__ void k_wgmma(const uint8_t *A, const uint8_t *B, int steps, int *di, float *df,
+                        int fp8) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     __shared__ __align__(128) uint8_t sb[KB / 32][2][B_ROWS][16];
-    const int trial = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+    const int trial = blockIdx.x, warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2,
+              tq = lane & 3;
     const uint8_t *a = A + (size_t)trial * A_ROWS * KB + (size_t)(warp * 16) * KB;
     const uint8_t *b = B + (size_t)trial * B_ROWS * KB;
     for (int i = threadIdx.x; i < B_ROWS * KB; i += 128) {
@@ -118,13 +123,15 @@ __global__ void k_wgmma(const uint8_t *A, const uint8_t *B, int steps, int *di, 
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
         if (fp8)
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p, "
+                         "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0,%1,%2,%3}, "
+                         "{%4,%5,%6,%7}, %8, p, "
                          "1, 1;\n}\n"
                          : "+f"(cf[0]), "+f"(cf[1]), "+f"(cf[2]), "+f"(cf[3])
                          : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "l"(desc), "r"(s));
         else
             asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-                         "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, {%4,%5,%6,%7}, %8, p;\n}\n"
+                         "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 {%0,%1,%2,%3}, "
+                         "{%4,%5,%6,%7}, %8, p;\n}\n"
                          : "+r"(ci[0]), "+r"(ci[1]), "+r"(ci[2]), "+r"(ci[3])
                          : "r"(af[0]), "r"(af[1]), "r"(af[2]), "r"(af[3]), "l"(desc), "r"(s));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
@@ -141,35 +148,39 @@ static int rnd(int lo, int hi) /* uniform in [lo, hi] */
     return lo + (int)((rng >> 8) % (uint32_t)(hi - lo + 1));
 }
 
-static uint8_t enc_int(int v) { return (uint8_t)__nv_cvt_float_to_fp8((float)v, __NV_SATFINITE, __NV_E4M3); }
+static uint8_t enc_int(int v) {
+    return (uint8_t)__nv_cvt_float_to_fp8((float)v, __NV_SATFINITE, __NV_E4M3);
+}
 static uint8_t enc_sub(int v) { return (uint8_t)(v < 0 ? 0x80 | -v : v); }
 
 /* pattern p fills codes for one trial: A [64 x 128], B [8 x 128] */
-static void fill(int p, int8_t *a, int8_t *b)
-{
+static void fill(int p, int8_t *a, int8_t *b) {
     for (int i = 0; i < A_ROWS * KB; i++) {
         const int k = i % KB, c = k / 32;
-        a[i] = p == 0 ? rnd(-8, 7)
-             : p == 1 ? -8
-             : p == 2 ? (c == 0 ? -8 : rnd(-1, 1))                   /* big first chunk, then small */
-             : p == 3 ? (c < 2 ? -8 : (c == 2 ? 7 : rnd(-8, 7)))      /* +2^12 then -7/8 of it, then random */
-                      : (rnd(0, 15) == 0 ? rnd(-8, 7) : -8);           /* mostly max, some random */
+        a[i] =
+            p == 0   ? rnd(-8, 7)
+            : p == 1 ? -8
+            : p == 2 ? (c == 0 ? -8 : rnd(-1, 1)) /* big first chunk, then small */
+            : p == 3
+                ? (c < 2 ? -8 : (c == 2 ? 7 : rnd(-8, 7))) /* +2^12 then -7/8 of it, then random */
+                : (rnd(0, 15) == 0 ? rnd(-8, 7) : -8);     /* mostly max, some random */
     }
     for (int i = 0; i < B_ROWS * KB; i++) {
         const int k = i % KB, c = k / 32;
-        b[i] = p == 0 ? rnd(-8, 7)
-             : p == 1 ? -8
-             : p == 2 ? (c == 0 ? -8 : rnd(-8, 7))
-             : p == 3 ? (c < 2 ? -8 : (c == 2 ? -8 : rnd(-8, 7)))
-                      : (rnd(0, 15) == 0 ? rnd(-8, 7) : -8);
+        b[i] = p == 0   ? rnd(-8, 7)
+               : p == 1 ? -8
+               : p == 2 ? (c == 0 ? -8 : rnd(-8, 7))
+               : p == 3 ? (c < 2 ? -8 : (c == 2 ? -8 : rnd(-8, 7)))
+                        : (rnd(0, 15) == 0 ? rnd(-8, 7) : -8);
     }
 }
 
-int main()
-{
-    const char *pname[] = {"random", "all -8", "big chunk, small rest", "big, cancel, random", "mostly -8"};
+int main() {
+    const char *pname[] = {"random", "all -8", "big chunk, small rest", "big, cancel, random",
+                           "mostly -8"};
     const int NP = 5;
-    const size_t na = (size_t)TRIALS * A_ROWS * KB, nbb = (size_t)TRIALS * B_ROWS * KB, no = (size_t)TRIALS * 512;
+    const size_t na = (size_t)TRIALS * A_ROWS * KB, nbb = (size_t)TRIALS * B_ROWS * KB,
+                 no = (size_t)TRIALS * 512;
     std::vector<int8_t> a(na), b(nbb);
     std::vector<uint8_t> ea(na), eb(nbb);
     std::vector<int> hi(no);
@@ -198,7 +209,8 @@ int main()
                         CK(cudaGetLastError());
                         CK(cudaDeviceSynchronize());
                     };
-                    run(reinterpret_cast<const uint8_t *>(a.data()), reinterpret_cast<const uint8_t *>(b.data()), 0);
+                    run(reinterpret_cast<const uint8_t *>(a.data()),
+                        reinterpret_cast<const uint8_t *>(b.data()), 0);
                     CK(cudaMemcpy(hi.data(), di, no * 4, cudaMemcpyDeviceToHost));
                     for (size_t i = 0; i < na; i++)
                         ea[i] = enc ? enc_sub(a[i]) : enc_int(a[i]);
@@ -218,12 +230,14 @@ int main()
                         }
                     }
                     total_bad += bad > 0;
-                    printf("%-6s %-3s %-24s steps=%d  max|sum| %5d  mismatches %zu of %zu", inst ? "wgmma" : "mma",
-                           enc ? "sub" : "int", pname[p], steps, maxabs, bad, no);
+                    printf("%-6s %-3s %-24s steps=%d  max|sum| %5d  mismatches %zu of %zu",
+                           inst ? "wgmma" : "mma", enc ? "sub" : "int", pname[p], steps, maxabs,
+                           bad, no);
                     if (bad)
                         printf("  (first: s8 %d, e4m3 %.9g units)", hi[first], hf[first] / unit);
                     printf("\n");
                 }
-    printf("%s: %d of %d configurations with mismatches\n", total_bad ? "INEXACT" : "EXACT", total_bad, 2 * 2 * NP * 2);
+    printf("%s: %d of %d configurations with mismatches\n", total_bad ? "INEXACT" : "EXACT",
+           total_bad, 2 * 2 * NP * 2);
     return 0;
 }

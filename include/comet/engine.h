@@ -48,21 +48,21 @@ comet_engine_params comet_engine_default_params(void);
 typedef struct comet_request_params {
     const int32_t *prompt; /* [n_prompt] ids, BOS/chat template already applied */
     int n_prompt;
-    int max_tokens;        /* new tokens at most; <= 0: up to the context */
-    float temperature;     /* 0 = greedy */
-    int top_k;             /* 0 = off */
-    float top_p;           /* 1 = off */
-    float min_p;           /* 0 = off */
+    int max_tokens;    /* new tokens at most; <= 0: up to the context */
+    float temperature; /* 0 = greedy */
+    int top_k;         /* 0 = off */
+    float top_p;       /* 1 = off */
+    float min_p;       /* 0 = off */
     uint64_t seed;
-    int has_seed;          /* 0: a seed is drawn from the clock */
+    int has_seed;                              /* 0: a seed is drawn from the clock */
     float presence_penalty, frequency_penalty; /* OpenAI penalties, 0 = off */
-    float repeat_penalty;  /* 1 (or 0) = off */
-    const char *const *stop; /* [n_stop] stop strings, never emitted */
+    float repeat_penalty;                      /* 1 (or 0) = off */
+    const char *const *stop;                   /* [n_stop] stop strings, never emitted */
     int n_stop;
     int ignore_eos;
-    int logprobs;          /* report each generated token's logprob ... */
-    int top_logprobs;      /* ... and the top N (0..20) alternatives */
-    int prompt_logprobs;   /* also report logprobs of the prompt tokens (echo) */
+    int logprobs;        /* report each generated token's logprob ... */
+    int top_logprobs;    /* ... and the top N (0..20) alternatives */
+    int prompt_logprobs; /* also report logprobs of the prompt tokens (echo) */
 } comet_request_params;
 
 /* Zeroed params with temperature 1, top_p 1. */
@@ -87,9 +87,9 @@ typedef enum comet_finish_reason {
 typedef struct comet_engine_event {
     comet_event_kind kind;
     uint64_t request_id;
-    int32_t token;             /* PROMPT_TOKEN, TOKEN */
-    int has_logprob;           /* 0 for the first prompt token, or when not asked for */
-    float logprob;             /* log-softmax of the model's logits (before sampling) */
+    int32_t token;   /* PROMPT_TOKEN, TOKEN */
+    int has_logprob; /* 0 for the first prompt token, or when not asked for */
+    float logprob;   /* log-softmax of the model's logits (before sampling) */
     int n_top;
     const int32_t *top_ids;    /* [n_top] best first */
     const float *top_logprobs; /* [n_top] */

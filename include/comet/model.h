@@ -29,15 +29,15 @@ typedef enum comet_rope_scaling {
 #define COMET_MAX_EOS 16
 
 typedef struct comet_model_config {
-    char arch[32];       /* "llama" */
+    char arch[32]; /* "llama" */
     int n_layer;
-    int n_embd;          /* C */
-    int n_ff;            /* F */
-    int n_head;          /* H */
-    int n_head_kv;       /* Hkv (GQA when < H) */
-    int head_dim;        /* D */
-    int n_vocab;         /* V */
-    int n_ctx;           /* maximum positions the model was trained for */
+    int n_embd;    /* C */
+    int n_ff;      /* F */
+    int n_head;    /* H */
+    int n_head_kv; /* Hkv (GQA when < H) */
+    int head_dim;  /* D */
+    int n_vocab;   /* V */
+    int n_ctx;     /* maximum positions the model was trained for */
     float rms_eps;
     float rope_theta;
     comet_rope_scaling rope_scaling;
@@ -67,7 +67,7 @@ typedef struct comet_linear {
     int n_out; /* N */
     int n_in;  /* K */
     comet_wfmt fmt;
-    float *w;  /* COMET_WFMT_F32: [N, K]; QSIM: dequantized [N, K], columns in perm order */
+    float *w; /* COMET_WFMT_F32: [N, K]; QSIM: dequantized [N, K], columns in perm order */
     /* COMET_WFMT_QSIM only (arrays owned by the model): */
     const int32_t *perm;        /* [K] input gather x'[k] = x[perm[k]]; NULL = identity */
     const int32_t *perm_folded; /* [K] (down_proj) permutation folded offline into the
@@ -165,7 +165,7 @@ typedef struct comet_gen_config {
 
 typedef struct comet_model {
     comet_model_config cfg;
-    comet_gen_config gen; /* from generation_config.json (HF); empty for other formats */
+    comet_gen_config gen;        /* from generation_config.json (HF); empty for other formats */
     float *tok_embd;             /* [V, C] */
     float *output_norm;          /* [C] */
     float *lm_head;              /* [V, C]; == tok_embd when cfg.tie_embeddings */

@@ -15,9 +15,9 @@ extern "C" {
 typedef enum comet_status {
     COMET_OK = 0,
     /* soft outcomes (> 0) */
-    COMET_KV_FULL = 1,      /* the KV page pool cannot hold the next step */
-    COMET_CANCELLED = 2,    /* the request was cancelled */
-    COMET_QUEUE_FULL = 3,   /* the engine's request queue is full; retry later */
+    COMET_KV_FULL = 1,    /* the KV page pool cannot hold the next step */
+    COMET_CANCELLED = 2,  /* the request was cancelled */
+    COMET_QUEUE_FULL = 3, /* the engine's request queue is full; retry later */
     COMET_STATUS_SOFT_COUNT,
     /* failures (< 0) */
     COMET_ERR_IO = -1,          /* open/read/mmap failed */
@@ -53,15 +53,14 @@ void comet_clear_error(void);
 /* Print "comet: assertion failed: <expr> at <file>:<line>" to stderr and abort(). */
 void comet_assert_fail(const char *expr, const char *file, int line) __attribute__((noreturn));
 
-#define COMET_ASSERT(expr) \
-    ((expr) ? (void)0 : comet_assert_fail(#expr, __FILE__, __LINE__))
+#define COMET_ASSERT(expr) ((expr) ? (void)0 : comet_assert_fail(#expr, __FILE__, __LINE__))
 
 /* Propagate a failure: evaluate `call`; if it returned a negative status, return it. */
-#define COMET_TRY(call)                      \
-    do {                                     \
-        comet_status comet_try_st_ = (call); \
-        if (comet_try_st_ < 0)               \
-            return comet_try_st_;            \
+#define COMET_TRY(call)                                                                            \
+    do {                                                                                           \
+        comet_status comet_try_st_ = (call);                                                       \
+        if (comet_try_st_ < 0)                                                                     \
+            return comet_try_st_;                                                                  \
     } while (0)
 
 #ifdef __cplusplus

@@ -44,14 +44,14 @@ typedef enum comet_token_attr {
 typedef struct comet_vocab_desc {
     comet_tok_type type;
     int n_tokens;
-    const char *const *tokens;   /* [n_tokens] UTF-8 token strings (byte-level encoded for BPE) */
-    const int32_t *token_attr;   /* [n_tokens] comet_token_attr, or NULL (all NORMAL) */
-    const float *scores;         /* [n_tokens] SPM merge scores, or NULL */
+    const char *const *tokens; /* [n_tokens] UTF-8 token strings (byte-level encoded for BPE) */
+    const int32_t *token_attr; /* [n_tokens] comet_token_attr, or NULL (all NORMAL) */
+    const float *scores;       /* [n_tokens] SPM merge scores, or NULL */
     int n_merges;
-    const char *const *merges;   /* [n_merges] "left right", rank = index (BPE) */
-    const char *pre;             /* pre-tokenizer name ("gpt2", "llama3", "smollm", ...) or NULL */
+    const char *const *merges; /* [n_merges] "left right", rank = index (BPE) */
+    const char *pre;           /* pre-tokenizer name ("gpt2", "llama3", "smollm", ...) or NULL */
     int32_t bos_id, eos_id, unk_id, pad_id; /* -1 when absent */
-    int no_space_prefix;         /* SPM: set when GGUF tokenizer.ggml.add_space_prefix is false
+    int no_space_prefix; /* SPM: set when GGUF tokenizer.ggml.add_space_prefix is false
                                   * (default 0: "▁" is prepended as SentencePiece does) */
 } comet_vocab_desc;
 
@@ -145,8 +145,7 @@ int comet_detok_prime(comet_detok *d, const int32_t *ids, size_t n);
  * `id` would be the first token with text (so the dummy-prefix token "▁" alone gives "").
  * Does not advance `d`: follow with comet_detok_prime(d, &id, 1) or comet_detok_push.
  * Same return and `cap` rules as comet_tokenizer_token_bytes. */
-int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf,
-                      size_t cap);
+int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf, size_t cap);
 
 /* Append the complete characters decoded so far to `out` (capacity `cap`, NUL-terminated);
  * returns the number of bytes written (excluding NUL). Control tokens give "". Bytes that
@@ -162,9 +161,9 @@ int comet_detok_flush(comet_detok *d, char *out, size_t cap);
 
 /* Chat templates. */
 typedef enum comet_chat_template {
-    COMET_CHAT_CHATML,  /* <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen) */
-    COMET_CHAT_LLAMA3,  /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
-    COMET_CHAT_LLAMA2,  /* <s>[INST] <<SYS>>...<</SYS>> user [/INST] */
+    COMET_CHAT_CHATML, /* <|im_start|>role\ncontent<|im_end|>\n (SmolLM2, Qwen) */
+    COMET_CHAT_LLAMA3, /* <|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|> */
+    COMET_CHAT_LLAMA2, /* <s>[INST] <<SYS>>...<</SYS>> user [/INST] */
     COMET_CHAT_TEMPLATE_COUNT
 } comet_chat_template;
 

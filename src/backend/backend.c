@@ -27,23 +27,27 @@ comet_status comet_w4ax_check_load(const comet_backend *be, int N, int K, int B,
     if (!qw_plain || !sw_plain || !out)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): qw_plain, sw_plain and out must be "
-                               "non-NULL", name);
+                               "non-NULL",
+                               name);
     if (N < 1 || N > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): N = %d output channels; need 1 <= N <= "
-                               "%d", name, N, COMET_W4AX_MAX_DIM);
+                               "%d",
+                               name, N, COMET_W4AX_MAX_DIM);
     if (K < 64 || K % 64 || K > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): K = %d input channels; need a positive "
-                               "multiple of 64, at most %d", name, K, COMET_W4AX_MAX_DIM);
+                               "multiple of 64, at most %d",
+                               name, K, COMET_W4AX_MAX_DIM);
     if (B != 64 && B != 128)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_load (backend '%s'): block size B = %d; need 64 or 128",
-                               name, B);
+                               "w4ax_load (backend '%s'): block size B = %d; need 64 or 128", name,
+                               B);
     if (K % B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend '%s'): K = %d is not a multiple of the block "
-                               "size B = %d", name, K, B);
+                               "size B = %d",
+                               name, K, B);
     return COMET_OK;
 }
 
@@ -54,8 +58,9 @@ comet_status comet_w4ax_check_gemm(const comet_backend *be, const comet_w4ax_wei
     if (!w || !qa || !sa || !y)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): w, qa, sa and y must be non-NULL "
-                               "(got w=%p qa=%p sa=%p y=%p)", name, (const void *)w,
-                               (const void *)qa, (const void *)sa, (const void *)y);
+                               "(got w=%p qa=%p sa=%p y=%p)",
+                               name, (const void *)w, (const void *)qa, (const void *)sa,
+                               (const void *)y);
     if (M < 1 || M > COMET_W4AX_MAX_DIM)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): M = %d tokens; need 1 <= M <= %d", name,
@@ -63,7 +68,8 @@ comet_status comet_w4ax_check_gemm(const comet_backend *be, const comet_w4ax_wei
     if (n8 < 0 || n8 > (B > 0 ? K / B : 0))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): n8 = %d INT8 blocks is outside "
-                               "[0, K/B = %d]", name, n8, K / B);
+                               "[0, K/B = %d]",
+                               name, n8, K / B);
     return COMET_OK;
 }
 
@@ -71,17 +77,12 @@ comet_group comet_role_group(comet_role r) {
     switch (r) {
     case COMET_ROLE_Q:
     case COMET_ROLE_K:
-    case COMET_ROLE_V:
-        return COMET_GROUP_QKV;
-    case COMET_ROLE_O:
-        return COMET_GROUP_O;
+    case COMET_ROLE_V: return COMET_GROUP_QKV;
+    case COMET_ROLE_O: return COMET_GROUP_O;
     case COMET_ROLE_GATE:
-    case COMET_ROLE_UP:
-        return COMET_GROUP_GATE_UP;
-    case COMET_ROLE_DOWN:
-        return COMET_GROUP_DOWN;
-    case COMET_ROLE_COUNT:
-        break;
+    case COMET_ROLE_UP: return COMET_GROUP_GATE_UP;
+    case COMET_ROLE_DOWN: return COMET_GROUP_DOWN;
+    case COMET_ROLE_COUNT: break;
     }
     COMET_ASSERT(!"comet_role_group: invalid role");
     return COMET_GROUP_COUNT;
@@ -98,7 +99,7 @@ int comet_group_roles(comet_group g, comet_role roles[3]) {
 const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r) {
     COMET_ASSERT(l >= 0 && l < m->cfg.n_layer);
     const comet_layer_weights *w = &m->layers[l];
-    const comet_linear *lins[COMET_ROLE_COUNT] = {&w->wq, &w->wk,     &w->wv,    &w->wo,
+    const comet_linear *lins[COMET_ROLE_COUNT] = {&w->wq,     &w->wk,   &w->wv,    &w->wo,
                                                   &w->w_gate, &w->w_up, &w->w_down};
     COMET_ASSERT((unsigned)r < COMET_ROLE_COUNT);
     return lins[r];
@@ -106,24 +107,17 @@ const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r
 
 const float *comet_model_norm(const comet_model *m, int l, comet_group g) {
     switch (g) {
-    case COMET_GROUP_QKV:
-        return m->layers[l].attn_norm;
-    case COMET_GROUP_GATE_UP:
-        return m->layers[l].ffn_norm;
-    case COMET_GROUP_LM_HEAD:
-        return m->output_norm;
-    default:
-        return NULL;
+    case COMET_GROUP_QKV: return m->layers[l].attn_norm;
+    case COMET_GROUP_GATE_UP: return m->layers[l].ffn_norm;
+    case COMET_GROUP_LM_HEAD: return m->output_norm;
+    default: return NULL;
     }
 }
 
 int comet_group_width(const comet_model_config *c, comet_group g) {
     switch (g) {
-    case COMET_GROUP_O:
-        return c->n_head * c->head_dim;
-    case COMET_GROUP_DOWN:
-        return c->n_ff;
-    default:
-        return c->n_embd;
+    case COMET_GROUP_O: return c->n_head * c->head_dim;
+    case COMET_GROUP_DOWN: return c->n_ff;
+    default: return c->n_embd;
     }
 }

@@ -40,7 +40,7 @@ typedef struct comet_w4ax_weight comet_w4ax_weight;
 #define COMET_W4AX_MAX_DIM (1 << 30)
 
 typedef struct comet_rope_params {
-    int head_dim;        /* D (rotary over all D channels, rotate-half / NeoX pairing) */
+    int head_dim; /* D (rotary over all D channels, rotate-half / NeoX pairing) */
     float theta;
     comet_rope_scaling scaling;
     float factor, low_freq_factor, high_freq_factor;
@@ -108,15 +108,15 @@ typedef struct comet_step {
  * each logit replaced by comet_sampler_penalize's value; then greedy rows take the argmax
  * (lowest id on ties), the others filter as comet_sampler_pick and draw with u. */
 typedef struct comet_sample_row {
-    int row;                 /* logits row, < the step's n_logits */
-    int greedy;              /* 1: argmax (comet_sampler_greedy) */
-    float inv_temperature;   /* 1.0f / temperature, as the host divides it */
-    int top_k;               /* 0 or >= V: off */
-    float top_p;             /* 1: off */
-    float log_min_p;         /* logf(min_p) by the host's libm; -INFINITY: min-p off */
+    int row;               /* logits row, < the step's n_logits */
+    int greedy;            /* 1: argmax (comet_sampler_greedy) */
+    float inv_temperature; /* 1.0f / temperature, as the host divides it */
+    int top_k;             /* 0 or >= V: off */
+    float top_p;           /* 1: off */
+    float log_min_p;       /* logf(min_p) by the host's libm; -INFINITY: min-p off */
     float repeat_penalty, presence_penalty, frequency_penalty;
-    int pen_offset, n_pen;   /* this row's (id, count) pairs */
-    double u;                /* the draw in [0, 1) */
+    int pen_offset, n_pen; /* this row's (id, count) pairs */
+    double u;              /* the draw in [0, 1) */
 } comet_sample_row;
 
 /* ids the op `sample` returns instead of a token */
@@ -132,7 +132,11 @@ enum {
 void comet_rope_inv_freq(const comet_rope_params *rp, double *inv_freq);
 
 /* How a step's ops run (graph_begin). */
-enum { COMET_GRAPH_NONE = 0, COMET_GRAPH_CAPTURING = 1, COMET_GRAPH_REPLAYED = 2 };
+enum {
+    COMET_GRAPH_NONE = 0,
+    COMET_GRAPH_CAPTURING = 1,
+    COMET_GRAPH_REPLAYED = 2
+};
 
 typedef struct comet_backend_ops {
     const char *name;
@@ -193,8 +197,7 @@ typedef struct comet_backend_ops {
     comet_status (*embed_tokens)(comet_backend *be, const comet_weights *w, const comet_step *st,
                                  float *x);
     comet_status (*rmsnorm_quant)(comet_backend *be, const comet_weights *w, int layer,
-                                  comet_group g, float *x, const float *residual, int T,
-                                  void *act);
+                                  comet_group g, float *x, const float *residual, int T, void *act);
     comet_status (*act_quant)(comet_backend *be, const comet_weights *w, int layer, comet_group g,
                               const float *x, int T, void *act);
     comet_status (*silu_mul_quant)(comet_backend *be, const comet_weights *w, int layer,
@@ -243,8 +246,8 @@ typedef struct comet_backend_ops {
     /* ---- fp32 primitives (CPU backends) ---- */
 
     /* x[t, :] = embd[tokens[t], :]. embd [V, C]; x [T, C]. */
-    comet_status (*embed)(comet_backend *be, const float *embd, int C, const int32_t *tokens,
-                          int T, float *x);
+    comet_status (*embed)(comet_backend *be, const float *embd, int C, const int32_t *tokens, int T,
+                          float *x);
 
     /* out[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * w. x, out [T, C] (may alias). */
     comet_status (*rmsnorm)(comet_backend *be, const float *x, const float *w, int T, int C,

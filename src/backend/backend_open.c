@@ -17,8 +17,7 @@ comet_backend *comet_backend_open(const char *device, int n_threads) {
             long v = strtol(device + 5, &end, 10);
             if (end == device + 5 || *end || v < 0 || v > 1024) {
                 comet_set_error(COMET_ERR_INVALID_ARG,
-                                "device '%s': expected cuda or cuda:N with N a GPU number",
-                                device);
+                                "device '%s': expected cuda or cuda:N with N a GPU number", device);
                 return NULL;
             }
             index = (int)v;

@@ -23,7 +23,7 @@
  * slot p % P. Token t attends to positions 0..positions[t] of its own sequence (causal).
  * All arrays are borrowed; the caller keeps them alive for the step. */
 typedef struct comet_batch {
-    int n_tokens;                 /* T */
+    int n_tokens; /* T */
     int n_seqs;
     const int32_t *tokens;        /* [T] token ids */
     const int32_t *positions;     /* [T] absolute position of each token in its sequence */
@@ -55,7 +55,7 @@ typedef struct comet_kv_cache {
      * kv_append stores H_D·k and H_D·v per KV head (then quantizes them) and attention uses
      * H_D·q and rotates its output back by H_D; D must be a power of two. */
     comet_kv_format kv;
-    void *storage;   /* a non-CPU backend's page storage (NULL on the CPU) */
+    void *storage; /* a non-CPU backend's page storage (NULL on the CPU) */
     size_t storage_bytes;
 } comet_kv_cache;
 
@@ -70,7 +70,9 @@ static inline size_t comet_kv_offset(const comet_kv_cache *kv, int layer, const 
                                      int s, int pos, int kvh) {
     int page = b->page_indices[b->page_indptr[s] + pos / kv->page_size];
     return ((((size_t)layer * kv->n_pages + page) * kv->page_size + pos % kv->page_size) *
-                kv->n_head_kv + kvh) * kv->head_dim;
+                kv->n_head_kv +
+            kvh) *
+           kv->head_dim;
 }
 
 #endif

@@ -22,8 +22,8 @@ void comet_kv_cache_free(comet_kv_cache *kv);
  * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes,
  * a group that does not divide head_dim, a Hadamard rotation with head_dim not a power of
  * two), COMET_ERR_NOMEM (size named), or the backend's failure. */
-comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer,
-                                    int n_pages, int page_size, int n_head_kv, int head_dim,
+comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer, int n_pages,
+                                    int page_size, int n_head_kv, int head_dim,
                                     comet_kv_format fmt);
 void comet_kv_cache_free_on(comet_backend *be, comet_kv_cache *kv);
 

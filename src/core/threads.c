@@ -32,8 +32,8 @@ struct comet_threadpool {
     comet_task_fn fn;
     void *ctx;
     int n;
-    atomic_int next;    /* next unclaimed item */
-    atomic_int active;  /* workers still inside the current call */
+    atomic_int next;   /* next unclaimed item */
+    atomic_int active; /* workers still inside the current call */
 };
 
 static _Thread_local int in_task;

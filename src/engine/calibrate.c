@@ -17,8 +17,8 @@ static void observe(void *user, int layer, comet_group g, const float *x, int T)
 }
 
 comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int32_t *tokens,
-                             size_t n_tokens, int n_windows, int window_len,
-                             comet_calib_stats *cs, double *ppl) {
+                             size_t n_tokens, int n_windows, int window_len, comet_calib_stats *cs,
+                             double *ppl) {
     if (n_windows <= 0 || window_len < 2)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "calibration: %d windows of %d tokens; positive counts (windows "

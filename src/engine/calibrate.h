@@ -19,7 +19,7 @@
  * windows as there are, up to n_windows), COMET_ERR_UNSUPPORTED for a quantized model or a
  * device backend, or the forward pass's error. */
 comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int32_t *tokens,
-                             size_t n_tokens, int n_windows, int window_len,
-                             comet_calib_stats *cs, double *ppl);
+                             size_t n_tokens, int n_windows, int window_len, comet_calib_stats *cs,
+                             double *ppl);
 
 #endif

@@ -54,9 +54,9 @@ typedef struct req {
 /* A sequence's part of the step being built. */
 typedef struct plan {
     req *r;
-    int k;         /* tokens fed */
-    int row;       /* first logits row, -1 if none */
-    int all_rows;  /* logits for every fed token (prompt logprobs) */
+    int k;        /* tokens fed */
+    int row;      /* first logits row, -1 if none */
+    int all_rows; /* logits for every fed token (prompt logprobs) */
 } plan;
 
 struct comet_engine {
@@ -64,12 +64,12 @@ struct comet_engine {
     comet_engine_params p;
     comet_backend *be;
     comet_runner run; /* the model on be, its KV pool and the batch builder */
-    float *logits; /* [rows_cap, V] */
+    float *logits;    /* [rows_cap, V] */
     int rows_cap;
-    float *raw;    /* [V] a row before sampling (for logprobs) */
+    float *raw;               /* [V] a row before sampling (for logprobs) */
     comet_runner_draw *draws; /* [rows_cap] a step's rows to sample where the logits are */
     int32_t *ids;             /* [rows_cap] their tokens */
-    plan *plans;   /* [max_seqs] */
+    plan *plans;              /* [max_seqs] */
     pthread_t thread;
     int thread_started;
     pthread_mutex_t mu;
@@ -82,8 +82,12 @@ struct comet_engine {
 };
 
 comet_engine_params comet_engine_default_params(void) {
-    return (comet_engine_params){.max_seqs = 64, .max_batch_tokens = 512, .n_pages = 512,
-                                 .page_size = 16, .max_waiting = 256, .n_threads = 0};
+    return (comet_engine_params){.max_seqs = 64,
+                                 .max_batch_tokens = 512,
+                                 .n_pages = 512,
+                                 .page_size = 16,
+                                 .max_waiting = 256,
+                                 .n_threads = 0};
 }
 
 comet_request_params comet_request_default_params(void) {
@@ -342,8 +346,8 @@ static int advance(comet_engine *e, req *r, float *x, int32_t picked) {
         for (int i = 0; i < n_top; i++)
             vals[i] -= lse;
     }
-    int32_t id = x ? comet_sampler_sample(r->smp, x, r->tokens + r->n_prompt, r->n_generated)
-                   : picked;
+    int32_t id =
+        x ? comet_sampler_sample(r->smp, x, r->tokens + r->n_prompt, r->n_generated) : picked;
     COMET_ASSERT(id >= 0 && id < V && r->n_tokens < r->cap);
     r->tokens[r->n_tokens++] = id;
     pthread_mutex_lock(&e->mu);
@@ -359,8 +363,8 @@ static int advance(comet_engine *e, req *r, float *x, int32_t picked) {
     int len = comet_detok_push(&r->dt, id, piece, sizeof piece);
     int stopped = len > 0 && hold_push(r, piece, (size_t)len, r->out, &n_out);
     int lp = x && r->logprobs;
-    emit_token(e, r, COMET_EVENT_TOKEN, id, lp, lp ? e->raw[id] - lse : 0,
-               n_top, ids, vals, r->out, n_out);
+    emit_token(e, r, COMET_EVENT_TOKEN, id, lp, lp ? e->raw[id] - lse : 0, n_top, ids, vals, r->out,
+               n_out);
     if (stopped) {
         finish(e, r, COMET_FINISH_STOP, NULL, NULL, 0);
         return 1;
@@ -629,8 +633,10 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (!e->be)
         goto fail;
     comet_backend_set_batch_invariant(e->be, p.batch_invariant);
-    comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
-                              .n_pages = p.n_pages, .page_size = p.page_size};
+    comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens,
+                              .max_seqs = p.max_seqs,
+                              .n_pages = p.n_pages,
+                              .page_size = p.page_size};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
@@ -708,7 +714,8 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
     if (rp->n_prompt >= pool_tokens)
         return comet_set_error(COMET_ERR_CONTEXT,
                                "request: the prompt has %d tokens; the KV page pool holds %d "
-                               "tokens in all", rp->n_prompt, pool_tokens);
+                               "tokens in all",
+                               rp->n_prompt, pool_tokens);
     if (rp->max_tokens > 0 && (long)rp->n_prompt + rp->max_tokens > pool_tokens)
         return comet_set_error(COMET_ERR_CONTEXT,
                                "request: %d prompt tokens + max_tokens %d exceed the KV page "

@@ -135,15 +135,18 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     comet_sampler *smp = NULL;
     float *logits = malloc((size_t)c->n_vocab * sizeof(float));
     int32_t *hist = malloc((size_t)max_len * sizeof(int32_t));
-    text_out out = {.cap = max_stop + 2 * PIECE_CAP, .stop = p->stop, .n_stop = p->n_stop,
-                    .fn = on_text, .user = user};
+    text_out out = {.cap = max_stop + 2 * PIECE_CAP,
+                    .stop = p->stop,
+                    .n_stop = p->n_stop,
+                    .fn = on_text,
+                    .user = user};
     out.hold = malloc(out.cap);
     if (!logits || !hist || !out.hold) {
         st = comet_set_error(COMET_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
-    comet_runner_params rp = {.max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages,
-                              .page_size = P};
+    comet_runner_params rp = {
+        .max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages, .page_size = P};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_kv_seq_init(&seq, max_len, P)) < 0)
         goto done;

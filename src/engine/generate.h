@@ -18,12 +18,12 @@
 #include "engine/sampler.h"
 
 typedef struct comet_gen_params {
-    int max_tokens;              /* new tokens at most (> 0) */
+    int max_tokens; /* new tokens at most (> 0) */
     comet_sampler_params sampling;
-    const char *const *stop;     /* [n_stop] stop strings (not emitted); may be NULL */
+    const char *const *stop; /* [n_stop] stop strings (not emitted); may be NULL */
     int n_stop;
-    int prefill_chunk;           /* prompt tokens per prefill step (> 0) */
-    int ignore_eos;              /* keep going past EOS ids (benchmarks) */
+    int prefill_chunk; /* prompt tokens per prefill step (> 0) */
+    int ignore_eos;    /* keep going past EOS ids (benchmarks) */
 } comet_gen_params;
 
 /* max_tokens 256, default sampling, no stop strings, prefill_chunk 512. */
@@ -38,11 +38,11 @@ typedef enum comet_stop_reason {
 } comet_stop_reason;
 
 typedef struct comet_gen_stats {
-    int n_prompt;        /* prompt tokens prefilled */
-    int n_generated;     /* tokens sampled (including a final EOS) */
-    int n_decode_steps;  /* forward steps after the prefill */
-    double prefill_s;    /* prefill forward steps + first sample, seconds */
-    double decode_s;     /* decode steps + sampling, seconds */
+    int n_prompt;       /* prompt tokens prefilled */
+    int n_generated;    /* tokens sampled (including a final EOS) */
+    int n_decode_steps; /* forward steps after the prefill */
+    double prefill_s;   /* prefill forward steps + first sample, seconds */
+    double decode_s;    /* decode steps + sampling, seconds */
     comet_stop_reason stop;
 } comet_gen_stats;
 

@@ -90,7 +90,8 @@ comet_status comet_kv_seq_share(comet_kv_pool *pool, comet_kv_seq *dst, const co
     if (n_tokens < 0 || n_tokens > src->n_tokens || n_tokens % P)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "kv seq share: %d tokens; want a multiple of the page size %d up "
-                               "to the source's %d tokens", n_tokens, P, src->n_tokens);
+                               "to the source's %d tokens",
+                               n_tokens, P, src->n_tokens);
     int n = n_tokens / P;
     if (n > dst->max_pages)
         return comet_set_error(COMET_ERR_CONTEXT,
@@ -120,8 +121,8 @@ comet_status comet_batch_builder_init(comet_batch_builder *bb, int max_tokens, i
     bb->page_indptr = malloc((size_t)(max_seqs + 1) * sizeof(int32_t));
     bb->last_page_len = malloc((size_t)max_seqs * sizeof(int32_t));
     bb->page_indices = malloc((size_t)max_pages * sizeof(int32_t));
-    if (!bb->tokens || !bb->positions || !bb->logit_rows || !bb->token_indptr ||
-        !bb->page_indptr || !bb->last_page_len || !bb->page_indices) {
+    if (!bb->tokens || !bb->positions || !bb->logit_rows || !bb->token_indptr || !bb->page_indptr ||
+        !bb->last_page_len || !bb->page_indices) {
         comet_batch_builder_free(bb);
         return comet_set_error(COMET_ERR_NOMEM, "batch builder: out of memory");
     }
@@ -165,7 +166,8 @@ comet_status comet_batch_builder_add(comet_batch_builder *bb, const comet_kv_seq
     if (s + 1 > bb->max_seqs || T + n > bb->max_tokens || np + seq->n_pages > bb->max_pages)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "batch builder: step exceeds its capacity (%d tokens, %d seqs, %d "
-                               "pages)", bb->max_tokens, bb->max_seqs, bb->max_pages);
+                               "pages)",
+                               bb->max_tokens, bb->max_seqs, bb->max_pages);
     int first = seq->n_tokens - n;
     for (int i = 0; i < n; i++) {
         bb->tokens[T + i] = tokens[i];

@@ -10,8 +10,8 @@
 #include "engine/runner.h"
 
 comet_ppl_params comet_ppl_default_params(void) {
-    return (comet_ppl_params){.ctx = 2048, .max_windows = 0, .chunk = 256,
-                              .protocol = COMET_PPL_COMET, .bos_id = -1};
+    return (comet_ppl_params){
+        .ctx = 2048, .max_windows = 0, .chunk = 256, .protocol = COMET_PPL_COMET, .bos_id = -1};
 }
 
 /* -log softmax(row)[target], in double */
@@ -46,11 +46,11 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     const size_t per = !llama && bos >= 0 ? (size_t)ctx - 1 : (size_t)ctx;
     const size_t stream = n_tokens + (llama && bos >= 0 ? 1 : 0);
     if (stream < (llama ? 2 : 1) * per)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "perplexity: the text has %zu tokens, fewer than %s of ctx %d; use "
-                               "a longer text or a smaller --ctx", n_tokens,
-                               llama ? "the two windows llama.cpp's protocol needs" : "one window",
-                               ctx);
+        return comet_set_error(
+            COMET_ERR_INVALID_ARG,
+            "perplexity: the text has %zu tokens, fewer than %s of ctx %d; use "
+            "a longer text or a smaller --ctx",
+            n_tokens, llama ? "the two windows llama.cpp's protocol needs" : "one window", ctx);
     long n_windows = (long)(stream / per);
     if (p->max_windows > 0 && n_windows > p->max_windows)
         n_windows = p->max_windows;
@@ -69,8 +69,8 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
                              chunk);
         goto done;
     }
-    comet_runner_params rp = {.max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages,
-                              .page_size = P};
+    comet_runner_params rp = {
+        .max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages, .page_size = P};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_forward_set_input_observer(run.fc, p->observer, p->observer_user)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
@@ -112,7 +112,8 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
         if (!isfinite(nll)) {
             st = comet_set_error(COMET_ERR_NUMERIC,
                                  "perplexity: window %ld gives a non-finite NLL: a NaN or "
-                                 "infinity arose in the forward pass", w + 1);
+                                 "infinity arose in the forward pass",
+                                 w + 1);
             goto done;
         }
         char suffix[64];

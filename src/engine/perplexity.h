@@ -33,7 +33,7 @@ typedef struct comet_ppl_params {
     int max_windows; /* evaluate at most this many windows; 0 = all full windows */
     int chunk;       /* tokens per prefill step (> 0) */
     comet_ppl_protocol protocol;
-    int bos_id;      /* the BOS id when the model adds one (protocols above), else -1 */
+    int bos_id; /* the BOS id when the model adds one (protocols above), else -1 */
     comet_forward_input_fn observer; /* sees every linear's input (calibration:
                                       * comet_forward_set_input_observer), or NULL */
     void *observer_user;
@@ -43,9 +43,9 @@ typedef struct comet_ppl_params {
 comet_ppl_params comet_ppl_default_params(void);
 
 typedef struct comet_ppl_result {
-    double ppl;      /* exp(nll_sum / n_scored) */
-    double nll_sum;  /* sum of -log p(token), natural log */
-    long n_scored;   /* tokens scored: windows * (ctx - 1), llama.cpp's windows * (ctx - 1 - ctx/2) */
+    double ppl;     /* exp(nll_sum / n_scored) */
+    double nll_sum; /* sum of -log p(token), natural log */
+    long n_scored; /* tokens scored: windows * (ctx - 1), llama.cpp's windows * (ctx - 1 - ctx/2) */
     int ctx;
     int windows;
 } comet_ppl_result;

@@ -20,8 +20,8 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
     r->m = m;
     r->be = be;
     comet_status st;
-    if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
-                                     c->n_head_kv, c->head_dim, m->kv)) < 0 ||
+    if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size, c->n_head_kv,
+                                     c->head_dim, m->kv)) < 0 ||
         (st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
         (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, p->n_pages,
                                        p->page_size)) < 0)
@@ -100,8 +100,10 @@ comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const floa
     if (n < 1)
         return COMET_OK;
     if (n > s->rows_cap || !be->ops->sample)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "sampling: %d rows on backend '%s' (room "
-                               "for %d; op sample %s)", n, be->ops->name, s->rows_cap,
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "sampling: %d rows on backend '%s' (room "
+                               "for %d; op sample %s)",
+                               n, be->ops->name, s->rows_cap,
                                be->ops->sample ? "present" : "missing");
     int n_pen = 0;
     for (int i = 0; i < n; i++) {
@@ -128,14 +130,14 @@ comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const floa
         };
         n_pen += k;
     }
-    COMET_TRY(be->ops->sample(be, dev_logits, V, s->rows, n, s->pen_ids, s->pen_counts, n_pen,
-                              ids));
+    COMET_TRY(
+        be->ops->sample(be, dev_logits, V, s->rows, n, s->pen_ids, s->pen_counts, n_pen, ids));
     for (int i = 0; i < n; i++) {
         if (ids[i] >= 0)
             continue;
         float *row = logits + (size_t)i * V;
-        COMET_TRY(be->ops->download(be, row, dev_logits + (size_t)i * V,
-                                    (size_t)V * sizeof(float)));
+        COMET_TRY(
+            be->ops->download(be, row, dev_logits + (size_t)i * V, (size_t)V * sizeof(float)));
         if (ids[i] == COMET_SAMPLE_ON_HOST) /* penalties are applied there already */
             ids[i] = comet_sampler_pick(draws[i].smp, row, s->rows[i].u);
     }
@@ -151,10 +153,10 @@ comet_status comet_runner_step_sample(comet_runner *r, const comet_runner_draw *
         COMET_TRY(comet_forward(r->fc, &r->kv, b, logits));
         for (int i = 0; i < n; i++) {
             float *row = logits + (size_t)i * V;
-            ids[i] = comet_logits_check(row, V) < 0
-                         ? COMET_SAMPLE_NONFINITE
-                         : comet_sampler_sample(draws[i].smp, row, draws[i].history,
-                                                draws[i].n_history);
+            ids[i] =
+                comet_logits_check(row, V) < 0
+                    ? COMET_SAMPLE_NONFINITE
+                    : comet_sampler_sample(draws[i].smp, row, draws[i].history, draws[i].n_history);
         }
         return COMET_OK;
     }
@@ -169,6 +171,7 @@ comet_status comet_logits_check(const float *row, int V) {
             return comet_set_error(COMET_ERR_NUMERIC,
                                    "the logits are not finite (logit %d is %g): a NaN or "
                                    "infinity arose in the forward pass, from the input or from "
-                                   "weights or activations that overflow", i, (double)row[i]);
+                                   "weights or activations that overflow",
+                                   i, (double)row[i]);
     return COMET_OK;
 }

@@ -49,12 +49,12 @@ typedef struct comet_runner_params {
 } comet_runner_params;
 
 typedef struct comet_runner {
-    const comet_model *m;   /* borrowed */
-    comet_backend *be;      /* borrowed */
-    comet_forward_ctx *fc;  /* the model on be */
-    comet_kv_cache kv;      /* in be's memory: the model's kv_bits, kv_group, kv_rotation */
-    comet_kv_pool pool;     /* page allocator over kv */
-    comet_batch_builder bb; /* the step being built */
+    const comet_model *m;    /* borrowed */
+    comet_backend *be;       /* borrowed */
+    comet_forward_ctx *fc;   /* the model on be */
+    comet_kv_cache kv;       /* in be's memory: the model's kv_bits, kv_group, kv_rotation */
+    comet_kv_pool pool;      /* page allocator over kv */
+    comet_batch_builder bb;  /* the step being built */
     comet_sampling sampling; /* comet_runner_step_sample's host scratch */
 } comet_runner;
 

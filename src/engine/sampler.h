@@ -15,10 +15,10 @@
 #include "comet/status.h"
 
 typedef struct comet_sampler_params {
-    float temperature;       /* 0 = greedy */
-    int top_k;               /* keep the k most likely; 0 = off */
-    float top_p;             /* keep the smallest set with mass >= top_p; 1 = off */
-    float min_p;             /* drop tokens with p < min_p * p_max; 0 = off */
+    float temperature; /* 0 = greedy */
+    int top_k;         /* keep the k most likely; 0 = off */
+    float top_p;       /* keep the smallest set with mass >= top_p; 1 = off */
+    float min_p;       /* drop tokens with p < min_p * p_max; 0 = off */
     uint64_t seed;
     float repeat_penalty;    /* 1 = off; logit > 0 divided by it, logit < 0 multiplied (CTRL) */
     int repeat_last_n;       /* history window the penalties look at; -1 = all of it */

@@ -124,8 +124,8 @@ static comet_status get_float(const ctx *c, const cJSON *obj, const char *where,
         return COMET_OK;
     }
     if (!cJSON_IsNumber(v))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: %s%s: %s number expected", c->cfg_path,
-                               where, key, v ? "a" : "missing;");
+        return comet_set_error(COMET_ERR_FORMAT, "%s: %s%s: %s number expected", c->cfg_path, where,
+                               key, v ? "a" : "missing;");
     *out = (float)v->valuedouble;
     return COMET_OK;
 }
@@ -183,8 +183,8 @@ static comet_status parse_model_config(const ctx *c, const cJSON *j, comet_model
     cJSON_ArrayForEach(e, eos_list) {
         if (!cJSON_IsNumber(e) || cfg->n_eos == COMET_MAX_EOS)
             return comet_set_error(COMET_ERR_FORMAT,
-                                   "%s: eos_token_id: at most %d integer ids expected",
-                                   c->cfg_path, COMET_MAX_EOS);
+                                   "%s: eos_token_id: at most %d integer ids expected", c->cfg_path,
+                                   COMET_MAX_EOS);
         comet_config_add_eos(cfg, (int32_t)e->valuedouble);
     }
     return comet_model_config_check(cfg, c->cfg_path);
@@ -214,39 +214,53 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &q->kv.bits));
     COMET_TRY(get_int(c, qj, W, "kv_group_size", 1, m->cfg.head_dim, &q->kv.group));
     if (q->kv.group <= 0 || m->cfg.head_dim % q->kv.group)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_group_size %d "
-                               "does not divide head_dim %d", c->cfg_path, q->kv.group,
-                               m->cfg.head_dim);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: quantization_config.kv_group_size %d "
+                               "does not divide head_dim %d",
+                               c->cfg_path, q->kv.group, m->cfg.head_dim);
     /* version 1 had no KV rotation; from version 2 the key is required */
     q->kv.rotation = COMET_KV_ROTATION_NONE;
     if (q->format_version >= 2) {
         const cJSON *rot = cJSON_GetObjectItemCaseSensitive(qj, "kv_rotation");
         q->kv.rotation = cJSON_IsString(rot) ? comet_kv_rotation_parse(rot->valuestring) : -1;
         if (q->kv.rotation < 0)
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.kv_rotation: "
-                                   "\"none\" or \"hadamard\" expected", c->cfg_path);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: quantization_config.kv_rotation: "
+                                   "\"none\" or \"hadamard\" expected",
+                                   c->cfg_path);
         if (q->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
-            return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.kv_rotation "
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: quantization_config.kv_rotation "
                                    "\"hadamard\" needs a power-of-two head_dim, not %d",
                                    c->cfg_path, m->cfg.head_dim);
     }
     COMET_TRY(get_int(c, qj, W, "block_size", 0, 0, &q->block));
     if (q->w_bits != 4 && q->w_bits != 8 && q->w_bits != 16 && q->w_bits != 32)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.w_bits %d: 4, 8, "
-                               "16 or 32 expected", c->cfg_path, q->w_bits);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: quantization_config.w_bits %d: 4, 8, "
+                               "16 or 32 expected",
+                               c->cfg_path, q->w_bits);
     if (q->a_bits != 4 && q->a_bits != 8 && q->a_bits != 16)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.a_bits %d: 4, 8 "
-                               "or 16 expected", c->cfg_path, q->a_bits);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: quantization_config.a_bits %d: 4, 8 "
+                               "or 16 expected",
+                               c->cfg_path, q->a_bits);
     if (q->kv.bits != 4 && q->kv.bits != 8 && q->kv.bits != 16)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantization_config.kv_bits %d: 4, 8 "
-                               "or 16 expected", c->cfg_path, q->kv.bits);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: quantization_config.kv_bits %d: 4, 8 "
+                               "or 16 expected",
+                               c->cfg_path, q->kv.bits);
     if (q->block < 0)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.block_size %d: >= 0 "
-                               "expected", c->cfg_path, q->block);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: quantization_config.block_size %d: >= 0 "
+                               "expected",
+                               c->cfg_path, q->block);
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(qj, "weight_method");
     if (!cJSON_IsString(wm))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.weight_method: a "
-                               "string expected", c->cfg_path);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: quantization_config.weight_method: a "
+                               "string expected",
+                               c->cfg_path);
     snprintf(q->wmethod, sizeof q->wmethod, "%s", wm->valuestring);
     q->clip_search = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qj, "clip_search"));
     q->reorder = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(qj, "reorder"));
@@ -267,8 +281,10 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
     }
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(qj, "layers");
     if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) != m->cfg.n_layer)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config.layers: an array of "
-                               "%d layers expected", c->cfg_path, m->cfg.n_layer);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: quantization_config.layers: an array of "
+                               "%d layers expected",
+                               c->cfg_path, m->cfg.n_layer);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const cJSON *lj = cJSON_GetArrayItem(layers, l);
         for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
@@ -281,13 +297,14 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
             int K = comet_qgroup_width(&m->cfg, (comet_qgroup)g), *nb = &blk[l * 4 + g];
             COMET_TRY(get_int(c, gj, where, "block_size", 0, 0, nb));
             if (*nb <= 0 || K % *nb)
-                return comet_set_error(COMET_ERR_FORMAT, "%s: %sblock_size %d does not divide "
-                                       "the input width %d", c->cfg_path, where,
-                                       *nb, K);
+                return comet_set_error(COMET_ERR_FORMAT,
+                                       "%s: %sblock_size %d does not divide "
+                                       "the input width %d",
+                                       c->cfg_path, where, *nb, K);
             COMET_TRY(get_int(c, gj, where, "n8", 0, 0, &n8[l * 4 + g]));
             if (n8[l * 4 + g] < 0 || n8[l * 4 + g] > K / *nb)
-                return comet_set_error(COMET_ERR_FORMAT, "%s: %sn8 %d outside 0..%d",
-                                       c->cfg_path, where, n8[l * 4 + g], K / *nb);
+                return comet_set_error(COMET_ERR_FORMAT, "%s: %sn8 %d outside 0..%d", c->cfg_path,
+                                       where, n8[l * 4 + g], K / *nb);
             const cJSON *list = cJSON_GetObjectItemCaseSensitive(gj, "int8_blocks");
             int ok = cJSON_IsArray(list) && cJSON_GetArraySize(list) == n8[l * 4 + g];
             for (int b = 0; ok && b < n8[l * 4 + g]; b++) {
@@ -295,8 +312,10 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                 ok = cJSON_IsNumber(v) && v->valuedouble == b;
             }
             if (!ok)
-                return comet_set_error(COMET_ERR_FORMAT, "%s: %sint8_blocks: the leading blocks "
-                                       "[0 .. n8-1] expected", c->cfg_path, where);
+                return comet_set_error(COMET_ERR_FORMAT,
+                                       "%s: %sint8_blocks: the leading blocks "
+                                       "[0 .. n8-1] expected",
+                                       c->cfg_path, where);
         }
     }
     m->quant = q;
@@ -315,9 +334,8 @@ static comet_status get_tensor(const ctx *c, const char *name, comet_st_dtype dt
     if (!t)
         return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s is missing", c->st_path, name);
     if (t->dtype != dt)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s: dtype %s, %s expected",
-                               c->st_path, name, comet_st_dtype_name(t->dtype),
-                               comet_st_dtype_name(dt));
+        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s: dtype %s, %s expected", c->st_path,
+                               name, comet_st_dtype_name(t->dtype), comet_st_dtype_name(dt));
     int want_dims = d1 ? 2 : 1;
     if (t->n_dims != want_dims || t->shape[0] != d0 || (d1 && t->shape[1] != d1)) {
         char got[64] = "";
@@ -325,9 +343,10 @@ static comet_status get_tensor(const ctx *c, const char *name, comet_st_dtype dt
             snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "",
                      (long long)t->shape[i]);
         if (d1)
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s: shape [%s], [%lld, %lld] "
-                                   "expected", c->st_path, name, got, (long long)d0,
-                                   (long long)d1);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor %s: shape [%s], [%lld, %lld] "
+                                   "expected",
+                                   c->st_path, name, got, (long long)d0, (long long)d1);
         return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s: shape [%s], [%lld] expected",
                                c->st_path, name, got, (long long)d0);
     }
@@ -339,15 +358,15 @@ static void *own_alloc(ctx *c, size_t bytes) {
     return comet_model_own(c->m, malloc(bytes ? bytes : 1));
 }
 
-#define NEED(p) \
-    do { \
-        if (!(p)) \
-            return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", c->st_path); \
+#define NEED(p)                                                                                    \
+    do {                                                                                           \
+        if (!(p))                                                                                  \
+            return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", c->st_path);              \
     } while (0)
 
 /* An fp32 copy of an F32 or F16 tensor of shape [d0] / [d0, d1]. */
-static comet_status load_float(ctx *c, const char *name, comet_st_dtype dt, int64_t d0,
-                               int64_t d1, float **out) {
+static comet_status load_float(ctx *c, const char *name, comet_st_dtype dt, int64_t d0, int64_t d1,
+                               float **out) {
     const comet_st_tensor *t;
     COMET_TRY(get_tensor(c, name, dt, d0, d1, &t));
     float *dst = own_alloc(c, (size_t)t->n_elements * sizeof *dst);
@@ -379,8 +398,10 @@ static comet_status load_perm(ctx *c, const char *name, int K, int32_t **out) {
     for (int k = 0; k < K; k++) {
         if (p[k] < 0 || p[k] >= K || seen[p[k]]) {
             free(seen);
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor %s is not a permutation of "
-                                   "0..%d (entry %d = %d)", c->st_path, name, K - 1, k, (int)p[k]);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor %s is not a permutation of "
+                                   "0..%d (entry %d = %d)",
+                                   c->st_path, name, K - 1, k, (int)p[k]);
         }
         seen[p[k]] = 1;
     }
@@ -462,10 +483,10 @@ static comet_status load_tensors(ctx *c, const int *n8, const int *blk) {
         COMET_TRY(load_perm(c, name, C, &p_gu));
         snprintf(name, sizeof name, "model.layers.%d.mlp.down_perm", l);
         COMET_TRY(load_perm(c, name, F, &p_down));
-#define LIN(field, sub, N, K, g, perm, folded)                                                \
-    do {                                                                                     \
-        snprintf(base, sizeof base, "model.layers.%d.%s", l, sub);                           \
-        COMET_TRY(load_linear(c, &lw->field, base, N, K, lb[g], ln8[g], perm, folded));      \
+#define LIN(field, sub, N, K, g, perm, folded)                                                     \
+    do {                                                                                           \
+        snprintf(base, sizeof base, "model.layers.%d.%s", l, sub);                                 \
+        COMET_TRY(load_linear(c, &lw->field, base, N, K, lb[g], ln8[g], perm, folded));            \
     } while (0)
         LIN(wq, "self_attn.q_proj", HD, C, COMET_QGROUP_QKV, p_qkv, NULL);
         LIN(wk, "self_attn.k_proj", KVD, C, COMET_QGROUP_QKV, p_qkv, NULL);
@@ -516,8 +537,10 @@ static comet_status load(ctx *c) {
     int *n8 = NULL, *blk = NULL;
     const cJSON *qj = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
     if (!cJSON_IsObject(qj))
-        st = comet_set_error(COMET_ERR_FORMAT, "%s: quantization_config: missing (not a comet "
-                             "checkpoint)", c->cfg_path);
+        st = comet_set_error(COMET_ERR_FORMAT,
+                             "%s: quantization_config: missing (not a comet "
+                             "checkpoint)",
+                             c->cfg_path);
     if (st == COMET_OK)
         st = parse_model_config(c, j, &c->m->cfg);
     if (st == COMET_OK) {

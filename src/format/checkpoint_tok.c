@@ -144,13 +144,14 @@ static comet_status tokenizer_json_from_gguf(const char *src, const char *out_pa
         goto done;
     }
     if (comet_gguf_find(g, "tokenizer.ggml.token_type")) {
-        if ((st = comet_gguf_get_arr(g, "tokenizer.ggml.token_type", COMET_GGUF_VTYPE_COUNT,
-                                     &ty)) < 0)
+        if ((st = comet_gguf_get_arr(g, "tokenizer.ggml.token_type", COMET_GGUF_VTYPE_COUNT, &ty)) <
+            0)
             goto done;
         if (ty->arr_n != tk->arr_n) {
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer.ggml.token_type has %llu "
-                                 "entries for %llu tokens", src, (unsigned long long)ty->arr_n,
-                                 (unsigned long long)tk->arr_n);
+            st = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: tokenizer.ggml.token_type has %llu "
+                                 "entries for %llu tokens",
+                                 src, (unsigned long long)ty->arr_n, (unsigned long long)tk->arr_n);
             goto done;
         }
         if ((st = comet_gguf_arr_i32(ty, types)) < 0)
@@ -182,7 +183,8 @@ static comet_status tokenizer_json_from_gguf(const char *src, const char *out_pa
     cJSON_AddNullToObject(model, "end_of_word_suffix");
     cJSON_AddBoolToObject(model, "fuse_unk", 0);
     cJSON_AddBoolToObject(model, "byte_fallback", 0);
-    cJSON_AddBoolToObject(model, "ignore_merges", !strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe"));
+    cJSON_AddBoolToObject(model, "ignore_merges",
+                          !strcmp(pre, "llama3") || !strcmp(pre, "llama-bpe"));
     cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
     for (uint64_t i = 0; i < tk->arr_n; i++)
         cJSON_AddItemToObject(vocab, tokens[i], cJSON_CreateNumber((double)i));

@@ -15,7 +15,13 @@
 #include "numerics/qgroup.h"
 #include "numerics/quant.h"
 
-typedef enum { ST_F32, ST_I32, ST_F16, ST_U8, ST_I8 } st_dtype;
+typedef enum {
+    ST_F32,
+    ST_I32,
+    ST_F16,
+    ST_U8,
+    ST_I8
+} st_dtype;
 static const char *dtype_name[] = {"F32", "I32", "F16", "U8", "I8"};
 static const int dtype_size[] = {4, 4, 2, 1, 1};
 
@@ -70,7 +76,8 @@ static const char *lin_names[7] = {"self_attn.q_proj", "self_attn.k_proj", "self
                                    "mlp.down_proj"};
 
 static comet_linear *layer_linear(comet_layer_weights *lw, int i) {
-    comet_linear *all[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo, &lw->w_gate, &lw->w_up, &lw->w_down};
+    comet_linear *all[7] = {&lw->wq,     &lw->wk,   &lw->wv,    &lw->wo,
+                            &lw->w_gate, &lw->w_up, &lw->w_down};
     return all[i];
 }
 
@@ -307,9 +314,11 @@ comet_status comet_checkpoint_write(const comet_model *m, const char *dir) {
         for (int i = 0; i < 7; i++)
             if (layer_linear(&m->layers[li], i)->fmt != COMET_WFMT_QSIM)
                 return comet_set_error(COMET_ERR_INVALID_ARG,
-                                       "checkpoint: layer %d %s is not quantized", li, lin_names[i]);
+                                       "checkpoint: layer %d %s is not quantized", li,
+                                       lin_names[i]);
     if (mkdir(dir, 0777) != 0 && errno != EEXIST)
-        return comet_set_error(COMET_ERR_IO, "%s: cannot create directory: %s", dir, strerror(errno));
+        return comet_set_error(COMET_ERR_IO, "%s: cannot create directory: %s", dir,
+                               strerror(errno));
     char path[4096];
     st_list l = {0};
     comet_status st = collect(m, &l);

@@ -24,23 +24,23 @@
 
 typedef struct ggml_type_info {
     const char *name;
-    int block;       /* elements per block */
-    size_t bytes;    /* bytes per block */
+    int block;    /* elements per block */
+    size_t bytes; /* bytes per block */
 } ggml_type_info;
 
 /* Indexed by ggml type id; ids ggml retired or never assigned have name NULL. */
 static const ggml_type_info ggml_types[] = {
-    [0] = {"F32", 1, 4},        [1] = {"F16", 1, 2},        [2] = {"Q4_0", 32, 18},
-    [3] = {"Q4_1", 32, 20},     [6] = {"Q5_0", 32, 22},     [7] = {"Q5_1", 32, 24},
-    [8] = {"Q8_0", 32, 34},     [9] = {"Q8_1", 32, 40},     [10] = {"Q2_K", 256, 84},
-    [11] = {"Q3_K", 256, 110},  [12] = {"Q4_K", 256, 144},  [13] = {"Q5_K", 256, 176},
-    [14] = {"Q6_K", 256, 210},  [15] = {"Q8_K", 256, 292},  [16] = {"IQ2_XXS", 256, 66},
-    [17] = {"IQ2_XS", 256, 74}, [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
-    [20] = {"IQ4_NL", 32, 18},  [21] = {"IQ3_S", 256, 110}, [22] = {"IQ2_S", 256, 82},
-    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},       [25] = {"I16", 1, 2},
-    [26] = {"I32", 1, 4},       [27] = {"I64", 1, 8},       [28] = {"F64", 1, 8},
-    [29] = {"IQ1_M", 256, 56},  [30] = {"BF16", 1, 2},      [34] = {"TQ1_0", 256, 54},
-    [35] = {"TQ2_0", 256, 66},  [39] = {"MXFP4", 32, 17},
+    [0] = {"F32", 1, 4},         [1] = {"F16", 1, 2},         [2] = {"Q4_0", 32, 18},
+    [3] = {"Q4_1", 32, 20},      [6] = {"Q5_0", 32, 22},      [7] = {"Q5_1", 32, 24},
+    [8] = {"Q8_0", 32, 34},      [9] = {"Q8_1", 32, 40},      [10] = {"Q2_K", 256, 84},
+    [11] = {"Q3_K", 256, 110},   [12] = {"Q4_K", 256, 144},   [13] = {"Q5_K", 256, 176},
+    [14] = {"Q6_K", 256, 210},   [15] = {"Q8_K", 256, 292},   [16] = {"IQ2_XXS", 256, 66},
+    [17] = {"IQ2_XS", 256, 74},  [18] = {"IQ3_XXS", 256, 98}, [19] = {"IQ1_S", 256, 50},
+    [20] = {"IQ4_NL", 32, 18},   [21] = {"IQ3_S", 256, 110},  [22] = {"IQ2_S", 256, 82},
+    [23] = {"IQ4_XS", 256, 136}, [24] = {"I8", 1, 1},         [25] = {"I16", 1, 2},
+    [26] = {"I32", 1, 4},        [27] = {"I64", 1, 8},        [28] = {"F64", 1, 8},
+    [29] = {"IQ1_M", 256, 56},   [30] = {"BF16", 1, 2},       [34] = {"TQ1_0", 256, 54},
+    [35] = {"TQ2_0", 256, 66},   [39] = {"MXFP4", 32, 17},
 };
 #define N_GGML_TYPES (sizeof ggml_types / sizeof ggml_types[0])
 
@@ -61,13 +61,20 @@ int comet_gguf_type_block(uint32_t type, size_t *type_bytes) {
 
 int comet_gguf_type_supported(uint32_t type) {
     switch (type) {
-    case COMET_GGML_F32: case COMET_GGML_F16: case COMET_GGML_BF16:
-    case COMET_GGML_Q4_0: case COMET_GGML_Q4_1: case COMET_GGML_Q5_0: case COMET_GGML_Q5_1:
-    case COMET_GGML_Q8_0: case COMET_GGML_Q2_K: case COMET_GGML_Q3_K: case COMET_GGML_Q4_K:
-    case COMET_GGML_Q5_K: case COMET_GGML_Q6_K:
-        return 1;
-    default:
-        return 0;
+    case COMET_GGML_F32:
+    case COMET_GGML_F16:
+    case COMET_GGML_BF16:
+    case COMET_GGML_Q4_0:
+    case COMET_GGML_Q4_1:
+    case COMET_GGML_Q5_0:
+    case COMET_GGML_Q5_1:
+    case COMET_GGML_Q8_0:
+    case COMET_GGML_Q2_K:
+    case COMET_GGML_Q3_K:
+    case COMET_GGML_Q4_K:
+    case COMET_GGML_Q5_K:
+    case COMET_GGML_Q6_K: return 1;
+    default: return 0;
     }
 }
 
@@ -211,8 +218,8 @@ static comet_status rd_value(cursor *c, comet_gguf_vtype t, int depth, comet_ggu
                                    c->file, key, et);
         if (et == COMET_GGUF_ARRAY && depth + 1 >= MAX_ARRAY_DEPTH)
             return comet_set_error(COMET_ERR_FORMAT,
-                                   "%s: metadata key '%s': arrays nested deeper than %d",
-                                   c->file, key, MAX_ARRAY_DEPTH);
+                                   "%s: metadata key '%s': arrays nested deeper than %d", c->file,
+                                   key, MAX_ARRAY_DEPTH);
         /* Every element takes at least this many bytes: bounds the count before walking. */
         uint64_t min_elem = vtype_size[et] ? vtype_size[et] : (et == COMET_GGUF_STRING ? 8 : 12);
         if (n > left(c) / min_elem)
@@ -220,8 +227,7 @@ static comet_status rd_value(cursor *c, comet_gguf_vtype t, int depth, comet_ggu
                                    "%s: truncated: metadata key '%s': array of %" PRIu64
                                    " %s needs at least %" PRIu64 " bytes at offset %zu but "
                                    "the file is %zu bytes",
-                                   c->file, key, n, vtype_names[et], n * min_elem, c->off,
-                                   c->size);
+                                   c->file, key, n, vtype_names[et], n * min_elem, c->off, c->size);
         size_t start = c->off;
         if (vtype_size[et]) {
             c->off += (size_t)(n * vtype_size[et]);
@@ -281,7 +287,8 @@ static int str_cmp(comet_gguf_str a, comet_gguf_str b) {
 }
 
 static int kv_ptr_cmp(const void *a, const void *b) {
-    return str_cmp((*(const comet_gguf_kv *const *)a)->key, (*(const comet_gguf_kv *const *)b)->key);
+    return str_cmp((*(const comet_gguf_kv *const *)a)->key,
+                   (*(const comet_gguf_kv *const *)b)->key);
 }
 
 static int tensor_ptr_cmp(const void *a, const void *b) {
@@ -304,8 +311,8 @@ static comet_status check_duplicates(const comet_gguf *g) {
     qsort(v, g->n_kv, sizeof *v, kv_ptr_cmp);
     for (size_t i = 1; i < g->n_kv && st == COMET_OK; i++)
         if (kv_ptr_cmp(&v[i - 1], &v[i]) == 0)
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' appears twice",
-                                 g->name, show(((const comet_gguf_kv *)v[i])->key, b, sizeof b));
+            st = comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' appears twice", g->name,
+                                 show(((const comet_gguf_kv *)v[i])->key, b, sizeof b));
     for (size_t i = 0; i < g->n_tensors; i++)
         v[i] = &g->tensors[i];
     qsort(v, g->n_tensors, sizeof *v, tensor_ptr_cmp);
@@ -324,23 +331,24 @@ static comet_status rd_tensor_info(cursor *c, comet_gguf_tensor *t, uint64_t idx
     COMET_TRY(rd_str(c, &name, what));
     if (name.len >= COMET_GGUF_MAX_NAME) {
         char b[80];
-        return comet_set_error(COMET_ERR_FORMAT,
-                               "%s: tensor info #%" PRIu64 ": name '%s' is %" PRIu64
-                               " bytes (at most %d allowed)",
-                               c->file, idx, show(name, b, sizeof b), name.len,
-                               COMET_GGUF_MAX_NAME - 1);
+        return comet_set_error(
+            COMET_ERR_FORMAT,
+            "%s: tensor info #%" PRIu64 ": name '%s' is %" PRIu64 " bytes (at most %d allowed)",
+            c->file, idx, show(name, b, sizeof b), name.len, COMET_GGUF_MAX_NAME - 1);
     }
     memcpy(t->name, name.s, (size_t)name.len);
     t->name[name.len] = '\0';
     if (memchr(t->name, '\0', (size_t)name.len))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor info #%" PRIu64
-                               ": name contains a NUL byte", c->file, idx);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor info #%" PRIu64 ": name contains a NUL byte", c->file,
+                               idx);
     snprintf(what, sizeof what, "tensor info of '%s'", t->name);
     uint32_t n_dims;
     COMET_TRY(rd_u32(c, &n_dims, what));
     if (n_dims < 1 || n_dims > COMET_GGUF_MAX_DIMS)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s' has %u dimensions (1..%d allowed)",
-                               c->file, t->name, n_dims, COMET_GGUF_MAX_DIMS);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s' has %u dimensions (1..%d allowed)", c->file,
+                               t->name, n_dims, COMET_GGUF_MAX_DIMS);
     t->n_dims = (int)n_dims;
     for (int d = 0; d < COMET_GGUF_MAX_DIMS; d++)
         t->ne[d] = 1;
@@ -349,8 +357,10 @@ static comet_status rd_tensor_info(cursor *c, comet_gguf_tensor *t, uint64_t idx
         uint64_t ne;
         COMET_TRY(rd_u64(c, &ne, what));
         if (ne > (uint64_t)INT64_MAX)
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': dimension %u is %" PRIu64
-                                   " (negative as int64)", c->file, t->name, d, ne);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor '%s': dimension %u is %" PRIu64
+                                   " (negative as int64)",
+                                   c->file, t->name, d, ne);
         t->ne[d] = (int64_t)ne;
         if (ne != 0 && n_el > (uint64_t)INT64_MAX / ne)
             return comet_set_error(COMET_ERR_FORMAT,
@@ -378,8 +388,8 @@ static comet_status rd_tensor_info(cursor *c, comet_gguf_tensor *t, uint64_t idx
                                c->file, t->name, t->ne[0], ggml_types[t->type].name, blk);
     uint64_t n_blocks = n_el / (uint64_t)blk;
     if (n_blocks && bb > UINT64_MAX / n_blocks)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': byte size overflows",
-                               c->file, t->name);
+        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': byte size overflows", c->file,
+                               t->name);
     t->n_bytes = n_blocks * bb;
     return COMET_OK;
 }
@@ -401,7 +411,8 @@ comet_status comet_gguf_parse(const void *buf, size_t size, const char *name, co
         const uint8_t *p = buf;
         st = size < 4 ? comet_set_error(COMET_ERR_FORMAT,
                                         "%s: not a GGUF file: %zu bytes, shorter than the "
-                                        "4-byte magic 'GGUF'", g->name, size)
+                                        "4-byte magic 'GGUF'",
+                                        g->name, size)
                       : comet_set_error(COMET_ERR_FORMAT,
                                         "%s: not a GGUF file: magic is %02x %02x %02x %02x, "
                                         "expected 'GGUF' (47 47 55 46)",
@@ -420,11 +431,12 @@ comet_status comet_gguf_parse(const void *buf, size_t size, const char *name, co
         else if (g->version == 0x03000000u)
             st = comet_set_error(COMET_ERR_UNSUPPORTED,
                                  "%s: big-endian GGUF is not supported; use a little-endian "
-                                 "version 3 file", g->name);
+                                 "version 3 file",
+                                 g->name);
         else
             st = comet_set_error(COMET_ERR_UNSUPPORTED,
-                                 "%s: GGUF version %u is not supported; only version 3 is",
-                                 g->name, g->version);
+                                 "%s: GGUF version %u is not supported; only version 3 is", g->name,
+                                 g->version);
         goto fail;
     }
     uint64_t n_tensors, n_kv;
@@ -485,7 +497,8 @@ comet_status comet_gguf_parse(const void *buf, size_t size, const char *name, co
     if (n_tensors > 0 && data_off > size) {
         st = comet_set_error(COMET_ERR_FORMAT,
                              "%s: truncated: tensor data should start at offset %" PRIu64
-                             " but the file is %zu bytes", g->name, data_off, size);
+                             " but the file is %zu bytes",
+                             g->name, data_off, size);
         goto fail;
     }
     for (size_t i = 0; i < g->n_tensors; i++) {
@@ -494,15 +507,15 @@ comet_status comet_gguf_parse(const void *buf, size_t size, const char *name, co
         if (t->offset % g->alignment) {
             st = comet_set_error(COMET_ERR_FORMAT,
                                  "%s: tensor '%s': data offset %" PRIu64 " is not a multiple "
-                                 "of the alignment %u", g->name, t->name, t->offset,
-                                 g->alignment);
+                                 "of the alignment %u",
+                                 g->name, t->name, t->offset, g->alignment);
             goto fail;
         }
         if (t->offset > avail || t->n_bytes > avail - t->offset) {
             st = comet_set_error(COMET_ERR_FORMAT,
                                  "%s: tensor '%s': data [%" PRIu64 ", +%" PRIu64 ") lies past "
-                                 "the end of the file (%" PRIu64 " data bytes after offset %"
-                                 PRIu64 "; truncated file?)",
+                                 "the end of the file (%" PRIu64 " data bytes after offset %" PRIu64
+                                 "; truncated file?)",
                                  g->name, t->name, t->offset, t->n_bytes, avail, data_off);
             goto fail;
         }
@@ -576,8 +589,9 @@ comet_status comet_gguf_get_i64(const comet_gguf *g, const char *key, int64_t *o
         *out = kv->num.i;
     } else if (is_unsigned(kv->type)) {
         if (kv->num.u > (uint64_t)INT64_MAX)
-            return comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' = %" PRIu64
-                                   " is out of range", g->name, key, kv->num.u);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: metadata key '%s' = %" PRIu64 " is out of range", g->name,
+                                   key, kv->num.u);
         *out = (int64_t)kv->num.u;
     } else {
         return wrong_type(g, key, kv->type, "an integer");
@@ -589,8 +603,9 @@ comet_status comet_gguf_get_u32(const comet_gguf *g, const char *key, uint32_t *
     int64_t v;
     COMET_TRY(comet_gguf_get_i64(g, key, &v));
     if (v < 0 || v > (int64_t)UINT32_MAX)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' = %" PRId64
-                               " is out of range for u32", g->name, key, v);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: metadata key '%s' = %" PRId64 " is out of range for u32",
+                               g->name, key, v);
     *out = (uint32_t)v;
     return COMET_OK;
 }
@@ -629,9 +644,11 @@ comet_status comet_gguf_get_arr(const comet_gguf *g, const char *key, comet_gguf
     if (kv->type != COMET_GGUF_ARRAY)
         return wrong_type(g, key, kv->type, "array");
     if (elem != COMET_GGUF_VTYPE_COUNT && kv->arr_type != elem)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' is an array of %s, "
-                               "expected an array of %s", g->name, key,
-                               comet_gguf_vtype_name(kv->arr_type), comet_gguf_vtype_name(elem));
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: metadata key '%s' is an array of %s, "
+                               "expected an array of %s",
+                               g->name, key, comet_gguf_vtype_name(kv->arr_type),
+                               comet_gguf_vtype_name(elem));
     *out = kv;
     return COMET_OK;
 }
@@ -679,7 +696,8 @@ static int64_t elem_i(const comet_gguf_kv *kv, size_t i, int *ok) {
     const uint8_t *p = kv->arr_data + i * vtype_size[kv->arr_type];
     *ok = 1;
     switch (kv->arr_type) {
-    case COMET_GGUF_U8: case COMET_GGUF_BOOL: return p[0];
+    case COMET_GGUF_U8:
+    case COMET_GGUF_BOOL: return p[0];
     case COMET_GGUF_I8: return (int8_t)p[0];
     case COMET_GGUF_U16: return ld16(p);
     case COMET_GGUF_I16: return (int16_t)ld16(p);
@@ -705,8 +723,10 @@ comet_status comet_gguf_arr_i32(const comet_gguf_kv *kv, int32_t *out) {
         int ok;
         int64_t v = elem_i(kv, i, &ok);
         if (!ok || v < INT32_MIN || v > INT32_MAX)
-            return comet_set_error(COMET_ERR_FORMAT, "metadata key '%s'[%zu] is out of range "
-                                   "for i32", show(kv->key, b, sizeof b), i);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "metadata key '%s'[%zu] is out of range "
+                                   "for i32",
+                                   show(kv->key, b, sizeof b), i);
         out[i] = (int32_t)v;
     }
     return COMET_OK;
@@ -921,15 +941,14 @@ comet_status comet_gguf_dequant_row(uint32_t type, const void *src, float *dst, 
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "tensor type %s is not supported; supported: F32, F16, BF16, "
                                    "Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K "
-                                   "(re-quantize the model to one of these)", nm);
+                                   "(re-quantize the model to one of these)",
+                                   nm);
         return comet_set_error(COMET_ERR_UNSUPPORTED, "tensor type id %u is unknown", type);
     }
     COMET_ASSERT(n % blk == 0);
     int64_t nb = n / blk;
     switch (type) {
-    case COMET_GGML_F32:
-        memcpy(dst, s, (size_t)n * 4);
-        break;
+    case COMET_GGML_F32: memcpy(dst, s, (size_t)n * 4); break;
     case COMET_GGML_F16:
         for (int64_t i = 0; i < n; i++)
             dst[i] = comet_fp16_to_fp32(ld16(s + 2 * i));

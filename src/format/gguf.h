@@ -93,19 +93,19 @@ typedef struct comet_gguf_tensor {
     uint64_t offset;                 /* from the start of the data section */
     int64_t n_elements;
     uint64_t n_bytes;
-    const uint8_t *data;             /* [n_bytes] inside the file buffer */
+    const uint8_t *data; /* [n_bytes] inside the file buffer */
 } comet_gguf_tensor;
 
 typedef struct comet_gguf {
-    comet_mmap map;        /* when opened from a file */
-    const uint8_t *buf;    /* [size] the whole file */
+    comet_mmap map;     /* when opened from a file */
+    const uint8_t *buf; /* [size] the whole file */
     size_t size;
-    char *name;            /* file name for messages, owned */
+    char *name; /* file name for messages, owned */
     uint32_t version;
     uint32_t alignment;
-    uint64_t data_offset;  /* start of the tensor data section */
+    uint64_t data_offset; /* start of the tensor data section */
     size_t n_kv;
-    comet_gguf_kv *kv;     /* [n_kv] in file order */
+    comet_gguf_kv *kv; /* [n_kv] in file order */
     size_t n_tensors;
     comet_gguf_tensor *tensors; /* [n_tensors] in file order */
 } comet_gguf;

@@ -56,8 +56,8 @@ static comet_status req_int(const comet_gguf *g, const char *key, int *out) {
     uint32_t v;
     COMET_TRY(comet_gguf_get_u32(g, key, &v));
     if (v > INT32_MAX)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' = %u out of range",
-                               g->name, key, v);
+        return comet_set_error(COMET_ERR_FORMAT, "%s: metadata key '%s' = %u out of range", g->name,
+                               key, v);
     *out = (int)v;
     return COMET_OK;
 }
@@ -69,9 +69,10 @@ static comet_status req_int(const comet_gguf *g, const char *key, int *out) {
 static comet_status gguf_rope_freqs(const comet_gguf *g, comet_model_config *c) {
     const comet_gguf_tensor *t = comet_gguf_find_tensor(g, "rope_freqs.weight");
     if (t->n_elements != c->head_dim / 2)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor 'rope_freqs.weight' has %lld values, "
-                               "expected head_dim/2 = %d", g->name, (long long)t->n_elements,
-                               c->head_dim / 2);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor 'rope_freqs.weight' has %lld values, "
+                               "expected head_dim/2 = %d",
+                               g->name, (long long)t->n_elements, c->head_dim / 2);
     float f[512];
     if (t->n_elements > 512)
         return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: rope_freqs.weight too long", g->name);
@@ -97,7 +98,8 @@ static comet_status gguf_rope_freqs(const comet_gguf *g, comet_model_config *c) 
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "%s: rope_freqs.weight[%d] = %g does not match Llama-3 RoPE "
                                    "scaling (expected %g); other frequency scalings are not "
-                                   "supported", g->name, i, (double)f[i], want);
+                                   "supported",
+                                   g->name, i, (double)f[i], want);
     }
     c->rope_scaling = COMET_ROPE_SCALING_LLAMA3;
     c->rope_factor = factor;
@@ -111,9 +113,10 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
     comet_gguf_str arch;
     COMET_TRY(comet_gguf_get_str(g, "general.architecture", &arch));
     if (arch.len != 5 || memcmp(arch.s, "llama", 5) != 0)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: architecture '%.*s' is not supported; "
-                               "supported: llama", g->name, (int)(arch.len > 64 ? 64 : arch.len),
-                               arch.s);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: architecture '%.*s' is not supported; "
+                               "supported: llama",
+                               g->name, (int)(arch.len > 64 ? 64 : arch.len), arch.s);
     snprintf(c->arch, sizeof c->arch, "llama");
     COMET_TRY(req_int(g, "llama.block_count", &c->n_layer));
     COMET_TRY(req_int(g, "llama.embedding_length", &c->n_embd));
@@ -135,23 +138,28 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
         int vl = 0;
         COMET_TRY(req_int(g, "llama.attention.value_length", &vl));
         if (vl != c->head_dim)
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: llama.attention.value_length %d "
-                                   "differs from key_length %d", g->name, vl, c->head_dim);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: llama.attention.value_length %d "
+                                   "differs from key_length %d",
+                                   g->name, vl, c->head_dim);
     }
     if (comet_gguf_find(g, "llama.rope.dimension_count")) {
         int rd = 0;
         COMET_TRY(req_int(g, "llama.rope.dimension_count", &rd));
         if (rd != c->head_dim)
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: llama.rope.dimension_count %d: "
-                                   "partial rotary (head_dim %d) is not supported", g->name, rd,
-                                   c->head_dim);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: llama.rope.dimension_count %d: "
+                                   "partial rotary (head_dim %d) is not supported",
+                                   g->name, rd, c->head_dim);
     }
     if (comet_gguf_find(g, "llama.expert_count")) {
         int ne = 0;
         COMET_TRY(req_int(g, "llama.expert_count", &ne));
         if (ne > 0)
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: mixture-of-experts llama "
-                                   "(llama.expert_count = %d) is not supported", g->name, ne);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: mixture-of-experts llama "
+                                   "(llama.expert_count = %d) is not supported",
+                                   g->name, ne);
     }
     /* RoPE scaling: llama.rope.scaling.type ("none", "linear", ...) + factor, the older
      * llama.rope.scale_linear, or Llama-3's rope_freqs.weight tensor. */
@@ -165,10 +173,11 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
             c->rope_scaling = COMET_ROPE_SCALING_LINEAR;
             COMET_TRY(comet_gguf_get_f32(g, "llama.rope.scaling.factor", &c->rope_factor));
         } else if (!(s.len == 4 && memcmp(s.s, "none", 4) == 0)) {
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: llama.rope.scaling.type '%.*s' is "
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: llama.rope.scaling.type '%.*s' is "
                                    "not supported; supported: none, linear, llama3 "
-                                   "(rope_freqs.weight)", g->name,
-                                   (int)(s.len > 32 ? 32 : s.len), s.s);
+                                   "(rope_freqs.weight)",
+                                   g->name, (int)(s.len > 32 ? 32 : s.len), s.s);
         }
     } else if (comet_gguf_find(g, "llama.rope.scale_linear")) {
         COMET_TRY(comet_gguf_get_f32(g, "llama.rope.scale_linear", &c->rope_factor));
@@ -177,8 +186,10 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
     }
     if (comet_gguf_find_tensor(g, "rope_freqs.weight")) {
         if (c->rope_scaling != COMET_ROPE_SCALING_NONE)
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: both rope scaling keys and "
-                                   "rope_freqs.weight are present", g->name);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: both rope scaling keys and "
+                                   "rope_freqs.weight are present",
+                                   g->name);
         if (c->head_dim <= 0 || c->head_dim % 2)
             return comet_set_error(COMET_ERR_FORMAT, "%s: head_dim %d must be positive and even",
                                    g->name, c->head_dim);
@@ -192,8 +203,10 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
 static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     comet_model_config *c = &m->cfg;
     if (!comet_gguf_find(g, "tokenizer.ggml.tokens"))
-        return comet_set_error(COMET_ERR_FORMAT, "%s has no tokenizer (tokenizer.ggml.tokens "
-                               "missing); comet needs a GGUF with its vocabulary", g->name);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s has no tokenizer (tokenizer.ggml.tokens "
+                               "missing); comet needs a GGUF with its vocabulary",
+                               g->name);
     comet_gguf_str model;
     COMET_TRY(comet_gguf_get_str(g, "tokenizer.ggml.model", &model));
     comet_vocab_desc d;
@@ -203,10 +216,11 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     else if (model.len == 5 && memcmp(model.s, "llama", 5) == 0)
         d.type = COMET_TOK_SPM;
     else
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: tokenizer.ggml.model '%.*s' is not "
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: tokenizer.ggml.model '%.*s' is not "
                                "supported; supported: gpt2 (byte-level BPE), llama "
-                               "(SentencePiece BPE)", g->name,
-                               (int)(model.len > 32 ? 32 : model.len), model.s);
+                               "(SentencePiece BPE)",
+                               g->name, (int)(model.len > 32 ? 32 : model.len), model.s);
     const comet_gguf_kv *tokens_kv, *kv;
     COMET_TRY(comet_gguf_get_arr(g, "tokenizer.ggml.tokens", COMET_GGUF_STRING, &tokens_kv));
     if (tokens_kv->arr_n == 0 || tokens_kv->arr_n > INT32_MAX)
@@ -222,8 +236,10 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
         goto done;
     if ((kv = comet_gguf_find(g, "tokenizer.ggml.token_type"))) {
         if (kv->type != COMET_GGUF_ARRAY || kv->arr_n != (uint64_t)n) {
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer.ggml.token_type must be an "
-                                 "array of %d integers", g->name, n);
+            st = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: tokenizer.ggml.token_type must be an "
+                                 "array of %d integers",
+                                 g->name, n);
             goto done;
         }
         if (!(attr = malloc((size_t)n * sizeof *attr))) {
@@ -235,8 +251,10 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
     }
     if ((kv = comet_gguf_find(g, "tokenizer.ggml.scores"))) {
         if (kv->type != COMET_GGUF_ARRAY || kv->arr_n != (uint64_t)n) {
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer.ggml.scores must be an array "
-                                 "of %d floats", g->name, n);
+            st = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: tokenizer.ggml.scores must be an array "
+                                 "of %d floats",
+                                 g->name, n);
             goto done;
         }
         if (!(scores = malloc((size_t)n * sizeof *scores))) {
@@ -274,12 +292,14 @@ static comet_status gguf_tokenizer(const comet_gguf *g, comet_model *m) {
         (st = opt_i32(g, "tokenizer.ggml.eom_token_id", &eom)) < 0)
         goto done;
     const int32_t ids[] = {bos, eos, unk, pad, eot, eom};
-    const char *const id_keys[] = {"bos_token_id", "eos_token_id", "unknown_token_id",
+    const char *const id_keys[] = {"bos_token_id",     "eos_token_id", "unknown_token_id",
                                    "padding_token_id", "eot_token_id", "eom_token_id"};
     for (int i = 0; i < 6; i++)
         if (ids[i] < -1 || ids[i] >= n) {
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer.ggml.%s = %d is outside the "
-                                 "vocabulary of %d tokens", g->name, id_keys[i], (int)ids[i], n);
+            st = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: tokenizer.ggml.%s = %d is outside the "
+                                 "vocabulary of %d tokens",
+                                 g->name, id_keys[i], (int)ids[i], n);
             goto done;
         }
     /* llama.cpp's defaults when add_bos_token is absent: SentencePiece and Llama-3 BPE
@@ -358,7 +378,8 @@ comet_status comet_load_gguf(const char *path, comet_model **out) {
         (st = comet_model_config_check(&m->cfg, path)) < 0)
         goto fail;
     comet_gguf_str nm;
-    if (comet_gguf_find(g, "general.name") && comet_gguf_get_str(g, "general.name", &nm) == COMET_OK)
+    if (comet_gguf_find(g, "general.name") &&
+        comet_gguf_get_str(g, "general.name", &nm) == COMET_OK)
         m->name = comet_gguf_strdup(nm);
     else
         m->name = strdup(base_name(path));

@@ -62,8 +62,10 @@ static comet_status read_json(const char *path, int required, cJSON **out) {
     free(text);
     if (!j || !cJSON_IsObject(j)) {
         cJSON_Delete(j);
-        return comet_set_error(COMET_ERR_FORMAT, "%s: not a JSON object (parse error near byte "
-                               "%zu)", path, at);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: not a JSON object (parse error near byte "
+                               "%zu)",
+                               path, at);
     }
     *out = j;
     return COMET_OK;
@@ -109,8 +111,10 @@ static comet_status json_ids(const cJSON *o, const char *key, const char *file,
     for (const cJSON *e = items; e; e = cJSON_IsArray(v) ? e->next : NULL) {
         double d = cJSON_IsNumber(e) ? e->valuedouble : NAN;
         if (!(d >= 0 && d <= 2147483647.0) || d != floor(d))
-            return comet_set_error(COMET_ERR_FORMAT, "%s: \"%s\" must be a token id or a list "
-                                   "of token ids", file, key);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: \"%s\" must be a token id or a list "
+                                   "of token ids",
+                                   file, key);
         if (is_bos) {
             c->bos_id = (int32_t)d;
             break;
@@ -152,44 +156,57 @@ static comet_status hf_rope_scaling(const cJSON *rs, const char *field, const ch
         COMET_TRY(json_float(rs, "high_freq_factor", 1, file, &c->rope_high_freq_factor));
         return json_int(rs, "original_max_position_embeddings", 1, file, &c->rope_orig_ctx);
     }
-    return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: %s type '%.32s' is not supported; "
-                           "supported: default, linear, llama3", file, field, t->valuestring);
+    return comet_set_error(COMET_ERR_UNSUPPORTED,
+                           "%s: %s type '%.32s' is not supported; "
+                           "supported: default, linear, llama3",
+                           file, field, t->valuestring);
 }
 
 static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_config *c) {
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
     if (q && !cJSON_IsNull(q)) {
         const cJSON *meth = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: quantized checkpoint (quant_method "
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: quantized checkpoint (quant_method "
                                "'%.32s') is not supported; comet reads F32/F16/BF16 HF "
-                               "checkpoints", file,
-                               cJSON_IsString(meth) ? meth->valuestring : "?");
+                               "checkpoints",
+                               file, cJSON_IsString(meth) ? meth->valuestring : "?");
     }
     const cJSON *archs = cJSON_GetObjectItemCaseSensitive(cfg, "architectures");
     const cJSON *a0 = cJSON_IsArray(archs) ? archs->child : NULL;
     if (!cJSON_IsString(a0))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: \"architectures\" missing (expected "
-                               "[\"LlamaForCausalLM\"])", file);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: \"architectures\" missing (expected "
+                               "[\"LlamaForCausalLM\"])",
+                               file);
     const char *arch = a0->valuestring;
     if (strcmp(arch, "MistralForCausalLM") == 0) {
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
         if (sw && !cJSON_IsNull(sw))
-            return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: MistralForCausalLM with "
-                                   "sliding_window is not supported (only full attention)", file);
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: MistralForCausalLM with "
+                                   "sliding_window is not supported (only full attention)",
+                                   file);
     } else if (strcmp(arch, "LlamaForCausalLM") != 0) {
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: architecture '%.64s' is not supported; "
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: architecture '%.64s' is not supported; "
                                "supported: LlamaForCausalLM, MistralForCausalLM (without "
-                               "sliding window)", file, arch);
+                               "sliding window)",
+                               file, arch);
     }
     snprintf(c->arch, sizeof c->arch, "llama");
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) ||
         cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: attention_bias/mlp_bias true is not "
-                               "supported (LLaMA linears have no bias)", file);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: attention_bias/mlp_bias true is not "
+                               "supported (LLaMA linears have no bias)",
+                               file);
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: hidden_act '%.32s' is not supported; "
-                               "supported: silu", file, act->valuestring);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: hidden_act '%.32s' is not supported; "
+                               "supported: silu",
+                               file, act->valuestring);
     COMET_TRY(json_int(cfg, "num_hidden_layers", 1, file, &c->n_layer));
     COMET_TRY(json_int(cfg, "hidden_size", 1, file, &c->n_embd));
     COMET_TRY(json_int(cfg, "intermediate_size", 1, file, &c->n_ff));
@@ -251,20 +268,25 @@ static comet_status hf_fetch(comet_wsource *s, const char *name, int64_t rows, i
                 n += (size_t)snprintf(sh + n, sizeof sh - n, "%s%lld", d ? ", " : "",
                                       (long long)t->shape[d]);
             if (cols)
-                return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s' has shape [%s], "
-                                       "expected [%lld, %lld]", w->shards[i]->name, name, sh,
-                                       (long long)rows, (long long)cols);
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s' has shape [%s], expected "
-                                   "[%lld]", w->shards[i]->name, name, sh, (long long)rows);
+                return comet_set_error(COMET_ERR_FORMAT,
+                                       "%s: tensor '%s' has shape [%s], "
+                                       "expected [%lld, %lld]",
+                                       w->shards[i]->name, name, sh, (long long)rows,
+                                       (long long)cols);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor '%s' has shape [%s], expected "
+                                   "[%lld]",
+                                   w->shards[i]->name, name, sh, (long long)rows);
         }
-        if (!dst && (t->dtype == COMET_ST_F32 || t->dtype == COMET_ST_F16 ||
-                     t->dtype == COMET_ST_BF16))
+        if (!dst &&
+            (t->dtype == COMET_ST_F32 || t->dtype == COMET_ST_F16 || t->dtype == COMET_ST_BF16))
             return COMET_OK;
         return comet_st_to_f32(w->shards[i], t, dst); /* dst NULL: the dtype error */
     }
-    return comet_set_error(COMET_ERR_FORMAT, "tensor '%s' missing from the checkpoint's "
-                           "safetensors files (%d file%s)", name, w->n_shards,
-                           w->n_shards == 1 ? "" : "s");
+    return comet_set_error(COMET_ERR_FORMAT,
+                           "tensor '%s' missing from the checkpoint's "
+                           "safetensors files (%d file%s)",
+                           name, w->n_shards, w->n_shards == 1 ? "" : "s");
 }
 
 static void hf_weights_free(hf_weights *w) {
@@ -294,7 +316,8 @@ static comet_status hf_open_weights(const char *dir, hf_weights *w) {
         return open_shard(w, dir, "model.safetensors");
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (!file_exists(path))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: no model.safetensors or "
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: no model.safetensors or "
                                "model.safetensors.index.json (comet reads safetensors weights)",
                                dir);
     cJSON *idx;
@@ -313,8 +336,10 @@ static comet_status hf_open_weights(const char *dir, hf_weights *w) {
         }
         const char *f = e->valuestring;
         if (!*f || strchr(f, '/') || strstr(f, "..")) {
-            st = comet_set_error(COMET_ERR_FORMAT, "%s: weight_map file '%.64s' must be a plain "
-                                 "file name in the checkpoint directory", path, f);
+            st = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: weight_map file '%.64s' must be a plain "
+                                 "file name in the checkpoint directory",
+                                 path, f);
             break;
         }
         int seen = 0;
@@ -355,8 +380,10 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
     char path[PATH_CAP];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     if (!file_exists(path))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tokenizer.json missing; comet reads the "
-                               "tokenizer from the HF fast-tokenizer file", dir);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tokenizer.json missing; comet reads the "
+                               "tokenizer from the HF fast-tokenizer file",
+                               dir);
     m->tok = comet_tokenizer_from_hf_json(path);
     if (!m->tok)
         return comet_last_error()[0] ? COMET_ERR_FORMAT
@@ -381,8 +408,8 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
         for (const cJSON *e = cJSON_IsArray(ct) ? ct->child : NULL; e; e = e->next) {
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
             const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "template");
-            if (cJSON_IsString(t) && (!tmpl || (cJSON_IsString(nm) &&
-                                                strcmp(nm->valuestring, "default") == 0)))
+            if (cJSON_IsString(t) &&
+                (!tmpl || (cJSON_IsString(nm) && strcmp(nm->valuestring, "default") == 0)))
                 tmpl = t->valuestring;
         }
         if (tmpl && !(m->chat_template = strdup(tmpl))) {
@@ -425,8 +452,8 @@ static void hf_gen_config(const cJSON *g, const char *path, comet_gen_config *ou
             continue;
         double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
         if (!(v >= f[i].lo && v <= f[i].hi)) {
-            comet_log(COMET_LOG_WARN, "%s: ignoring %s (not a number in [%g, %g])", path,
-                      f[i].key, f[i].lo, f[i].hi);
+            comet_log(COMET_LOG_WARN, "%s: ignoring %s (not a number in [%g, %g])", path, f[i].key,
+                      f[i].lo, f[i].hi);
             continue;
         }
         out->set |= f[i].bit;
@@ -478,10 +505,11 @@ comet_status comet_load_hf(const char *dir, comet_model **out) {
         st = comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", dir);
         goto fail;
     }
-    comet_log(COMET_LOG_INFO, "%s: llama, %d layers, C=%d, F=%d, H=%d/%d, D=%d, V=%d, %d "
-              "safetensors file%s", dir, m->cfg.n_layer, m->cfg.n_embd, m->cfg.n_ff,
-              m->cfg.n_head, m->cfg.n_head_kv, m->cfg.head_dim, m->cfg.n_vocab, w.n_shards,
-              w.n_shards == 1 ? "" : "s");
+    comet_log(COMET_LOG_INFO,
+              "%s: llama, %d layers, C=%d, F=%d, H=%d/%d, D=%d, V=%d, %d "
+              "safetensors file%s",
+              dir, m->cfg.n_layer, m->cfg.n_embd, m->cfg.n_ff, m->cfg.n_head, m->cfg.n_head_kv,
+              m->cfg.head_dim, m->cfg.n_vocab, w.n_shards, w.n_shards == 1 ? "" : "s");
     comet_wsource src = {COMET_WNAMES_HF, hf_fetch, &w};
     if ((st = comet_load_weights(m, &src)) < 0)
         goto fail;

@@ -20,7 +20,16 @@
 /* ---- the shared weight walk -------------------------------------------------------- */
 
 typedef enum wrole {
-    W_ATTN_NORM, W_Q, W_K, W_V, W_O, W_FFN_NORM, W_GATE, W_UP, W_DOWN, W_LAYER_COUNT
+    W_ATTN_NORM,
+    W_Q,
+    W_K,
+    W_V,
+    W_O,
+    W_FFN_NORM,
+    W_GATE,
+    W_UP,
+    W_DOWN,
+    W_LAYER_COUNT
 } wrole;
 
 static const char *const layer_names[2][W_LAYER_COUNT] = {
@@ -29,15 +38,12 @@ static const char *const layer_names[2][W_LAYER_COUNT] = {
                            "blk.%d.attn_output.weight", "blk.%d.ffn_norm.weight",
                            "blk.%d.ffn_gate.weight", "blk.%d.ffn_up.weight",
                            "blk.%d.ffn_down.weight"},
-    [COMET_WNAMES_HF] = {"model.layers.%d.input_layernorm.weight",
-                         "model.layers.%d.self_attn.q_proj.weight",
-                         "model.layers.%d.self_attn.k_proj.weight",
-                         "model.layers.%d.self_attn.v_proj.weight",
-                         "model.layers.%d.self_attn.o_proj.weight",
-                         "model.layers.%d.post_attention_layernorm.weight",
-                         "model.layers.%d.mlp.gate_proj.weight",
-                         "model.layers.%d.mlp.up_proj.weight",
-                         "model.layers.%d.mlp.down_proj.weight"},
+    [COMET_WNAMES_HF] =
+        {"model.layers.%d.input_layernorm.weight", "model.layers.%d.self_attn.q_proj.weight",
+         "model.layers.%d.self_attn.k_proj.weight", "model.layers.%d.self_attn.v_proj.weight",
+         "model.layers.%d.self_attn.o_proj.weight",
+         "model.layers.%d.post_attention_layernorm.weight", "model.layers.%d.mlp.gate_proj.weight",
+         "model.layers.%d.mlp.up_proj.weight", "model.layers.%d.mlp.down_proj.weight"},
 };
 static const char *const embd_names[2] = {"token_embd.weight", "model.embed_tokens.weight"};
 static const char *const norm_names[2] = {"output_norm.weight", "model.norm.weight"};
@@ -62,8 +68,8 @@ comet_status comet_unpermute_qk(float *w, int n_head, int head_dim, int64_t cols
 
 /* Check `name`, then allocate [rows * max(cols, 1)] floats owned by the model and fetch
  * it into them. */
-static comet_status fetch_owned(comet_model *m, comet_wsource *src, const char *name,
-                                int64_t rows, int64_t cols, float **out) {
+static comet_status fetch_owned(comet_model *m, comet_wsource *src, const char *name, int64_t rows,
+                                int64_t cols, float **out) {
     COMET_TRY(src->fetch(src, name, rows, cols, NULL));
     size_t n = (size_t)rows * (size_t)(cols ? cols : 1);
     float *p = comet_model_own(m, malloc(n * sizeof(float)));
@@ -102,10 +108,14 @@ comet_status comet_load_weights(comet_model *m, comet_wsource *src) {
     }
     /* [rows, cols] of each role; cols 0 = 1-D. */
     const int64_t shape[W_LAYER_COUNT][2] = {
-        [W_ATTN_NORM] = {C, 0},         [W_Q] = {(int64_t)H * D, C},
-        [W_K] = {(int64_t)Hkv * D, C},  [W_V] = {(int64_t)Hkv * D, C},
-        [W_O] = {C, (int64_t)H * D},    [W_FFN_NORM] = {C, 0},
-        [W_GATE] = {F, C},              [W_UP] = {F, C},
+        [W_ATTN_NORM] = {C, 0},
+        [W_Q] = {(int64_t)H * D, C},
+        [W_K] = {(int64_t)Hkv * D, C},
+        [W_V] = {(int64_t)Hkv * D, C},
+        [W_O] = {C, (int64_t)H * D},
+        [W_FFN_NORM] = {C, 0},
+        [W_GATE] = {F, C},
+        [W_UP] = {F, C},
         [W_DOWN] = {C, F},
     };
     for (int l = 0; l < c->n_layer; l++) {
@@ -147,8 +157,7 @@ void comet_config_add_eos(comet_model_config *cfg, int32_t id) {
  * whatever the metadata names as EOS, as llama.cpp's end-of-generation set does: Llama-3
  * files name one of <|end_of_text|> / <|eot_id|> and the model emits the other. */
 static const char *const end_markers[] = {
-    "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "</s>",
-    "<|end|>",
+    "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>", "<|im_end|>", "<|endoftext|>", "</s>", "<|end|>",
 };
 
 void comet_config_add_end_markers(comet_model_config *cfg, const comet_tokenizer *tok) {
@@ -170,8 +179,10 @@ void comet_config_add_end_markers(comet_model_config *cfg, const comet_tokenizer
                 for (int k = 0; k < cfg->n_eos; k++)
                     have |= cfg->eos_ids[k] == id;
                 if (!have)
-                    comet_log(COMET_LOG_WARN, "end-of-generation set full (%d ids): token %d "
-                              "'%s' not added", COMET_MAX_EOS, (int)id, end_markers[i]);
+                    comet_log(COMET_LOG_WARN,
+                              "end-of-generation set full (%d ids): token %d "
+                              "'%s' not added",
+                              COMET_MAX_EOS, (int)id, end_markers[i]);
             }
             comet_config_add_eos(cfg, id);
             break;
@@ -203,22 +214,28 @@ comet_status comet_model_load(const char *path, comet_model **out) {
     struct stat sb;
     if (stat(path, &sb) != 0) {
         if (errno == ENOENT || errno == ENOTDIR)
-            return comet_set_error(COMET_ERR_IO, "model '%s' not found (expected a .gguf file "
-                                   "or an HF checkpoint directory)", path);
+            return comet_set_error(COMET_ERR_IO,
+                                   "model '%s' not found (expected a .gguf file "
+                                   "or an HF checkpoint directory)",
+                                   path);
         return comet_set_error(COMET_ERR_IO, "model '%s': %s", path, strerror(errno));
     }
     if (S_ISDIR(sb.st_mode)) {
         char cfg[4096];
         snprintf(cfg, sizeof cfg, "%s/config.json", path);
         if (stat(cfg, &sb) != 0)
-            return comet_set_error(COMET_ERR_FORMAT, "model '%s' is a directory without "
-                                   "config.json (expected an HF checkpoint)", path);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "model '%s' is a directory without "
+                                   "config.json (expected an HF checkpoint)",
+                                   path);
         if (comet_checkpoint_detect(path))
             return comet_checkpoint_load(path, out);
         return comet_load_hf(path, out);
     }
     if (ends_with(path, ".gguf") || has_gguf_magic(path))
         return comet_load_gguf(path, out);
-    return comet_set_error(COMET_ERR_FORMAT, "model '%s' is neither a GGUF file (no 'GGUF' "
-                           "magic) nor a directory with config.json", path);
+    return comet_set_error(COMET_ERR_FORMAT,
+                           "model '%s' is neither a GGUF file (no 'GGUF' "
+                           "magic) nor a directory with config.json",
+                           path);
 }

@@ -20,13 +20,13 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[COMET_ST_DTYPE_COUNT] = {
-    [COMET_ST_F32] = {"F32", 4},       [COMET_ST_F16] = {"F16", 2},
-    [COMET_ST_BF16] = {"BF16", 2},     [COMET_ST_F64] = {"F64", 8},
-    [COMET_ST_I8] = {"I8", 1},         [COMET_ST_U8] = {"U8", 1},
-    [COMET_ST_I16] = {"I16", 2},       [COMET_ST_U16] = {"U16", 2},
-    [COMET_ST_I32] = {"I32", 4},       [COMET_ST_U32] = {"U32", 4},
-    [COMET_ST_I64] = {"I64", 8},       [COMET_ST_U64] = {"U64", 8},
-    [COMET_ST_BOOL] = {"BOOL", 1},     [COMET_ST_F8_E4M3] = {"F8_E4M3", 1},
+    [COMET_ST_F32] = {"F32", 4},         [COMET_ST_F16] = {"F16", 2},
+    [COMET_ST_BF16] = {"BF16", 2},       [COMET_ST_F64] = {"F64", 8},
+    [COMET_ST_I8] = {"I8", 1},           [COMET_ST_U8] = {"U8", 1},
+    [COMET_ST_I16] = {"I16", 2},         [COMET_ST_U16] = {"U16", 2},
+    [COMET_ST_I32] = {"I32", 4},         [COMET_ST_U32] = {"U32", 4},
+    [COMET_ST_I64] = {"I64", 8},         [COMET_ST_U64] = {"U64", 8},
+    [COMET_ST_BOOL] = {"BOOL", 1},       [COMET_ST_F8_E4M3] = {"F8_E4M3", 1},
     [COMET_ST_F8_E5M2] = {"F8_E5M2", 1},
 };
 
@@ -64,55 +64,72 @@ static comet_status parse_entry(comet_safetensors *st, const cJSON *e, comet_st_
     const cJSON *shape = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *offs = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
     if (!cJSON_IsString(dt))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': \"dtype\" missing or not a "
-                               "string", f, n);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s': \"dtype\" missing or not a "
+                               "string",
+                               f, n);
     int d = 0;
     while (d < COMET_ST_DTYPE_COUNT && strcmp(dtypes[d].name, dt->valuestring) != 0)
         d++;
     if (d == COMET_ST_DTYPE_COUNT)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: tensor '%s': unknown dtype '%.32s' "
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: tensor '%s': unknown dtype '%.32s' "
                                "(known: F32, F16, BF16, F64, I8..I64, U8..U64, BOOL, F8_E4M3, "
-                               "F8_E5M2)", f, n, dt->valuestring);
+                               "F8_E5M2)",
+                               f, n, dt->valuestring);
     t->dtype = (comet_st_dtype)d;
     if (!cJSON_IsArray(shape))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': \"shape\" missing or not an "
-                               "array", f, n);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s': \"shape\" missing or not an "
+                               "array",
+                               f, n);
     int rank = cJSON_GetArraySize(shape);
     if (rank > COMET_ST_MAX_DIMS)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: tensor '%s' has %d dimensions (at "
-                               "most %d supported)", f, n, rank, COMET_ST_MAX_DIMS);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: tensor '%s' has %d dimensions (at "
+                               "most %d supported)",
+                               f, n, rank, COMET_ST_MAX_DIMS);
     t->n_dims = rank;
     uint64_t n_el = 1;
     int i = 0;
     for (const cJSON *s = shape->child; s; s = s->next, i++) {
         uint64_t v;
         if (!json_u64(s, &v))
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': shape[%d] is not a "
-                                   "non-negative integer", f, n, i);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor '%s': shape[%d] is not a "
+                                   "non-negative integer",
+                                   f, n, i);
         if (v && n_el > (uint64_t)INT64_MAX / v)
-            return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': element count "
-                                   "overflows", f, n);
+            return comet_set_error(COMET_ERR_FORMAT,
+                                   "%s: tensor '%s': element count "
+                                   "overflows",
+                                   f, n);
         t->shape[i] = (int64_t)v;
         n_el *= v;
     }
     t->n_elements = (int64_t)n_el;
     uint64_t begin, end;
-    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 ||
-        !json_u64(offs->child, &begin) || !json_u64(offs->child->next, &end))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': \"data_offsets\" must be two "
-                               "non-negative integers [begin, end]", f, n);
+    if (!cJSON_IsArray(offs) || cJSON_GetArraySize(offs) != 2 || !json_u64(offs->child, &begin) ||
+        !json_u64(offs->child->next, &end))
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s': \"data_offsets\" must be two "
+                               "non-negative integers [begin, end]",
+                               f, n);
     if (begin > end || end > data_bytes)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': data_offsets [%" PRIu64
-                               ", %" PRIu64 "] out of range (data section is %" PRIu64
-                               " bytes; truncated file?)", f, n, begin, end, data_bytes);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64
+                               "] out of range (data section is %" PRIu64
+                               " bytes; truncated file?)",
+                               f, n, begin, end, data_bytes);
     uint64_t want = n_el;
     if (want > UINT64_MAX / dtypes[d].size)
         return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': byte size overflows", f, n);
     want *= dtypes[d].size;
     if (end - begin != want)
-        return comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s': data_offsets span %" PRIu64
-                               " bytes but %" PRIu64 " x %s needs %" PRIu64, f, n, end - begin,
-                               n_el, dtypes[d].name, want);
+        return comet_set_error(COMET_ERR_FORMAT,
+                               "%s: tensor '%s': data_offsets span %" PRIu64 " bytes but %" PRIu64
+                               " x %s needs %" PRIu64,
+                               f, n, end - begin, n_el, dtypes[d].name, want);
     t->data = data + begin;
     t->n_bytes = (size_t)want;
     return COMET_OK;
@@ -133,8 +150,10 @@ comet_status comet_st_parse(const void *buf, size_t size, const char *name,
     char *hdr = NULL;
     cJSON *root = NULL;
     if (size < 8) {
-        rc = comet_set_error(COMET_ERR_FORMAT, "%s: not a safetensors file: %zu bytes, shorter "
-                             "than the 8-byte header length", label, size);
+        rc = comet_set_error(COMET_ERR_FORMAT,
+                             "%s: not a safetensors file: %zu bytes, shorter "
+                             "than the 8-byte header length",
+                             label, size);
         goto done;
     }
     const uint8_t *p = buf;
@@ -142,7 +161,8 @@ comet_status comet_st_parse(const void *buf, size_t size, const char *name,
     for (int i = 7; i >= 0; i--)
         hlen = (hlen << 8) | p[i];
     if (hlen > size - 8) {
-        rc = comet_set_error(COMET_ERR_FORMAT, "%s: header length %" PRIu64 " runs past the end "
+        rc = comet_set_error(COMET_ERR_FORMAT,
+                             "%s: header length %" PRIu64 " runs past the end "
                              "of the file (%zu bytes; truncated or not a safetensors file)",
                              label, hlen, size);
         goto done;
@@ -158,14 +178,18 @@ comet_status comet_st_parse(const void *buf, size_t size, const char *name,
     root = cJSON_ParseWithOpts(hdr, &end, 0);
     if (!root || !cJSON_IsObject(root)) {
         long at = root ? 0 : (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - hdr : 0);
-        rc = comet_set_error(COMET_ERR_FORMAT, "%s: header is not a JSON object (error near "
-                             "byte %ld of the %" PRIu64 "-byte header)", label, at, hlen);
+        rc = comet_set_error(COMET_ERR_FORMAT,
+                             "%s: header is not a JSON object (error near "
+                             "byte %ld of the %" PRIu64 "-byte header)",
+                             label, at, hlen);
         goto done;
     }
     for (const char *q = end; q < hdr + hlen; q++) {
         if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t') {
-            rc = comet_set_error(COMET_ERR_FORMAT, "%s: header has trailing bytes after the JSON "
-                                 "object (at byte %ld)", label, (long)(q - hdr));
+            rc = comet_set_error(COMET_ERR_FORMAT,
+                                 "%s: header has trailing bytes after the JSON "
+                                 "object (at byte %ld)",
+                                 label, (long)(q - hdr));
             goto done;
         }
     }
@@ -204,8 +228,10 @@ comet_status comet_st_parse(const void *buf, size_t size, const char *name,
         qsort(s, st->n_tensors, sizeof *s, name_cmp);
         for (size_t i = 1; i < st->n_tensors && rc == COMET_OK; i++)
             if (strcmp(s[i - 1].name, s[i].name) == 0)
-                rc = comet_set_error(COMET_ERR_FORMAT, "%s: tensor '%s' appears twice in the "
-                                     "header", label, s[i].name);
+                rc = comet_set_error(COMET_ERR_FORMAT,
+                                     "%s: tensor '%s' appears twice in the "
+                                     "header",
+                                     label, s[i].name);
         free(s);
     }
 done:
@@ -254,9 +280,7 @@ comet_status comet_st_to_f32(const comet_safetensors *st, const comet_st_tensor 
     const uint8_t *s = t->data;
     int64_t n = t->n_elements;
     switch (t->dtype) {
-    case COMET_ST_F32:
-        memcpy(dst, s, (size_t)n * 4);
-        return COMET_OK;
+    case COMET_ST_F32: memcpy(dst, s, (size_t)n * 4); return COMET_OK;
     case COMET_ST_F16:
         for (int64_t i = 0; i < n; i++)
             dst[i] = comet_fp16_to_fp32((uint16_t)(s[2 * i] | (s[2 * i + 1] << 8)));
@@ -266,8 +290,9 @@ comet_status comet_st_to_f32(const comet_safetensors *st, const comet_st_tensor 
             dst[i] = comet_bf16_to_fp32((uint16_t)(s[2 * i] | (s[2 * i + 1] << 8)));
         return COMET_OK;
     default:
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s; weights must "
-                               "be F32, F16 or BF16", st->name, t->name,
-                               comet_st_dtype_name(t->dtype));
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: tensor '%s' has dtype %s; weights must "
+                               "be F32, F16 or BF16",
+                               st->name, t->name, comet_st_dtype_name(t->dtype));
     }
 }

@@ -19,21 +19,33 @@
 #include "core/mmap.h"
 
 typedef enum comet_st_dtype {
-    COMET_ST_F32, COMET_ST_F16, COMET_ST_BF16, COMET_ST_F64,
-    COMET_ST_I8, COMET_ST_U8, COMET_ST_I16, COMET_ST_U16, COMET_ST_I32, COMET_ST_U32,
-    COMET_ST_I64, COMET_ST_U64, COMET_ST_BOOL, COMET_ST_F8_E4M3, COMET_ST_F8_E5M2,
+    COMET_ST_F32,
+    COMET_ST_F16,
+    COMET_ST_BF16,
+    COMET_ST_F64,
+    COMET_ST_I8,
+    COMET_ST_U8,
+    COMET_ST_I16,
+    COMET_ST_U16,
+    COMET_ST_I32,
+    COMET_ST_U32,
+    COMET_ST_I64,
+    COMET_ST_U64,
+    COMET_ST_BOOL,
+    COMET_ST_F8_E4M3,
+    COMET_ST_F8_E5M2,
     COMET_ST_DTYPE_COUNT
 } comet_st_dtype;
 
 #define COMET_ST_MAX_DIMS 8
 
 typedef struct comet_st_tensor {
-    char *name;                       /* owned */
+    char *name; /* owned */
     comet_st_dtype dtype;
     int n_dims;
     int64_t shape[COMET_ST_MAX_DIMS]; /* row-major, shape[n_dims-1] fastest */
     int64_t n_elements;
-    const uint8_t *data;              /* [n_bytes] inside the mapped file */
+    const uint8_t *data; /* [n_bytes] inside the mapped file */
     size_t n_bytes;
 } comet_st_tensor;
 
@@ -41,7 +53,7 @@ typedef struct comet_safetensors {
     comet_mmap map;     /* when opened from a file */
     const uint8_t *buf; /* [size] */
     size_t size;
-    char *name;         /* owned, for messages */
+    char *name; /* owned, for messages */
     size_t n_tensors;
     comet_st_tensor *tensors; /* [n_tensors] in header order */
 } comet_safetensors;

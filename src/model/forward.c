@@ -30,16 +30,16 @@ struct comet_forward_ctx {
     int max_tokens;
     comet_rope_params rope;
     /* workspace in the backend's memory, for max_tokens rows */
-    float *x;      /* [T, C] residual stream */
-    float *q;      /* [T, H*D] */
-    float *k;      /* [T, Hkv*D] */
-    float *v;      /* [T, Hkv*D] */
-    float *att;    /* [T, H*D] attention output */
-    float *tmp;    /* [T, C] o / down output, added to x by the next rmsnorm_quant */
-    float *gate;   /* [T, F] */
-    float *up;     /* [T, F] */
-    void *act;     /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
-    float *logits; /* [T, V] (backends without host memory) */
+    float *x;                  /* [T, C] residual stream */
+    float *q;                  /* [T, H*D] */
+    float *k;                  /* [T, Hkv*D] */
+    float *v;                  /* [T, Hkv*D] */
+    float *att;                /* [T, H*D] attention output */
+    float *tmp;                /* [T, C] o / down output, added to x by the next rmsnorm_quant */
+    float *gate;               /* [T, F] */
+    float *up;                 /* [T, F] */
+    void *act;                 /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
+    float *logits;             /* [T, V] (backends without host memory) */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
     comet_forward_input_fn on_input; /* linear-input observer, or NULL */
@@ -50,8 +50,8 @@ void comet_forward_free(comet_forward_ctx *fc) {
     if (!fc)
         return;
     comet_backend *be = fc->be;
-    void *bufs[] = {fc->x, fc->q, fc->k, fc->v, fc->att, fc->tmp, fc->gate, fc->up, fc->act,
-                    fc->logits};
+    void *bufs[] = {fc->x,   fc->q,    fc->k,  fc->v,   fc->att,
+                    fc->tmp, fc->gate, fc->up, fc->act, fc->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
@@ -88,7 +88,8 @@ static comet_status check_ops(const comet_backend *be) {
         if (!need[i].present)
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "forward: backend '%s' has no '%s' op yet; the forward pass "
-                                   "needs it", op->name, need[i].name);
+                                   "needs it",
+                                   op->name, need[i].name);
     return COMET_OK;
 }
 
@@ -144,8 +145,10 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
         fc->logits = ws_alloc(fc, T * c->n_vocab * f, &st);
     if (st < 0) {
         comet_forward_free(fc);
-        comet_set_error(COMET_ERR_NOMEM, "forward: cannot allocate the workspace for %d tokens "
-                        "on backend '%s'", max_batch_tokens, be->ops->name);
+        comet_set_error(COMET_ERR_NOMEM,
+                        "forward: cannot allocate the workspace for %d tokens "
+                        "on backend '%s'",
+                        max_batch_tokens, be->ops->name);
         return NULL;
     }
     fc->rope = (comet_rope_params){
@@ -174,14 +177,18 @@ void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, v
 comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forward_input_fn fn,
                                               void *user) {
     if (fn && !fc->be->ops->host_memory)
-        return comet_set_error(COMET_ERR_UNSUPPORTED, "observing the linears' inputs: backend "
-                               "'%s' keeps them in its own memory", fc->be->ops->name);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "observing the linears' inputs: backend "
+                               "'%s' keeps them in its own memory",
+                               fc->be->ops->name);
     for (int l = 0; fn && l < fc->m->cfg.n_layer; l++)
         for (int r = 0; r < COMET_ROLE_COUNT; r++)
             if (comet_model_linear(fc->m, l, (comet_role)r)->fmt == COMET_WFMT_QSIM)
-                return comet_set_error(COMET_ERR_UNSUPPORTED, "observing the linears' inputs: "
+                return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                       "observing the linears' inputs: "
                                        "layer %d holds a quantized linear, whose input is "
-                                       "quantized before the matmul", l);
+                                       "quantized before the matmul",
+                                       l);
     fc->on_input = fn;
     fc->on_input_user = user;
     return COMET_OK;
@@ -192,8 +199,8 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
     const comet_model_config *c = &fc->m->cfg;
     if (b->n_tokens <= 0 || b->n_tokens > fc->max_tokens)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "forward: step of %d tokens; the workspace holds 1..%d",
-                               b->n_tokens, fc->max_tokens);
+                               "forward: step of %d tokens; the workspace holds 1..%d", b->n_tokens,
+                               fc->max_tokens);
     COMET_ASSERT(kv->n_layer == c->n_layer && kv->n_head_kv == c->n_head_kv &&
                  kv->head_dim == c->head_dim);
     if (fc->be->ops->host_memory ? !kv->k : !kv->storage)
@@ -231,8 +238,7 @@ static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cach
 static comet_status group_matmul(comet_forward_ctx *fc, int l, comet_group g, int T,
                                  float *const *ys) {
     static const char *const names[COMET_ROLE_COUNT] = {
-        "matmul q", "matmul k", "matmul v", "matmul o", "matmul gate", "matmul up",
-        "matmul down"};
+        "matmul q", "matmul k", "matmul v", "matmul o", "matmul gate", "matmul up", "matmul down"};
     const comet_backend_ops *op = fc->be->ops;
     if (op->matmul_group) {
         if (fc->on_op)
@@ -256,23 +262,23 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
     comet_backend *be = fc->be;
     const comet_weights *w = fc->w;
     int T = b->n_tokens, H = c->n_head;
-#define PROF(name)                                \
-    do {                                          \
-        if (fc->on_op)                            \
-            fc->on_op(fc->on_op_user, (name));    \
+#define PROF(name)                                                                                 \
+    do {                                                                                           \
+        if (fc->on_op)                                                                             \
+            fc->on_op(fc->on_op_user, (name));                                                     \
     } while (0)
-#define OBSERVE(l, g)                                                         \
-    do {                                                                      \
-        if (fc->on_input)                                                     \
-            fc->on_input(fc->on_input_user, (l), (g), (const float *)fc->act, T); \
+#define OBSERVE(l, g)                                                                              \
+    do {                                                                                           \
+        if (fc->on_input)                                                                          \
+            fc->on_input(fc->on_input_user, (l), (g), (const float *)fc->act, T);                  \
     } while (0)
 
     PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, st, fc->x));
     for (int l = 0; l < c->n_layer; l++) {
         PROF("rmsnorm_quant");
-        COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T,
-                                    fc->act));
+        COMET_TRY(
+            op->rmsnorm_quant(be, w, l, COMET_GROUP_QKV, fc->x, l ? fc->tmp : NULL, T, fc->act));
         OBSERVE(l, COMET_GROUP_QKV);
         float *const qkv[3] = {fc->q, fc->k, fc->v};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_QKV, T, qkv));
@@ -348,7 +354,8 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
         return COMET_OK;
     }
     PROF("logits download");
-    COMET_TRY(op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float)));
+    COMET_TRY(
+        op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float)));
     PROF(NULL);
     return COMET_OK;
 #undef PROF

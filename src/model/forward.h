@@ -47,8 +47,7 @@ void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, v
  * borrowed for the call. Only a floating-point model (no quantized linear) on a backend
  * whose memory is the host's has such inputs: otherwise COMET_ERR_UNSUPPORTED naming why,
  * and nothing is set. NULL turns it off (COMET_OK). */
-typedef void (*comet_forward_input_fn)(void *user, int layer, comet_group g, const float *x,
-                                       int T);
+typedef void (*comet_forward_input_fn)(void *user, int layer, comet_group g, const float *x, int T);
 comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forward_input_fn fn,
                                               void *user);
 

@@ -44,10 +44,10 @@ void *comet_model_own(comet_model *m, void *p) {
 }
 
 comet_status comet_model_config_check(const comet_model_config *c, const char *src) {
-#define CHECK(cond, field, fmt, ...)                                                        \
-    do {                                                                                    \
-        if (!(cond))                                                                        \
-            return comet_set_error(COMET_ERR_FORMAT, "%s: %s " fmt, src, field, __VA_ARGS__); \
+#define CHECK(cond, field, fmt, ...)                                                               \
+    do {                                                                                           \
+        if (!(cond))                                                                               \
+            return comet_set_error(COMET_ERR_FORMAT, "%s: %s " fmt, src, field, __VA_ARGS__);      \
     } while (0)
     CHECK(c->n_layer > 0, "n_layer", "must be positive, got %d", c->n_layer);
     CHECK(c->n_embd > 0, "n_embd", "must be positive, got %d", c->n_embd);
@@ -74,8 +74,10 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
               "must exceed low_freq_factor (%g <= %g)", (double)c->rope_high_freq_factor,
               (double)c->rope_low_freq_factor);
     }
-    CHECK(c->bos_id >= -1 && c->bos_id < c->n_vocab, "bos_id", "%d is outside the vocabulary "
-          "of %d tokens", (int)c->bos_id, c->n_vocab);
+    CHECK(c->bos_id >= -1 && c->bos_id < c->n_vocab, "bos_id",
+          "%d is outside the vocabulary "
+          "of %d tokens",
+          (int)c->bos_id, c->n_vocab);
     CHECK(c->n_eos >= 0 && c->n_eos <= COMET_MAX_EOS, "n_eos", "must be in 0..%d, got %d",
           COMET_MAX_EOS, c->n_eos);
     for (int i = 0; i < c->n_eos; i++)
@@ -94,10 +96,8 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
 
 const char *comet_kv_rotation_name(int rotation) {
     switch (rotation) {
-    case COMET_KV_ROTATION_NONE:
-        return "none";
-    case COMET_KV_ROTATION_HADAMARD:
-        return "hadamard";
+    case COMET_KV_ROTATION_NONE: return "none";
+    case COMET_KV_ROTATION_HADAMARD: return "hadamard";
     }
     return NULL;
 }

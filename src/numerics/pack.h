@@ -9,7 +9,6 @@
 
 #include "numerics/w4_plain.h"
 
-
 /* Pack q [N, K] codes in [-8, 7] (one per int8) into packed [N, K/2] (K even). */
 void comet_w4_pack(const int8_t *q, int N, int K, uint8_t *packed);
 

@@ -28,8 +28,8 @@ comet_status comet_qlinear_sim(const comet_linear *lin, const float *x, int T, f
     int K = lin->n_in, N = lin->n_out;
     float *xq = malloc((size_t)T * K * sizeof *xq);
     if (!xq)
-        return comet_set_error(COMET_ERR_NOMEM, "linear: out of memory for a %dx%d activation",
-                               T, K);
+        return comet_set_error(COMET_ERR_NOMEM, "linear: out of memory for a %dx%d activation", T,
+                               K);
     comet_qlinear_input(lin, x, T, xq);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, N, K, 1.0f, xq, K, lin->w, K, 0.0f, y,
                 N);

@@ -158,7 +158,6 @@ void comet_wht(float *x, int n);
 /* 1 when n is a power of two (n >= 1): the head dims comet_wht accepts. */
 static inline int comet_is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
-
 /* ---- Weights (docs/numerics.md "Weights") ------------------------------------------------- */
 
 /* One weight code: clamp(rint(w * (1/s)), -qmax-1, qmax); s == 0 or a NaN product gives 0

@@ -17,16 +17,14 @@
 static inline size_t comet_w4_plain_bytes(int N, int K) { return (size_t)N * (size_t)(K / 2); }
 
 /* Code of element (n, k) of a plain [N, K] matrix, in [-8, 7]. */
-static inline int comet_w4_plain_get(const uint8_t *codes, int K, int n, int k)
-{
+static inline int comet_w4_plain_get(const uint8_t *codes, int K, int n, int k) {
     uint8_t byte = codes[(size_t)n * (size_t)(K / 2) + (size_t)(k / 2)];
     int nib = (k & 1) ? (byte >> 4) : (byte & 0x0F);
     return nib >= 8 ? nib - 16 : nib;
 }
 
 /* Store code v (in [-8, 7]) as element (n, k) of a plain [N, K] matrix. */
-static inline void comet_w4_plain_set(uint8_t *codes, int K, int n, int k, int v)
-{
+static inline void comet_w4_plain_set(uint8_t *codes, int K, int n, int k, int v) {
     uint8_t *p = &codes[(size_t)n * (size_t)(K / 2) + (size_t)(k / 2)];
     uint8_t nib = (uint8_t)(v & 0x0F);
     *p = (k & 1) ? (uint8_t)((*p & 0x0F) | (nib << 4)) : (uint8_t)((*p & 0xF0) | nib);

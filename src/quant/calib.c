@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- statistics files --------------------------------------------------------------- */
 
 #define CALIB_MAGIC "COMETCAL"
@@ -68,8 +67,10 @@ comet_status comet_calib_stats_load(const char *path, const comet_model_config *
     comet_calib_stats *cs = NULL;
     if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, CALIB_MAGIC, 8) ||
         h.version != CALIB_VERSION) {
-        st = comet_set_error(COMET_ERR_FORMAT, "%s: not a comet calibration statistics file "
-                             "(version %d)", path, CALIB_VERSION);
+        st = comet_set_error(COMET_ERR_FORMAT,
+                             "%s: not a comet calibration statistics file "
+                             "(version %d)",
+                             path, CALIB_VERSION);
         goto done;
     }
     h.meta.model[sizeof h.meta.model - 1] = h.meta.corpus[sizeof h.meta.corpus - 1] = '\0';
@@ -82,10 +83,10 @@ comet_status comet_calib_stats_load(const char *path, const comet_model_config *
         (need_xtx && !h.has_xtx)) {
         st = comet_set_error(COMET_ERR_INVALID_ARG,
                              "%s: statistics of %s on %s (%d windows x %d%s) do not match this "
-                             "run (%s on %s, %d x %d%s)", path, h.meta.model, h.meta.corpus,
-                             h.meta.windows, h.meta.window_len, h.has_xtx ? ", with XᵀX" : "",
-                             want->model, want->corpus, want->windows, want->window_len,
-                             need_xtx ? ", with XᵀX" : "");
+                             "run (%s on %s, %d x %d%s)",
+                             path, h.meta.model, h.meta.corpus, h.meta.windows, h.meta.window_len,
+                             h.has_xtx ? ", with XᵀX" : "", want->model, want->corpus,
+                             want->windows, want->window_len, need_xtx ? ", with XᵀX" : "");
         goto done;
     }
     if (!(cs = comet_calib_stats_init(cfg, h.has_xtx))) {

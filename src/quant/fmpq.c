@@ -85,19 +85,21 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
             p->a_bits);
     if (p->kv.group < 0 || (p->kv.group > 0 && m->cfg.head_dim % p->kv.group))
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: KV group %d does not divide the head dim %d",
-                               p->kv.group, m->cfg.head_dim);
+                               "quantize: KV group %d does not divide the head dim %d", p->kv.group,
+                               m->cfg.head_dim);
     if (p->kv.bits != 4 && p->kv.bits != 8 && p->kv.bits != 16)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv.bits);
     if (p->kv.rotation != -1 && !comet_kv_rotation_name(p->kv.rotation))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: KV rotation %d; none, hadamard or automatic (-1) "
-                               "would work", p->kv.rotation);
+                               "would work",
+                               p->kv.rotation);
     if (p->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: the hadamard KV rotation needs a power-of-two head "
-                               "dim, not %d; --kv-rotation none would work", m->cfg.head_dim);
+                               "dim, not %d; --kv-rotation none would work",
+                               m->cfg.head_dim);
     if (!(p->int8_budget >= 0.0f && p->int8_budget <= 1.0f) || !(p->tau >= 0.0f))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: INT8 budget %g must be in [0, 1] and tau %g >= 0",
@@ -241,7 +243,9 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
             free(wp);
             if (st < 0) { /* name the tensor: the quantizer names the channel and block */
                 static const char *const names[COMET_QGROUP_COUNT][3] = {
-                    {"q_proj", "k_proj", "v_proj"}, {"o_proj"}, {"gate_proj", "up_proj"},
+                    {"q_proj", "k_proj", "v_proj"},
+                    {"o_proj"},
+                    {"gate_proj", "up_proj"},
                     {"down_proj"}};
                 char why[512];
                 snprintf(why, sizeof why, "%s", comet_last_error());

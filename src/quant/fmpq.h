@@ -30,18 +30,18 @@ void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g,
                                int T);
 
 typedef struct comet_fmpq_params {
-    int w_bits;        /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
+    int w_bits;         /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
                         * permutation and folding only, embeddings not rounded either) */
-    int a_bits;        /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
+    int a_bits;         /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
     comet_kv_format kv; /* bits 4, 8 or 16; group 0 = D (docs/numerics.md default);
                          * rotation -1 = automatic: hadamard when the KV cache is quantized
                          * (4 or 8 bits) and D is a power of two, else none */
-    int block;         /* B; 0 = one block per row (per-token activations, per-channel
+    int block;          /* B; 0 = one block per row (per-token activations, per-channel
                         * weights); -1 = automatic (comet_quant_choose_block) */
-    int reorder;       /* sort channels by salience */
-    float tau;         /* INT8 where salience > tau * median */
-    float int8_budget; /* cap on each group's INT8 block fraction */
-    int gptq;          /* GPTQ (needs XᵀX); else RTN */
+    int reorder;        /* sort channels by salience */
+    float tau;          /* INT8 where salience > tau * median */
+    float int8_budget;  /* cap on each group's INT8 block fraction */
+    int gptq;           /* GPTQ (needs XᵀX); else RTN */
     int clip_search;
     float gptq_damp;
 } comet_fmpq_params;

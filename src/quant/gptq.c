@@ -110,8 +110,8 @@ comet_status comet_quant_w_gptq(const float *w, int N, int K, const float *xtx, 
             }
         }
         if (i2 < K)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K - i2, i2 - i1, -1.0f, E,
-                        bs, U + (size_t)i1 * K + i2, K, 1.0f, W + i2, K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, K - i2, i2 - i1, -1.0f, E, bs,
+                        U + (size_t)i1 * K + i2, K, 1.0f, W + i2, K);
     }
     free(W), free(U), free(E), free(hw);
     return COMET_OK;

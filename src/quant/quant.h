@@ -72,8 +72,8 @@ uint16_t comet_quant_w_block_scale_weighted(const float *w, const float *h, int 
 /* COMET_OK unless sh (the scale comet_quant_w_block_scale gave block b of output channel n,
  * weights wb [B]) is COMET_QUANT_F16_NAN; then COMET_ERR_INVALID_ARG naming the channel, the
  * block and why (a non-finite weight, or the scale fp16 cannot hold), prefixed by `what`. */
-comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n,
-                                       int b, const char *what);
+comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n, int b,
+                                       const char *what);
 
 /* GPTQ (Frantar et al. 2022) of w [N, K] against the Hessian of the calibration inputs:
  * xtx [K, K] = Σ xᵀx over calibration tokens, in the same (permuted) channel order as w's

@@ -64,11 +64,11 @@ comet_status comet_quant_reorder(const float *sal, int K, int B, float tau, floa
                                  int reorder, int32_t *perm, int *n8) {
     if (K <= 0 || B <= 0 || K % B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "reorder: K = %d is not a positive multiple of the block size %d",
-                               K, B);
+                               "reorder: K = %d is not a positive multiple of the block size %d", K,
+                               B);
     if (!(budget >= 0.0f && budget <= 1.0f))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "reorder: INT8 budget %g outside [0, 1]", (double)budget);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "reorder: INT8 budget %g outside [0, 1]",
+                               (double)budget);
     sal_entry *e = malloc((size_t)K * sizeof *e);
     float *sorted = malloc((size_t)K * sizeof *sorted);
     if (!e || !sorted) {

@@ -39,8 +39,7 @@ comet_status comet_rotation_orthogonal(int n, uint64_t seed, float *q_out) {
     double *sign = malloc((size_t)n * sizeof *sign);
     comet_status st = COMET_OK;
     if (!a || !tau || !sign) {
-        st = comet_set_error(COMET_ERR_NOMEM, "rotation: out of memory for a %d x %d matrix", n,
-                             n);
+        st = comet_set_error(COMET_ERR_NOMEM, "rotation: out of memory for a %d x %d matrix", n, n);
         goto out;
     }
     uint64_t x = seed;
@@ -52,8 +51,10 @@ comet_status comet_rotation_orthogonal(int n, uint64_t seed, float *q_out) {
     if (info == 0)
         info = LAPACKE_dorgqr(LAPACK_ROW_MAJOR, n, n, n, a, n, tau);
     if (info != 0) {
-        st = comet_set_error(COMET_ERR_INTERNAL, "rotation: LAPACK QR of a %d x %d Gaussian "
-                             "matrix failed (info %d)", n, n, info);
+        st = comet_set_error(COMET_ERR_INTERNAL,
+                             "rotation: LAPACK QR of a %d x %d Gaussian "
+                             "matrix failed (info %d)",
+                             n, n, info);
         goto out;
     }
     for (int i = 0; i < n; i++)
@@ -77,15 +78,15 @@ static void scale_cols(float *w, int rows, int C, const float *g) {
 
 /* w [rows, C] := w·Q, through tmp [rows, C]. */
 static void right_rotate(float *w, int rows, int C, const float *q, float *tmp) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, C, 1.0f, w, C, q, C, 0.0f,
-                tmp, C);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, C, 1.0f, w, C, q, C, 0.0f, tmp,
+                C);
     memcpy(w, tmp, (size_t)rows * C * sizeof *w);
 }
 
 /* w [C, cols] := Qᵀ·w, through tmp [C, cols]. */
 static void left_rotate(float *w, int C, int cols, const float *q, float *tmp) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, cols, C, 1.0f, q, C, w, cols, 0.0f,
-                tmp, cols);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, cols, C, 1.0f, q, C, w, cols, 0.0f, tmp,
+                cols);
     memcpy(w, tmp, (size_t)C * cols * sizeof *w);
 }
 
@@ -93,8 +94,7 @@ static int plain(const comet_linear *l) { return l->fmt == COMET_WFMT_F32 && l->
 
 /* q [C, C] := identity on the channels keep[0..n_keep), a random orthogonal matrix of
  * order C - n_keep on the others. */
-static comet_status rotation_keeping(int C, uint64_t seed, const int *keep, int n_keep,
-                                     float *q) {
+static comet_status rotation_keeping(int C, uint64_t seed, const int *keep, int n_keep, float *q) {
     const int n = C - n_keep;
     int *rest = malloc((size_t)(n > 0 ? n : 1) * sizeof *rest);
     unsigned char *kept = calloc((size_t)C, 1);
@@ -106,8 +106,10 @@ static comet_status rotation_keeping(int C, uint64_t seed, const int *keep, int 
     }
     for (int i = 0; i < n_keep; i++) {
         if (keep[i] < 0 || keep[i] >= C || kept[keep[i]]) {
-            st = comet_set_error(COMET_ERR_INVALID_ARG, "rotation: kept channel %d is outside "
-                                 "0..%d or listed twice", keep[i], C - 1);
+            st = comet_set_error(COMET_ERR_INVALID_ARG,
+                                 "rotation: kept channel %d is outside "
+                                 "0..%d or listed twice",
+                                 keep[i], C - 1);
             goto out;
         }
         kept[keep[i]] = 1;
@@ -139,16 +141,19 @@ comet_status comet_rotate_residual_keeping(comet_model *m, uint64_t seed, const 
     const comet_model_config *c = &m->cfg;
     const int C = c->n_embd, V = c->n_vocab;
     if (m->quant || !m->tok_embd || !m->output_norm || !m->lm_head)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "rotation: the model must be a "
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "rotation: the model must be a "
                                "floating-point model with its embedding, lm_head and norms");
     for (int l = 0; l < c->n_layer; l++) {
         const comet_layer_weights *lw = &m->layers[l];
-        const comet_linear *lin[7] = {&lw->wq, &lw->wk, &lw->wv, &lw->wo,
+        const comet_linear *lin[7] = {&lw->wq,     &lw->wk,   &lw->wv,    &lw->wo,
                                       &lw->w_gate, &lw->w_up, &lw->w_down};
         for (int i = 0; i < 7; i++)
             if (!plain(lin[i]))
-                return comet_set_error(COMET_ERR_INVALID_ARG, "rotation: layer %d has a "
-                                       "linear that is not plain fp32", l);
+                return comet_set_error(COMET_ERR_INVALID_ARG,
+                                       "rotation: layer %d has a "
+                                       "linear that is not plain fp32",
+                                       l);
     }
     size_t widest = (size_t)V;
     if ((size_t)c->n_ff > widest)

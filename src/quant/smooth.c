@@ -65,7 +65,7 @@ comet_status comet_smooth(comet_model *m, comet_calib_stats *cs, float alpha) {
                                (double)alpha);
     if (m->quant || cs->n_layer != c->n_layer || cs->n_tokens == 0)
         return comet_set_error(COMET_ERR_INVALID_ARG, "smooth: needs a floating-point model "
-                               "and calibration statistics of it");
+                                                      "and calibration statistics of it");
     const int C = c->n_embd, F = c->n_ff, D = c->head_dim, H = c->n_head, Hkv = c->n_head_kv;
     const int HD = H * D, widest = HD > F ? (HD > C ? HD : C) : (F > C ? F : C);
     float *wmax = malloc((size_t)widest * sizeof *wmax), *s = malloc((size_t)widest * sizeof *s);
@@ -83,8 +83,10 @@ comet_status comet_smooth(comet_model *m, comet_calib_stats *cs, float alpha) {
             if (all[i]->fmt != COMET_WFMT_F32 || !all[i]->w) {
                 free(wmax);
                 free(s);
-                return comet_set_error(COMET_ERR_INVALID_ARG, "smooth: layer %d has a linear "
-                                       "that is not plain fp32", l);
+                return comet_set_error(COMET_ERR_INVALID_ARG,
+                                       "smooth: layer %d has a linear "
+                                       "that is not plain fp32",
+                                       l);
             }
         /* qkv and gate_up: 1/s into the RMSNorm weight */
         col_max((const comet_linear *const *)qkv, 3, C, wmax);

@@ -53,13 +53,13 @@ static comet_status check_args(const char *what, int N, int K, int B, int bits) 
                                "%s: bad shape N=%d K=%d block=%d (K must be a multiple of block)",
                                what, N, K, B);
     if (bits != 4 && bits != 8)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "%s: %d-bit weights; 4 or 8 would work",
-                               what, bits);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "%s: %d-bit weights; 4 or 8 would work", what,
+                               bits);
     return COMET_OK;
 }
 
-comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n,
-                                       int b, const char *what) {
+comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int qmax, int n, int b,
+                                       const char *what) {
     if (sh != COMET_QUANT_F16_NAN)
         return COMET_OK;
     float amax = 0.0f;
@@ -74,8 +74,8 @@ comet_status comet_quant_w_scale_check(uint16_t sh, const float *wb, int B, int 
     return comet_set_error(COMET_ERR_INVALID_ARG,
                            "%s: output channel %d, block %d (input channels %d..%d in the "
                            "permuted order): |w| up to %g needs a scale of %g, past fp16's "
-                           "largest (65504)", what, n, b, b * B, b * B + B - 1, (double)amax,
-                           (double)amax / qmax);
+                           "largest (65504)",
+                           what, n, b, b * B, b * B + B - 1, (double)amax, (double)amax / qmax);
 }
 
 comet_status comet_quant_w_rtn(const float *w, int N, int K, int B, int bits, int clip_search,

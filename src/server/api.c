@@ -30,7 +30,13 @@ typedef struct recs {
     int n, cap;
 } recs;
 
-typedef enum stage { ST_FIRST, ST_BODY, ST_USAGE, ST_DONE_LINE, ST_END } stage;
+typedef enum stage {
+    ST_FIRST,
+    ST_BODY,
+    ST_USAGE,
+    ST_DONE_LINE,
+    ST_END
+} stage;
 
 typedef struct gen {
     pthread_mutex_t mu;
@@ -266,8 +272,8 @@ static void lp_view_free(lp_view *v) {
 
 /* Records a[0..na) then b[0..nb) as builder entries; text offsets start at `offset`. The
  * token strings follow the text from `d`, which moves past the records. */
-static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na,
-                         const tok_rec *b, int nb, int offset) {
+static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na, const tok_rec *b,
+                         int nb, int offset) {
     memset(v, 0, sizeof *v);
     int n = na + nb;
     v->lps = calloc((size_t)n + 1, sizeof *v->lps);
@@ -317,9 +323,8 @@ static const char *finish_name(comet_finish_reason r) {
 /* Record the finished request in the server's metrics. */
 static void record(gen *g, int status) {
     double ttft = g->t_first > 0 ? g->t_first - g->t0 : -1;
-    double tpot = g->n_generated > 1 && g->t_first > 0
-                      ? (g->t_last - g->t_first) / (g->n_generated - 1)
-                      : -1;
+    double tpot =
+        g->n_generated > 1 && g->t_first > 0 ? (g->t_last - g->t_first) / (g->n_generated - 1) : -1;
     double e2e = g->t_last > 0 ? g->t_last - g->t0 : -1;
     comet_server_metrics_record(comet_server_metrics_get(g->srv), status, g->n_prompt,
                                 g->n_generated, ttft, tpot, e2e);
@@ -333,8 +338,10 @@ static void record(gen *g, int status) {
         snprintf(ttft_s, sizeof ttft_s, "%.3f s", ttft);
     else
         snprintf(ttft_s, sizeof ttft_s, "-");
-    comet_log(COMET_LOG_INFO, "%s: %d prompt + %d completion tokens, ttft %s, total %.3f s, "
-              "finish %s", g->id, g->n_prompt, g->n_generated, ttft_s, now_s() - g->t0, why);
+    comet_log(COMET_LOG_INFO,
+              "%s: %d prompt + %d completion tokens, ttft %s, total %.3f s, "
+              "finish %s",
+              g->id, g->n_prompt, g->n_generated, ttft_s, now_s() - g->t0, why);
 }
 
 /* ---- non-streaming ---- */
@@ -400,9 +407,15 @@ static void answer_whole(gen *g, comet_server_reply *reply) {
         memcpy(text, g->prompt_text, pre);
     if (g->text_len)
         memcpy(text + pre, g->text, g->text_len);
-    comet_oai_result r = {g->id,      g->created, g->api->model_id,
-                          text,       pre + g->text_len, finish_name(g->why),
-                          q->logprobs ? v.lps : NULL, v.n, {g->n_prompt, g->n_generated}};
+    comet_oai_result r = {g->id,
+                          g->created,
+                          g->api->model_id,
+                          text,
+                          pre + g->text_len,
+                          finish_name(g->why),
+                          q->logprobs ? v.lps : NULL,
+                          v.n,
+                          {g->n_prompt, g->n_generated}};
     reply->status = 200;
     reply->body = comet_oai_response_json(q->kind, &r);
     free(text);
@@ -426,8 +439,8 @@ static int out_append(gen *g, const char *s, size_t n) {
 static int out_event(gen *g, char *json) {
     if (!json)
         return -1;
-    int r = out_append(g, "data: ", 6) || out_append(g, json, strlen(json)) ||
-            out_append(g, "\n\n", 2);
+    int r =
+        out_append(g, "data: ", 6) || out_append(g, json, strlen(json)) || out_append(g, "\n\n", 2);
     free(json);
     return r ? -1 : 0;
 }
@@ -458,8 +471,8 @@ static int stream_fill(gen *g) {
             pthread_mutex_lock(&g->mu);
             while (q->logprobs && !g->finished && g->prompt_recs.n < g->n_prompt_submitted)
                 pthread_cond_wait(&g->cv, &g->mu);
-            int bad = q->logprobs && lp_view_build(&v, &g->lp_dt, g->prompt_recs.v,
-                                                   g->prompt_recs.n, NULL, 0, 0);
+            int bad = q->logprobs &&
+                      lp_view_build(&v, &g->lp_dt, g->prompt_recs.v, g->prompt_recs.n, NULL, 0, 0);
             pthread_mutex_unlock(&g->mu);
             k.text = g->prompt_text;
             k.text_len = g->prompt_text_len;
@@ -506,9 +519,10 @@ static int stream_fill(gen *g) {
             return -1;
         if (fin) {
             if (g->why == COMET_FINISH_ERROR || g->why == COMET_FINISH_CANCELLED || g->oom) {
-                char *e = comet_server_error_body(
-                    500, NULL, NULL, "generation ended: %s",
-                    g->oom ? "out of memory" : g->why == COMET_FINISH_CANCELLED ? "cancelled" : g->error);
+                char *e = comet_server_error_body(500, NULL, NULL, "generation ended: %s",
+                                                  g->oom ? "out of memory"
+                                                  : g->why == COMET_FINISH_CANCELLED ? "cancelled"
+                                                                                     : g->error);
                 out_event(g, e);
                 g->st = ST_DONE_LINE;
                 return 0;
@@ -600,8 +614,8 @@ static char *prompt_as_text(const comet_model *m, const comet_oai_request *q, si
     return s;
 }
 
-static void reply_error(comet_server_reply *reply, comet_server *srv, int status,
-                        const char *param, const char *code, const char *msg) {
+static void reply_error(comet_server_reply *reply, comet_server *srv, int status, const char *param,
+                        const char *code, const char *msg) {
     reply->status = status;
     reply->body = comet_server_error_body(status, param, code, "%s", msg);
     comet_server_metrics_record(comet_server_metrics_get(srv), status, 0, 0, -1, -1, -1);
@@ -625,8 +639,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
             comet_oai_request_free(req);
             return;
         }
-        if (comet_api_chat_prompt(a, req->messages, (size_t)req->n_messages, &ids, &n_ids) <
-            0) {
+        if (comet_api_chat_prompt(a, req->messages, (size_t)req->n_messages, &ids, &n_ids) < 0) {
             reply_error(reply, srv, 500, NULL, NULL, "cannot tokenize the messages");
             comet_oai_request_free(req);
             return;
@@ -646,8 +659,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     int n_ctx = m->cfg.n_ctx;
     if (!ids || n_ids == 0) {
         reply_error(reply, srv, 400, prompt_param, NULL,
-                    ids ? "the prompt is empty: give at least one token of text"
-                        : "out of memory");
+                    ids ? "the prompt is empty: give at least one token of text" : "out of memory");
         free(ids);
         comet_oai_request_free(req);
         return;

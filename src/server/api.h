@@ -21,9 +21,9 @@ typedef struct comet_api {
     const comet_model *model; /* borrowed */
     const char *model_id;     /* borrowed; the id clients send as "model" */
     comet_chat_template tmpl;
-    int has_tmpl;             /* 0: the chat route answers 400 (no template known) */
-    char bos[128];            /* BOS text for templates that start with it, or "" */
-    int kv_tokens;            /* tokens the engine's KV pool holds (a default max_tokens is cut
+    int has_tmpl;                  /* 0: the chat route answers 400 (no template known) */
+    char bos[128];                 /* BOS text for templates that start with it, or "" */
+    int kv_tokens;                 /* tokens the engine's KV pool holds (a default max_tokens is cut
                                * to it, as to the context); 0: not known */
     int allow_special_in_messages; /* 0 (default): special-token text in a message's content
                                     * is plain text; 1 (serve --allow-special-in-messages, for

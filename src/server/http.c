@@ -247,9 +247,8 @@ static enum MHD_Result answer_post(comet_server *s, conn_ctx *cx, struct MHD_Con
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size,
-                                  void **con_cls) {
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_data_size, void **con_cls) {
     (void)version;
     comet_server *s = cls;
     conn_ctx *cx = *con_cls;
@@ -374,13 +373,15 @@ comet_server *comet_server_start(const comet_server_params *p) {
     snprintf(port, sizeof port, "%d", p->port);
     int gai = getaddrinfo(s->host, port, &hints, &ai);
     if (gai || !ai) {
-        comet_set_error(COMET_ERR_INVALID_ARG, "server: cannot resolve host '%s': %s; use an IP "
-                        "address such as 127.0.0.1", s->host, gai_strerror(gai));
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "server: cannot resolve host '%s': %s; use an IP "
+                        "address such as 127.0.0.1",
+                        s->host, gai_strerror(gai));
         comet_server_stop(s);
         return NULL;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
+                     MHD_USE_ERROR_LOG;
     if (ai->ai_family == AF_INET6)
         flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(
@@ -390,8 +391,10 @@ comet_server *comet_server_start(const comet_server_params *p) {
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
-        comet_set_error(COMET_ERR_IO, "server: cannot listen on %s:%d (port in use or address "
-                        "not local?)", s->host, p->port);
+        comet_set_error(COMET_ERR_IO,
+                        "server: cannot listen on %s:%d (port in use or address "
+                        "not local?)",
+                        s->host, p->port);
         comet_server_stop(s);
         return NULL;
     }

@@ -15,8 +15,8 @@ static void hist_init(comet_histogram *h, const double *bounds, int n) {
 
 void comet_server_metrics_init(comet_server_metrics *m) {
     static const double ttft[] = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
-    static const double tpot[] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5,
-                                  1, 2.5};
+    static const double tpot[] = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1,
+                                  0.15,  0.2,  0.3,   0.5,  1,     2.5};
     static const double e2e[] = {0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
     memset(m, 0, sizeof *m);
     pthread_mutex_init(&m->mu, NULL);
@@ -107,8 +107,7 @@ static void hist(sbuf *b, const char *name, const char *help, const comet_histog
     }
     cum += h->counts[h->n_bounds];
     sb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-    sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name,
-              (unsigned long long)h->count);
+    sb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name, (unsigned long long)h->count);
 }
 
 char *comet_server_metrics_render(comet_server_metrics *m, const comet_metrics_gauges *g) {
@@ -128,19 +127,20 @@ char *comet_server_metrics_render(comet_server_metrics *m, const comet_metrics_g
            "Sequences preempted (pages freed, recomputed later) because the pool was full.",
            (double)g->preemptions);
     pthread_mutex_lock(&m->mu);
-    sb_printf(&b, "# HELP comet_requests_total Finished HTTP generation requests by outcome.\n"
-                  "# TYPE comet_requests_total counter\n"
-                  "comet_requests_total{outcome=\"ok\"} %llu\n"
-                  "comet_requests_total{outcome=\"error\"} %llu\n"
-                  "comet_requests_total{outcome=\"cancelled\"} %llu\n",
+    sb_printf(&b,
+              "# HELP comet_requests_total Finished HTTP generation requests by outcome.\n"
+              "# TYPE comet_requests_total counter\n"
+              "comet_requests_total{outcome=\"ok\"} %llu\n"
+              "comet_requests_total{outcome=\"error\"} %llu\n"
+              "comet_requests_total{outcome=\"cancelled\"} %llu\n",
               (unsigned long long)m->requests_ok, (unsigned long long)m->requests_failed,
               (unsigned long long)m->requests_cancelled);
     metric(&b, "comet_prompt_tokens_total", "counter", "Prompt tokens processed.",
            (double)m->prompt_tokens);
     metric(&b, "comet_generation_tokens_total", "counter", "Tokens generated.",
            (double)m->generation_tokens);
-    hist(&b, "comet_time_to_first_token_seconds", "Time from request arrival to first token (TTFT).",
-         &m->ttft);
+    hist(&b, "comet_time_to_first_token_seconds",
+         "Time from request arrival to first token (TTFT).", &m->ttft);
     hist(&b, "comet_time_per_output_token_seconds",
          "Mean time per output token after the first (TPOT), per request.", &m->tpot);
     hist(&b, "comet_e2e_request_latency_seconds", "Time from request arrival to its last token.",

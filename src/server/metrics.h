@@ -15,7 +15,7 @@
 
 typedef struct comet_histogram {
     int n_bounds;
-    double bounds[COMET_HIST_MAX_BUCKETS];   /* upper bounds, ascending; +Inf implied */
+    double bounds[COMET_HIST_MAX_BUCKETS];       /* upper bounds, ascending; +Inf implied */
     uint64_t counts[COMET_HIST_MAX_BUCKETS + 1]; /* per bucket, not cumulative */
     double sum;
     uint64_t count;
@@ -23,14 +23,14 @@ typedef struct comet_histogram {
 
 typedef struct comet_server_metrics {
     pthread_mutex_t mu;
-    uint64_t requests_ok;       /* finished with 200 */
-    uint64_t requests_failed;   /* answered with an error status */
-    uint64_t requests_cancelled;/* client went away */
+    uint64_t requests_ok;        /* finished with 200 */
+    uint64_t requests_failed;    /* answered with an error status */
+    uint64_t requests_cancelled; /* client went away */
     uint64_t prompt_tokens;
     uint64_t generation_tokens;
-    comet_histogram ttft;       /* seconds from arrival to first token */
-    comet_histogram tpot;       /* seconds per output token after the first */
-    comet_histogram e2e;        /* seconds from arrival to the last token */
+    comet_histogram ttft; /* seconds from arrival to first token */
+    comet_histogram tpot; /* seconds per output token after the first */
+    comet_histogram e2e;  /* seconds from arrival to the last token */
 } comet_server_metrics;
 
 /* Engine-side gauges at render time. */
@@ -50,8 +50,7 @@ void comet_histogram_observe(comet_histogram *h, double v);
 /* Record one finished request: status 200 / other / cancelled (-1); latencies in
  * seconds, < 0 when not applicable (no token produced). */
 void comet_server_metrics_record(comet_server_metrics *m, int status, int prompt_tokens,
-                                 int completion_tokens, double ttft_s, double tpot_s,
-                                 double e2e_s);
+                                 int completion_tokens, double ttft_s, double tpot_s, double e2e_s);
 
 /* Render the exposition text; malloc'd, caller frees; NULL when out of memory. */
 char *comet_server_metrics_render(comet_server_metrics *m, const comet_metrics_gauges *g);

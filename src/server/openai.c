@@ -83,7 +83,8 @@ static int get_number(const cJSON *it, const char *param, double lo, double hi, 
 
 static int get_int(const cJSON *it, const char *param, double lo, double hi, double *out,
                    comet_oai_error *err) {
-    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) || floor(it->valuedouble) != it->valuedouble)
+    if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble) ||
+        floor(it->valuedouble) != it->valuedouble)
         return comet_oai_fail(err, 400, NULL, param, NULL, "'%s' must be an integer", param);
     double v = it->valuedouble;
     if (v < lo || v > hi)
@@ -182,7 +183,8 @@ static int parse_messages(const cJSON *m, comet_oai_request *req, comet_oai_erro
             strcmp(r, "developer"))
             return comet_oai_fail(err, 400, NULL, param, NULL,
                                   "'%s' must be one of system, developer, user, assistant; got "
-                                  "'%.64s'", param, r);
+                                  "'%.64s'",
+                                  param, r);
         snprintf(param, sizeof param, "messages[%d].content", i);
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         char *c = NULL;
@@ -203,7 +205,8 @@ static int parse_messages(const cJSON *m, comet_oai_request *req, comet_oai_erro
                     free(c);
                     return comet_oai_fail(err, 400, NULL, param, NULL,
                                           "'%s' parts must be {\"type\": \"text\", \"text\": "
-                                          "string}", param);
+                                          "string}",
+                                          param);
                 }
                 char *t = NULL;
                 if ((st = get_string(text, param, &t, err))) {
@@ -312,13 +315,14 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
         if (it->valuedouble > lim->n_ctx)
             return comet_oai_fail(err, 400, NULL, mt_name, NULL,
                                   "'%s' is too large: %.0f; this model's maximum context length "
-                                  "is %d tokens", mt_name, it->valuedouble, lim->n_ctx);
+                                  "is %d tokens",
+                                  mt_name, it->valuedouble, lim->n_ctx);
         req->max_tokens = (int)it->valuedouble;
         req->max_tokens_given = 1;
     }
 
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "temperature"), "temperature",
-                         0, 2, &req->temperature, err)))
+    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "temperature"), "temperature", 0, 2,
+                         &req->temperature, err)))
         return st;
     if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "top_p"), "top_p", 0, 1,
                          &req->top_p, err)))
@@ -339,8 +343,7 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
         if ((st = get_int(it, "seed", -9223372036854775808.0, 9223372036854775807.0, &v, err)))
             return st;
         req->has_seed = 1;
-        req->seed = v >= 9223372036854775807.0 ? (uint64_t)INT64_MAX
-                                                : (uint64_t)(int64_t)v;
+        req->seed = v >= 9223372036854775807.0 ? (uint64_t)INT64_MAX : (uint64_t)(int64_t)v;
     }
     if ((st = parse_stop(cJSON_GetObjectItemCaseSensitive(root, "stop"), req, err)))
         return st;
@@ -385,8 +388,8 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
             req->logprobs = 1;
             req->top_logprobs = (int)v;
         }
-        if ((st = get_bool(cJSON_GetObjectItemCaseSensitive(root, "echo"), "echo", &req->echo,
-                           err)))
+        if ((st =
+                 get_bool(cJSON_GetObjectItemCaseSensitive(root, "echo"), "echo", &req->echo, err)))
             return st;
         if (cJSON_GetObjectItemCaseSensitive(root, "top_logprobs") &&
             !is_absent(cJSON_GetObjectItemCaseSensitive(root, "top_logprobs")))
@@ -433,8 +436,8 @@ static size_t find_escaped_nul(const char *body, size_t len) {
     return len;
 }
 
-int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
-                    const comet_oai_limits *lim, comet_oai_request *req, comet_oai_error *err) {
+int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len, const comet_oai_limits *lim,
+                    comet_oai_request *req, comet_oai_error *err) {
     memset(req, 0, sizeof *req);
     req->kind = kind;
     /* absent fields keep the server's defaults; the parser overwrites the given ones */
@@ -655,9 +658,9 @@ static cJSON *header(comet_oai_kind kind, const char *id, long created, const ch
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "id", id);
     cJSON_AddStringToObject(root, "object",
-                            kind == COMET_OAI_CHAT ? (chunk ? "chat.completion.chunk"
-                                                            : "chat.completion")
-                                                   : "text_completion");
+                            kind == COMET_OAI_CHAT
+                                ? (chunk ? "chat.completion.chunk" : "chat.completion")
+                                : "text_completion");
     cJSON_AddNumberToObject(root, "created", (double)created);
     cJSON_AddStringToObject(root, "model", model);
     cJSON_AddStringToObject(root, "system_fingerprint", "comet");

@@ -49,33 +49,33 @@ typedef struct comet_oai_request {
     comet_oai_kind kind;
     char *model;
     /* completions: exactly one of prompt / prompt_ids is set */
-    char *prompt;          /* UTF-8 text, or NULL */
-    int32_t *prompt_ids;   /* [n_prompt_ids] token ids, or NULL */
+    char *prompt;        /* UTF-8 text, or NULL */
+    int32_t *prompt_ids; /* [n_prompt_ids] token ids, or NULL */
     int n_prompt_ids;
     /* chat: messages with owned role/content strings */
     comet_chat_message *messages; /* [n_messages] */
     int n_messages;
     /* max_tokens and the four sampling numbers: the request's value, or when the request
      * leaves the field out (or null) the server's default (comet_oai_defaults) */
-    int max_tokens;        /* -1: up to the context (server default 0) */
-    int max_tokens_given;  /* 1: max_tokens came from the request (too large is refused);
+    int max_tokens;       /* -1: up to the context (server default 0) */
+    int max_tokens_given; /* 1: max_tokens came from the request (too large is refused);
                             * 0: it is the server's default (cut to what the context leaves) */
-    float temperature;     /* 0 = greedy */
+    float temperature;    /* 0 = greedy */
     float top_p;
-    int top_k;             /* 0 = off (-1 accepted as off) */
-    float min_p;           /* 0 = off */
+    int top_k;   /* 0 = off (-1 accepted as off) */
+    float min_p; /* 0 = off */
     int has_seed;
     uint64_t seed;
     char *stop[COMET_OAI_MAX_STOP]; /* owned, non-empty strings */
     int n_stop;
     int stream;
-    int include_usage;     /* stream_options.include_usage */
+    int include_usage;       /* stream_options.include_usage */
     float presence_penalty;  /* 0, in [-2, 2] */
     float frequency_penalty; /* 0, in [-2, 2] */
-    int logprobs;          /* completions: logprobs given (0..5 top entries); chat: logprobs=true */
-    int top_logprobs;      /* top entries per token: completions `logprobs` N, chat `top_logprobs` */
-    int echo;              /* completions: prompt prepended, with prompt logprobs when logprobs */
-    int ignore_eos;        /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
+    int logprobs;     /* completions: logprobs given (0..5 top entries); chat: logprobs=true */
+    int top_logprobs; /* top entries per token: completions `logprobs` N, chat `top_logprobs` */
+    int echo;         /* completions: prompt prepended, with prompt logprobs when logprobs */
+    int ignore_eos;   /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
 } comet_oai_request;
 
 /* The server's defaults for the fields a request leaves out (a request's own fields always
@@ -83,15 +83,15 @@ typedef struct comet_oai_request {
  * generate`'s defaults, and from its --temperature/--top-p/--top-k/--min-p/--max-tokens. */
 typedef struct comet_oai_defaults {
     float temperature;
-    float top_p;     /* (0, 1] */
-    int top_k;       /* 0 = off */
-    float min_p;     /* 0 = off */
-    int max_tokens;  /* > 0: both routes; 0: chat up to the context, completions 16;
+    float top_p;    /* (0, 1] */
+    int top_k;      /* 0 = off */
+    float min_p;    /* 0 = off */
+    int max_tokens; /* > 0: both routes; 0: chat up to the context, completions 16;
                       * -1: chat COMET_OAI_CHAT_MAX_TOKENS, completions 16 */
 } comet_oai_defaults;
 
-#define COMET_OAI_CHAT_MAX_TOKENS 256       /* `comet generate`'s default */
-#define COMET_OAI_COMPLETION_MAX_TOKENS 16  /* OpenAI's completions default */
+#define COMET_OAI_CHAT_MAX_TOKENS 256      /* `comet generate`'s default */
+#define COMET_OAI_COMPLETION_MAX_TOKENS 16 /* OpenAI's completions default */
 
 /* `comet generate`'s sampling (comet_sampler_default_params: temperature 0.8, top-k 40,
  * top-p 0.95, min-p 0.05) and max_tokens -1. */
@@ -112,12 +112,11 @@ typedef struct comet_oai_limits {
  * comet_oai_request_free) or returns the HTTP status (400, 404) with *err filled and *req
  * left empty. Checks, in order: UTF-8 of the whole body, JSON syntax, top-level object,
  * model (string; unknown -> 404 model_not_found), then each parameter's type and range. */
-int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len,
-                    const comet_oai_limits *lim, comet_oai_request *req, comet_oai_error *err);
+int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len, const comet_oai_limits *lim,
+                    comet_oai_request *req, comet_oai_error *err);
 
 /* Release what a request owns and zero it. NULL is a no-op. */
 void comet_oai_request_free(comet_oai_request *req);
-
 
 /* ---- response builders: each returns a malloc'd NUL-terminated JSON string (caller
  * frees) or NULL when out of memory. ---- */

@@ -53,19 +53,19 @@ typedef void (*comet_server_generate_fn)(void *user, comet_server *srv, comet_oa
 typedef void (*comet_server_gauges_fn)(void *user, comet_metrics_gauges *g);
 
 typedef struct comet_server_params {
-    const char *host;        /* address to bind; "127.0.0.1" by default */
-    int port;                /* 0 picks a free port (see comet_server_port) */
-    const char *api_key;     /* NULL or "": no auth */
-    size_t max_body_bytes;   /* default 4 MiB */
-    int max_connections;     /* default 512 */
-    const char *model_id;    /* served model id (/v1/models, request "model") */
-    int n_ctx;               /* context length (max_tokens limit, /v1/models) */
-    int n_vocab;             /* token-id prompts must be < n_vocab */
-    comet_oai_defaults defaults; /* for fields a request leaves out (default:
+    const char *host;                  /* address to bind; "127.0.0.1" by default */
+    int port;                          /* 0 picks a free port (see comet_server_port) */
+    const char *api_key;               /* NULL or "": no auth */
+    size_t max_body_bytes;             /* default 4 MiB */
+    int max_connections;               /* default 512 */
+    const char *model_id;              /* served model id (/v1/models, request "model") */
+    int n_ctx;                         /* context length (max_tokens limit, /v1/models) */
+    int n_vocab;                       /* token-id prompts must be < n_vocab */
+    comet_oai_defaults defaults;       /* for fields a request leaves out (default:
                                   * comet_oai_default_defaults, `comet generate`'s) */
     comet_server_generate_fn generate; /* NULL: generation routes answer 503 */
     comet_server_gauges_fn gauges;     /* may be NULL */
-    void *user;              /* passed to the hooks */
+    void *user;                        /* passed to the hooks */
 } comet_server_params;
 
 comet_server_params comet_server_default_params(void);
@@ -90,7 +90,7 @@ int comet_server_in_flight(comet_server *s);
 void comet_server_stop(comet_server *s);
 
 /* Build a JSON error body for an HTTP status with an OpenAI error object. */
-char *comet_server_error_body(int status, const char *param, const char *code, const char *fmt,
-                              ...) __attribute__((format(printf, 4, 5)));
+char *comet_server_error_body(int status, const char *param, const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 #endif

@@ -103,11 +103,11 @@ int tok_cp_to_byte(uint32_t cp) {
 
 #define RE_GPT2 "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 #define RE_CONTRACTIONS "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
-#define RE_LLAMA3                                                                             \
-    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RE_LLAMA3                                                                                  \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"   \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
-#define RE_QWEN2                                                                          \
-    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|" \
+#define RE_QWEN2                                                                                   \
+    RE_CONTRACTIONS "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"        \
                     "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"
 
 typedef struct pre_entry {
@@ -149,9 +149,9 @@ comet_status tok_bpe_set_regexes(struct comet_tokenizer *t, const char *const *p
     for (int i = 0; i < n; i++) {
         int err;
         PCRE2_SIZE off;
-        pcre2_code *re = pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED,
-                                       PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err,
-                                       &off, NULL);
+        pcre2_code *re =
+            pcre2_compile((PCRE2_SPTR)patterns[i], PCRE2_ZERO_TERMINATED,
+                          PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &err, &off, NULL);
         if (!re) {
             PCRE2_UCHAR msg[256];
             pcre2_get_error_message(err, msg, sizeof msg);
@@ -187,8 +187,8 @@ comet_status tok_bpe_set_pre(struct comet_tokenizer *t, const char *pre) {
 /* ---- merging ------------------------------------------------------------------------ */
 
 typedef struct cand {
-    int32_t rank, pos;  /* ordered by rank, then leftmost */
-    int32_t lid, rid;   /* ids the pair had when queued (stale entries are skipped) */
+    int32_t rank, pos; /* ordered by rank, then leftmost */
+    int32_t lid, rid;  /* ids the pair had when queued (stale entries are skipped) */
     int32_t merged;
 } cand;
 
@@ -326,8 +326,8 @@ static comet_status merge_symbols(const struct comet_tokenizer *t, bpe_work *w, 
 
 /* Only reached when even U+FFFD's bytes are missing: such a byte is dropped, as
  * llama.cpp does (emitting unk, often a control token, would end the document). */
-static comet_status bpe_emit_unknown_byte(const struct comet_tokenizer *t, int32_t pos,
-                                          void *ctx, tok_ids *out) {
+static comet_status bpe_emit_unknown_byte(const struct comet_tokenizer *t, int32_t pos, void *ctx,
+                                          tok_ids *out) {
     (void)t;
     (void)pos;
     (void)ctx;
@@ -374,9 +374,8 @@ static comet_status bpe_word(const struct comet_tokenizer *t, bpe_work *w, const
 
 /* Apply regex `level` to s[0..n): matches and the gaps between them go to the next level;
  * past the last level each piece is one word. */
-static comet_status pre_split(const struct comet_tokenizer *t, bpe_work *w,
-                              pcre2_match_data *md, int level, const char *s, size_t n,
-                              tok_ids *out) {
+static comet_status pre_split(const struct comet_tokenizer *t, bpe_work *w, pcre2_match_data *md,
+                              int level, const char *s, size_t n, tok_ids *out) {
     if (n == 0)
         return COMET_OK;
     if (level == t->n_regex)

@@ -162,7 +162,7 @@ comet_status comet_chat_template_from_name(const char *name, comet_chat_template
         const char *name;
         comet_chat_template kind;
     } names[] = {
-        {"chatml", COMET_CHAT_CHATML}, {"llama3", COMET_CHAT_LLAMA3},
+        {"chatml", COMET_CHAT_CHATML},  {"llama3", COMET_CHAT_LLAMA3},
         {"llama-3", COMET_CHAT_LLAMA3}, {"llama2", COMET_CHAT_LLAMA2},
         {"llama-2", COMET_CHAT_LLAMA2},
     };
@@ -214,8 +214,7 @@ static void render_llama3(sbuf *b, const comet_chat_message *m, size_t n, int ge
 /* Llama-2-chat: the system message is folded into the first user turn; turns must
  * alternate user/assistant; every user turn opens with BOS, every answer closes with
  * "</s>". There is no generation prompt beyond the closing "[/INST]". */
-static comet_status render_llama2(sbuf *b, const comet_chat_message *m, size_t n,
-                                  const char *bos) {
+static comet_status render_llama2(sbuf *b, const comet_chat_message *m, size_t n, const char *bos) {
     const char *sys = NULL;
     if (n > 0 && strcmp(m[0].role, "system") == 0) {
         sys = m[0].content;
@@ -261,16 +260,15 @@ static comet_status render(comet_chat_template kind, const comet_chat_message *m
                            int add_generation_prompt, const char *bos, sbuf *b) {
     for (size_t i = 0; i < n; i++)
         if (!msgs[i].role || !msgs[i].content)
-            return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: message %zu lacks %s",
-                                   i, msgs[i].role ? "content" : "a role");
+            return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: message %zu lacks %s", i,
+                                   msgs[i].role ? "content" : "a role");
     sb_put(b, "", 0);
     switch (kind) {
     case COMET_CHAT_CHATML: render_chatml(b, msgs, n, add_generation_prompt); break;
     case COMET_CHAT_LLAMA3: render_llama3(b, msgs, n, add_generation_prompt, bos); break;
     case COMET_CHAT_LLAMA2: COMET_TRY(render_llama2(b, msgs, n, bos)); break;
     default:
-        return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: unknown kind %d",
-                               (int)kind);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "chat template: unknown kind %d", (int)kind);
     }
     if (b->oom)
         return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
@@ -343,8 +341,8 @@ static comet_status push_ids(tok_ids *out, const int32_t *ids, size_t n) {
 /* Plain text (parse_special off) exactly as comet_tokenizer_encode encodes that stretch of
  * the whole rendered prompt: `at_start` says whether it starts the prompt, which matters to
  * SentencePiece tokenizers that put "▁" only before the first segment of a text. */
-static comet_status encode_plain(const comet_tokenizer *t, const char *s, size_t n,
-                                 int at_start, tok_ids *out) {
+static comet_status encode_plain(const comet_tokenizer *t, const char *s, size_t n, int at_start,
+                                 tok_ids *out) {
     if (n == 0)
         return COMET_OK;
     if (at_start || t->type != COMET_TOK_SPM || t->spm_prefix != TOK_SPM_PREFIX_FIRST) {

@@ -41,8 +41,7 @@ int comet_detok_prime(comet_detok *d, const int32_t *ids, size_t n) {
     return 0;
 }
 
-int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf,
-                      size_t cap) {
+int comet_detok_piece(const comet_detok *d, int32_t id, int render_special, char *buf, size_t cap) {
     const comet_tokenizer *t = d->tok;
     int n_text = comet_tokenizer_token_bytes(t, id, 0, NULL, 0);
     if (n_text < 0)

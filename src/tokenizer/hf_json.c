@@ -18,7 +18,8 @@
 #include "comet/tokenizer.h"
 #include "tokenizer/tok_internal.h"
 
-#define RE_GPT2_HF "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+#define RE_GPT2_HF                                                                                 \
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
 
 typedef struct hf_pre {
     int n_regex;
@@ -107,12 +108,10 @@ static comet_status parse_pre(hf_pre *p, const char *path, const cJSON *pt) {
         const char *lit = jstr(pat, "String");
         if (lit)
             return add_regex(p, path, regex_quote(lit));
-        return comet_set_error(COMET_ERR_FORMAT, "%s: pre_tokenizer Split without a pattern",
-                               path);
+        return comet_set_error(COMET_ERR_FORMAT, "%s: pre_tokenizer Split without a pattern", path);
     }
     if (strcmp(type, "Digits") == 0)
-        return add_regex(p, path,
-                         strdup(jbool(pt, "individual_digits", 0) ? "\\p{N}" : "\\p{N}+"));
+        return add_regex(p, path, strdup(jbool(pt, "individual_digits", 0) ? "\\p{N}" : "\\p{N}+"));
     if (strcmp(type, "Metaspace") == 0) {
         const char *rep = jstr(pt, "replacement");
         if (rep && strcmp(rep, "\xe2\x96\x81") != 0)
@@ -127,8 +126,8 @@ static comet_status parse_pre(hf_pre *p, const char *path, const cJSON *pt) {
                         : strcmp(scheme, "first") == 0 ? TOK_SPM_PREFIX_FIRST
                                                        : TOK_SPM_PREFIX_NEVER;
         else
-            p->prefix = jbool(pt, "add_prefix_space", 1) ? TOK_SPM_PREFIX_ALWAYS
-                                                         : TOK_SPM_PREFIX_NEVER;
+            p->prefix =
+                jbool(pt, "add_prefix_space", 1) ? TOK_SPM_PREFIX_ALWAYS : TOK_SPM_PREFIX_NEVER;
         p->split = jbool(pt, "split", 1);
         return COMET_OK;
     }
@@ -215,8 +214,8 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
     const char *mtype = jstr(model, "type");
     if (!mtype || strcmp(mtype, "BPE") != 0) {
         comet_set_error(COMET_ERR_UNSUPPORTED,
-                        "%s: model.type \"%s\" is not supported; only \"BPE\" tokenizers are",
-                        path, mtype ? mtype : "(missing)");
+                        "%s: model.type \"%s\" is not supported; only \"BPE\" tokenizers are", path,
+                        mtype ? mtype : "(missing)");
         goto done;
     }
     const char *affixes[] = {"continuing_subword_prefix", "end_of_word_suffix"};
@@ -342,8 +341,7 @@ comet_tokenizer *comet_tokenizer_from_hf_json(const char *path) {
         for (int i = 0; i < n_tokens; i++) { /* byte-fallback pieces "<0xXX>" */
             const char *s = tokens[i];
             if (attr[i] == COMET_TOKEN_NORMAL && strlen(s) == 6 && strncmp(s, "<0x", 3) == 0 &&
-                strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) &&
-                s[5] == '>')
+                strchr("0123456789ABCDEF", s[3]) && strchr("0123456789ABCDEF", s[4]) && s[5] == '>')
                 attr[i] = COMET_TOKEN_BYTE;
         }
     const char *unk = jstr(model, "unk_token");

@@ -74,7 +74,7 @@ struct comet_tokenizer {
 
     /* Tokens matched verbatim before pre-tokenization, bucketed by first byte, each bucket
      * sorted longest first. */
-    int32_t *special_ids;  /* all matchable ids grouped by first byte */
+    int32_t *special_ids; /* all matchable ids grouped by first byte */
     int32_t special_start[257];
 
     /* BPE pre-tokenizer: the regexes applied in sequence (each splits the pieces of the
@@ -85,9 +85,9 @@ struct comet_tokenizer {
 
     /* SPM options. */
     tok_spm_prefix spm_prefix;
-    int spm_split;       /* split the text at "▁" into words before merging (Metaspace) */
+    int spm_split;              /* split the text at "▁" into words before merging (Metaspace) */
     int spm_prefix_if_no_space; /* Metaspace: no "▁" prepended to text starting with a space */
-    int byte_fallback;   /* unknown characters become <0xXX> tokens (else unk) */
+    int byte_fallback;          /* unknown characters become <0xXX> tokens (else unk) */
 };
 
 /* A growable id array used while encoding. */

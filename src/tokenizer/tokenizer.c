@@ -357,8 +357,7 @@ comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *d) {
         return NULL;
     }
     if (d->n_merges < 0 || (d->n_merges > 0 && !d->merges)) {
-        comet_set_error(COMET_ERR_FORMAT, "tokenizer: n_merges = %d without merges",
-                        d->n_merges);
+        comet_set_error(COMET_ERR_FORMAT, "tokenizer: n_merges = %d without merges", d->n_merges);
         return NULL;
     }
     comet_tokenizer *t = calloc(1, sizeof *t);
@@ -513,8 +512,8 @@ int comet_tokenizer_token_attr(const comet_tokenizer *t, int32_t id) {
     return t->attr[id];
 }
 
-int comet_tokenizer_token_bytes(const comet_tokenizer *t, int32_t id, int render_special,
-                                char *buf, size_t cap) {
+int comet_tokenizer_token_bytes(const comet_tokenizer *t, int32_t id, int render_special, char *buf,
+                                size_t cap) {
     if (id < 0 || id >= t->n_vocab)
         return comet_set_error(COMET_ERR_INVALID_ARG, "tokenizer: token id %d outside [0, %d)",
                                (int)id, t->n_vocab);
@@ -537,8 +536,7 @@ static comet_status encode_segment(const comet_tokenizer *t, const char *s, size
 }
 
 /* Longest special token starting at s[0..n) that may be matched, or -1. */
-static int32_t match_special(const comet_tokenizer *t, const char *s, size_t n,
-                             int parse_special) {
+static int32_t match_special(const comet_tokenizer *t, const char *s, size_t n, int parse_special) {
     uint8_t b = (uint8_t)s[0];
     for (int j = t->special_start[b]; j < t->special_start[b + 1]; j++) {
         int32_t id = t->special_ids[j];

@@ -18,8 +18,7 @@
 
 #define CUDA_TEST_SKIP_CODE 77
 
-static void cuda_test_skip_if_no_device(void)
-{
+static void cuda_test_skip_if_no_device(void) {
     int n = 0;
     char why[256];
     cudaError_t e = cudaGetDeviceCount(&n);

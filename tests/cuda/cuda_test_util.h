@@ -18,19 +18,18 @@
 #endif
 
 /* Exit with status 2 (not a test failure: the GPU or driver failed) on a CUDA error. */
-#define CUDA_OK(call)                                                                        \
-    do {                                                                                     \
-        cudaError_t e_ = (call);                                                             \
-        if (e_ != cudaSuccess) {                                                             \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, \
-                    __LINE__, #call);                                                        \
-            exit(2);                                                                         \
-        }                                                                                    \
+#define CUDA_OK(call)                                                                              \
+    do {                                                                                           \
+        cudaError_t e_ = (call);                                                                   \
+        if (e_ != cudaSuccess) {                                                                   \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,      \
+                    __LINE__, #call);                                                              \
+            exit(2);                                                                               \
+        }                                                                                          \
     } while (0)
 
 static uint64_t rng = CUDA_TEST_SEED;
-static uint32_t rnd(void)
-{
+static uint32_t rnd(void) {
     rng ^= rng << 13;
     rng ^= rng >> 7;
     rng ^= rng << 17;
@@ -43,8 +42,7 @@ static uint32_t rnd(void)
 #define GUARD 64
 #define GUARD_WORD 0x5A5A5A5Au
 
-static uint32_t *guarded_raw_alloc(size_t words)
-{
+static uint32_t *guarded_raw_alloc(size_t words) {
     size_t all = words + 2 * GUARD;
     uint32_t *raw, *h = malloc(all * 4);
     if (!h) {
@@ -59,8 +57,7 @@ static uint32_t *guarded_raw_alloc(size_t words)
     return raw;
 }
 
-static int guards_intact(const uint32_t *raw, size_t words)
-{
+static int guards_intact(const uint32_t *raw, size_t words) {
     uint32_t h[GUARD];
     int ok = 1;
     CUDA_OK(cudaMemcpy(h, raw, sizeof h, cudaMemcpyDeviceToHost));
@@ -85,23 +82,24 @@ typedef struct {
     comet_status st;
 } ref_job;
 
-static void *ref_worker(void *arg)
-{
+static void *ref_worker(void *arg) {
     ref_job *j = arg;
     int nb = j->K / j->B;
-    j->st = j->t1 > j->t0 ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
-                                                j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
-                                                j->y + (size_t)j->t0 * j->N,
-                                                j->bs + (size_t)j->t0 * j->N * nb)
-                          : COMET_OK;
+    j->st =
+        j->t1 > j->t0
+            ? comet_ref_gemm_w4ax(j->t1 - j->t0, j->N, j->K, j->B, j->n8, j->qw, j->sw,
+                                  j->qa + (size_t)j->t0 * j->K, j->sa + (size_t)j->t0 * nb,
+                                  j->y + (size_t)j->t0 * j->N, j->bs + (size_t)j->t0 * j->N * nb)
+            : COMET_OK;
     return NULL;
 }
 
 /* The oracle on 16 threads (rows are independent); y and bs as in comet_ref_gemm_w4ax.
  * Exits with status 2 if the oracle refuses the inputs. */
-static void ref_threaded(ref_job proto)
-{
-    enum { NT = 16 };
+static void ref_threaded(ref_job proto) {
+    enum {
+        NT = 16
+    };
     pthread_t th[NT];
     ref_job jobs[NT];
     for (int i = 0; i < NT; i++) {
@@ -113,8 +111,10 @@ static void ref_threaded(ref_job proto)
     for (int i = 0; i < NT; i++) {
         pthread_join(th[i], NULL);
         if (jobs[i].st != COMET_OK) {
-            fprintf(stderr, "oracle failed on token rows [%d, %d): status %d (bad shape or an INT4 "
-                            "code out of range)\n", jobs[i].t0, jobs[i].t1, (int)jobs[i].st);
+            fprintf(stderr,
+                    "oracle failed on token rows [%d, %d): status %d (bad shape or an INT4 "
+                    "code out of range)\n",
+                    jobs[i].t0, jobs[i].t1, (int)jobs[i].st);
             exit(2);
         }
     }

@@ -41,8 +41,7 @@ static inline void *sb_ptr(const sbuf *b) { return b->raw + SB_GUARD; }
 static inline float *sb_f(const sbuf *b) { return (float *)sb_ptr(b); }
 
 /* n payload bytes (n > 0) with guards, payload poisoned with 0xFF. */
-static inline sbuf sb_alloc(comet_backend *be, size_t n)
-{
+static inline sbuf sb_alloc(comet_backend *be, size_t n) {
     sbuf b = {be, NULL, n};
     size_t all = n + 2 * SB_GUARD;
     b.raw = be->ops->alloc(be, all);
@@ -59,30 +58,26 @@ static inline sbuf sb_alloc(comet_backend *be, size_t n)
     return b;
 }
 
-static inline void sb_upload(sbuf *b, const void *src, size_t n)
-{
+static inline void sb_upload(sbuf *b, const void *src, size_t n) {
     assert_true(n <= b->n);
     assert_int_equal(b->be->ops->upload(b->be, sb_ptr(b), src, n), COMET_OK);
 }
 
 /* A new buffer holding a copy of host src[n]. */
-static inline sbuf sb_from(comet_backend *be, const void *src, size_t n)
-{
+static inline sbuf sb_from(comet_backend *be, const void *src, size_t n) {
     sbuf b = sb_alloc(be, n);
     sb_upload(&b, src, n);
     return b;
 }
 
-static inline void sb_download(const sbuf *b, void *dst, size_t n)
-{
+static inline void sb_download(const sbuf *b, void *dst, size_t n) {
     assert_true(n <= b->n);
     if (b->be->ops->download(b->be, dst, sb_ptr(b), n) != COMET_OK)
         fail_msg("%s backend: download failed: %s", b->be->ops->name, comet_last_error());
 }
 
 /* 1 when both guards still hold their pattern. */
-static inline int sb_guards_ok(const sbuf *b)
-{
+static inline int sb_guards_ok(const sbuf *b) {
     uint8_t h[SB_GUARD];
     int ok = 1;
     assert_int_equal(b->be->ops->download(b->be, h, b->raw, SB_GUARD), COMET_OK);
@@ -94,16 +89,14 @@ static inline int sb_guards_ok(const sbuf *b)
     return ok;
 }
 
-static inline void sb_free(sbuf *b)
-{
+static inline void sb_free(sbuf *b) {
     if (b->raw)
         b->be->ops->free(b->be, b->raw);
     b->raw = NULL;
 }
 
 /* A host copy of the first n bytes (malloc'ed). */
-static inline void *sb_fetch(const sbuf *b, size_t n)
-{
+static inline void *sb_fetch(const sbuf *b, size_t n) {
     void *h = malloc(n ? n : 1);
     assert_non_null(h);
     sb_download(b, h, n);
@@ -111,20 +104,20 @@ static inline void *sb_fetch(const sbuf *b, size_t n)
 }
 
 /* Fail naming `what` when a guard changed. */
-#define SB_CHECK_GUARDS(b, what)                                                              \
-    do {                                                                                      \
-        if (!sb_guards_ok(b))                                                                 \
-            fail_msg("%s backend: %s wrote outside its buffer (guard bytes changed)",         \
-                     (b)->be->ops->name, what);                                              \
+#define SB_CHECK_GUARDS(b, what)                                                                   \
+    do {                                                                                           \
+        if (!sb_guards_ok(b))                                                                      \
+            fail_msg("%s backend: %s wrote outside its buffer (guard bytes changed)",              \
+                     (b)->be->ops->name, what);                                                    \
     } while (0)
 
 /* Fail naming the op and the backend's message unless st == COMET_OK. */
-#define OP_OK(be, call, what)                                                                 \
-    do {                                                                                      \
-        comet_status op_ok_st_ = (call);                                                      \
-        if (op_ok_st_ != COMET_OK)                                                            \
-            fail_msg("%s backend: %s returned %d: %s", (be)->ops->name, what, (int)op_ok_st_, \
-                     comet_last_error());                                                     \
+#define OP_OK(be, call, what)                                                                      \
+    do {                                                                                           \
+        comet_status op_ok_st_ = (call);                                                           \
+        if (op_ok_st_ != COMET_OK)                                                                 \
+            fail_msg("%s backend: %s returned %d: %s", (be)->ops->name, what, (int)op_ok_st_,      \
+                     comet_last_error());                                                          \
     } while (0)
 
 /* ---- numbers ------------------------------------------------------------------------------ */
@@ -135,8 +128,7 @@ static inline void st_seed(uint64_t s) { st_rng = s ? s : 1; }
 
 /* splitmix64 of a key: a value that depends only on the key (inputs that are the same
  * whatever batch a token lands in). */
-static inline uint64_t st_mix(uint64_t z)
-{
+static inline uint64_t st_mix(uint64_t z) {
     z += 0x9E3779B97F4A7C15ull;
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -149,20 +141,21 @@ static inline uint64_t st_next(void) { return st_mix(st_rng++); }
 static inline float st_u(void) { return (float)((st_next() >> 40) * (2.0 / 16777216.0) - 1.0); }
 
 /* uniform in [-1, 1) from a key */
-static inline float st_ukey(uint64_t key) { return (float)((st_mix(key) >> 40) * (2.0 / 16777216.0) - 1.0); }
+static inline float st_ukey(uint64_t key) {
+    return (float)((st_mix(key) >> 40) * (2.0 / 16777216.0) - 1.0);
+}
 
 /* n floats: uniform * scale, and about one channel in 16 (fixed by its index k % width)
  * ten times larger: activations with outlier channels, which the INT8 blocks are for. */
-static inline void st_fill_act(float *x, int rows, int width, float scale)
-{
+static inline void st_fill_act(float *x, int rows, int width, float scale) {
     for (int t = 0; t < rows; t++)
         for (int k = 0; k < width; k++)
-            x[(size_t)t * width + k] = st_u() * scale * ((st_mix((uint64_t)k * 7919u) & 15) ? 1.0f : 10.0f);
+            x[(size_t)t * width + k] =
+                st_u() * scale * ((st_mix((uint64_t)k * 7919u) & 15) ? 1.0f : 10.0f);
 }
 
 /* ||a - b|| / ||b|| in double; NaN anywhere gives +inf */
-static inline double st_nerr(const float *a, const float *b, size_t n)
-{
+static inline double st_nerr(const float *a, const float *b, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         if (a[i] != a[i] || b[i] != b[i])
@@ -175,16 +168,14 @@ static inline double st_nerr(const float *a, const float *b, size_t n)
 }
 
 /* The first NaN in x[n], or -1. */
-static inline long st_first_nan(const float *x, size_t n)
-{
+static inline long st_first_nan(const float *x, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (x[i] != x[i])
             return (long)i;
     return -1;
 }
 
-static inline void *st_malloc(size_t n)
-{
+static inline void *st_malloc(size_t n) {
     void *p = malloc(n ? n : 1);
     assert_non_null(p);
     return p;
@@ -192,8 +183,7 @@ static inline void *st_malloc(size_t n)
 
 /* ---- models ------------------------------------------------------------------------------- */
 
-static inline float *st_own_rand(comet_model *m, size_t n, float scale, float offset)
-{
+static inline float *st_own_rand(comet_model *m, size_t n, float scale, float offset) {
     float *p = comet_model_own(m, malloc(n * sizeof *p));
     assert_non_null(p);
     for (size_t i = 0; i < n; i++)
@@ -201,17 +191,17 @@ static inline float *st_own_rand(comet_model *m, size_t n, float scale, float of
     return p;
 }
 
-static inline comet_linear st_linear(comet_model *m, int n_out, int n_in)
-{
-    comet_linear l = {.n_out = n_out, .n_in = n_in, .fmt = COMET_WFMT_F32,
+static inline comet_linear st_linear(comet_model *m, int n_out, int n_in) {
+    comet_linear l = {.n_out = n_out,
+                      .n_in = n_in,
+                      .fmt = COMET_WFMT_F32,
                       .w = st_own_rand(m, (size_t)n_out * n_in, 1.0f / sqrtf((float)n_in), 0.0f)};
     return l;
 }
 
 /* A random LLaMA with fp32 linears (COMET_WFMT_F32); free with comet_model_free. */
 static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, int H, int Hkv, int D,
-                             int V)
-{
+                                    int V) {
     st_seed(seed);
     comet_model *m = calloc(1, sizeof *m);
     assert_non_null(m);
@@ -252,8 +242,7 @@ static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, in
 /* FMPQ on m in place (RTN with the clipping search, no GPTQ): w_bits, a_bits, block B
  * (64 / 128). Salience is random with ~2 % outlier channels, so the permutations are far
  * from the identity and with a_bits 4 some groups get INT8 blocks (n8 > 0). */
-static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block)
-{
+static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block) {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
     for (int g = 0; g < COMET_QGROUP_COUNT; g++)
@@ -268,7 +257,8 @@ static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block
     p.gptq = 0;
     p.clip_search = 1;
     if (comet_fmpq_quantize(m, cs, &p) != COMET_OK)
-        fail_msg("comet_fmpq_quantize (w%d a%d B%d): %s", w_bits, a_bits, block, comet_last_error());
+        fail_msg("comet_fmpq_quantize (w%d a%d B%d): %s", w_bits, a_bits, block,
+                 comet_last_error());
     comet_calib_stats_free(cs);
 }
 
@@ -276,29 +266,27 @@ static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block
 
 /* The first linear of group g in layer l (its permutation, block, n8, a_bits are the
  * group's); NULL for LM_HEAD. */
-static inline const comet_linear *st_group_linear(const comet_model *m, int l, comet_group g)
-{
-    static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O,
-                                                        COMET_ROLE_GATE, COMET_ROLE_DOWN,
-                                                        COMET_ROLE_COUNT};
+static inline const comet_linear *st_group_linear(const comet_model *m, int l, comet_group g) {
+    static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O, COMET_ROLE_GATE,
+                                                        COMET_ROLE_DOWN, COMET_ROLE_COUNT};
     return g == COMET_GROUP_LM_HEAD ? NULL : comet_model_linear(m, l, first[g]);
 }
 
 /* 1 when group g of layer l is read as INT8 codes + scales (the W4Ax GEMM) on CUDA: a QSIM
  * group with quantized activations. Otherwise the CUDA act is fp16 [T, K]. */
-static inline int st_group_w4ax(const comet_model *m, int l, comet_group g)
-{
+static inline int st_group_w4ax(const comet_model *m, int l, comet_group g) {
     const comet_linear *lin = st_group_linear(m, l, g);
     return lin && lin->fmt == COMET_WFMT_QSIM && lin->a_bits < 16;
 }
 
 /* The CUDA act layout (model_ops.h, assumed here, not asked from the backend): int8 codes
  * [T, K] at byte 0, fp32 scales [T, K/B] at byte roundup(T*K, 256). */
-static inline size_t st_act_scales_offset(int T, int K) { return ((size_t)T * K + 255) & ~(size_t)255; }
+static inline size_t st_act_scales_offset(int T, int K) {
+    return ((size_t)T * K + 255) & ~(size_t)255;
+}
 
 /* xg [T, K] = x [T, K] gathered by perm (NULL: identity). */
-static inline void st_gather(const float *x, int T, int K, const int32_t *perm, float *xg)
-{
+static inline void st_gather(const float *x, int T, int K, const int32_t *perm, float *xg) {
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++)
             xg[(size_t)t * K + k] = x[(size_t)t * K + (perm ? perm[k] : k)];
@@ -308,7 +296,7 @@ typedef struct st_qcmp {
     long codes, code_diff, code_diff_bad; /* all codes, differing codes, those not allowed */
     long scales, scale_bad;               /* all scales, those out of tolerance */
     double max_scale_rel;
-    char first_bad[256];                  /* the first problem, for the failure message */
+    char first_bad[256]; /* the first problem, for the failure message */
 } st_qcmp;
 
 /* Compare an activation's codes qc [T, K] and scales sc [T, K/B] with the reference qr, sr
@@ -316,10 +304,9 @@ typedef struct st_qcmp {
  * reference by one only where the reference's pre-rounding value |xg * (1/s)| lies within
  * boundary_tol of a .5 boundary (boundary_tol 0: codes bit-exact); a scale must be within
  * scale_rel of the reference (0: bit-exact). */
-static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const int8_t *qr, const float *sr,
-                              const float *xg, int T, int K, int B, double boundary_tol,
-                              double scale_rel)
-{
+static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const int8_t *qr,
+                                     const float *sr, const float *xg, int T, int K, int B,
+                                     double boundary_tol, double scale_rel) {
     st_qcmp r;
     memset(&r, 0, sizeof r);
     int nb = K / B;
@@ -327,7 +314,8 @@ static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const in
         for (int b = 0; b < nb; b++) {
             float s_ref = sr[(size_t)t * nb + b], s = sc[(size_t)t * nb + b];
             r.scales++;
-            double rel = s_ref != 0 ? fabs((double)s - s_ref) / fabs(s_ref) : (s == 0 ? 0 : INFINITY);
+            double rel =
+                s_ref != 0 ? fabs((double)s - s_ref) / fabs(s_ref) : (s == 0 ? 0 : INFINITY);
             if (s != s)
                 rel = INFINITY;
             if (rel > r.max_scale_rel)
@@ -363,8 +351,7 @@ static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const in
 }
 
 /* Download a CUDA W4Ax act [T, K] (codes + scales) into host qc [T*K], sc [T*K/B]. */
-static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc)
-{
+static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc) {
     size_t off = st_act_scales_offset(T, K), ns = (size_t)T * (K / B);
     uint8_t *h = sb_fetch(act, off + ns * 4);
     memcpy(qc, h, (size_t)T * K);
@@ -373,8 +360,7 @@ static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_
 }
 
 /* Download a CUDA fp16 act [T, K] as fp32. */
-static inline void st_fetch_f16_act(const sbuf *act, int T, int K, float *out)
-{
+static inline void st_fetch_f16_act(const sbuf *act, int T, int K, float *out) {
     size_t n = (size_t)T * K;
     uint16_t *h = sb_fetch(act, n * 2);
     for (size_t i = 0; i < n; i++)
@@ -383,14 +369,13 @@ static inline void st_fetch_f16_act(const sbuf *act, int T, int K, float *out)
 }
 
 /* Every op the forward pass calls is present in be's table. */
-#define NEED(be, op)                                                                          \
-    do {                                                                                      \
-        if (!(be)->ops->op)                                                                   \
-            fail_msg("backend '%s' has no '%s' op", (be)->ops->name, #op);                    \
+#define NEED(be, op)                                                                               \
+    do {                                                                                           \
+        if (!(be)->ops->op)                                                                        \
+            fail_msg("backend '%s' has no '%s' op", (be)->ops->name, #op);                         \
     } while (0)
 
-static inline void need_all(comet_backend *be)
-{
+static inline void need_all(comet_backend *be) {
     NEED(be, alloc);
     NEED(be, free);
     NEED(be, upload);

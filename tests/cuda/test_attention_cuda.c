@@ -50,7 +50,9 @@
 static comet_backend *g_cuda, *g_cpu;
 static int g_full; /* COMET_CUDA_TEST_FULL=1 */
 
-enum { PAGE = 16 };
+enum {
+    PAGE = 16
+};
 
 /* ---- attention ------------------------------------------------------------------------- */
 
@@ -69,17 +71,25 @@ static const att_cfg ATT_CFGS[] = {
 };
 #define N_ATT_CFGS ((int)(sizeof ATT_CFGS / sizeof ATT_CFGS[0]))
 
-static comet_rope_params rope_of(const att_cfg *c)
-{
-    comet_rope_params rp = {.head_dim = c->D, .theta = c->theta, .scaling = c->scaling,
-                            .factor = 1.0f, .low_freq_factor = 1.0f, .high_freq_factor = 4.0f,
+static comet_rope_params rope_of(const att_cfg *c) {
+    comet_rope_params rp = {.head_dim = c->D,
+                            .theta = c->theta,
+                            .scaling = c->scaling,
+                            .factor = 1.0f,
+                            .low_freq_factor = 1.0f,
+                            .high_freq_factor = 4.0f,
                             .orig_ctx = 8192};
     if (c->scaling == COMET_ROPE_SCALING_LLAMA3)
         rp.factor = 8.0f;
     return rp;
 }
 
-enum { ATT_LAYERS = 2, ATT_LAYER = 1, MAX_SEQS = 8, MAX_STEPS = 512 };
+enum {
+    ATT_LAYERS = 2,
+    ATT_LAYER = 1,
+    MAX_SEQS = 8,
+    MAX_STEPS = 512
+};
 
 typedef struct chunk {
     int seq, start, n;
@@ -92,8 +102,7 @@ typedef struct step_plan {
 } step_plan;
 
 /* a[0..n) in a random order (Fisher-Yates on the test's stream) */
-static void shuffle(int *a, int n)
-{
+static void shuffle(int *a, int n) {
     for (int i = n - 1; i > 0; i--) {
         int j = (int)(st_next() % (uint64_t)(i + 1)), t = a[i];
         a[i] = a[j], a[j] = t;
@@ -103,8 +112,7 @@ static void shuffle(int *a, int n)
 /* Steps that bring sequences s to len[s] tokens: each step takes from each unfinished
  * sequence (in a shuffled order; one may sit a step out) a prefill chunk of 1..max_chunk
  * tokens, or a single decode token for its last two positions. */
-static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *steps)
-{
+static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *steps) {
     int pos[MAX_SEQS] = {0}, n_steps = 0;
     for (;;) {
         int active[MAX_SEQS], n_active = 0;
@@ -123,7 +131,10 @@ static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *st
             if (n_active > 1 && i > 0 && st_next() % 5 == 0)
                 continue; /* sits this step out */
             int rem = len[s] - pos[s];
-            int n = rem <= 2 ? 1 : 1 + (int)(st_next() % (uint64_t)(rem - 2 < max_chunk ? rem - 2 : max_chunk));
+            int n =
+                rem <= 2
+                    ? 1
+                    : 1 + (int)(st_next() % (uint64_t)(rem - 2 < max_chunk ? rem - 2 : max_chunk));
             sp->c[sp->n++] = (chunk){s, pos[s], n};
             pos[s] += n;
         }
@@ -136,8 +147,7 @@ static int make_schedule(const int *len, int n_seq, int max_chunk, step_plan *st
  * step d takes one token of every sequence at position len[s] - n_dec + d (when that is
  * >= 0), so the last step attends over exactly len[s] keys of each sequence. */
 static int make_decode_schedule(const int *len, int n_seq, int max_chunk, int n_dec,
-                                step_plan *steps)
-{
+                                step_plan *steps) {
     int pos[MAX_SEQS] = {0}, n_steps = 0;
     for (;;) {
         int active[MAX_SEQS], n_active = 0;
@@ -179,8 +189,7 @@ typedef struct rbatch {
 
 /* The batch of one step; `only` >= 0 keeps that sequence's chunk alone (-1: all). pages[s]
  * lists sequence s's pages in position order. Returns 0 when the step has no tokens. */
-static int rbatch_build(rbatch *rb, const step_plan *sp, int32_t *const *pages, int only)
-{
+static int rbatch_build(rbatch *rb, const step_plan *sp, int32_t *const *pages, int only) {
     int T = 0, S = 0, np = 0;
     for (int i = 0; i < sp->n; i++)
         if (only < 0 || sp->c[i].seq == only) {
@@ -216,15 +225,20 @@ static int rbatch_build(rbatch *rb, const step_plan *sp, int32_t *const *pages, 
         rb->token_indptr[s] = t;
         rb->page_indptr[s] = p;
     }
-    rb->b = (comet_batch){.n_tokens = T, .n_seqs = S, .tokens = rb->tokens, .positions = rb->positions,
-                          .token_indptr = rb->token_indptr, .page_indptr = rb->page_indptr,
-                          .page_indices = rb->page_indices, .last_page_len = rb->last_page_len,
-                          .n_logits = 0, .logit_rows = NULL};
+    rb->b = (comet_batch){.n_tokens = T,
+                          .n_seqs = S,
+                          .tokens = rb->tokens,
+                          .positions = rb->positions,
+                          .token_indptr = rb->token_indptr,
+                          .page_indptr = rb->page_indptr,
+                          .page_indices = rb->page_indices,
+                          .last_page_len = rb->last_page_len,
+                          .n_logits = 0,
+                          .logit_rows = NULL};
     return T;
 }
 
-static void rbatch_free(rbatch *rb)
-{
+static void rbatch_free(rbatch *rb) {
     free(rb->tokens), free(rb->positions), free(rb->tok_seq), free(rb->token_indptr);
     free(rb->page_indptr), free(rb->page_indices), free(rb->last_page_len);
     memset(rb, 0, sizeof *rb);
@@ -233,25 +247,26 @@ static void rbatch_free(rbatch *rb)
 /* q [T, H, D], k, v [T, Hkv, D] of the batch's tokens: each value a function of (seed,
  * sequence, position, head, channel) only, so a token's inputs do not depend on the batch
  * it is in. k has a per-channel bias (the outlier channels KV quantization meets). */
-static uint64_t key5(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e)
-{
+static uint64_t key5(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) {
     return st_mix(st_mix(st_mix(st_mix(a) + b) + c) + d) + e;
 }
 
-static void gen_qkv(const att_cfg *cfg, const rbatch *rb, uint64_t seed, float *q, float *k, float *v)
-{
+static void gen_qkv(const att_cfg *cfg, const rbatch *rb, uint64_t seed, float *q, float *k,
+                    float *v) {
     const int D = cfg->D, H = cfg->H, Hkv = cfg->Hkv;
     for (int t = 0; t < rb->b.n_tokens; t++) {
         uint64_t s = (uint64_t)rb->tok_seq[t], pos = (uint64_t)rb->positions[t];
         for (int h = 0; h < H; h++)
             for (int d = 0; d < D; d++)
-                q[((size_t)t * H + h) * D + d] = 2.0f * st_ukey(key5(seed, s, pos, 0 * 1024 + h, (uint64_t)d));
+                q[((size_t)t * H + h) * D + d] =
+                    2.0f * st_ukey(key5(seed, s, pos, 0 * 1024 + h, (uint64_t)d));
         for (int h = 0; h < Hkv; h++)
             for (int d = 0; d < D; d++) {
                 float bias = 1.5f * st_ukey(key5(seed, 999, 999, 3 * 1024 + h, (uint64_t)d));
                 k[((size_t)t * Hkv + h) * D + d] =
                     st_ukey(key5(seed, s, pos, 1 * 1024 + h, (uint64_t)d)) + bias;
-                v[((size_t)t * Hkv + h) * D + d] = st_ukey(key5(seed, s, pos, 2 * 1024 + h, (uint64_t)d));
+                v[((size_t)t * Hkv + h) * D + d] =
+                    st_ukey(key5(seed, s, pos, 2 * 1024 + h, (uint64_t)d));
             }
     }
 }
@@ -266,11 +281,10 @@ typedef struct step_out {
  * comparison measures the attention alone (a RoPE ulp that moves a code to the next level
  * changes the CPU's own cache by a whole step). */
 static void mirror_cuda_cache(comet_kv_cache *kvc, const comet_kv_cache *kvg, const att_cfg *cfg,
-                              int bits)
-{
+                              int bits) {
     const int D = cfg->D, Hkv = cfg->Hkv, P = PAGE, n_pages = kvc->n_pages;
-    const comet_cuda_kv_layout L = comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, P, Hkv, D, bits,
-                                                             cfg->G > 0 ? cfg->G : D);
+    const comet_cuda_kv_layout L =
+        comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, P, Hkv, D, bits, cfg->G > 0 ? cfg->G : D);
     uint8_t *store = st_malloc(L.total_bytes);
     OP_OK(g_cuda, g_cuda->ops->download(g_cuda, store, kvg->storage, L.total_bytes),
           "download (KV)");
@@ -312,16 +326,17 @@ static void mirror_cuda_cache(comet_kv_cache *kvc, const comet_kv_cache *kvg, co
 static step_out run_step(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg,
                          const comet_rope_params *rp, const rbatch *rb, const float *q,
                          const float *k, const float *v, const char *what, int attend,
-                         const comet_kv_cache *mirror, int bits)
-{
+                         const comet_kv_cache *mirror, int bits) {
     const int T = rb->b.n_tokens;
     const size_t nq = (size_t)T * cfg->H * cfg->D, nk = (size_t)T * cfg->Hkv * cfg->D;
     sbuf qb = sb_from(be, q, nq * 4), kb = sb_from(be, k, nk * 4), vb = sb_from(be, v, nk * 4);
     sbuf ob = sb_alloc(be, nq * 4);
     comet_step st;
     OP_OK(be, be->ops->step_begin(be, &rb->b, &st), "step_begin");
-    OP_OK(be, be->ops->rope_kv_append(be, kv, ATT_LAYER, &st, rp, sb_f(&qb), cfg->H, sb_f(&kb),
-                                      sb_f(&vb)), what);
+    OP_OK(be,
+          be->ops->rope_kv_append(be, kv, ATT_LAYER, &st, rp, sb_f(&qb), cfg->H, sb_f(&kb),
+                                  sb_f(&vb)),
+          what);
     if (attend && mirror)
         mirror_cuda_cache(kv, mirror, cfg, bits);
     if (attend)
@@ -344,11 +359,11 @@ static step_out run_step(comet_backend *be, comet_kv_cache *kv, const att_cfg *c
 
 static void step_out_free(step_out *o) { free(o->q), free(o->k), free(o->out); }
 
-static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, int n_pages, int bits,
-                    int rot)
-{
+static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, int n_pages,
+                    int bits, int rot) {
     const comet_kv_format fmt = {.bits = bits, .group = cfg->G, .rotation = rot};
-    if (comet_kv_cache_init_on(be, kv, ATT_LAYERS, n_pages, PAGE, cfg->Hkv, cfg->D, fmt) != COMET_OK)
+    if (comet_kv_cache_init_on(be, kv, ATT_LAYERS, n_pages, PAGE, cfg->Hkv, cfg->D, fmt) !=
+        COMET_OK)
         fail_msg("%s backend: KV pool (%s, kv_bits %d, rotation %d): %s", be->ops->name, cfg->name,
                  bits, rot, comet_last_error());
 }
@@ -358,8 +373,7 @@ static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, i
  * steps, attention compared at every one; n_decode > 0: make_decode_schedule's, attention
  * compared at its n_decode decode-only steps, the CPU reading the CUDA cache's values. */
 static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len, int n_seq,
-                           int max_chunk, int n_decode, uint64_t seed)
-{
+                           int max_chunk, int n_decode, uint64_t seed) {
     const int D = cfg->D, H = cfg->H, HD = H * D;
     const comet_rope_params rp = rope_of(cfg);
     char what[160];
@@ -420,7 +434,8 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         double eq = st_nerr(og.q, oc.q, nq), ek = st_nerr(og.k, oc.k, nk);
         if (!(eq <= 1e-6) || !(ek <= 1e-6))
             fail_msg("%s: after RoPE q differs by %.3g, k by %.3g (relative norm; want <= 1e-6; q "
-                     "leaves rotated by RoPE only)", swhat, eq, ek);
+                     "leaves rotated by RoPE only)",
+                     swhat, eq, ek);
         worst_q = fmax(worst_q, fmax(eq, ek));
         if (!attend) {
             step_out_free(&oc), step_out_free(&og);
@@ -431,10 +446,12 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         n_attended++;
         for (int s = 0, t0 = 0; s < rb.b.n_seqs; s++) {
             int t1 = rb.token_indptr[s + 1];
-            double e = st_nerr(og.out + (size_t)t0 * HD, oc.out + (size_t)t0 * HD, (size_t)(t1 - t0) * HD);
+            double e =
+                st_nerr(og.out + (size_t)t0 * HD, oc.out + (size_t)t0 * HD, (size_t)(t1 - t0) * HD);
             if (!(e <= tol))
-                fail_msg("%s: sequence %d (positions %d..%d): attention relative norm error %.3g > %.3g",
-                         swhat, rb.tok_seq[t0], rb.positions[t0], rb.positions[t1 - 1], e, tol);
+                fail_msg(
+                    "%s: sequence %d (positions %d..%d): attention relative norm error %.3g > %.3g",
+                    swhat, rb.tok_seq[t0], rb.positions[t0], rb.positions[t1 - 1], e, tol);
             worst = fmax(worst, e);
             t0 = t1;
         }
@@ -465,8 +482,8 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
             const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * D;
             float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
             gen_qkv(cfg, &rb, seed, q, k, v);
-            step_out og = run_step(g_cuda, &kv1, cfg, &rp, &rb, q, k, v, what, steps[i].attend,
-                                   NULL, bits);
+            step_out og =
+                run_step(g_cuda, &kv1, cfg, &rp, &rb, q, k, v, what, steps[i].attend, NULL, bits);
             if (steps[i].attend)
                 memcpy(alone + (size_t)rb.positions[0] * HD, og.out, nq * 4);
             step_out_free(&og);
@@ -476,14 +493,15 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
         double e = st_nerr(alone, mixed[only], (size_t)len[only] * HD);
         if (!(e <= 1e-5))
             fail_msg("%s: sequence %d (%d tokens) alone and inside the ragged batch differ by %.3g "
-                     "(relative norm; want <= 1e-5)", what, only, len[only], e);
+                     "(relative norm; want <= 1e-5)",
+                     what, only, len[only], e);
         worst_alone = fmax(worst_alone, e);
         free(alone);
         comet_kv_cache_free_on(g_cuda, &kv1);
     }
     print_message("  %s: %d steps, attention at %d (up to %d tokens, %d seqs): worst error %.3g, "
-                  "rope %.3g, alone vs batch %.3g\n", what, n_steps, n_attended, max_T, max_S,
-                  worst, worst_q, worst_alone);
+                  "rope %.3g, alone vs batch %.3g\n",
+                  what, n_steps, n_attended, max_T, max_S, worst, worst_q, worst_alone);
     for (int s = 0; s < n_seq; s++)
         free(mixed[s]);
     comet_kv_cache_free_on(g_cpu, &kvc);
@@ -492,8 +510,7 @@ static void attention_case(const att_cfg *cfg, int bits, int rot, const int *len
     free(ids);
 }
 
-static void test_attention_ragged(void **state)
-{
+static void test_attention_ragged(void **state) {
     (void)state;
     need_all(g_cuda);
     need_all(g_cpu);
@@ -506,7 +523,8 @@ static void test_attention_ragged(void **state)
         for (int b = 0; b < 3; b++)
             for (int rot = 0; rot < 2; rot++)
                 attention_case(&ATT_CFGS[c], bits[b], rot, len, n_seq, max_chunk, 0,
-                               0xA77E0000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot);
+                               0xA77E0000ull + (uint64_t)c * 100 + (uint64_t)b * 10 +
+                                   (uint64_t)rot);
     /* many short sequences in one step, all decode-like after a one-token prefill */
     static const int many[] = {3, 2, 5, 1, 4, 2, 3, 6};
     attention_case(&ATT_CFGS[0], 4, 1, many, 8, 4, 0, 0xA77E9999ull);
@@ -528,8 +546,7 @@ static const att_cfg DEC_CFGS[] = {
  * contexts of 1, 17, 300 and 5000 keys in one batch (on a 132-SM GPU 9 to 64 key splits, all
  * but one of them empty for the 1-key sequence; alone, 1 to 64), and eight sequences of at
  * most 100 keys (one split: the decode kernel normalizes and writes the output itself). */
-static void test_attention_decode(void **state)
-{
+static void test_attention_decode(void **state) {
     (void)state;
     need_all(g_cuda);
     need_all(g_cpu);
@@ -551,10 +568,8 @@ static void test_attention_decode(void **state)
 /* Runs steps[0..n_steps) on a fresh pool of CUDA backend be and leaves each sequence's attention outputs by
  * position in outs[s] ([len[s], H * D], zeros where not attended). */
 static void run_schedule(comet_backend *be, const att_cfg *cfg, int bits, int rot,
-                         const step_plan *steps,
-                         int n_steps, int32_t *const *pages, int n_pages, uint64_t seed,
-                         float *const *outs, const char *what)
-{
+                         const step_plan *steps, int n_steps, int32_t *const *pages, int n_pages,
+                         uint64_t seed, float *const *outs, const char *what) {
     const int HD = cfg->H * cfg->D;
     const comet_rope_params rp = rope_of(cfg);
     comet_kv_cache kv;
@@ -583,10 +598,11 @@ static void run_schedule(comet_backend *be, const att_cfg *cfg, int bits, int ro
  * of 37; the ragged batch and the chunks of 37 also on `nosplit` (COMET_CUDA_ATTN_SPLITS=0:
  * each CTA merges its spans itself instead of the combine kernel). */
 static void invariance_case(comet_backend *nosplit, const att_cfg *cfg, int bits, int rot,
-                            uint64_t seed)
-{
+                            uint64_t seed) {
     static const int len[] = {1, 17, 300};
-    enum { N_SEQ = 3 };
+    enum {
+        N_SEQ = 3
+    };
     const int HD = cfg->H * cfg->D;
     char what[160];
     snprintf(what, sizeof what, "batch-invariant attention %s kv%d %s", cfg->name, bits,
@@ -637,26 +653,30 @@ static void invariance_case(comet_backend *nosplit, const att_cfg *cfg, int bits
                 if (chunks[ci] != 0 && s2 != only)
                     continue;
                 size_t first = 0;
-                while (first < (size_t)len[s2] * HD && !memcmp(&alone[s2][first], &mixed[s2][first], 4))
+                while (first < (size_t)len[s2] * HD &&
+                       !memcmp(&alone[s2][first], &mixed[s2][first], 4))
                     first++;
                 if (first < (size_t)len[s2] * HD)
                     fail_msg("%s: sequence %d (%d tokens) %s%s differs from its run in the ragged "
-                             "batch at position %zu: %.9g vs %.9g", what, s2, len[s2],
+                             "batch at position %zu: %.9g vs %.9g",
+                             what, s2, len[s2],
                              chunks[ci] ? "alone in chunks of " : "in the ragged batch",
-                             chunks[ci] == 1 ? "1" : chunks[ci] == 37 ? "37" : "",
+                             chunks[ci] == 1    ? "1"
+                             : chunks[ci] == 37 ? "37"
+                                                : "",
                              first / HD, alone[s2][first], mixed[s2][first]);
             }
         }
     print_message("  %s: alone (chunks 1, 37), and without key splits (chunks 37, the batch), "
-                  "== inside the ragged batch, bit for bit\n", what);
+                  "== inside the ragged batch, bit for bit\n",
+                  what);
     for (int s = 0; s < N_SEQ; s++)
         free(mixed[s]), free(alone[s]);
     free(steps);
     free(ids);
 }
 
-static void test_attention_batch_invariant(void **state)
-{
+static void test_attention_batch_invariant(void **state) {
     (void)state;
     need_all(g_cuda);
     setenv("COMET_CUDA_ATTN_SPLITS", "0", 1);
@@ -677,13 +697,13 @@ static void test_attention_batch_invariant(void **state)
 
 /* ---- KV storage at position 0 ------------------------------------------------------------ */
 
-static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
-{
+static void kv_codes_case(const att_cfg *cfg, int bits, int rot) {
     const int D = cfg->D, Hkv = cfg->Hkv, H = cfg->H, G = cfg->G > 0 ? cfg->G : D;
     const int S = 40, n_pages = 48; /* 40 one-token sequences, each on its own page */
     const comet_rope_params rp = rope_of(cfg);
     char what[160];
-    snprintf(what, sizeof what, "kv storage %s kv%d %s", cfg->name, bits, rot ? "hadamard" : "none");
+    snprintf(what, sizeof what, "kv storage %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
     st_seed(0xC0DE0000ull + (uint64_t)D * 7 + (uint64_t)bits * 3 + (uint64_t)rot);
 
     int32_t tokens[40], positions[40], tip[41], pip[41], pidx[40], last[40];
@@ -701,9 +721,16 @@ static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
         pidx[s] = ids[s];
     }
     tip[S] = pip[S] = S;
-    comet_batch b = {.n_tokens = S, .n_seqs = S, .tokens = tokens, .positions = positions,
-                     .token_indptr = tip, .page_indptr = pip, .page_indices = pidx,
-                     .last_page_len = last, .n_logits = 0, .logit_rows = NULL};
+    comet_batch b = {.n_tokens = S,
+                     .n_seqs = S,
+                     .tokens = tokens,
+                     .positions = positions,
+                     .token_indptr = tip,
+                     .page_indptr = pip,
+                     .page_indices = pidx,
+                     .last_page_len = last,
+                     .n_logits = 0,
+                     .logit_rows = NULL};
     const size_t nq = (size_t)S * H * D, nk = (size_t)S * Hkv * D;
     float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
     for (size_t i = 0; i < nq; i++)
@@ -724,26 +751,31 @@ static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
     comet_kv_cache kvc, kvg;
     kv_make(g_cpu, &kvc, cfg, n_pages, bits, rot);
     kv_make(g_cuda, &kvg, cfg, n_pages, bits, rot);
-    sbuf qg = sb_from(g_cuda, q, nq * 4), kg = sb_from(g_cuda, k, nk * 4), vg = sb_from(g_cuda, v, nk * 4);
+    sbuf qg = sb_from(g_cuda, q, nq * 4), kg = sb_from(g_cuda, k, nk * 4),
+         vg = sb_from(g_cuda, v, nk * 4);
     float *qc = st_malloc(nq * 4), *kc = st_malloc(nk * 4), *vc = st_malloc(nk * 4);
     memcpy(qc, q, nq * 4), memcpy(kc, k, nk * 4), memcpy(vc, v, nk * 4);
     comet_step sc, sgs;
     OP_OK(g_cpu, g_cpu->ops->step_begin(g_cpu, &b, &sc), "step_begin");
     OP_OK(g_cpu, g_cpu->ops->rope_kv_append(g_cpu, &kvc, ATT_LAYER, &sc, &rp, qc, H, kc, vc), what);
     OP_OK(g_cuda, g_cuda->ops->step_begin(g_cuda, &b, &sgs), "step_begin");
-    OP_OK(g_cuda, g_cuda->ops->rope_kv_append(g_cuda, &kvg, ATT_LAYER, &sgs, &rp, sb_f(&qg), H, sb_f(&kg),
-                                              sb_f(&vg)), what);
+    OP_OK(g_cuda,
+          g_cuda->ops->rope_kv_append(g_cuda, &kvg, ATT_LAYER, &sgs, &rp, sb_f(&qg), H, sb_f(&kg),
+                                      sb_f(&vg)),
+          what);
     st_sync_ok(g_cuda);
     float *q_after = sb_fetch(&qg, nq * 4), *k_after = sb_fetch(&kg, nk * 4);
     if (memcmp(q_after, q, nq * 4) || memcmp(k_after, k, nk * 4))
         fail_msg("%s: RoPE at position 0 changed q or k (it is the identity there)", what);
 
-    const comet_cuda_kv_layout L = comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, PAGE, Hkv, D, bits, G);
+    const comet_cuda_kv_layout L =
+        comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, PAGE, Hkv, D, bits, G);
     if (!kvg.storage || kvg.storage_bytes < L.total_bytes)
         fail_msg("%s: CUDA KV storage %zu bytes, the cuda_kv.h layout needs %zu", what,
                  kvg.storage_bytes, L.total_bytes);
     uint8_t *store = st_malloc(L.total_bytes);
-    OP_OK(g_cuda, g_cuda->ops->download(g_cuda, store, kvg.storage, L.total_bytes), "download (KV)");
+    OP_OK(g_cuda, g_cuda->ops->download(g_cuda, store, kvg.storage, L.total_bytes),
+          "download (KV)");
 
     float x[COMET_CUDA_KV_MAX_HEAD_DIM];
     uint8_t qr[COMET_CUDA_KV_MAX_HEAD_DIM];
@@ -755,17 +787,20 @@ static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
                 memcpy(x, src, (size_t)D * 4);
                 if (rot)
                     comet_wht(x, D);
-                const uint8_t *tile = store + ((((size_t)ATT_LAYER * n_pages + pidx[s]) * 2 + kvsel) * Hkv + h) *
-                                                  L.head_tile_bytes;
+                const uint8_t *tile =
+                    store + ((((size_t)ATT_LAYER * n_pages + pidx[s]) * 2 + kvsel) * Hkv + h) *
+                                L.head_tile_bytes;
                 const uint8_t *codes = tile; /* slot 0 */
-                const float *cpu = (kvsel ? kvc.v : kvc.k) + comet_kv_offset(&kvc, ATT_LAYER, &b, s, 0, h);
+                const float *cpu =
+                    (kvsel ? kvc.v : kvc.k) + comet_kv_offset(&kvc, ATT_LAYER, &b, s, 0, h);
                 if (bits == 16) {
                     for (int c = 0; c < D; c++) {
                         uint16_t got;
                         memcpy(&got, codes + 2 * c, 2);
                         if (got != comet_quant_f16_bits(x[c]))
-                            fail_msg("%s: seq %d head %d %s channel %d: fp16 0x%04x, want 0x%04x", what,
-                                     s, h, kvsel ? "V" : "K", c, got, comet_quant_f16_bits(x[c]));
+                            fail_msg("%s: seq %d head %d %s channel %d: fp16 0x%04x, want 0x%04x",
+                                     what, s, h, kvsel ? "V" : "K", c, got,
+                                     comet_quant_f16_bits(x[c]));
                         if (fabsf(cpu[c] - x[c]) > 1e-6f * (fabsf(x[c]) + 1e-30f) * 8)
                             fail_msg("%s: the CPU cache holds %.9g, want %.9g", what, cpu[c], x[c]);
                     }
@@ -780,18 +815,22 @@ static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
                     memcpy(&zg, sz + 2, 2);
                     if (sg != sr || zg != zr)
                         fail_msg("%s: seq %d head %d %s group %d: scale/zero 0x%04x/0x%04x, want "
-                                 "0x%04x/0x%04x", what, s, h, kvsel ? "V" : "K", i, sg, zg, sr, zr);
-                    const double scale = comet_quant_f16_value(sr), zero = comet_quant_f16_value(zr);
+                                 "0x%04x/0x%04x",
+                                 what, s, h, kvsel ? "V" : "K", i, sg, zg, sr, zr);
+                    const double scale = comet_quant_f16_value(sr),
+                                 zero = comet_quant_f16_value(zr);
                     for (int c = i * G; c < (i + 1) * G; c++) {
                         int code = bits == 8 ? codes[c] : (codes[c / 2] >> (c % 2 ? 4 : 0)) & 15;
                         if (code != qr[c])
-                            fail_msg("%s: seq %d head %d %s channel %d: code %d, want %d", what, s, h,
-                                     kvsel ? "V" : "K", c, code, qr[c]);
+                            fail_msg("%s: seq %d head %d %s channel %d: code %d, want %d", what, s,
+                                     h, kvsel ? "V" : "K", c, code, qr[c]);
                         double want = qr[c] * scale + zero;
                         double span = fabs(scale) * ((1 << bits) - 1) + fabs(zero) + 1e-30;
                         if (fabs(cpu[c] - want) > 1e-6 * span)
-                            fail_msg("%s: the CPU cache holds %.9g at seq %d head %d channel %d, the "
-                                     "reference dequantizes to %.9g", what, cpu[c], s, h, c, want);
+                            fail_msg(
+                                "%s: the CPU cache holds %.9g at seq %d head %d channel %d, the "
+                                "reference dequantizes to %.9g",
+                                what, cpu[c], s, h, c, want);
                     }
                     n_codes += G;
                 }
@@ -804,8 +843,7 @@ static void kv_codes_case(const att_cfg *cfg, int bits, int rot)
     comet_kv_cache_free_on(g_cuda, &kvg);
 }
 
-static void test_kv_codes_position0(void **state)
-{
+static void test_kv_codes_position0(void **state) {
     (void)state;
     need_all(g_cuda);
     need_all(g_cpu);
@@ -818,8 +856,7 @@ static void test_kv_codes_position0(void **state)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-int main(void)
-{
+int main(void) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     const char *full = getenv("COMET_CUDA_TEST_FULL");
     g_full = full && *full && strcmp(full, "0");

@@ -33,13 +33,11 @@
 #include "cuda_test_util.h"
 #include "cuda_skip.h"
 
-
 static int n_fail = 0, n_check = 0;
 
 /* Record one check: prints "ok"/"FAIL" and the description. Returns ok. */
 static int check(int ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int check(int ok, const char *fmt, ...)
-{
+static int check(int ok, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     printf("%-4s ", ok ? "ok" : "FAIL");
@@ -61,8 +59,7 @@ typedef struct {
     comet_w4ax_weight *w;
 } weight;
 
-static weight weight_make(comet_backend *be, int N, int K, int B)
-{
+static weight weight_make(comet_backend *be, int N, int K, int B) {
     weight w = {N, K, B, malloc(comet_w4_plain_bytes(N, K)), malloc((size_t)N * (K / B) * 2), NULL};
     for (size_t i = 0; i < comet_w4_plain_bytes(N, K); i++)
         w.qw[i] = (uint8_t)rnd();
@@ -76,8 +73,7 @@ static weight weight_make(comet_backend *be, int N, int K, int B)
     return w;
 }
 
-static void weight_free(comet_backend *be, weight *w)
-{
+static void weight_free(comet_backend *be, weight *w) {
     be->ops->w4ax_free(be, w->w);
     free(w->qw);
     free(w->sw);
@@ -91,13 +87,13 @@ typedef struct {
     float *sa, *dsa;  /* [M, K/B] */
 } acts;
 
-static acts acts_make(int M, int K, int B, int n8)
-{
+static acts acts_make(int M, int K, int B, int n8) {
     int nb = K / B;
     acts a = {M, K, B, n8, malloc((size_t)M * K), NULL, malloc((size_t)M * nb * 4), NULL};
     for (int t = 0; t < M; t++)
         for (int k = 0; k < K; k++)
-            a.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
+            a.qa[(size_t)t * K + k] =
+                k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
     for (int i = 0; i < M * nb; i++)
         a.sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
     CUDA_OK(cudaMalloc((void **)&a.dqa, (size_t)M * K + 16)); /* +16: room for a misaligned view */
@@ -107,8 +103,7 @@ static acts acts_make(int M, int K, int B, int n8)
     return a;
 }
 
-static void acts_free(acts *a)
-{
+static void acts_free(acts *a) {
     free(a->qa), free(a->sa);
     cudaFree(a->dqa), cudaFree(a->dsa);
 }
@@ -120,8 +115,7 @@ typedef struct {
     size_t n;
 } gout;
 
-static gout gout_make(size_t n)
-{
+static gout gout_make(size_t n) {
     gout g = {guarded_raw_alloc(n), NULL, n};
     g.y = (float *)(g.raw + GUARD);
     return g;
@@ -134,14 +128,22 @@ static int gout_guards_ok(const gout *g) { return guards_intact(g->raw, g->n); }
 /* Run gemm_w4ax for (w, a) and compare with the oracle; hy receives y. Returns 1 when y is
  * within tolerance everywhere, the guards are intact and every status was COMET_OK. */
 static int run_and_compare(comet_backend *be, const weight *w, const acts *a, float *hy,
-                           const char *label)
-{
+                           const char *label) {
     const int M = a->M, N = w->N, K = w->K, B = w->B, nb = K / B;
     size_t ny = (size_t)M * N;
     float *y_ref = malloc(ny * 4);
     int32_t *bs = malloc(ny * nb * 4);
-    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = a->n8, .qw = w->qw, .sw = w->sw,
-                   .qa = a->qa, .sa = a->sa, .y = y_ref, .bs = bs};
+    ref_job job = {.M = M,
+                   .N = N,
+                   .K = K,
+                   .B = B,
+                   .n8 = a->n8,
+                   .qw = w->qw,
+                   .sw = w->sw,
+                   .qa = a->qa,
+                   .sa = a->sa,
+                   .y = y_ref,
+                   .bs = bs};
     ref_threaded(job);
     gout g = gout_make(ny);
     CUDA_OK(cudaMemset(g.y, 0xFF, ny * 4)); /* NaN: every element must be written */
@@ -174,12 +176,13 @@ static int run_and_compare(comet_backend *be, const weight *w, const acts *a, fl
     int guards = gout_guards_ok(&g);
     ok &= guards;
     if (st != COMET_OK || st_sync != COMET_OK)
-        check(0, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d status %s / sync %s: %s", label, M, N, K, B,
-              a->n8, comet_status_name(st), comet_status_name(st_sync), comet_last_error());
+        check(0, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d status %s / sync %s: %s", label, M, N, K,
+              B, a->n8, comet_status_name(st), comet_status_name(st_sync), comet_last_error());
     else if (bad)
-        check(0, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d %zu of %zu out of tolerance; first "
-              "y[%zu, %zu] = %.9g want %.9g", label, M, N, K, B, a->n8, bad, ny, first / N,
-              first % N, hy[first], y_ref[first]);
+        check(0,
+              "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d %zu of %zu out of tolerance; first "
+              "y[%zu, %zu] = %.9g want %.9g",
+              label, M, N, K, B, a->n8, bad, ny, first / N, first % N, hy[first], y_ref[first]);
     else
         check(guards, "%s M=%-4d N=%-5d K=%-5d B=%-3d n8=%-3d err/tol %.3f%s", label, M, N, K, B,
               a->n8, worst, guards ? "" : " guard words overwritten");
@@ -188,12 +191,14 @@ static int run_and_compare(comet_backend *be, const weight *w, const acts *a, fl
     return ok;
 }
 
-static void test_shapes(comet_backend *be, int quick)
-{
+static void test_shapes(comet_backend *be, int quick) {
     static const int Ms[] = {1, 3, 16, 33, 100, 256}, Ns[] = {8, 136, 4096}, Ks[] = {64, 576, 4096};
     if (quick) {
-        const int q[][5] = {{1, 136, 576, 64, 1}, {16, 8, 4096, 128, 32}, {33, 136, 576, 64, 0},
-                            {256, 4096, 64, 64, 1}, {100, 4096, 4096, 128, 1}};
+        const int q[][5] = {{1, 136, 576, 64, 1},
+                            {16, 8, 4096, 128, 32},
+                            {33, 136, 576, 64, 0},
+                            {256, 4096, 64, 64, 1},
+                            {100, 4096, 4096, 128, 1}};
         for (size_t i = 0; i < sizeof q / sizeof q[0]; i++) {
             weight w = weight_make(be, q[i][1], q[i][2], q[i][3]);
             acts a = acts_make(q[i][0], q[i][2], q[i][3], q[i][4]);
@@ -231,13 +236,17 @@ static void test_shapes(comet_backend *be, int quick)
  * model's q/k/v stack, o and down, and LLaMA-3-8B qkv and down shapes), then calls of M rows
  * starting at row `first`, for M across the stream (M <= 8) and wgmma plans; each must equal
  * the big call's rows bit for bit. The big call is also checked against the oracle. */
-static void test_batch_invariant(comet_backend *be, int quick)
-{
-    enum { M_MAX = 300 };
-    static const int shapes[][4] = {{960, 576, 64, 2},   {576, 576, 64, 1},    {576, 1536, 64, 3},
-                                    {6144, 4096, 128, 3}, {4096, 14336, 128, 4}};
-    static const int Ms[][2] = {{1, 0}, {1, 299}, {2, 7}, {5, 100}, {8, 0}, {9, 3}, {16, 40},
-                                {17, 200}, {37, 11}, {64, 0}, {129, 171}, {256, 1}};
+static void test_batch_invariant(comet_backend *be, int quick) {
+    enum {
+        M_MAX = 300
+    };
+    static const int shapes[][4] = {{960, 576, 64, 2},
+                                    {576, 576, 64, 1},
+                                    {576, 1536, 64, 3},
+                                    {6144, 4096, 128, 3},
+                                    {4096, 14336, 128, 4}};
+    static const int Ms[][2] = {{1, 0},   {1, 299},  {2, 7},   {5, 100}, {8, 0},     {9, 3},
+                                {16, 40}, {17, 200}, {37, 11}, {64, 0},  {129, 171}, {256, 1}};
     const int n_shapes = quick ? 2 : (int)(sizeof shapes / sizeof shapes[0]);
     comet_backend_set_batch_invariant(be, 1);
     for (int si = 0; si < n_shapes; si++) {
@@ -264,17 +273,23 @@ static void test_batch_invariant(comet_backend *be, int quick)
                 CUDA_OK(cudaMemcpy(part, g.y, (size_t)M * N * 4, cudaMemcpyDeviceToHost));
                 same = !memcmp(part, all + (size_t)first * N, (size_t)M * N * 4);
             }
-            comet_cuda_w4ax_gemm plan = {.M = M, .N = N, .K = K, .B = B, .n8 = n8,
-                                         .batch_invariant = 1};
+            comet_cuda_w4ax_gemm plan = {
+                .M = M, .N = N, .K = K, .B = B, .n8 = n8, .batch_invariant = 1};
             if (!same || mi == 0 || mi == 5)
-                check(same, "batch-invariant N=%-5d K=%-5d B=%-3d rows %d..%d alone (M=%d, %s) "
-                      "== the same rows of M=%d: %s", N, K, B, first, first + M - 1, M,
-                      comet_cuda_gemm_w4ax_plan_name(&plan), M_MAX,
-                      st != COMET_OK ? comet_last_error() : same ? "bit for bit" : "bits differ");
+                check(same,
+                      "batch-invariant N=%-5d K=%-5d B=%-3d rows %d..%d alone (M=%d, %s) "
+                      "== the same rows of M=%d: %s",
+                      N, K, B, first, first + M - 1, M, comet_cuda_gemm_w4ax_plan_name(&plan),
+                      M_MAX,
+                      st != COMET_OK ? comet_last_error()
+                      : same         ? "bit for bit"
+                                     : "bits differ");
             bad += !same;
         }
-        check(bad == 0 && gout_guards_ok(&g), "batch-invariant N=%d K=%d B=%d: %zu row ranges, %d "
-              "differ", N, K, B, sizeof Ms / sizeof Ms[0], bad);
+        check(bad == 0 && gout_guards_ok(&g),
+              "batch-invariant N=%d K=%d B=%d: %zu row ranges, %d "
+              "differ",
+              N, K, B, sizeof Ms / sizeof Ms[0], bad);
         cudaFree(g.raw);
         free(all), free(part);
         acts_free(&a);
@@ -285,8 +300,7 @@ static void test_batch_invariant(comet_backend *be, int quick)
 
 /* A fresh backend: a call with a small (or no) workspace, then one whose plan needs more,
  * then the small one again and the large one twice more (reuse; deterministic bits). */
-static void test_workspace_grow(int device)
-{
+static void test_workspace_grow(int device) {
     comet_backend *be = comet_backend_cuda_init(device);
     if (!check(be != NULL, "grow: fresh backend (%s)", be ? "" : comet_last_error()))
         return;
@@ -317,8 +331,7 @@ static void test_workspace_grow(int device)
 }
 
 /* Bad arguments come back as statuses naming the problem; nothing is launched. */
-static void test_errors(comet_backend *be, int device)
-{
+static void test_errors(comet_backend *be, int device) {
     const comet_backend_ops *op = be->ops;
     weight w = weight_make(be, 136, 576, 64);
     acts a = acts_make(3, 576, 64, 1);
@@ -330,10 +343,10 @@ static void test_errors(comet_backend *be, int device)
         int null_w, null_qa, null_sa, null_y, misalign;
         const char *says;
     } bad[] = {
-        {0, 1, 0, 0, 0, 0, 0, "M = 0"},       {-5, 1, 0, 0, 0, 0, 0, "M = -5"},
-        {3, -1, 0, 0, 0, 0, 0, "n8 = -1"},    {3, nb + 1, 0, 0, 0, 0, 0, "n8 = 10"},
-        {3, 1, 1, 0, 0, 0, 0, "non-NULL"},    {3, 1, 0, 1, 0, 0, 0, "non-NULL"},
-        {3, 1, 0, 0, 1, 0, 0, "non-NULL"},    {3, 1, 0, 0, 0, 1, 0, "non-NULL"},
+        {0, 1, 0, 0, 0, 0, 0, "M = 0"},    {-5, 1, 0, 0, 0, 0, 0, "M = -5"},
+        {3, -1, 0, 0, 0, 0, 0, "n8 = -1"}, {3, nb + 1, 0, 0, 0, 0, 0, "n8 = 10"},
+        {3, 1, 1, 0, 0, 0, 0, "non-NULL"}, {3, 1, 0, 1, 0, 0, 0, "non-NULL"},
+        {3, 1, 0, 0, 1, 0, 0, "non-NULL"}, {3, 1, 0, 0, 0, 1, 0, "non-NULL"},
         {3, 1, 0, 0, 0, 0, 1, "aligned"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -347,29 +360,35 @@ static void test_errors(comet_backend *be, int device)
               bad[i].misalign, comet_status_name(st), comet_last_error());
     }
     uint32_t foreign[32] = {0x34415743u}; /* a CPU backend's tag */
-    comet_status st = op->gemm_w4ax(be, (const comet_w4ax_weight *)foreign, 3, 1, a.dqa, a.dsa, g.y);
+    comet_status st =
+        op->gemm_w4ax(be, (const comet_w4ax_weight *)foreign, 3, 1, a.dqa, a.dsa, g.y);
     check(st == COMET_ERR_INVALID_ARG, "error: a weight not made by a CUDA backend -> %s \"%s\"",
           comet_status_name(st), comet_last_error());
 
     const struct {
         int N, K, B;
         const char *says;
-    } bad_load[] = {{0, 128, 64, "N = 0"}, {8, 96, 64, "K = 96"}, {8, 128, 32, "B = 32"},
+    } bad_load[] = {{0, 128, 64, "N = 0"},
+                    {8, 96, 64, "K = 96"},
+                    {8, 128, 32, "B = 32"},
                     {8, 192, 128, "K = 192 is not a multiple"},
                     {8, (1 << 20) + 64, 64, "K <= 1048576"}}; /* the CUDA GEMM's K limit */
     for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
         comet_w4ax_weight *out = (comet_w4ax_weight *)foreign;
         st = op->w4ax_load(be, bad_load[i].N, bad_load[i].K, bad_load[i].B, w.qw, w.sw, &out);
-        check(st == COMET_ERR_INVALID_ARG && out == NULL && strstr(comet_last_error(), bad_load[i].says),
+        check(st == COMET_ERR_INVALID_ARG && out == NULL &&
+                  strstr(comet_last_error(), bad_load[i].says),
               "error: w4ax_load N=%d K=%d B=%d -> %s \"%s\"", bad_load[i].N, bad_load[i].K,
               bad_load[i].B, comet_status_name(st), comet_last_error());
     }
     comet_w4ax_weight *out = NULL;
     st = op->w4ax_load(be, 8, 128, 64, NULL, w.sw, &out);
-    check(st == COMET_ERR_INVALID_ARG, "error: w4ax_load with NULL codes -> %s", comet_status_name(st));
+    check(st == COMET_ERR_INVALID_ARG, "error: w4ax_load with NULL codes -> %s",
+          comet_status_name(st));
     op->w4ax_free(be, NULL);
     check(gout_guards_ok(&g), "error: nothing was written by the refused calls' y");
-    check(comet_backend_cuda_sync(be) == COMET_OK, "error: the stream is healthy after the refused calls");
+    check(comet_backend_cuda_sync(be) == COMET_OK,
+          "error: the stream is healthy after the refused calls");
 
     int n_dev = 0;
     CUDA_OK(cudaGetDeviceCount(&n_dev));
@@ -386,11 +405,11 @@ static void test_errors(comet_backend *be, int device)
 
 /* ---- the caller's CUDA context ---- */
 
-static void *driver_fn(const char *name, unsigned version)
-{
+static void *driver_fn(const char *name, unsigned version) {
     void *fn = NULL;
     enum cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion(name, &fn, version, cudaEnableDefault, &q) !=
+            cudaSuccess ||
         q != cudaDriverEntryPointSuccess)
         return NULL;
     return fn;
@@ -409,8 +428,7 @@ typedef struct {
 /* A thread that never chose a device (no context current) runs an op: nothing to give back,
  * and the op works (with several GPUs, restoring "device 0" here would have created a
  * context on GPU 0; one GPU cannot show that). */
-static void *fresh_thread_main(void *p)
-{
+static void *fresh_thread_main(void *p) {
     fresh_thread *t = p;
     ctx_get_fn get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
     CUcontext c = (CUcontext)1;
@@ -419,26 +437,28 @@ static void *fresh_thread_main(void *p)
     return NULL;
 }
 
-static void test_caller_context(comet_backend *be, int device)
-{
+static void test_caller_context(comet_backend *be, int device) {
     ctx_get_fn get = (ctx_get_fn)driver_fn("cuCtxGetCurrent", 4000);
     ctx_set_fn set = (ctx_set_fn)driver_fn("cuCtxSetCurrent", 4000);
     ctx_create_fn create = (ctx_create_fn)driver_fn("cuCtxCreate", 3020);
     ctx_destroy_fn destroy = (ctx_destroy_fn)driver_fn("cuCtxDestroy", 4000);
-    if (!check(get && set && create && destroy, "context: the driver's context functions are reachable"))
+    if (!check(get && set && create && destroy,
+               "context: the driver's context functions are reachable"))
         return;
     CUcontext primary = NULL, mine = NULL, now = NULL;
     CUDA_OK(cudaSetDevice(device));
     CUDA_OK(cudaFree(0)); /* the runtime's primary context, current */
     get(&primary);
     /* a context of the caller's own (not the primary one) is current across an op */
-    if (!check(create(&mine, 0, device) == CUDA_SUCCESS && mine != NULL, "context: a context of our own"))
+    if (!check(create(&mine, 0, device) == CUDA_SUCCESS && mine != NULL,
+               "context: a context of our own"))
         return;
     set(mine);
     comet_status st = comet_backend_cuda_sync(be);
     get(&now);
     check(st == COMET_OK && now == mine && now != primary,
-          "context: the caller's own context is current again after an op (%s)", comet_status_name(st));
+          "context: the caller's own context is current again after an op (%s)",
+          comet_status_name(st));
     set(primary);
     destroy(mine);
     /* a thread with no context */
@@ -451,8 +471,7 @@ static void test_caller_context(comet_backend *be, int device)
     check(now == primary, "context: this thread's context is untouched by the other thread's op");
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     int quick = argc > 1 && !strcmp(argv[1], "--quick");
     const int device = 0;

@@ -33,12 +33,10 @@
 #include "cuda_test_util.h"
 #include "cuda_skip.h"
 
-
 static int n_fail = 0, n_check = 0;
 static int no_sm90a = 0; /* --no-sm90a */
 
-static float f16_round(float x)
-{
+static float f16_round(float x) {
     /* round-to-nearest-even to binary16 precision, via the exact f16 grid (normal range) */
     if (x == 0.0f || !isfinite(x))
         return x;
@@ -57,8 +55,7 @@ typedef struct {
     size_t bytes;
 } guarded;
 
-static guarded galloc(size_t bytes)
-{
+static guarded galloc(size_t bytes) {
     guarded g = {0};
     g.bytes = bytes;
     g.raw = guarded_raw_alloc((bytes + 3) / 4);
@@ -69,8 +66,7 @@ static guarded galloc(size_t bytes)
 /* Poison the payload (0xFF bytes: NaN for floats, -1 for ints). */
 static void gpoison(guarded *g) { CUDA_OK(cudaMemset(g->p, 0xFF, g->bytes)); }
 
-static int gcheck(const guarded *g, const char *what)
-{
+static int gcheck(const guarded *g, const char *what) {
     int bad = !guards_intact(g->raw, (g->bytes + 3) / 4);
     if (bad)
         fprintf(stderr, "  guard words around %s overwritten\n", what);
@@ -96,12 +92,13 @@ typedef struct {
     float *dsa;
 } inputs;
 
-static inputs inputs_make(const shape *s)
-{
+static inputs inputs_make(const shape *s) {
     const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
     const size_t qb = comet_w4_plain_bytes(N, K), pqb = comet_cuda_w4ax_packed_qw_bytes(N, K);
     const size_t psb = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
-    inputs in = {.qw = malloc(qb), .sw = malloc((size_t)N * nb * 2), .qa = malloc((size_t)M * K),
+    inputs in = {.qw = malloc(qb),
+                 .sw = malloc((size_t)N * nb * 2),
+                 .qa = malloc((size_t)M * K),
                  .sa = malloc((size_t)M * nb * 4)};
     uint8_t *pqw = malloc(pqb);
     uint16_t *psw = malloc(psb);
@@ -111,7 +108,8 @@ static inputs inputs_make(const shape *s)
         in.sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
     for (int t = 0; t < M; t++)
         for (int k = 0; k < K; k++)
-            in.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
+            in.qa[(size_t)t * K + k] =
+                k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
     for (int i = 0; i < M * nb; i++)
         in.sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
     if (comet_cuda_w4ax_pack(N, K, B, in.qw, in.sw, pqw, psw) != COMET_OK) {
@@ -130,15 +128,13 @@ static inputs inputs_make(const shape *s)
     return in;
 }
 
-static void inputs_free(inputs *in)
-{
+static void inputs_free(inputs *in) {
     free(in->qw), free(in->sw), free(in->qa), free(in->sa);
     cudaFree(in->dqw), cudaFree(in->dsw), cudaFree(in->dqa), cudaFree(in->dsa);
 }
 
 /* Launch g on stream st, exiting (status 2) if the launch fails. */
-static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
-{
+static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st) {
     if (comet_cuda_gemm_w4ax(g, st) != COMET_OK) {
         fprintf(stderr, "  launch failed: %s\n", comet_last_error());
         exit(2);
@@ -146,15 +142,26 @@ static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st)
 }
 
 /* Run one kernel configuration and compare with the oracle. Returns failures. */
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt, int pdl, const inputs *in,
-                    const float *y_ref, const int32_t *bs_ref, const double *mag)
-{
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt, int pdl,
+                    const inputs *in, const float *y_ref, const int32_t *bs_ref,
+                    const double *mag) {
     const int M = s->M, N = s->N, nb = s->K / s->B;
     size_t ny = (size_t)M * N, nbs = ny * nb;
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
-    comet_cuda_w4ax_gemm g = {.M = M, .N = N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
-                              .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .kernel = kernel, .splits = splits,
-                              .tile_tokens = tok, .pipe_tiles = pt, .pdl = pdl};
+    comet_cuda_w4ax_gemm g = {.M = M,
+                              .N = N,
+                              .K = s->K,
+                              .B = s->B,
+                              .n8 = s->n8,
+                              .qw = in->dqw,
+                              .sw = in->dsw,
+                              .qa = in->dqa,
+                              .sa = in->dsa,
+                              .kernel = kernel,
+                              .splits = splits,
+                              .tile_tokens = tok,
+                              .pipe_tiles = pt,
+                              .pdl = pdl};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
     if (wsb) {
@@ -168,7 +175,8 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     if (no_sm90a) {
         /* a build without sm_90a code: the automatic plan keeps to the sm_80 kernels, and the
          * wgmma kernel, whose body is empty there, is refused rather than run */
-        if (kernel == COMET_W4AX_KERNEL_AUTO && strncmp(plan, "stream", 6) && strncmp(plan, "tiled", 5)) {
+        if (kernel == COMET_W4AX_KERNEL_AUTO && strncmp(plan, "stream", 6) &&
+            strncmp(plan, "tiled", 5)) {
             fprintf(stderr, "  the automatic plan is %s without sm_90a code\n", plan);
             fails++;
         }
@@ -279,15 +287,23 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
     return fails;
 }
 
-static void test_shape(const shape *s, int quick)
-{
+static void test_shape(const shape *s, int quick) {
     const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
     inputs in = inputs_make(s);
     float *y_ref = malloc((size_t)M * N * 4);
     int32_t *bs_ref = malloc((size_t)M * N * nb * 4);
     double *mag = malloc((size_t)M * N * sizeof(double));
-    ref_job job = {.M = M, .N = N, .K = K, .B = B, .n8 = n8, .qw = in.qw, .sw = in.sw, .qa = in.qa, .sa = in.sa,
-                   .y = y_ref, .bs = bs_ref};
+    ref_job job = {.M = M,
+                   .N = N,
+                   .K = K,
+                   .B = B,
+                   .n8 = n8,
+                   .qw = in.qw,
+                   .sw = in.sw,
+                   .qa = in.qa,
+                   .sa = in.sa,
+                   .y = y_ref,
+                   .bs = bs_ref};
     ref_threaded(job);
     for (int t = 0; t < M; t++)
         for (int n = 0; n < N; n++) {
@@ -320,14 +336,16 @@ static void test_shape(const shape *s, int quick)
         const int auto_tok = M <= 16 && s->K >= 8192 ? 16 : M <= 32 ? 32 : M <= 64 ? 64 : 128;
         for (int tok = 16; tok <= 128; tok *= 2)
             if (tok != auto_tok)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+                n_fail +=
+                    run_case(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         /* more splits than a cluster holds: the global-memory split-K path of each kernel
          * (for M <= 32 also the wgmma kernel's, with its 32-token tile) */
         if (nb >= 10) {
-            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0,
-                               &in, y_ref, bs_ref, mag) > 0;
+            n_fail += run_case(s, M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA, 10,
+                               0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
             if (M <= 32)
-                n_fail += run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
+                n_fail +=
+                    run_case(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
         }
     }
     inputs_free(&in);
@@ -336,15 +354,23 @@ static void test_shape(const shape *s, int quick)
 
 /* Run the automatic plan of shape s on in's device inputs with workspace ws (a poisoned
  * output first); returns y on the host. */
-static float *run_auto(const shape *s, const inputs *in, void *ws, size_t ws_bytes)
-{
+static float *run_auto(const shape *s, const inputs *in, void *ws, size_t ws_bytes) {
     const size_t ny = (size_t)s->M * s->N;
     float *y;
     CUDA_OK(cudaMalloc((void **)&y, ny * 4));
     CUDA_OK(cudaMemset(y, 0xFF, ny * 4));
-    comet_cuda_w4ax_gemm g = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in->dqw,
-                              .sw = in->dsw, .qa = in->dqa, .sa = in->dsa, .y = y,
-                              .workspace = ws, .workspace_bytes = ws_bytes};
+    comet_cuda_w4ax_gemm g = {.M = s->M,
+                              .N = s->N,
+                              .K = s->K,
+                              .B = s->B,
+                              .n8 = s->n8,
+                              .qw = in->dqw,
+                              .sw = in->dsw,
+                              .qa = in->dqa,
+                              .sa = in->dsa,
+                              .y = y,
+                              .workspace = ws,
+                              .workspace_bytes = ws_bytes};
     launch_or_die(&g, NULL);
     float *h = malloc(ny * 4);
     CUDA_OK(cudaMemcpy(h, y, ny * 4, cudaMemcpyDeviceToHost));
@@ -357,8 +383,7 @@ static float *run_auto(const shape *s, const inputs *in, void *ws, size_t ws_byt
  * below one wave (80 tiles); B: stream-K (140 tiles), whose counters 128-139 lay on A's
  * partials while the counter region was sized per plan. Each run, after the other's, must
  * give the bits of a run on a fresh zeroed workspace. */
-static void test_shared_workspace(void)
-{
+static void test_shared_workspace(void) {
     const shape sh[2] = {{40, 10240, 8192, 128, 8}, {65, 17920, 2048, 64, 8}};
     inputs in[2];
     comet_cuda_w4ax_gemm g[2];
@@ -378,7 +403,8 @@ static void test_shared_workspace(void)
         CUDA_OK(cudaMemset(fresh, 0, wmax));
         ref[k] = run_auto(&sh[k], &in[k], fresh, wmax);
     }
-    int bad = wb[0] == 0 || wb[1] == 0; /* both plans must use the workspace for this to test anything */
+    int bad =
+        wb[0] == 0 || wb[1] == 0; /* both plans must use the workspace for this to test anything */
     const int order[] = {0, 1, 1, 0, 1};
     for (int i = 0; i < 5; i++) {
         const int k = order[i];
@@ -390,8 +416,8 @@ static void test_shared_workspace(void)
     n_fail += bad;
     char pa[112]; /* plan_name returns a static buffer */
     snprintf(pa, sizeof pa, "%s", comet_cuda_gemm_w4ax_plan_name(&g[0]));
-    printf("%-4s one workspace shared by a global split-K and a stream-K plan (%s; %s)\n", bad ? "FAIL" : "ok", pa,
-           comet_cuda_gemm_w4ax_plan_name(&g[1]));
+    printf("%-4s one workspace shared by a global split-K and a stream-K plan (%s; %s)\n",
+           bad ? "FAIL" : "ok", pa, comet_cuda_gemm_w4ax_plan_name(&g[1]));
     for (int k = 0; k < 2; k++)
         free(ref[k]), inputs_free(&in[k]);
     cudaFree(fresh), cudaFree(shared);
@@ -409,8 +435,7 @@ static void test_shared_workspace(void)
  * copy through L1, must likewise be read only after the wait. Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
  * kernels skip the wait and these checks fail (checked on the H200, session 10). Both calls
  * share one workspace, as the CUDA backend's calls do. */
-static void test_pdl_chain(void)
-{
+static void test_pdl_chain(void) {
     const shape s1 = {1, 4096, 28672, 128, 28};
     const int nb1 = s1.K / s1.B;
     inputs in1 = inputs_make(&s1);
@@ -420,31 +445,36 @@ static void test_pdl_chain(void)
         int splits, tok, pt, qa_y1;
     } cfg;
     const cfg cases[] = {
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe (M = 1 with pdl) */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe (M = 1 with pdl) */
         {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe, 2 tiles per item */
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 2 tiles per item */
         {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},     /* pipe */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},   /* global split-K */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},   /* pipe */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* pipe, 16 tokens */
-        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0},   /* 32 tokens, cluster split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 16 tokens */
+        {{16, 6144, 4096, 128, 4},
+         COMET_W4AX_KERNEL_WGMMA,
+         0,
+         0,
+         0,
+         0}, /* 32 tokens, cluster split-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0},  /* cluster split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* cluster split-K */
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0}, /* global split-K */
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0, 0, 0},
-        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},    /* stream-K */
+        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* stream-K */
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 0}, /* pipe, 3 tiles per item */
         /* pipe, 3 tiles per item, a 3-slot ring with one early position (8B gate_up at M = 16) */
         {{16, 28672, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         /* activation codes written by the previous kernel */
         {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 1},
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
-        {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1},  /* pipe */
-        {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},   /* pipe, 2 tiles per item */
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
+        {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
+        {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},  /* pipe, 2 tiles per item */
         {{8, 4096, 2048, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 1},
         {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe, 16 tokens */
         {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 1},
@@ -456,8 +486,17 @@ static void test_pdl_chain(void)
     CUDA_OK(cudaMalloc((void **)&y2, n_sa1 * 4));
     cudaStream_t st;
     CUDA_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    comet_cuda_w4ax_gemm g1 = {.M = 1, .N = s1.N, .K = s1.K, .B = s1.B, .n8 = s1.n8, .qw = in1.dqw, .sw = in1.dsw,
-                               .qa = in1.dqa, .sa = sa1, .y = y1, .kernel = COMET_W4AX_KERNEL_STREAM};
+    comet_cuda_w4ax_gemm g1 = {.M = 1,
+                               .N = s1.N,
+                               .K = s1.K,
+                               .B = s1.B,
+                               .n8 = s1.n8,
+                               .qw = in1.dqw,
+                               .sw = in1.dsw,
+                               .qa = in1.dqa,
+                               .sa = sa1,
+                               .y = y1,
+                               .kernel = COMET_W4AX_KERNEL_STREAM};
     const size_t wsb1 = comet_cuda_gemm_w4ax_workspace_bytes(&g1);
     float *ref1 = malloc((size_t)s1.N * 4), *got1 = malloc((size_t)s1.N * 4);
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -466,13 +505,24 @@ static void test_pdl_chain(void)
         const shape *s = &cases[c].s;
         const size_t ny = (size_t)s->M * s->N, nsa = (size_t)s->M * (s->K / s->B);
         inputs in2 = inputs_make(s);
-        comet_cuda_w4ax_gemm g2 = {.M = s->M, .N = s->N, .K = s->K, .B = s->B, .n8 = s->n8, .qw = in2.dqw,
-                                   .sw = in2.dsw, .qa = cases[c].qa_y1 ? (const int8_t *)y1 : in2.dqa, .sa = y1,
-                                   .kernel = cases[c].kernel, .splits = cases[c].splits,
-                                   .tile_tokens = cases[c].tok, .pipe_tiles = cases[c].pt, .pdl = 1};
+        comet_cuda_w4ax_gemm g2 = {.M = s->M,
+                                   .N = s->N,
+                                   .K = s->K,
+                                   .B = s->B,
+                                   .n8 = s->n8,
+                                   .qw = in2.dqw,
+                                   .sw = in2.dsw,
+                                   .qa = cases[c].qa_y1 ? (const int8_t *)y1 : in2.dqa,
+                                   .sa = y1,
+                                   .kernel = cases[c].kernel,
+                                   .splits = cases[c].splits,
+                                   .tile_tokens = cases[c].tok,
+                                   .pipe_tiles = cases[c].pt,
+                                   .pdl = 1};
         /* one workspace for both calls, as the CUDA backend shares one: the pdl call must not
          * touch the counters or partials before the previous call is done with them */
-        const size_t wsb2 = comet_cuda_gemm_w4ax_workspace_bytes(&g2), wsb = wsb1 > wsb2 ? wsb1 : wsb2;
+        const size_t wsb2 = comet_cuda_gemm_w4ax_workspace_bytes(&g2),
+                     wsb = wsb1 > wsb2 ? wsb1 : wsb2;
         void *ws;
         CUDA_OK(cudaMalloc(&ws, wsb + 16));
         CUDA_OK(cudaMemset(ws, 0, wsb + 16));
@@ -482,9 +532,10 @@ static void test_pdl_chain(void)
         snprintf(plan, sizeof plan, "%s", comet_cuda_gemm_w4ax_plan_name(&g2));
         const int qa_fits = !cases[c].qa_y1 || (size_t)s->M * s->K <= (size_t)s1.N * 4;
         if (nsa > (size_t)s1.N || !qa_fits || !strstr(plan, " pdl")) {
-            fprintf(stderr, "  %s\n", nsa > (size_t)s1.N ? "y1 cannot hold the activation scales"
-                                     : !qa_fits         ? "y1 cannot hold the activation codes"
-                                                        : "the plan does not launch with pdl");
+            fprintf(stderr, "  %s\n",
+                    nsa > (size_t)s1.N ? "y1 cannot hold the activation scales"
+                    : !qa_fits         ? "y1 cannot hold the activation codes"
+                                       : "the plan does not launch with pdl");
             printf("FAIL pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s\n", s->M, s->N, s->K, s->B, plan);
             n_check++, n_fail++;
             cudaFree(ws);
@@ -515,13 +566,15 @@ static void test_pdl_chain(void)
             CUDA_OK(cudaStreamSynchronize(st));
             CUDA_OK(cudaMemcpy(got1, y1, (size_t)s1.N * 4, cudaMemcpyDeviceToHost));
             CUDA_OK(cudaMemcpy(got2, sa1, ny * 4, cudaMemcpyDeviceToHost));
-            const int war = memcmp(got1, ref1, (size_t)s1.N * 4) != 0, raw = memcmp(got2, ref2, ny * 4) != 0;
+            const int war = memcmp(got1, ref1, (size_t)s1.N * 4) != 0,
+                      raw = memcmp(got2, ref2, ny * 4) != 0;
             if (raw) {
                 size_t nd = 0, first = 0;
                 for (size_t i = ny; i-- > 0;)
                     if (memcmp(&got2[i], &ref2[i], 4))
                         nd++, first = i;
-                fprintf(stderr, "  chained run %d: the pdl call read activations before the previous call "
+                fprintf(stderr,
+                        "  chained run %d: the pdl call read activations before the previous call "
                         "wrote them (%zu of %zu outputs differ; first %zu: %g, want %g)\n",
                         rep, nd, ny, first, got2[first], ref2[first]);
             }
@@ -529,16 +582,19 @@ static void test_pdl_chain(void)
                 size_t nd = 0;
                 for (size_t i = 0; i < (size_t)s1.N; i++)
                     nd += memcmp(&got1[i], &ref1[i], 4) != 0;
-                fprintf(stderr, "  chained run %d: the pdl call wrote its output before the previous call read "
-                        "it (%zu of %d of the previous call's outputs differ)\n", rep, nd, s1.N);
+                fprintf(
+                    stderr,
+                    "  chained run %d: the pdl call wrote its output before the previous call read "
+                    "it (%zu of %d of the previous call's outputs differ)\n",
+                    rep, nd, s1.N);
             }
             runs_bad |= war || raw;
         }
         bad |= runs_bad;
         n_check++;
         n_fail += bad;
-        printf("%-4s pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s%s\n", bad ? "FAIL" : "ok", s->M, s->N, s->K, s->B, plan,
-               cases[c].qa_y1 ? " (codes from y1)" : "");
+        printf("%-4s pdl chain M=%-4d N=%-5d K=%-6d B=%-3d %s%s\n", bad ? "FAIL" : "ok", s->M, s->N,
+               s->K, s->B, plan, cases[c].qa_y1 ? " (codes from y1)" : "");
         free(ref2), free(got2);
         cudaFree(ws);
         inputs_free(&in2);
@@ -550,17 +606,16 @@ static void test_pdl_chain(void)
 }
 
 /* In test_bad_args: `cond` must hold, else the check fails, naming its line. */
-#define ARG_OK(cond)                                                           \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "  line %d: %s (%s)\n", __LINE__, #cond, comet_last_error()); \
-            bad = 1;                                                           \
-        }                                                                      \
+#define ARG_OK(cond)                                                                               \
+    do {                                                                                           \
+        if (!(cond)) {                                                                             \
+            fprintf(stderr, "  line %d: %s (%s)\n", __LINE__, #cond, comet_last_error());          \
+            bad = 1;                                                                               \
+        }                                                                                          \
     } while (0)
 
 /* API errors come back as statuses, not crashes. */
-static void test_bad_args(void)
-{
+static void test_bad_args(void) {
     comet_cuda_w4ax_gemm g = {.M = 1, .N = 8, .K = 96, .B = 64};
     int bad = 0;
     ARG_OK(comet_cuda_gemm_w4ax(&g, NULL) == COMET_ERR_INVALID_ARG);
@@ -569,9 +624,14 @@ static void test_bad_args(void)
     /* scales off a 16-byte boundary (the pipe kernel copies them in 16-byte pieces) */
     void *buf = NULL;
     CUDA_OK(cudaMalloc(&buf, 1 << 16));
-    comet_cuda_w4ax_gemm a = {.M = 1, .N = 16, .K = 128, .B = 64, .qw = (const uint8_t *)buf,
+    comet_cuda_w4ax_gemm a = {.M = 1,
+                              .N = 16,
+                              .K = 128,
+                              .B = 64,
+                              .qw = (const uint8_t *)buf,
                               .sw = (const uint16_t *)((char *)buf + 4096 + 2),
-                              .qa = (const int8_t *)buf + 8192, .sa = (const float *)((char *)buf + 12288),
+                              .qa = (const int8_t *)buf + 8192,
+                              .sa = (const float *)((char *)buf + 12288),
                               .y = (float *)((char *)buf + 16384)};
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.sw = (const uint16_t *)((char *)buf + 4096);
@@ -619,20 +679,30 @@ static void test_bad_args(void)
     comet_cuda_w4ax_gemm k = a;
     k.K = COMET_CUDA_W4AX_MAX_K + 64, k.kernel = COMET_W4AX_KERNEL_AUTO;
     ARG_OK(comet_cuda_gemm_w4ax(&k, NULL) == COMET_ERR_INVALID_ARG);
-    ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&k), "invalid") == 0); /* the shape check, not the workspace */
+    ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&k), "invalid") ==
+           0); /* the shape check, not the workspace */
     /* token tiles past the grid's 65535 in y (the stream kernel forced at M = 2^22: 8-row
      * groups of 4) are refused before the launch, naming the limit */
-    comet_cuda_w4ax_gemm m = {.M = 1 << 22, .N = 16, .K = 128, .B = 64, .qw = (const uint8_t *)buf,
-                              .sw = (const uint16_t *)buf, .qa = (const int8_t *)buf, .sa = (const float *)buf,
-                              .y = (float *)buf, .kernel = COMET_W4AX_KERNEL_STREAM};
-    ARG_OK(comet_cuda_gemm_w4ax(&m, NULL) == COMET_ERR_INVALID_ARG && strstr(comet_last_error(), "65535"));
+    comet_cuda_w4ax_gemm m = {.M = 1 << 22,
+                              .N = 16,
+                              .K = 128,
+                              .B = 64,
+                              .qw = (const uint8_t *)buf,
+                              .sw = (const uint16_t *)buf,
+                              .qa = (const int8_t *)buf,
+                              .sa = (const float *)buf,
+                              .y = (float *)buf,
+                              .kernel = COMET_W4AX_KERNEL_STREAM};
+    ARG_OK(comet_cuda_gemm_w4ax(&m, NULL) == COMET_ERR_INVALID_ARG &&
+           strstr(comet_last_error(), "65535"));
     CUDA_OK(cudaDeviceSynchronize());
     CUDA_OK(cudaFree(buf));
     CUDA_OK(cudaFree(ws));
     /* outputs past 2^36: refused by the launch and the pure queries alike, every kernel
      * (their plans count tiles in int) */
     for (int k = COMET_W4AX_KERNEL_AUTO; k < COMET_W4AX_KERNEL_COUNT; k++) {
-        comet_cuda_w4ax_gemm h = {.M = 1 << 30, .N = 135168, .K = 64, .B = 64, .kernel = (comet_w4ax_kernel)k};
+        comet_cuda_w4ax_gemm h = {
+            .M = 1 << 30, .N = 135168, .K = 64, .B = 64, .kernel = (comet_w4ax_kernel)k};
         ARG_OK(comet_cuda_gemm_w4ax(&h, NULL) == COMET_ERR_INVALID_ARG);
         ARG_OK(comet_cuda_gemm_w4ax_workspace_bytes(&h) == 0);
         ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&h), "invalid") == 0);
@@ -642,11 +712,10 @@ static void test_bad_args(void)
     printf("%-4s argument checks\n", bad ? "FAIL" : "ok");
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
         return cudaFree(0) == cudaSuccess ? 0 : 1;
-    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
+    cuda_test_skip_if_no_device();               /* exit 77 (ctest: skipped) without a usable GPU */
     if (argc > 1 && !strcmp(argv[1], "--pdl")) { /* the chained calls alone */
         test_pdl_chain();
         printf("%d of %d checks failed\n", n_fail, n_check);
@@ -667,13 +736,18 @@ int main(int argc, char **argv)
          * (forced 1 or 3 tiles per item; the automatic plan takes 4, one item per CTA), rings
          * that wrap and a half last stage (K % 128 == 64), so that the sanitizers see those
          * paths */
-        const shape q[] = {{1, 136, 576, 64, 3},     {7, 8, 1536, 128, 12}, {33, 136, 1536, 128, 0},
-                           {100, 4096, 576, 64, 9},  {256, 136, 4096, 128, 32},
+        const shape q[] = {{1, 136, 576, 64, 3},
+                           {7, 8, 1536, 128, 12},
+                           {33, 136, 1536, 128, 0},
+                           {100, 4096, 576, 64, 9},
+                           {256, 136, 4096, 128, 32},
                            {16, 8192, 2112, 64, 4},
                            /* N % 8 == 4 and N odd: the four-output stores and their fallback
                             * (pipe kernel, and the wgmma kernel's 128-token tile without
                             * split-K at K = 64) */
-                           {16, 100, 576, 64, 3},    {12, 13, 576, 64, 2},     {100, 13, 64, 64, 1},
+                           {16, 100, 576, 64, 3},
+                           {12, 13, 576, 64, 2},
+                           {100, 13, 64, 64, 1},
                            /* one 16-row tile, 6 ring positions per warp: the pipe kernel's
                             * ring held to 3 slots, one early position with pdl (plan_pipe) */
                            {16, 8, 6144, 64, 12},
@@ -698,11 +772,21 @@ int main(int argc, char **argv)
                 }
         /* the large N and K values (the oracle's cost bounds M here) */
         const shape big[] = {
-            {1, 4096, 4096, 128, 4},    {2, 6144, 4096, 128, 0},   {3, 4096, 14336, 128, 14},
-            {7, 6144, 14336, 64, 56},   {16, 4096, 14336, 128, 28}, {33, 6144, 4096, 64, 64},
-            {64, 4096, 4096, 128, 8},   {100, 6144, 1536, 64, 24}, {256, 4096, 4096, 128, 4},
-            {1000, 4096, 1536, 128, 3}, {4096, 136, 14336, 128, 14}, {1000, 6144, 576, 64, 9},
-            {4096, 4096, 576, 64, 2},   {16, 8, 14336, 64, 224},    {4096, 8, 4096, 128, 0},
+            {1, 4096, 4096, 128, 4},
+            {2, 6144, 4096, 128, 0},
+            {3, 4096, 14336, 128, 14},
+            {7, 6144, 14336, 64, 56},
+            {16, 4096, 14336, 128, 28},
+            {33, 6144, 4096, 64, 64},
+            {64, 4096, 4096, 128, 8},
+            {100, 6144, 1536, 64, 24},
+            {256, 4096, 4096, 128, 4},
+            {1000, 4096, 1536, 128, 3},
+            {4096, 136, 14336, 128, 14},
+            {1000, 6144, 576, 64, 9},
+            {4096, 4096, 576, 64, 2},
+            {16, 8, 14336, 64, 224},
+            {4096, 8, 4096, 128, 0},
             /* below one wave, 7 splits in a cluster for the wgmma kernel (forced; session 8: S = 4
              * through global partials before the 32-token tiles ran two CTAs per SM); the
              * automatic plan runs the pipe kernel here since session 13 */
@@ -714,16 +798,22 @@ int main(int argc, char **argv)
             {65, 17920, 2048, 64, 8},
             /* N/16 = 11: the pipe kernel's last item along N holds 2 of 3 or 3 of 4 tiles (and
              * a half last stage at K = 576) */
-            {7, 168, 4096, 128, 4},     {16, 168, 576, 64, 3},     {33, 168, 1536, 64, 6},
+            {7, 168, 4096, 128, 4},
+            {16, 168, 576, 64, 3},
+            {33, 168, 1536, 64, 6},
             /* N % 8 == 4 (outputs four at a time, the last four of a row alone) and N odd (one at
              * a time: the pipe kernel's and the split-K cluster's stores, store_out4) */
-            {16, 100, 1536, 64, 6},     {33, 100, 4096, 128, 8},   {3, 13, 576, 64, 1},
-            {16, 13, 1536, 128, 2},     {33, 13, 4096, 128, 4},
+            {16, 100, 1536, 64, 6},
+            {33, 100, 4096, 128, 8},
+            {3, 13, 576, 64, 1},
+            {16, 13, 1536, 128, 2},
+            {33, 13, 4096, 128, 4},
             /* persistent (256 tiles, 9 blocks, 8 token tiles) with a partial last weight tile and
              * N % 8 == 4: the staged epilogue's four-output stores and their fallback */
             {1000, 4100, 576, 64, 3},
             /* one block (no split-K): the wgmma kernel's 128-token tile through shared memory */
-            {100, 13, 64, 64, 1},       {256, 100, 64, 64, 0}};
+            {100, 13, 64, 64, 1},
+            {256, 100, 64, 64, 0}};
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }

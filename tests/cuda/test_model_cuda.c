@@ -107,8 +107,10 @@ static void greedy(const comet_model *m, comet_backend *be, const int32_t *promp
                    int32_t *tokens, float *logits) {
     const int P = 16, V = m->cfg.n_vocab;
     comet_runner run;
-    comet_runner_params rp = {.max_batch_tokens = n_prompt, .max_seqs = 1,
-                              .n_pages = (n_prompt + STEPS + P) / P + 1, .page_size = P};
+    comet_runner_params rp = {.max_batch_tokens = n_prompt,
+                              .max_seqs = 1,
+                              .n_pages = (n_prompt + STEPS + P) / P + 1,
+                              .page_size = P};
     assert_int_equal(comet_runner_init(&run, m, be, &rp), COMET_OK);
     comet_kv_seq seq;
     assert_int_equal(comet_kv_seq_init(&seq, n_prompt + STEPS + 1, P), COMET_OK);
@@ -139,8 +141,8 @@ static void greedy_batch(const comet_model *m, comet_backend *be, int32_t *const
     for (int s = 0; s < n_seq; s++)
         total += n_prompt[s], pages += (n_prompt[s] + STEPS + P) / P + 1;
     comet_runner run;
-    comet_runner_params rp = {.max_batch_tokens = total, .max_seqs = n_seq, .n_pages = pages,
-                              .page_size = P};
+    comet_runner_params rp = {
+        .max_batch_tokens = total, .max_seqs = n_seq, .n_pages = pages, .page_size = P};
     assert_int_equal(comet_runner_init(&run, m, be, &rp), COMET_OK);
     comet_kv_seq seq[3];
     assert_true(n_seq <= 3);
@@ -207,7 +209,8 @@ static void test_batch_invariance(void **state) {
         const double p512 = ppl(m, inv, ids, n, 2, 512), p37 = ppl(m, inv, ids, n, 2, 37),
                      p7 = ppl(m, inv, ids, n, 2, 7);
         printf("[%s] batch-invariant cuda perplexity, 2 windows: chunk 512 %.7f, 37 %.7f, "
-               "7 %.7f\n", cases[c].name, p512, p37, p7);
+               "7 %.7f\n",
+               cases[c].name, p512, p37, p7);
         assert_true(fabs(p37 / p512 - 1.0) < 1e-5);
         assert_true(fabs(p7 / p512 - 1.0) < 1e-5);
         free(ids);
@@ -220,8 +223,8 @@ static void test_batch_invariance(void **state) {
             pid[p] = encode(m, prompts[p], strlen(prompts[p]), 1, &k);
             np[p] = (int)k;
         }
-        int32_t (*t_alone)[STEPS] = malloc(sizeof(int32_t[3][STEPS]));
-        int32_t (*t_batch)[STEPS] = malloc(sizeof(int32_t[3][STEPS]));
+        int32_t(*t_alone)[STEPS] = malloc(sizeof(int32_t[3][STEPS]));
+        int32_t(*t_batch)[STEPS] = malloc(sizeof(int32_t[3][STEPS]));
         float *l_alone = malloc((size_t)STEPS * V * sizeof(float));
         float *l_batch = malloc((size_t)STEPS * V * sizeof(float));
         assert_true(t_alone && t_batch && l_alone && l_batch);
@@ -232,7 +235,8 @@ static void test_batch_invariance(void **state) {
             same++;
         const double e = rel_err(l_batch, l_alone, (size_t)STEPS * V);
         printf("[%s] batch-invariant cuda: prompt 0 alone and beside prompts 1, 2: %d of %d greedy "
-               "tokens equal, logits rel err %.2e\n", cases[c].name, same, STEPS, e);
+               "tokens equal, logits rel err %.2e\n",
+               cases[c].name, same, STEPS, e);
         assert_int_equal(same, STEPS);
         assert_true(e < 1e-5);
         for (int p = 0; p < n_p; p++)
@@ -268,8 +272,8 @@ static void test_greedy_parity(void **state) {
                 }
                 max_rel = fmax(max_rel, sqrt(num / den));
             }
-            printf("[%s] prompt %zu: %d of %d greedy tokens equal, logits rel err <= %.2e", cases[c].name,
-                   p, same, STEPS, max_rel);
+            printf("[%s] prompt %zu: %d of %d greedy tokens equal, logits rel err <= %.2e",
+                   cases[c].name, p, same, STEPS, max_rel);
             if (same < STEPS) {
                 double gap = top2_gap(lc + (size_t)same * V, V);
                 printf(", first divergence at step %d: CPU top-2 gap %.2e relative", same, gap);

@@ -50,7 +50,11 @@ static float gauss(void) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-enum shape { PEAKED, FLAT, TIED };
+enum shape {
+    PEAKED,
+    FLAT,
+    TIED
+};
 
 static void fill_row(float *x, int V, enum shape sh) {
     for (int i = 0; i < V; i++) {
@@ -198,9 +202,13 @@ static void test_op_results(void **state) {
                      COMET_OK);
     comet_sample_row rows[4];
     for (int i = 0; i < n; i++)
-        rows[i] = (comet_sample_row){.row = i, .inv_temperature = 1.0f / 0.8f, .top_k = 40,
-                                     .top_p = 0.95f, .log_min_p = logf(0.05f),
-                                     .repeat_penalty = 1.0f, .u = 0.5};
+        rows[i] = (comet_sample_row){.row = i,
+                                     .inv_temperature = 1.0f / 0.8f,
+                                     .top_k = 40,
+                                     .top_p = 0.95f,
+                                     .log_min_p = logf(0.05f),
+                                     .repeat_penalty = 1.0f,
+                                     .u = 0.5};
     rows[1].top_k = 3000; /* more than the device sorts */
     rows[1].log_min_p = -INFINITY;
     int32_t ids[4];

@@ -52,12 +52,13 @@
 
 static comet_backend *g_cuda, *g_cpu;
 
-enum { PAGE = 16 };
+enum {
+    PAGE = 16
+};
 
 /* ---- the op table -------------------------------------------------------------------------- */
 
-static void test_op_table(void **state)
-{
+static void test_op_table(void **state) {
     (void)state;
     assert_string_equal(g_cuda->ops->name, "cuda");
     need_all(g_cuda);
@@ -84,13 +85,12 @@ typedef struct pair {
     comet_weights *wc, *wg; /* CPU, CUDA */
 } pair;
 
-static pair pair_make(const variant *v)
-{
+static pair pair_make(const variant *v) {
     need_all(g_cuda);
     need_all(g_cpu);
     pair p;
-    p.m = st_model(0x5EEDull + (uint64_t)v->w_bits * 131 + (uint64_t)v->a_bits * 7 + v->block, 2, 256,
-                   512, 6, 2, 64, 320);
+    p.m = st_model(0x5EEDull + (uint64_t)v->w_bits * 131 + (uint64_t)v->a_bits * 7 + v->block, 2,
+                   256, 512, 6, 2, 64, 320);
     if (v->w_bits)
         st_quantize(p.m, v->w_bits, v->a_bits, v->block);
     OP_OK(g_cpu, g_cpu->ops->weights_load(g_cpu, p.m, &p.wc), "weights_load");
@@ -98,27 +98,24 @@ static pair pair_make(const variant *v)
     return p;
 }
 
-static void pair_free(pair *p)
-{
+static void pair_free(pair *p) {
     g_cpu->ops->weights_free(g_cpu, p->wc);
     g_cuda->ops->weights_free(g_cuda, p->wg);
     comet_model_free(p->m);
 }
 
-
 /* The CPU act (fp32 [T, K]) of a W4Ax group must be the dequantized reference codes: a
  * check that the reference below reads the CPU's path right. */
 static void cpu_act_is_dequant(const float *act, const int8_t *q, const float *s, int T, int K,
-                               int B, const char *what)
-{
+                               int B, const char *what) {
     int nb = K / B;
     for (int t = 0; t < T; t++)
         for (int k = 0; k < K; k++) {
             float want = (float)q[(size_t)t * K + k] * s[(size_t)t * nb + k / B];
             if (memcmp(&want, &act[(size_t)t * K + k], 4))
                 fail_msg("%s: the CPU act [%d, %d] = %.9g is not the reference code * scale %.9g "
-                         "(the test's reading of the CPU path is off)", what, t, k,
-                         act[(size_t)t * K + k], want);
+                         "(the test's reading of the CPU path is off)",
+                         what, t, k, act[(size_t)t * K + k], want);
         }
 }
 
@@ -126,8 +123,7 @@ static void cpu_act_is_dequant(const float *act, const int8_t *q, const float *s
  * (the gathered fp32 input of the quantizer, CPU side) and with the CPU's act `ac_h`. */
 static void check_act(const pair *p, int l, comet_group g, const sbuf *ag, const float *ac_h,
                       const float *xg, int T, int K, double boundary_tol, double scale_rel,
-                      double f16_nerr, const char *what)
-{
+                      double f16_nerr, const char *what) {
     if (st_group_w4ax(p->m, l, g)) {
         const comet_linear *lin = st_group_linear(p->m, l, g);
         int B = lin->block, nb = K / B;
@@ -166,8 +162,7 @@ static void check_act(const pair *p, int l, comet_group g, const sbuf *ag, const
 
 /* ---- rmsnorm_quant, act_quant, silu_mul_quant ------------------------------------------- */
 
-static void norm_case(const pair *p, int l, comet_group g, int T, int with_res)
-{
+static void norm_case(const pair *p, int l, comet_group g, int T, int with_res) {
     const comet_model *m = p->m;
     const int C = m->cfg.n_embd;
     const size_t n = (size_t)T * C;
@@ -180,12 +175,16 @@ static void norm_case(const pair *p, int l, comet_group g, int T, int with_res)
 
     sbuf xc = sb_from(g_cpu, x0, n * 4), rc = sb_from(g_cpu, r0, n * 4);
     sbuf ac = sb_alloc(g_cpu, comet_act_bytes(T, C));
-    OP_OK(g_cpu, g_cpu->ops->rmsnorm_quant(g_cpu, p->wc, l, g, sb_f(&xc), with_res ? sb_f(&rc) : NULL,
-                                           T, sb_ptr(&ac)), what);
+    OP_OK(g_cpu,
+          g_cpu->ops->rmsnorm_quant(g_cpu, p->wc, l, g, sb_f(&xc), with_res ? sb_f(&rc) : NULL, T,
+                                    sb_ptr(&ac)),
+          what);
     sbuf xg = sb_from(g_cuda, x0, n * 4), rg = sb_from(g_cuda, r0, n * 4);
     sbuf ag = sb_alloc(g_cuda, comet_act_bytes(T, C));
-    OP_OK(g_cuda, g_cuda->ops->rmsnorm_quant(g_cuda, p->wg, l, g, sb_f(&xg),
-                                             with_res ? sb_f(&rg) : NULL, T, sb_ptr(&ag)), what);
+    OP_OK(g_cuda,
+          g_cuda->ops->rmsnorm_quant(g_cuda, p->wg, l, g, sb_f(&xg), with_res ? sb_f(&rg) : NULL, T,
+                                     sb_ptr(&ag)),
+          what);
     st_sync_ok(g_cuda);
 
     float *xc_h = sb_fetch(&xc, n * 4), *xg_h = sb_fetch(&xg, n * 4);
@@ -198,7 +197,8 @@ static void norm_case(const pair *p, int l, comet_group g, int T, int with_res)
 
     /* the reference: the CPU's own RMSNorm of the CPU's x, gathered */
     float *h = st_malloc(n * 4), *hg = st_malloc(n * 4);
-    OP_OK(g_cpu, g_cpu->ops->rmsnorm(g_cpu, xc_h, comet_model_norm(m, l, g), T, C, m->cfg.rms_eps, h),
+    OP_OK(g_cpu,
+          g_cpu->ops->rmsnorm(g_cpu, xc_h, comet_model_norm(m, l, g), T, C, m->cfg.rms_eps, h),
           "rmsnorm");
     const comet_linear *lin = st_group_linear(m, l, g);
     st_gather(h, T, C, lin && lin->fmt == COMET_WFMT_QSIM ? lin->perm : NULL, hg);
@@ -211,8 +211,7 @@ static void norm_case(const pair *p, int l, comet_group g, int T, int with_res)
     free(x0), free(r0), free(xc_h), free(xg_h), free(ac_h), free(h), free(hg);
 }
 
-static void act_quant_case(const pair *p, int l, int T)
-{
+static void act_quant_case(const pair *p, int l, int T) {
     const comet_model *m = p->m;
     const int K = comet_group_width(&m->cfg, COMET_GROUP_O);
     const size_t n = (size_t)T * K;
@@ -222,9 +221,10 @@ static void act_quant_case(const pair *p, int l, int T)
     st_fill_act(x0, T, K, 0.7f);
     sbuf xc = sb_from(g_cpu, x0, n * 4), ac = sb_alloc(g_cpu, comet_act_bytes(T, K));
     sbuf xg = sb_from(g_cuda, x0, n * 4), ag = sb_alloc(g_cuda, comet_act_bytes(T, K));
-    OP_OK(g_cpu, g_cpu->ops->act_quant(g_cpu, p->wc, l, COMET_GROUP_O, sb_f(&xc), T, sb_ptr(&ac)), what);
-    OP_OK(g_cuda, g_cuda->ops->act_quant(g_cuda, p->wg, l, COMET_GROUP_O, sb_f(&xg), T, sb_ptr(&ag)),
+    OP_OK(g_cpu, g_cpu->ops->act_quant(g_cpu, p->wc, l, COMET_GROUP_O, sb_f(&xc), T, sb_ptr(&ac)),
           what);
+    OP_OK(g_cuda,
+          g_cuda->ops->act_quant(g_cuda, p->wg, l, COMET_GROUP_O, sb_f(&xg), T, sb_ptr(&ag)), what);
     st_sync_ok(g_cuda);
     float *ac_h = sb_fetch(&ac, n * 4);
     const comet_linear *lin = st_group_linear(m, l, COMET_GROUP_O);
@@ -235,8 +235,7 @@ static void act_quant_case(const pair *p, int l, int T)
     free(x0), free(xg0), free(ac_h);
 }
 
-static void silu_case(const pair *p, int l, int T)
-{
+static void silu_case(const pair *p, int l, int T) {
     const comet_model *m = p->m;
     const int F = m->cfg.n_ff;
     const size_t n = (size_t)T * F;
@@ -250,8 +249,10 @@ static void silu_case(const pair *p, int l, int T)
     sbuf ac = sb_alloc(g_cpu, comet_act_bytes(T, F));
     sbuf gg = sb_from(g_cuda, gate, n * 4), ug = sb_from(g_cuda, up, n * 4);
     sbuf ag = sb_alloc(g_cuda, comet_act_bytes(T, F));
-    OP_OK(g_cpu, g_cpu->ops->silu_mul_quant(g_cpu, p->wc, l, sb_f(&gc), sb_f(&uc), T, sb_ptr(&ac)), what);
-    OP_OK(g_cuda, g_cuda->ops->silu_mul_quant(g_cuda, p->wg, l, sb_f(&gg), sb_f(&ug), T, sb_ptr(&ag)),
+    OP_OK(g_cpu, g_cpu->ops->silu_mul_quant(g_cpu, p->wc, l, sb_f(&gc), sb_f(&uc), T, sb_ptr(&ac)),
+          what);
+    OP_OK(g_cuda,
+          g_cuda->ops->silu_mul_quant(g_cuda, p->wg, l, sb_f(&gg), sb_f(&ug), T, sb_ptr(&ag)),
           what);
     st_sync_ok(g_cuda);
     float *ac_h = sb_fetch(&ac, n * 4);
@@ -265,8 +266,7 @@ static void silu_case(const pair *p, int l, int T)
     free(gate), free(up), free(h), free(hg), free(ac_h);
 }
 
-static void test_act_ops(void **state)
-{
+static void test_act_ops(void **state) {
     const variant *v = *state;
     pair p = pair_make(v);
     static const int Ts[] = {1, 5, 130};
@@ -291,8 +291,7 @@ static void test_act_ops(void **state)
 
 /* act of group g (layer l) made by each backend's own op from the same random input:
  * rmsnorm_quant (QKV, GATE_UP), act_quant (O), silu_mul_quant (DOWN). */
-static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf *ag)
-{
+static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf *ag) {
     const comet_model_config *c = &p->m->cfg;
     const int K = comet_group_width(c, g);
     *ac = sb_alloc(g_cpu, comet_act_bytes(T, K));
@@ -304,9 +303,11 @@ static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf
         st_fill_act(up, T, K, 1.0f);
         sbuf gc = sb_from(g_cpu, gate, n * 4), uc = sb_from(g_cpu, up, n * 4);
         sbuf gg = sb_from(g_cuda, gate, n * 4), ug = sb_from(g_cuda, up, n * 4);
-        OP_OK(g_cpu, g_cpu->ops->silu_mul_quant(g_cpu, p->wc, l, sb_f(&gc), sb_f(&uc), T, sb_ptr(ac)),
+        OP_OK(g_cpu,
+              g_cpu->ops->silu_mul_quant(g_cpu, p->wc, l, sb_f(&gc), sb_f(&uc), T, sb_ptr(ac)),
               "silu_mul_quant");
-        OP_OK(g_cuda, g_cuda->ops->silu_mul_quant(g_cuda, p->wg, l, sb_f(&gg), sb_f(&ug), T, sb_ptr(ag)),
+        OP_OK(g_cuda,
+              g_cuda->ops->silu_mul_quant(g_cuda, p->wg, l, sb_f(&gg), sb_f(&ug), T, sb_ptr(ag)),
               "silu_mul_quant");
         st_sync_ok(g_cuda);
         sb_free(&gc), sb_free(&uc), sb_free(&gg), sb_free(&ug);
@@ -318,12 +319,15 @@ static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf
     st_fill_act(x, T, K, 1.0f);
     sbuf xc = sb_from(g_cpu, x, n * 4), xg = sb_from(g_cuda, x, n * 4);
     if (g == COMET_GROUP_O) {
-        OP_OK(g_cpu, g_cpu->ops->act_quant(g_cpu, p->wc, l, g, sb_f(&xc), T, sb_ptr(ac)), "act_quant");
-        OP_OK(g_cuda, g_cuda->ops->act_quant(g_cuda, p->wg, l, g, sb_f(&xg), T, sb_ptr(ag)), "act_quant");
+        OP_OK(g_cpu, g_cpu->ops->act_quant(g_cpu, p->wc, l, g, sb_f(&xc), T, sb_ptr(ac)),
+              "act_quant");
+        OP_OK(g_cuda, g_cuda->ops->act_quant(g_cuda, p->wg, l, g, sb_f(&xg), T, sb_ptr(ag)),
+              "act_quant");
     } else {
         OP_OK(g_cpu, g_cpu->ops->rmsnorm_quant(g_cpu, p->wc, l, g, sb_f(&xc), NULL, T, sb_ptr(ac)),
               "rmsnorm_quant");
-        OP_OK(g_cuda, g_cuda->ops->rmsnorm_quant(g_cuda, p->wg, l, g, sb_f(&xg), NULL, T, sb_ptr(ag)),
+        OP_OK(g_cuda,
+              g_cuda->ops->rmsnorm_quant(g_cuda, p->wg, l, g, sb_f(&xg), NULL, T, sb_ptr(ag)),
               "rmsnorm_quant");
     }
     st_sync_ok(g_cuda);
@@ -333,8 +337,7 @@ static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf
 
 /* y [T, N] of role r from acts ac (CPU) and ag (CUDA); returns the CUDA and CPU outputs. */
 static void run_matmul(const pair *p, int l, comet_role r, int T, const sbuf *ac, const sbuf *ag,
-                       float **yg_out, float **yc_out, const char *what)
-{
+                       float **yg_out, float **yc_out, const char *what) {
     const int N = comet_model_linear(p->m, l, r)->n_out;
     const size_t n = (size_t)T * N;
     sbuf yc = sb_alloc(g_cpu, n * 4), yg = sb_alloc(g_cuda, n * 4);
@@ -350,13 +353,13 @@ static void run_matmul(const pair *p, int l, comet_role r, int T, const sbuf *ac
     sb_free(&yc), sb_free(&yg);
 }
 
-static void test_matmul(void **state)
-{
+static void test_matmul(void **state) {
     const variant *v = *state;
     pair p = pair_make(v);
     const comet_model_config *c = &p.m->cfg;
     static const int Ts[] = {1, 7, 70};
-    static const char *const role_name[COMET_ROLE_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
+    static const char *const role_name[COMET_ROLE_COUNT] = {"q",    "k",  "v",   "o",
+                                                            "gate", "up", "down"};
     double worst_a = 0, worst_b = 0;
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
         for (int l = 0; l < c->n_layer; l++)
@@ -382,25 +385,30 @@ static void test_matmul(void **state)
                     comet_quant_act(x, T, K, B, lin->n8, q, s);
                     for (int t = 0; t < T; t++)
                         for (int k = 0; k < K; k++)
-                            deq[(size_t)t * K + k] = (float)q[(size_t)t * K + k] * s[(size_t)t * nb + k / B];
+                            deq[(size_t)t * K + k] =
+                                (float)q[(size_t)t * K + k] * s[(size_t)t * nb + k / B];
                     size_t bytes = comet_act_bytes(T, K), off = st_act_scales_offset(T, K);
                     uint8_t *img = calloc(1, bytes);
                     assert_non_null(img);
                     memcpy(img, q, (size_t)T * K);
                     memcpy(img + off, s, (size_t)T * nb * 4);
-                    sbuf ac = sb_from(g_cpu, deq, (size_t)T * K * 4), ag = sb_from(g_cuda, img, bytes);
+                    sbuf ac = sb_from(g_cpu, deq, (size_t)T * K * 4),
+                         ag = sb_from(g_cuda, img, bytes);
                     run_matmul(&p, l, (comet_role)r, T, &ac, &ag, &yg, &yc, what);
                     double e = st_nerr(yg, yc, (size_t)T * N);
                     if (!(e <= 1e-4))
-                        fail_msg("%s: relative norm error %.3g > 1e-4 (B %d, n8 %d)", what, e, B, lin->n8);
+                        fail_msg("%s: relative norm error %.3g > 1e-4 (B %d, n8 %d)", what, e, B,
+                                 lin->n8);
                     for (int t = 0; t < T; t++) {
                         double md = 0, mb = 0;
                         for (int j = 0; j < N; j++) {
-                            md = fmax(md, fabs((double)yg[(size_t)t * N + j] - yc[(size_t)t * N + j]));
+                            md = fmax(md,
+                                      fabs((double)yg[(size_t)t * N + j] - yc[(size_t)t * N + j]));
                             mb = fmax(mb, fabs((double)yc[(size_t)t * N + j]));
                         }
                         if (!(md <= 1e-3 * mb))
-                            fail_msg("%s: row %d max |diff| %.3g > 1e-3 * max |y| %.3g", what, t, md, mb);
+                            fail_msg("%s: row %d max |diff| %.3g > 1e-3 * max |y| %.3g", what, t,
+                                     md, mb);
                     }
                     worst_a = fmax(worst_a, e);
                     sb_free(&ac), sb_free(&ag);
@@ -428,8 +436,7 @@ static void test_matmul(void **state)
 /* matmul_group: each output equal to matmul of its role on the same activation (W4Ax: one
  * stacked GEMM either way, bit for bit; FP16: one cuBLAS call over the stack against one
  * per role, within 1e-6 relative norm error), guards intact. */
-static void test_matmul_group(void **state)
-{
+static void test_matmul_group(void **state) {
     const variant *v = *state;
     pair p = pair_make(v);
     const comet_model_config *c = &p.m->cfg;
@@ -455,8 +462,10 @@ static void test_matmul_group(void **state)
                     ys[i] = sb_alloc(g_cuda, n * 4);
                     y1[i] = sb_alloc(g_cuda, n * 4);
                     outs[i] = sb_f(&ys[i]);
-                    OP_OK(g_cuda, g_cuda->ops->matmul(g_cuda, p.wg, l, first + i, sb_ptr(&ag), T,
-                                                      sb_f(&y1[i])), what);
+                    OP_OK(g_cuda,
+                          g_cuda->ops->matmul(g_cuda, p.wg, l, first + i, sb_ptr(&ag), T,
+                                              sb_f(&y1[i])),
+                          what);
                 }
                 OP_OK(g_cuda, g_cuda->ops->matmul_group(g_cuda, p.wg, l, g, sb_ptr(&ag), T, outs),
                       what);
@@ -494,15 +503,13 @@ typedef struct hbatch {
         *logit_rows;
 } hbatch;
 
-static void hbatch_free(hbatch *h)
-{
+static void hbatch_free(hbatch *h) {
     free(h->tokens), free(h->positions), free(h->token_indptr), free(h->page_indptr);
     free(h->page_indices), free(h->last_page_len), free(h->logit_rows);
     memset(h, 0, sizeof *h);
 }
 
-static hbatch hbatch_single(int T, int V, const int32_t *rows, int n_rows)
-{
+static hbatch hbatch_single(int T, int V, const int32_t *rows, int n_rows) {
     hbatch h;
     memset(&h, 0, sizeof h);
     int np = (T + PAGE - 1) / PAGE;
@@ -523,15 +530,20 @@ static hbatch hbatch_single(int T, int V, const int32_t *rows, int n_rows)
     h.page_indptr[0] = 0, h.page_indptr[1] = np;
     h.last_page_len[0] = T - (np - 1) * PAGE;
     memcpy(h.logit_rows, rows, (size_t)n_rows * 4);
-    h.b = (comet_batch){.n_tokens = T, .n_seqs = 1, .tokens = h.tokens, .positions = h.positions,
-                        .token_indptr = h.token_indptr, .page_indptr = h.page_indptr,
-                        .page_indices = h.page_indices, .last_page_len = h.last_page_len,
-                        .n_logits = n_rows, .logit_rows = h.logit_rows};
+    h.b = (comet_batch){.n_tokens = T,
+                        .n_seqs = 1,
+                        .tokens = h.tokens,
+                        .positions = h.positions,
+                        .token_indptr = h.token_indptr,
+                        .page_indptr = h.page_indptr,
+                        .page_indices = h.page_indices,
+                        .last_page_len = h.last_page_len,
+                        .n_logits = n_rows,
+                        .logit_rows = h.logit_rows};
     return h;
 }
 
-static void test_embed_lm_head(void **state)
-{
+static void test_embed_lm_head(void **state) {
     const variant *v = *state;
     pair p = pair_make(v);
     const comet_model_config *c = &p.m->cfg;
@@ -556,8 +568,8 @@ static void test_embed_lm_head(void **state)
                     rows[n_rows++] = t;
             }
             char what[128];
-            snprintf(what, sizeof what, "%s: embed_tokens + lm_head T %d, %d logit rows", v->name, T,
-                     n_rows);
+            snprintf(what, sizeof what, "%s: embed_tokens + lm_head T %d, %d logit rows", v->name,
+                     T, n_rows);
             hbatch hb = hbatch_single(T, V, rows, n_rows);
             comet_step sc, sg;
             OP_OK(g_cpu, g_cpu->ops->step_begin(g_cpu, &hb.b, &sc), "step_begin");
@@ -572,11 +584,16 @@ static void test_embed_lm_head(void **state)
                 fail_msg("%s: embed_tokens differs from the CPU's (must be bit-exact)", what);
             SB_CHECK_GUARDS(&xg, "embed_tokens");
 
-            sbuf ac = sb_alloc(g_cpu, comet_act_bytes(T, C)), ag = sb_alloc(g_cuda, comet_act_bytes(T, C));
-            OP_OK(g_cpu, g_cpu->ops->rmsnorm_quant(g_cpu, p.wc, 0, COMET_GROUP_LM_HEAD, sb_f(&xc), NULL, T,
-                                                   sb_ptr(&ac)), what);
-            OP_OK(g_cuda, g_cuda->ops->rmsnorm_quant(g_cuda, p.wg, 0, COMET_GROUP_LM_HEAD, sb_f(&xg), NULL,
-                                                     T, sb_ptr(&ag)), what);
+            sbuf ac = sb_alloc(g_cpu, comet_act_bytes(T, C)),
+                 ag = sb_alloc(g_cuda, comet_act_bytes(T, C));
+            OP_OK(g_cpu,
+                  g_cpu->ops->rmsnorm_quant(g_cpu, p.wc, 0, COMET_GROUP_LM_HEAD, sb_f(&xc), NULL, T,
+                                            sb_ptr(&ac)),
+                  what);
+            OP_OK(g_cuda,
+                  g_cuda->ops->rmsnorm_quant(g_cuda, p.wg, 0, COMET_GROUP_LM_HEAD, sb_f(&xg), NULL,
+                                             T, sb_ptr(&ag)),
+                  what);
             const size_t nl = (size_t)n_rows * V;
             sbuf lc = sb_alloc(g_cpu, nl * 4), lg = sb_alloc(g_cuda, nl * 4);
             OP_OK(g_cpu, g_cpu->ops->lm_head(g_cpu, p.wc, sb_ptr(&ac), &sc, sb_f(&lc)), what);
@@ -589,8 +606,8 @@ static void test_embed_lm_head(void **state)
             for (int r = 0; r < n_rows; r++) {
                 double e = st_nerr(lg_h + (size_t)r * V, lc_h + (size_t)r * V, (size_t)V);
                 if (!(e <= 2e-2))
-                    fail_msg("%s: logits row %d (token %d): relative norm error %.3g > 2e-2", what, r,
-                             rows[r], e);
+                    fail_msg("%s: logits row %d (token %d): relative norm error %.3g > 2e-2", what,
+                             r, rows[r], e);
                 worst = fmax(worst, e);
             }
             SB_CHECK_GUARDS(&lg, "lm_head");
@@ -604,8 +621,7 @@ static void test_embed_lm_head(void **state)
 
 /* ---- main ------------------------------------------------------------------------------- */
 
-int main(void)
-{
+int main(void) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     g_cuda = comet_backend_cuda_init(0);
     if (!g_cuda) {

@@ -77,7 +77,11 @@ static void stderr_sink(comet_log_level level, int progress, const char *msg, vo
         fputc('\n', stderr);
         progress_open = 0;
     }
-    fprintf(stderr, "%s%s\n", level >= COMET_LOG_ERROR ? "error: " : level == COMET_LOG_WARN ? "warning: " : "", msg);
+    fprintf(stderr, "%s%s\n",
+            level >= COMET_LOG_ERROR  ? "error: "
+            : level == COMET_LOG_WARN ? "warning: "
+                                      : "",
+            msg);
 }
 
 void cli_log_to_stderr(int verbose) {
@@ -189,7 +193,8 @@ int cli_port_free(const char *cmd, const char *host, int port) {
         return 0;
     char service[16];
     snprintf(service, sizeof service, "%d", port);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, service, &hints, &res);
@@ -212,8 +217,10 @@ int cli_port_free(const char *cmd, const char *host, int port) {
     freeaddrinfo(res);
     if (err) {
         fprintf(stderr, "comet %s: cannot listen on %s port %d: %s%s\n", cmd, host, port,
-                strerror(err), err == EADDRINUSE ? " (another server runs there? pick another "
-                                                   "--port, or 0 for a free one)" : "");
+                strerror(err),
+                err == EADDRINUSE ? " (another server runs there? pick another "
+                                    "--port, or 0 for a free one)"
+                                  : "");
         return 1;
     }
     return 0;

@@ -30,23 +30,22 @@
 #define MAX_REPS 101
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: comet bench [--model M | --synthetic llama3-8b|llama3-70b] [options]\n"
-            "\n"
-            "Prefill and batch-1 decode speed of a model, and one decode step's time per op.\n"
-            "\n"
-            "  --model M            .gguf file, HF directory or comet checkpoint\n"
-            "                       (default: the bundled model)\n"
-            "  --synthetic NAME     random weights of that shape made by the backend\n"
-            "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
-            "  --fp16               with --synthetic: the floating-point variant\n"
-            "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
-            "  --device D           cpu, cuda or cuda:N (default cuda)\n"
-            "  --prompt-tokens N    prefill prompt length (default 512)\n"
-            "  --decode-tokens N    decode steps after it (default 128)\n"
-            "  --reps N             repetitions; medians are reported (default 5)\n"
-            "  --threads N          CPU threads (default: all cores)\n"
-            "  --seed S             token ids and synthetic weights (default 1)\n");
+    fprintf(f, "usage: comet bench [--model M | --synthetic llama3-8b|llama3-70b] [options]\n"
+               "\n"
+               "Prefill and batch-1 decode speed of a model, and one decode step's time per op.\n"
+               "\n"
+               "  --model M            .gguf file, HF directory or comet checkpoint\n"
+               "                       (default: the bundled model)\n"
+               "  --synthetic NAME     random weights of that shape made by the backend\n"
+               "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
+               "  --fp16               with --synthetic: the floating-point variant\n"
+               "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
+               "  --device D           cpu, cuda or cuda:N (default cuda)\n"
+               "  --prompt-tokens N    prefill prompt length (default 512)\n"
+               "  --decode-tokens N    decode steps after it (default 128)\n"
+               "  --reps N             repetitions; medians are reported (default 5)\n"
+               "  --threads N          CPU threads (default: all cores)\n"
+               "  --seed S             token ids and synthetic weights (default 1)\n");
 }
 
 static double now_s(void) {
@@ -116,8 +115,7 @@ static int32_t random_token(int V) {
 
 /* Run the step built in run->bb and pick its one token greedily into *id (logits [V]: the
  * host scratch comet_runner_step_sample needs). */
-static comet_status step_greedy(comet_runner *run, comet_sampler *smp, float *logits,
-                                int32_t *id) {
+static comet_status step_greedy(comet_runner *run, comet_sampler *smp, float *logits, int32_t *id) {
     comet_runner_draw draw = {smp, NULL, 0};
     COMET_TRY(comet_runner_step_sample(run, &draw, logits, id));
     return *id >= 0 ? COMET_OK
@@ -223,8 +221,10 @@ int cmd_bench(int argc, char **argv) {
     }
     if (!(be = cli_open_backend("bench", device, (int)threads, batch_invariant)))
         goto out;
-    comet_runner_params rp = {.max_batch_tokens = (int)prompt_n, .max_seqs = 1,
-                              .n_pages = (ctx + P - 1) / P + 1, .page_size = P};
+    comet_runner_params rp = {.max_batch_tokens = (int)prompt_n,
+                              .max_seqs = 1,
+                              .n_pages = (ctx + P - 1) / P + 1,
+                              .page_size = P};
     double t_load = now_s();
     if (comet_runner_init(&run, m, be, &rp) < 0 || comet_kv_seq_init(&seq, ctx, P) < 0) {
         cli_report_error("bench", "cannot set up the model on the backend");

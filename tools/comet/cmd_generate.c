@@ -91,8 +91,8 @@ static int build_prompt(const comet_model *m, const char *prompt, const char *sy
         if (system)
             msgs[n_msgs++] = (comet_chat_message){"system", system};
         msgs[n_msgs++] = (comet_chat_message){"user", prompt};
-        char *text = comet_chat_apply_model(kind, m->chat_template, msgs, n_msgs, 1,
-                                            bos[0] ? bos : NULL);
+        char *text =
+            comet_chat_apply_model(kind, m->chat_template, msgs, n_msgs, 1, bos[0] ? bos : NULL);
         if (!text) {
             cli_report_error("generate", "cannot apply the chat template");
             return 1;
@@ -137,13 +137,13 @@ int cmd_generate(int argc, char **argv) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         long lv;
         double dv;
-#define NEED_VALUE()                                                      \
-    do {                                                                  \
-        if (!val) {                                                       \
-            fprintf(stderr, "comet generate: %s needs a value\n", a);     \
-            return 2;                                                     \
-        }                                                                 \
-        i++;                                                              \
+#define NEED_VALUE()                                                                               \
+    do {                                                                                           \
+        if (!val) {                                                                                \
+            fprintf(stderr, "comet generate: %s needs a value\n", a);                              \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
     } while (0)
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -253,7 +253,8 @@ int cmd_generate(int argc, char **argv) {
 
     size_t prompt_len = strlen(prompt), valid = comet_utf8_valid_prefix(prompt, prompt_len);
     if (valid != prompt_len) {
-        fprintf(stderr, "comet generate: the prompt is not valid UTF-8 (invalid byte at offset %zu)\n",
+        fprintf(stderr,
+                "comet generate: the prompt is not valid UTF-8 (invalid byte at offset %zu)\n",
                 valid);
         return 2;
     }

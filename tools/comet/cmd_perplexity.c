@@ -115,8 +115,10 @@ int cmd_perplexity(int argc, char **argv) {
             } else if (!strcmp(val, "llama.cpp")) {
                 protocol = COMET_PPL_LLAMA_CPP;
             } else {
-                fprintf(stderr, "comet perplexity: --protocol expects comet or llama.cpp, got "
-                                "'%s'\n", val);
+                fprintf(stderr,
+                        "comet perplexity: --protocol expects comet or llama.cpp, got "
+                        "'%s'\n",
+                        val);
                 return 2;
             }
             i++;
@@ -132,7 +134,8 @@ int cmd_perplexity(int argc, char **argv) {
     }
     cli_log_to_stderr(verbose);
     if (!text_path) {
-        fprintf(stderr, "comet perplexity: --text FILE is required (see comet perplexity --help)\n");
+        fprintf(stderr,
+                "comet perplexity: --text FILE is required (see comet perplexity --help)\n");
         return 2;
     }
     size_t text_len = 0;
@@ -159,8 +162,10 @@ int cmd_perplexity(int argc, char **argv) {
         kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
     if (kv_rotation >= 0) {
         if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim)) {
-            fprintf(stderr, "comet perplexity: --kv-rotation hadamard needs a power-of-two head "
-                    "dim, not %d\n", m->cfg.head_dim);
+            fprintf(stderr,
+                    "comet perplexity: --kv-rotation hadamard needs a power-of-two head "
+                    "dim, not %d\n",
+                    m->cfg.head_dim);
             goto out;
         }
         m->kv.rotation = kv_rotation;
@@ -190,12 +195,15 @@ int cmd_perplexity(int argc, char **argv) {
     if (!(be = cli_open_backend("perplexity", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
-              text_path, n, pp.ctx, be->n_threads, protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");
+              text_path, n, pp.ctx, be->n_threads,
+              protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");
     const comet_quant_config *q = m->quant;
     if (q)
-        comet_log(COMET_LOG_INFO, "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
-                  "weights %s, calibration %s (%ld tokens)", q->w_bits, q->a_bits,
-                  m->kv.bits ? m->kv.bits : 16, m->kv.group ? m->kv.group : m->cfg.head_dim,
+        comet_log(COMET_LOG_INFO,
+                  "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
+                  "weights %s, calibration %s (%ld tokens)",
+                  q->w_bits, q->a_bits, m->kv.bits ? m->kv.bits : 16,
+                  m->kv.group ? m->kv.group : m->cfg.head_dim,
                   comet_kv_rotation_name(m->kv.rotation), q->block, q->wmethod,
                   q->calib_corpus[0] ? q->calib_corpus : "none", q->calib_tokens);
     else

@@ -26,56 +26,57 @@
 #include "quant/smooth.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: comet quantize [--model M] [--calib FILE] --out DIR [options]\n"
-            "\n"
-            "Quantize a floating-point model with FMPQ: activations per token per block of B\n"
-            "channels, INT4 with INT8 blocks for outlier channels (gathered into the leading\n"
-            "blocks by a per-group channel permutation from calibration), INT4 weights per\n"
-            "output channel per block, INT4 KV cache. Writes a checkpoint directory that\n"
-            "`comet perplexity/generate --model DIR` run (simulated in fp32 on the CPU).\n"
-            "\n"
-            "  --model M            .gguf file or HF directory (default: the bundled model)\n"
-            "  --calib FILE         calibration text (default data/mobydick.txt)\n"
-            "  --out DIR            output directory (created; files replaced)\n"
-            "  --calib-windows N    calibration windows (default 128)\n"
-            "  --calib-len N        tokens per calibration window (default 512)\n"
-            "  --calib-cache FILE   reuse the calibration statistics saved in FILE when it was\n"
-            "                       made from the same model, text and windows; else calibrate\n"
-            "                       and save them there\n"
-            "  --block 128|64|32|0  block size B; 0 = one block per row (per-token activations,\n"
-            "                       per-channel weights); default: 128, or 64 when the model's\n"
-            "                       widths are not multiples of 128\n"
-            "  --int8-budget F      at most this fraction of each group's blocks INT8 (default 0.25)\n"
-            "  --tau T              INT8 for channels with salience > T x median (default 2)\n"
-            "  --wmethod rtn|gptq   weight rounding (default gptq)\n"
-            "  --no-clip            no clipping search for the weight scales\n"
-            "  --damp F             GPTQ damping, fraction of the mean Hessian diagonal (0.01)\n"
-            "  --no-reorder         keep the channel order (naive blocks)\n"
-            "  --wbits 4|8|16       weight bits (default 4; 16 keeps fp16 weights)\n"
-            "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
-            "                       8 = all blocks INT8, 16 = not quantized\n"
-            "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
-            "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
-            "                       default: the head dim, one group per head)\n"
-            "  --kv-rotation none|hadamard\n"
-            "                       rotate K, V per KV head by the Walsh-Hadamard matrix\n"
-            "                       before KV quantization (default: hadamard when the KV\n"
-            "                       cache is quantized and the head dim a power of two)\n"
-            "  --rotate none|orthogonal\n"
-            "                       rotate the residual stream by a random orthogonal matrix\n"
-            "                       folded into the weights, RMSNorm weights folded into the\n"
-            "                       linears first (exact in fp32; spreads activation outliers\n"
-            "                       over all channels; default none)\n"
-            "  --rotate-seed N      the rotation's seed (default 1)\n"
-            "  --rotate-keep N      leave the N residual channels with the largest activation\n"
-            "                       outliers (on 16 calibration windows of the unrotated\n"
-            "                       model) out of the rotation, for the INT8 blocks (default 0)\n"
-            "  --smooth ALPHA       SmoothQuant: move activation outliers into the weights by\n"
-            "                       s = max|X|^ALPHA / max|W|^(1-ALPHA) per input channel,\n"
-            "                       folded into norms, up_proj and v_proj (default off)\n"
-            "  --threads N          CPU threads (default: all cores)\n"
-            "  --verbose            debug logs on stderr\n");
+    fprintf(
+        f,
+        "usage: comet quantize [--model M] [--calib FILE] --out DIR [options]\n"
+        "\n"
+        "Quantize a floating-point model with FMPQ: activations per token per block of B\n"
+        "channels, INT4 with INT8 blocks for outlier channels (gathered into the leading\n"
+        "blocks by a per-group channel permutation from calibration), INT4 weights per\n"
+        "output channel per block, INT4 KV cache. Writes a checkpoint directory that\n"
+        "`comet perplexity/generate --model DIR` run (simulated in fp32 on the CPU).\n"
+        "\n"
+        "  --model M            .gguf file or HF directory (default: the bundled model)\n"
+        "  --calib FILE         calibration text (default data/mobydick.txt)\n"
+        "  --out DIR            output directory (created; files replaced)\n"
+        "  --calib-windows N    calibration windows (default 128)\n"
+        "  --calib-len N        tokens per calibration window (default 512)\n"
+        "  --calib-cache FILE   reuse the calibration statistics saved in FILE when it was\n"
+        "                       made from the same model, text and windows; else calibrate\n"
+        "                       and save them there\n"
+        "  --block 128|64|32|0  block size B; 0 = one block per row (per-token activations,\n"
+        "                       per-channel weights); default: 128, or 64 when the model's\n"
+        "                       widths are not multiples of 128\n"
+        "  --int8-budget F      at most this fraction of each group's blocks INT8 (default 0.25)\n"
+        "  --tau T              INT8 for channels with salience > T x median (default 2)\n"
+        "  --wmethod rtn|gptq   weight rounding (default gptq)\n"
+        "  --no-clip            no clipping search for the weight scales\n"
+        "  --damp F             GPTQ damping, fraction of the mean Hessian diagonal (0.01)\n"
+        "  --no-reorder         keep the channel order (naive blocks)\n"
+        "  --wbits 4|8|16       weight bits (default 4; 16 keeps fp16 weights)\n"
+        "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
+        "                       8 = all blocks INT8, 16 = not quantized\n"
+        "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
+        "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
+        "                       default: the head dim, one group per head)\n"
+        "  --kv-rotation none|hadamard\n"
+        "                       rotate K, V per KV head by the Walsh-Hadamard matrix\n"
+        "                       before KV quantization (default: hadamard when the KV\n"
+        "                       cache is quantized and the head dim a power of two)\n"
+        "  --rotate none|orthogonal\n"
+        "                       rotate the residual stream by a random orthogonal matrix\n"
+        "                       folded into the weights, RMSNorm weights folded into the\n"
+        "                       linears first (exact in fp32; spreads activation outliers\n"
+        "                       over all channels; default none)\n"
+        "  --rotate-seed N      the rotation's seed (default 1)\n"
+        "  --rotate-keep N      leave the N residual channels with the largest activation\n"
+        "                       outliers (on 16 calibration windows of the unrotated\n"
+        "                       model) out of the rotation, for the INT8 blocks (default 0)\n"
+        "  --smooth ALPHA       SmoothQuant: move activation outliers into the weights by\n"
+        "                       s = max|X|^ALPHA / max|W|^(1-ALPHA) per input channel,\n"
+        "                       folded into norms, up_proj and v_proj (default off)\n"
+        "  --threads N          CPU threads (default: all cores)\n"
+        "  --verbose            debug logs on stderr\n");
 }
 
 /* calibration windows that pick the channels --rotate-keep leaves unrotated */
@@ -121,8 +122,9 @@ static int calib_setup(const comet_model *m, const char *calib_path, long win_le
         return 1;
     }
     if (*n < (size_t)win_len) {
-        fprintf(stderr, "comet quantize: %s has %zu tokens, fewer than one calibration window "
-                        "of %ld; a longer text or a smaller --calib-len would work\n",
+        fprintf(stderr,
+                "comet quantize: %s has %zu tokens, fewer than one calibration window "
+                "of %ld; a longer text or a smaller --calib-len would work\n",
                 calib_path, *n, win_len);
         return 1;
     }
@@ -254,14 +256,18 @@ int cmd_quantize(int argc, char **argv) {
         goto out;
     }
     if (m->quant) {
-        fprintf(stderr, "comet quantize: %s is already quantized; quantize the floating-point "
-                        "source model\n", model_path);
+        fprintf(stderr,
+                "comet quantize: %s is already quantized; quantize the floating-point "
+                "source model\n",
+                model_path);
         goto out;
     }
     size_t n_ids = 0;
     if (rotate_keep > 0 && (!rotate || rotate_keep >= m->cfg.n_embd)) {
-        fprintf(stderr, "comet quantize: --rotate-keep %ld needs --rotate orthogonal and fewer "
-                        "than the model's %d residual channels\n", rotate_keep, m->cfg.n_embd);
+        fprintf(stderr,
+                "comet quantize: --rotate-keep %ld needs --rotate orthogonal and fewer "
+                "than the model's %d residual channels\n",
+                rotate_keep, m->cfg.n_embd);
         goto out;
     }
     if (rotate) {
@@ -290,18 +296,22 @@ int cmd_quantize(int argc, char **argv) {
             char list[256] = "";
             for (long i = 0, o = 0; i < rotate_keep && o < (long)sizeof list - 8; i++)
                 o += snprintf(list + o, sizeof list - (size_t)o, "%s%d", i ? " " : "", keep[i]);
-            comet_log(COMET_LOG_INFO, "rotation keeps residual channels %s (outliers on %ld "
-                      "windows)", list, w);
+            comet_log(COMET_LOG_INFO,
+                      "rotation keeps residual channels %s (outliers on %ld "
+                      "windows)",
+                      list, w);
         }
-        comet_status rs = comet_rotate_residual_keeping(m, (uint64_t)rotate_seed, keep,
-                                                        (int)rotate_keep);
+        comet_status rs =
+            comet_rotate_residual_keeping(m, (uint64_t)rotate_seed, keep, (int)rotate_keep);
         free(keep);
         if (rs < 0) {
             cli_report_error("quantize", "cannot rotate the residual stream");
             goto out;
         }
-        comet_log(COMET_LOG_INFO, "residual stream rotated (orthogonal, seed %ld, %ld channels "
-                  "kept), RMSNorm weights folded", rotate_seed, rotate_keep);
+        comet_log(COMET_LOG_INFO,
+                  "residual stream rotated (orthogonal, seed %ld, %ld channels "
+                  "kept), RMSNorm weights folded",
+                  rotate_seed, rotate_keep);
     }
     /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
      * reordering needs none, so calibration is skipped. */
@@ -315,8 +325,8 @@ int cmd_quantize(int argc, char **argv) {
         if (comet_calib_stats_load(cache_path, &m->cfg, &meta, p.gptq, &cs) < 0)
             comet_log(COMET_LOG_WARN, "calibration cache not used: %s", comet_last_error());
         else
-            comet_log(COMET_LOG_INFO, "calibration: %ld tokens of statistics from %s",
-                      cs->n_tokens, cache_path);
+            comet_log(COMET_LOG_INFO, "calibration: %ld tokens of statistics from %s", cs->n_tokens,
+                      cache_path);
     }
     double calib_ppl = 0.0;
     if (!cs && !(cs = comet_calib_stats_init(&m->cfg, p.gptq || cache_path))) {
@@ -339,8 +349,10 @@ int cmd_quantize(int argc, char **argv) {
             cli_report_error("quantize", "calibration failed");
             goto out;
         }
-        comet_log(COMET_LOG_INFO, "calibration: %ld tokens, PPL %.4f on the calibration text, "
-                  "%.1f s", cs->n_tokens, calib_ppl, now_s() - t0);
+        comet_log(COMET_LOG_INFO,
+                  "calibration: %ld tokens, PPL %.4f on the calibration text, "
+                  "%.1f s",
+                  cs->n_tokens, calib_ppl, now_s() - t0);
         if (cache_path && comet_calib_stats_save(cs, &meta, cache_path) < 0)
             comet_log(COMET_LOG_WARN, "calibration cache not saved: %s", comet_last_error());
     } else if (!need_calib) {
@@ -351,12 +363,14 @@ int cmd_quantize(int argc, char **argv) {
         if (!need_calib || comet_smooth(m, cs, (float)smooth) < 0) {
             if (!need_calib)
                 comet_set_error(COMET_ERR_INVALID_ARG, "--smooth needs calibration statistics "
-                                "(GPTQ, reordering or 4-bit activations)");
+                                                       "(GPTQ, reordering or 4-bit activations)");
             cli_report_error("quantize", "cannot smooth the model");
             goto out;
         }
-        comet_log(COMET_LOG_INFO, "smoothed (alpha %.2f): activation outliers moved into the "
-                  "weights", smooth);
+        comet_log(COMET_LOG_INFO,
+                  "smoothed (alpha %.2f): activation outliers moved into the "
+                  "weights",
+                  smooth);
     }
     double t1 = now_s();
     if (comet_fmpq_quantize(m, cs, &p) < 0) {
@@ -379,8 +393,12 @@ int cmd_quantize(int argc, char **argv) {
     comet_qgroup_int8_fraction(m, frac, &fb, &fw);
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
     fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
-            p.w_bits, p.a_bits == 4 ? "x (INT4 + INT8 blocks)" : p.a_bits == 8 ? "8" : "16",
-            p.kv.bits, qc->kv.group, comet_kv_rotation_name(qc->kv.rotation), qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
+            p.w_bits,
+            p.a_bits == 4   ? "x (INT4 + INT8 blocks)"
+            : p.a_bits == 8 ? "8"
+                            : "16",
+            p.kv.bits, qc->kv.group, comet_kv_rotation_name(qc->kv.rotation), qc->block,
+            qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
             p.reorder ? "channels reordered" : "channel order kept");
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,

@@ -17,45 +17,44 @@
 #include "server/server.h"
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: comet serve [--model M] [options]\n"
-            "\n"
-            "Serve the model over an OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
-            "POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),\n"
-            "GET /metrics (Prometheus).\n"
-            "\n"
-            "  --model M              .gguf file or HF directory (default: the bundled model)\n"
-            "  --host H               address to bind (default 127.0.0.1)\n"
-            "  --port N               TCP port (default 8000; 0 picks a free one, printed)\n"
-            "  --api-key K            require 'Authorization: Bearer K' on /v1/ routes\n"
-            "                         (default: $COMET_API_KEY if set)\n"
-            "  --model-id ID          model name clients send (default: the file's base name)\n"
-            "  --max-seqs N           sequences per step (default 64)\n"
-            "  --max-batch-tokens N   tokens per step (default 512)\n"
-            "  --kv-pages N           KV pool pages of 16 tokens (default 512)\n"
-            "  --max-waiting N        queued requests before 503 (default 256)\n"
-            "  --max-body-bytes N     request body limit (default 4194304)\n"
-            "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
-            "  --allow-special-in-messages   special-token text in a chat message's\n"
-            "                         content (<|im_start|>...) becomes that control token;\n"
-            "                         lets any client forge system turns: trusted clients only\n"
-            "                         (default off: message contents are plain text)\n"
-            "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
-            "  --threads N            CPU threads (default: all cores)\n"
-            "  --batch-invariant      a request's tokens do not depend on the other requests\n"
-            "                         in its steps, bit for bit, on the GPU too, at some\n"
-            "                         speed (docs/numerics.md)\n"
-            "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
-            "  --verbose              debug logs on stderr\n"
-            "\n"
-            "Defaults for the fields a request leaves out (the request's own values win;\n"
-            "default: the model's generation_config.json, else comet generate's):\n"
-            "  --temperature T        0 = greedy (default 0.8)\n"
-            "  --top-p P              nucleus sampling, in (0, 1] (default 0.95)\n"
-            "  --top-k K              0 = off (default 40)\n"
-            "  --min-p P              0 = off (default 0.05)\n"
-            "  --max-tokens N         completion length, both routes (default: chat 256,\n"
-            "                         completions 16; 0: chat runs up to the context)\n");
+    fprintf(f, "usage: comet serve [--model M] [options]\n"
+               "\n"
+               "Serve the model over an OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
+               "POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),\n"
+               "GET /metrics (Prometheus).\n"
+               "\n"
+               "  --model M              .gguf file or HF directory (default: the bundled model)\n"
+               "  --host H               address to bind (default 127.0.0.1)\n"
+               "  --port N               TCP port (default 8000; 0 picks a free one, printed)\n"
+               "  --api-key K            require 'Authorization: Bearer K' on /v1/ routes\n"
+               "                         (default: $COMET_API_KEY if set)\n"
+               "  --model-id ID          model name clients send (default: the file's base name)\n"
+               "  --max-seqs N           sequences per step (default 64)\n"
+               "  --max-batch-tokens N   tokens per step (default 512)\n"
+               "  --kv-pages N           KV pool pages of 16 tokens (default 512)\n"
+               "  --max-waiting N        queued requests before 503 (default 256)\n"
+               "  --max-body-bytes N     request body limit (default 4194304)\n"
+               "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
+               "  --allow-special-in-messages   special-token text in a chat message's\n"
+               "                         content (<|im_start|>...) becomes that control token;\n"
+               "                         lets any client forge system turns: trusted clients only\n"
+               "                         (default off: message contents are plain text)\n"
+               "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
+               "  --threads N            CPU threads (default: all cores)\n"
+               "  --batch-invariant      a request's tokens do not depend on the other requests\n"
+               "                         in its steps, bit for bit, on the GPU too, at some\n"
+               "                         speed (docs/numerics.md)\n"
+               "  --drain-timeout S      seconds to let requests finish on SIGTERM (default 30)\n"
+               "  --verbose              debug logs on stderr\n"
+               "\n"
+               "Defaults for the fields a request leaves out (the request's own values win;\n"
+               "default: the model's generation_config.json, else comet generate's):\n"
+               "  --temperature T        0 = greedy (default 0.8)\n"
+               "  --top-p P              nucleus sampling, in (0, 1] (default 0.95)\n"
+               "  --top-k K              0 = off (default 40)\n"
+               "  --min-p P              0 = off (default 0.05)\n"
+               "  --max-tokens N         completion length, both routes (default: chat 256,\n"
+               "                         completions 16; 0: chat runs up to the context)\n");
 }
 
 static volatile sig_atomic_t stop_requested;
@@ -91,22 +90,22 @@ int cmd_serve(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-#define INT_OPT(name, var, lo, hi)                                    \
-    if (!strcmp(a, name)) {                                           \
-        if (cli_parse_int("serve", name, val, lo, hi, &var))          \
-            return 2;                                                 \
-        i++;                                                          \
-        continue;                                                     \
+#define INT_OPT(name, var, lo, hi)                                                                 \
+    if (!strcmp(a, name)) {                                                                        \
+        if (cli_parse_int("serve", name, val, lo, hi, &var))                                       \
+            return 2;                                                                              \
+        i++;                                                                                       \
+        continue;                                                                                  \
     }
-#define STR_OPT(name, var)                                            \
-    if (!strcmp(a, name)) {                                           \
-        if (!val) {                                                   \
-            fprintf(stderr, "comet serve: %s needs a value\n", name); \
-            return 2;                                                 \
-        }                                                             \
-        var = val;                                                    \
-        i++;                                                          \
-        continue;                                                     \
+#define STR_OPT(name, var)                                                                         \
+    if (!strcmp(a, name)) {                                                                        \
+        if (!val) {                                                                                \
+            fprintf(stderr, "comet serve: %s needs a value\n", name);                              \
+            return 2;                                                                              \
+        }                                                                                          \
+        var = val;                                                                                 \
+        i++;                                                                                       \
+        continue;                                                                                  \
     }
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage(stdout);
@@ -128,12 +127,12 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--drain-timeout", drain, 0, 3600)
         INT_OPT("--top-k", opt_top_k, 0, 1 << 30)
         INT_OPT("--max-tokens", opt_max_tokens, 0, 1 << 30)
-#define FLOAT_OPT(name, var, lo, hi)                                  \
-    if (!strcmp(a, name)) {                                           \
-        if (cli_parse_float("serve", name, val, lo, hi, &var))        \
-            return 2;                                                 \
-        i++;                                                          \
-        continue;                                                     \
+#define FLOAT_OPT(name, var, lo, hi)                                                               \
+    if (!strcmp(a, name)) {                                                                        \
+        if (cli_parse_float("serve", name, val, lo, hi, &var))                                     \
+            return 2;                                                                              \
+        i++;                                                                                       \
+        continue;                                                                                  \
     }
         FLOAT_OPT("--temperature", opt_temp, 0, 2)
         FLOAT_OPT("--top-p", opt_top_p, 1e-6, 1)
@@ -244,9 +243,11 @@ int cmd_serve(int argc, char **argv) {
     else
         snprintf(mt_chat, sizeof mt_chat, "up to the context");
     snprintf(mt_cmpl, sizeof mt_cmpl, "%d", comet_oai_default_max_tokens(&d, COMET_OAI_COMPLETION));
-    comet_log(COMET_LOG_INFO, "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
-              "max_tokens %s (chat) / %s (completions)%s%s", d.temperature, d.top_p, d.top_k,
-              d.min_p, mt_chat, mt_cmpl, gc->set ? "; model generation_config.json read" : "",
+    comet_log(COMET_LOG_INFO,
+              "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
+              "max_tokens %s (chat) / %s (completions)%s%s",
+              d.temperature, d.top_p, d.top_k, d.min_p, mt_chat, mt_cmpl,
+              gc->set ? "; model generation_config.json read" : "",
               opt_temp >= 0 || opt_top_p >= 0 || opt_top_k >= 0 || opt_min_p >= 0 ||
                       opt_max_tokens >= 0
                   ? "; command-line overrides"

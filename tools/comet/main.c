@@ -12,8 +12,10 @@ typedef struct {
 
 static const subcommand subcommands[] = {
     {"generate", cmd_generate, "generate text from a prompt (chat template applied)"},
-    {"perplexity", cmd_perplexity, "perplexity of a model on a text file (docs/numerics.md protocol)"},
-    {"quantize", cmd_quantize, "quantize a model with FMPQ (W4Ax, KV4) into a checkpoint directory"},
+    {"perplexity", cmd_perplexity,
+     "perplexity of a model on a text file (docs/numerics.md protocol)"},
+    {"quantize", cmd_quantize,
+     "quantize a model with FMPQ (W4Ax, KV4) into a checkpoint directory"},
     {"bench", cmd_bench, "prefill / decode speed of a model and one decode step per op"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server (continuous batching, SSE streaming)"},
 };

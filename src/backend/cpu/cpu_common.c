@@ -22,8 +22,10 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
         for (int s = 0; s < b->n_seqs; s++)
             for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
                 size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv.bits, kv->k + off);
-                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv.bits, kv->v + off);
+                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv.bits,
+                                   kv->k + off);
+                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv.bits,
+                                   kv->v + off);
             }
         return COMET_OK;
     }
@@ -46,8 +48,8 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
 }
 
 comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                         const comet_batch *b, const float *q, int H,
-                                         float *out, comet_cpu_attention_fn attend) {
+                                         const comet_batch *b, const float *q, int H, float *out,
+                                         comet_cpu_attention_fn attend) {
     if (kv->kv.rotation == COMET_KV_ROTATION_NONE)
         return attend(be, kv, layer, b, q, H, out);
     int D = kv->head_dim;
@@ -55,8 +57,10 @@ comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache
     size_t heads = (size_t)b->n_tokens * H;
     float *qr = malloc(heads * D * sizeof *qr);
     if (!qr)
-        return comet_set_error(COMET_ERR_NOMEM, "cpu attention: no memory for %zu rotated "
-                               "query heads", heads);
+        return comet_set_error(COMET_ERR_NOMEM,
+                               "cpu attention: no memory for %zu rotated "
+                               "query heads",
+                               heads);
     memcpy(qr, q, heads * D * sizeof *qr);
     for (size_t i = 0; i < heads; i++)
         comet_wht(qr + i * D, D); /* (H q)·(H k) = q·k */
@@ -83,8 +87,8 @@ comet_status comet_cpu_w4ax_load(comet_backend *be, int N, int K, int B, const u
         comet_cpu_w4ax_free(be, w);
         return comet_set_error(COMET_ERR_NOMEM,
                                "w4ax_load (backend '%s'): out of memory for an N=%d K=%d weight "
-                               "(%zu MiB)", be->ops->name, N, K,
-                               (qw_bytes + n_scales * 6) >> 20);
+                               "(%zu MiB)",
+                               be->ops->name, N, K, (qw_bytes + n_scales * 6) >> 20);
     }
     w->magic = COMET_CPU_W4AX_MAGIC;
     w->N = N, w->K = K, w->B = B;
@@ -111,7 +115,8 @@ comet_status comet_cpu_w4ax_check(comet_backend *be, const comet_w4ax_weight *w,
     if (w && w->magic != COMET_CPU_W4AX_MAGIC)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend '%s'): the weight was not made by a CPU "
-                               "backend's w4ax_load", be->ops->name);
+                               "backend's w4ax_load",
+                               be->ops->name);
     COMET_TRY(comet_w4ax_check_gemm(be, w, w ? w->K : 0, w ? w->B : 0, M, n8, qa, sa, y));
     const int K = w->K;
     for (int t = 0; t < M; t++) {

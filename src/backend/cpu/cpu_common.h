@@ -9,7 +9,6 @@
 #define COMET_CPU_MAX_HEAD_DIM 256 /* D */
 #define COMET_CPU_MAX_GQA_GROUP 32 /* H / Hkv */
 
-
 /* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
  * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv.bits 4 or 8 each token's
  * K and V are quantized->dequantized per KV head group as stored (docs/numerics.md "KV cache",
@@ -20,8 +19,8 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
 
 /* A backend's attention over the cache as stored (the backend_ops attention signature). */
 typedef comet_status (*comet_cpu_attention_fn)(comet_backend *be, const comet_kv_cache *kv,
-                                               int layer, const comet_batch *b,
-                                               const float *q, int H, float *out);
+                                               int layer, const comet_batch *b, const float *q,
+                                               int H, float *out);
 
 /* The attention op of both CPU backends around their own `attend`: with
  * kv->kv.rotation == none it is `attend` itself; with hadamard (the cache holds H_D·k and
@@ -29,8 +28,8 @@ typedef comet_status (*comet_cpu_attention_fn)(comet_backend *be, const comet_kv
  * output head back by H_D, so the result equals unrotated attention over an unquantized
  * cache up to fp32 rounding. Needs a [T, H, D] fp32 temporary (COMET_ERR_NOMEM). */
 comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                         const comet_batch *b, const float *q, int H,
-                                         float *out, comet_cpu_attention_fn attend);
+                                         const comet_batch *b, const float *q, int H, float *out,
+                                         comet_cpu_attention_fn attend);
 
 /* W4Ax GEMM weights of both CPU backends (backend.h w4ax_load): host copies in the plain
  * layout of quant/w4_plain.h, plus the scales converted to fp32 (exactly) for the fast path. */
@@ -65,8 +64,8 @@ void comet_cpu_weights_free(comet_backend *be, comet_weights *w);
 comet_status comet_cpu_kv_init(comet_backend *be, comet_kv_cache *kv);
 void comet_cpu_kv_free(comet_backend *be, comet_kv_cache *kv);
 comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet_step *st);
-comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w,
-                                    const comet_step *st, float *x);
+comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w, const comet_step *st,
+                                    float *x);
 comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *w, int layer,
                                      comet_group g, float *x, const float *residual, int T,
                                      void *act);
@@ -85,15 +84,14 @@ comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const 
                                const comet_step *st, float *logits);
 
 /* Designated initializers of those ops, for a CPU backend's table. */
-#define COMET_CPU_STEP_OPS                                                                     \
-    .host_memory = 1, .alloc = comet_cpu_alloc, .free = comet_cpu_free,                       \
-    .upload = comet_cpu_copy, .download = comet_cpu_copy, .sync = comet_cpu_sync,             \
-    .weights_load = comet_cpu_weights_load, .weights_free = comet_cpu_weights_free,           \
-    .kv_init = comet_cpu_kv_init, .kv_free = comet_cpu_kv_free,                               \
-    .step_begin = comet_cpu_step_begin, .embed_tokens = comet_cpu_embed_tokens,               \
-    .rmsnorm_quant = comet_cpu_rmsnorm_quant, .act_quant = comet_cpu_act_quant,               \
-    .silu_mul_quant = comet_cpu_silu_mul_quant, .matmul = comet_cpu_matmul,                   \
-    .rope_kv_append = comet_cpu_rope_kv_append, .paged_attention = comet_cpu_paged_attention, \
-    .lm_head = comet_cpu_lm_head
+#define COMET_CPU_STEP_OPS                                                                         \
+    .host_memory = 1, .alloc = comet_cpu_alloc, .free = comet_cpu_free, .upload = comet_cpu_copy,  \
+    .download = comet_cpu_copy, .sync = comet_cpu_sync, .weights_load = comet_cpu_weights_load,    \
+    .weights_free = comet_cpu_weights_free, .kv_init = comet_cpu_kv_init,                          \
+    .kv_free = comet_cpu_kv_free, .step_begin = comet_cpu_step_begin,                              \
+    .embed_tokens = comet_cpu_embed_tokens, .rmsnorm_quant = comet_cpu_rmsnorm_quant,              \
+    .act_quant = comet_cpu_act_quant, .silu_mul_quant = comet_cpu_silu_mul_quant,                  \
+    .matmul = comet_cpu_matmul, .rope_kv_append = comet_cpu_rope_kv_append,                        \
+    .paged_attention = comet_cpu_paged_attention, .lm_head = comet_cpu_lm_head
 
 #endif

@@ -93,7 +93,8 @@ static inline __m256 exp256_ps(__m256 x) {
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
     y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
     y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+    __m256i e =
+        _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
     return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 #endif
@@ -188,8 +189,10 @@ static inline float hsum8(__m256 a) {
  * commutes, so only the pairing matters): lane i + lane i+4, then 0+2 and 1+3, then those
  * two. */
 static inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
-    __m256 ab = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
-    __m256 cd = _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
+    __m256 ab =
+        _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20), _mm256_permute2f128_ps(a, b, 0x31));
+    __m256 cd =
+        _mm256_add_ps(_mm256_permute2f128_ps(c, d, 0x20), _mm256_permute2f128_ps(c, d, 0x31));
     ab = _mm256_add_ps(ab, _mm256_shuffle_ps(ab, ab, _MM_SHUFFLE(1, 0, 3, 2)));
     cd = _mm256_add_ps(cd, _mm256_shuffle_ps(cd, cd, _MM_SHUFFLE(1, 0, 3, 2)));
     ab = _mm256_add_ps(ab, _mm256_shuffle_ps(ab, ab, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -200,57 +203,67 @@ static inline __m128 hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
 }
 
 /* y[a * ldy + b] = dot(x[a], w[b], n) for a < MT, b < NR */
-#define DOT_BLOCK(MT, NR)                                                                      \
-    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,     \
-                                      float *y, size_t ldy) {                                  \
-        __m256 acc[MT][NR];                                                                    \
-        _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++)                                   \
-            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
-                acc[a][b] = _mm256_setzero_ps();                                               \
-        int k = 0;                                                                             \
-        for (; k + 8 <= n; k += 8) {                                                           \
-            __m256 wv[NR];                                                                     \
-            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
-                wv[b] = _mm256_loadu_ps(w[b] + k);                                             \
-            _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                             \
-                __m256 xv = _mm256_loadu_ps(x[a] + k);                                         \
-                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
-                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                         \
-            }                                                                                  \
-        }                                                                                      \
-        if (k < n) {                                                                           \
-            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - k),                           \
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));         \
-            __m256 wv[NR];                                                                     \
-            _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                               \
-                wv[b] = _mm256_maskload_ps(w[b] + k, m);                                       \
-            _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                             \
-                __m256 xv = _mm256_maskload_ps(x[a] + k, m);                                   \
-                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
-                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                         \
-            }                                                                                  \
-        }                                                                                      \
-        _Pragma("GCC unroll 4") for (int a = 0; a < MT; a++) {                                 \
-            if (NR == 4)                                                                       \
-                _mm_storeu_ps(y + (size_t)a * ldy, hsum8x4(acc[a][0], acc[a][NR > 1],           \
-                                                           acc[a][NR > 2 ? 2 : 0],             \
-                                                           acc[a][NR > 3 ? 3 : 0]));           \
-            else                                                                               \
-                _Pragma("GCC unroll 4") for (int b = 0; b < NR; b++)                           \
-                    y[(size_t)a * ldy + b] = hsum8(acc[a][b]);                                 \
-        }                                                                                      \
+#define DOT_BLOCK(MT, NR)                                                                          \
+    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,         \
+                                      float *y, size_t ldy) {                                      \
+        __m256 acc[MT][NR];                                                                        \
+        _Pragma("GCC unroll 4")                                                                    \
+        for (int a = 0; a < MT; a++)                                                               \
+            _Pragma("GCC unroll 4")                                                                \
+        for (int b = 0; b < NR; b++)                                                               \
+            acc[a][b] = _mm256_setzero_ps();                                                       \
+        int k = 0;                                                                                 \
+        for (; k + 8 <= n; k += 8) {                                                               \
+            __m256 wv[NR];                                                                         \
+            _Pragma("GCC unroll 4")                                                                \
+            for (int b = 0; b < NR; b++)                                                           \
+                wv[b] = _mm256_loadu_ps(w[b] + k);                                                 \
+            _Pragma("GCC unroll 4")                                                                \
+            for (int a = 0; a < MT; a++) {                                                         \
+                __m256 xv = _mm256_loadu_ps(x[a] + k);                                             \
+                _Pragma("GCC unroll 4")                                                            \
+                for (int b = 0; b < NR; b++)                                                       \
+                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        if (k < n) {                                                                               \
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - k),                               \
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));             \
+            __m256 wv[NR];                                                                         \
+            _Pragma("GCC unroll 4")                                                                \
+            for (int b = 0; b < NR; b++)                                                           \
+                wv[b] = _mm256_maskload_ps(w[b] + k, m);                                           \
+            _Pragma("GCC unroll 4")                                                                \
+            for (int a = 0; a < MT; a++) {                                                         \
+                __m256 xv = _mm256_maskload_ps(x[a] + k, m);                                       \
+                _Pragma("GCC unroll 4")                                                            \
+                for (int b = 0; b < NR; b++)                                                       \
+                    acc[a][b] = _mm256_fmadd_ps(xv, wv[b], acc[a][b]);                             \
+            }                                                                                      \
+        }                                                                                          \
+        _Pragma("GCC unroll 4")                                                                    \
+        for (int a = 0; a < MT; a++) {                                                             \
+            if (NR == 4)                                                                           \
+                _mm_storeu_ps(y + (size_t)a * ldy,                                                 \
+                              hsum8x4(acc[a][0], acc[a][NR > 1], acc[a][NR > 2 ? 2 : 0],           \
+                                      acc[a][NR > 3 ? 3 : 0]));                                    \
+            else                                                                                   \
+                _Pragma("GCC unroll 4")                                                            \
+            for (int b = 0; b < NR; b++)                                                           \
+                y[(size_t)a * ldy + b] = hsum8(acc[a][b]);                                         \
+        }                                                                                          \
     }
 #else
-#define DOT_BLOCK(MT, NR)                                                                      \
-    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,     \
-                                      float *y, size_t ldy) {                                  \
-        for (int a = 0; a < MT; a++)                                                           \
-            for (int b = 0; b < NR; b++) {                                                     \
-                float s = 0.0f;                                                                \
-                for (int k = 0; k < n; k++)                                                    \
-                    s += x[a][k] * w[b][k];                                                    \
-                y[(size_t)a * ldy + b] = s;                                                    \
-            }                                                                                  \
+#define DOT_BLOCK(MT, NR)                                                                          \
+    static void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,         \
+                                      float *y, size_t ldy) {                                      \
+        for (int a = 0; a < MT; a++)                                                               \
+            for (int b = 0; b < NR; b++) {                                                         \
+                float s = 0.0f;                                                                    \
+                for (int k = 0; k < n; k++)                                                        \
+                    s += x[a][k] * w[b][k];                                                        \
+                y[(size_t)a * ldy + b] = s;                                                        \
+            }                                                                                      \
     }
 #endif
 DOT_BLOCK(3, 4)
@@ -258,8 +271,8 @@ DOT_BLOCK(1, 4)
 DOT_BLOCK(1, 1)
 
 /* y[a * ldy + b] = dot(x[a], w[b], n) for a < na, b < nb */
-static void dot_tile(const float *const *x, int na, const float *const *w, int nb, int n,
-                     float *y, size_t ldy) {
+static void dot_tile(const float *const *x, int na, const float *const *w, int nb, int n, float *y,
+                     size_t ldy) {
     int a = 0;
     for (; a + 3 <= na; a += 3) {
         int b = 0;
@@ -412,8 +425,8 @@ typedef struct {
     const float *q;
     float *out;
     int layer, H;
-    int s;          /* tile path: the sequence */
-    int n_tiles;    /* tile path: tiles of that sequence */
+    int s;       /* tile path: the sequence */
+    int n_tiles; /* tile path: tiles of that sequence */
     float **scratch;
 } attn_job;
 
@@ -454,8 +467,8 @@ static inline const float *kv_row(const attn_job *j, int s, int pos, int kvh, in
  * per (row, channel) over i ascending, v_i = the V row of position i. The rows share each V
  * load for the keys all of them see; a row's keys past the shortest row's continue its own
  * chain alone, so a row's result never depends on the rows beside it. */
-static void attn_pv(const attn_job *j, int s, int kvh, int R, const float *const *p,
-                    const int *n, const float *inv, float *const *o) {
+static void attn_pv(const attn_job *j, int s, int kvh, int R, const float *const *p, const int *n,
+                    const float *inv, float *const *o) {
     const int D = j->kv->head_dim;
     int d = 0;
 #ifdef COMET_CPU_AVX2
@@ -476,7 +489,8 @@ static void attn_pv(const attn_job *j, int s, int kvh, int R, const float *const
             for (int i = base; i < end; i++, vp += stride) {
                 __m256 v0 = _mm256_loadu_ps(vp), v1 = _mm256_loadu_ps(vp + 8);
                 if (i < n_min && R == PV_ROWS) {
-                    _Pragma("GCC unroll 6") for (int r = 0; r < PV_ROWS; r++) {
+                    _Pragma("GCC unroll 6")
+                    for (int r = 0; r < PV_ROWS; r++) {
                         __m256 pr = _mm256_set1_ps(p[r][i]);
                         acc[r][0] = _mm256_fmadd_ps(pr, v0, acc[r][0]);
                         acc[r][1] = _mm256_fmadd_ps(pr, v1, acc[r][1]);
@@ -593,8 +607,7 @@ static comet_status grow_scratch(cpu_impl *impl, size_t need) {
 }
 
 static comet_status cpu_attention_stored(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                         const comet_batch *b, const float *q, int H,
-                                         float *out) {
+                                         const comet_batch *b, const float *q, int H, float *out) {
     cpu_impl *impl = be->impl;
     COMET_ASSERT(kv->head_dim <= COMET_CPU_MAX_HEAD_DIM);
     COMET_ASSERT(H % kv->n_head_kv == 0 && H / kv->n_head_kv <= COMET_CPU_MAX_GQA_GROUP);
@@ -646,8 +659,8 @@ static void silu_mul_task(void *ctx, int i, int tid) {
     size_t k = i0;
 #ifdef COMET_CPU_AVX2
     for (; k + 8 <= i1; k += 8)
-        _mm256_storeu_ps(j->out + k, silu_mul8(_mm256_loadu_ps(j->a + k),
-                                               _mm256_loadu_ps(j->b + k)));
+        _mm256_storeu_ps(j->out + k,
+                         silu_mul8(_mm256_loadu_ps(j->a + k), _mm256_loadu_ps(j->b + k)));
     if (k < i1) {
         float ga[8] = {0}, ua[8] = {0}, oa[8];
         memcpy(ga, j->a + k, (i1 - k) * sizeof(float));
@@ -693,8 +706,8 @@ static comet_status cpu_logits(comet_backend *be, const float *x, const int32_t 
         int r1 = r0 + 1;
         while (r1 < n_rows && rows[r1] == rows[r1 - 1] + 1)
             r1++;
-        gemm_parallel(be, x + (size_t)rows[r0] * C, lm_head, r1 - r0, V, C,
-                      logits + (size_t)r0 * V, V);
+        gemm_parallel(be, x + (size_t)rows[r0] * C, lm_head, r1 - r0, V, C, logits + (size_t)r0 * V,
+                      V);
         r0 = r1;
     }
     return COMET_OK;

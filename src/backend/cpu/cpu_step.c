@@ -46,7 +46,8 @@ comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, com
     if (m->synthetic_seed)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "%s backend: the synthetic model '%s' has no weights in host "
-                               "memory; it runs on --device cuda", be->ops->name, m->name);
+                               "memory; it runs on --device cuda",
+                               be->ops->name, m->name);
     comet_weights *w = calloc(1, sizeof *w);
     if (!w)
         return comet_set_error(COMET_ERR_NOMEM, "%s backend: out of memory", be->ops->name);
@@ -81,17 +82,16 @@ comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet
     return COMET_OK;
 }
 
-comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w,
-                                     const comet_step *st, float *x) {
+comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w, const comet_step *st,
+                                    float *x) {
     return be->ops->embed(be, w->m->tok_embd, w->m->cfg.n_embd, st->dev.tokens, st->dev.n_tokens,
                           x);
 }
 
 /* The group's first linear: its permutation, block, n8 and a_bits are the group's. */
 static const comet_linear *group_linear(const comet_model *m, int layer, comet_group g) {
-    static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O,
-                                                        COMET_ROLE_GATE, COMET_ROLE_DOWN,
-                                                        COMET_ROLE_COUNT};
+    static const comet_role first[COMET_GROUP_COUNT] = {COMET_ROLE_Q, COMET_ROLE_O, COMET_ROLE_GATE,
+                                                        COMET_ROLE_DOWN, COMET_ROLE_COUNT};
     if (g == COMET_GROUP_LM_HEAD)
         return NULL;
     return comet_model_linear(m, layer, first[g]);
@@ -115,8 +115,8 @@ static float *scratch(comet_weights *w, size_t n) {
 }
 
 comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *cw, int layer,
-                                      comet_group g, float *x, const float *residual, int T,
-                                      void *act) {
+                                     comet_group g, float *x, const float *residual, int T,
+                                     void *act) {
     comet_weights *w = (comet_weights *)cw;
     const comet_model *m = w->m;
     int C = m->cfg.n_embd;
@@ -136,7 +136,7 @@ comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *cw,
 }
 
 comet_status comet_cpu_act_quant(comet_backend *be, const comet_weights *w, int layer,
-                                  comet_group g, const float *x, int T, void *act) {
+                                 comet_group g, const float *x, int T, void *act) {
     const comet_linear *lin = group_linear(w->m, layer, g);
     if (group_quantized(lin))
         comet_qlinear_input(lin, x, T, act);
@@ -146,7 +146,7 @@ comet_status comet_cpu_act_quant(comet_backend *be, const comet_weights *w, int 
 }
 
 comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *cw, int layer,
-                                       const float *gate, const float *up, int T, void *act) {
+                                      const float *gate, const float *up, int T, void *act) {
     comet_weights *w = (comet_weights *)cw;
     int F = w->m->cfg.n_ff;
     const comet_linear *lin = group_linear(w->m, layer, COMET_GROUP_DOWN);
@@ -164,7 +164,7 @@ comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *cw
  * again (a QSIM linear as an identity-permuted, unquantized-input one), so each backend's
  * own linear multiplies it as before. */
 comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
-                               const void *act, int T, float *y) {
+                              const void *act, int T, float *y) {
     const comet_linear *orig = comet_model_linear(w->m, layer, r);
     if (orig->fmt != COMET_WFMT_QSIM)
         return be->ops->linear(be, orig, act, T, y);
@@ -175,19 +175,19 @@ comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int lay
 }
 
 comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
-                                       const comet_step *st, const comet_rope_params *rp,
-                                       float *q, int H, float *k, const float *v) {
+                                      const comet_step *st, const comet_rope_params *rp, float *q,
+                                      int H, float *k, const float *v) {
     COMET_TRY(be->ops->rope(be, rp, st->dev.positions, st->dev.n_tokens, q, H, k, kv->n_head_kv));
     return be->ops->kv_append(be, kv, layer, &st->dev, k, v);
 }
 
 comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                        const comet_step *st, const float *q, int H, float *out) {
+                                       const comet_step *st, const float *q, int H, float *out) {
     return be->ops->attention(be, kv, layer, &st->dev, q, H, out);
 }
 
 comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
-                                const comet_step *st, float *logits) {
+                               const comet_step *st, float *logits) {
     const comet_model_config *c = &w->m->cfg;
     return be->ops->logits(be, act, st->dev.logit_rows, st->dev.n_logits, w->m->lm_head, c->n_embd,
                            c->n_vocab, logits);

@@ -6,8 +6,7 @@
 
 #include "numerics/w4_plain.h"
 
-float comet_ref_f16_to_f32(uint16_t h)
-{
+float comet_ref_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
     if (exp == 0x1F) {
         bits = sign | 0x7F800000u | (man << 13);
@@ -30,19 +29,20 @@ float comet_ref_f16_to_f32(uint16_t h)
 
 comet_status comet_ref_gemm_w4ax(int M, int N, int K, int B, int n8, const uint8_t *qw,
                                  const uint16_t *sw, const int8_t *qa, const float *sa, float *y,
-                                 int32_t *bsum)
-{
+                                 int32_t *bsum) {
     if (M < 1 || N < 1 || B < 2 || B % 2 || K < B || K % B || n8 < 0 || n8 > K / B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "ref_gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M,N >= 1, "
-                               "K a multiple of an even B, 0 <= n8 <= K/B", M, N, K, B, n8);
+                               "K a multiple of an even B, 0 <= n8 <= K/B",
+                               M, N, K, B, n8);
     const int nb = K / B;
     for (int t = 0; t < M; t++)
         for (int k = n8 * B; k < K; k++)
             if (qa[(size_t)t * K + k] < -8 || qa[(size_t)t * K + k] > 7)
                 return comet_set_error(COMET_ERR_INVALID_ARG,
                                        "ref_gemm_w4ax: qa[%d, %d] = %d lies in an INT4 block but "
-                                       "is outside [-8, 7]", t, k, qa[(size_t)t * K + k]);
+                                       "is outside [-8, 7]",
+                                       t, k, qa[(size_t)t * K + k]);
     for (int t = 0; t < M; t++) {
         for (int n = 0; n < N; n++) {
             float acc = 0.0f;

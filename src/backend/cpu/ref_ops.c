@@ -80,8 +80,7 @@ static comet_status ref_rope(comet_backend *be, const comet_rope_params *rp,
 }
 
 static comet_status ref_attention_stored(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                         const comet_batch *b, const float *q, int H,
-                                         float *out) {
+                                         const comet_batch *b, const float *q, int H, float *out) {
     int D = kv->head_dim, Hkv = kv->n_head_kv, group = H / Hkv;
     double scale = 1.0 / sqrt((double)D);
     for (int s = 0; s < b->n_seqs; s++)

@@ -43,7 +43,7 @@ struct att_args {
     kv_args L;
     const int32_t *positions, *token_indptr, *page_indptr, *page_indices, *tiles;
     int H, g, tt, n_sub, n_splits, rotate;
-    int span; /* batch-invariant with n_splits > 1: keys per split, ATT_SPAN; else 0 */
+    int span;    /* batch-invariant with n_splits > 1: keys per split, ATT_SPAN; else 0 */
     int lk_log2; /* decode: log2 of the lanes that share one key */
     int p_shift; /* decode: log2(P) when P is a power of two, else -1 */
     float scale;
@@ -64,8 +64,8 @@ struct kv_raw8 {
 /* Loads channels c .. c+7 of slot `slot` of a head tile; szo = 4 * (c / G), the byte offset
  * of their group's (scale, zero) in the slot's scale row (unused at 16 bits). */
 template <int BITS>
-__device__ __forceinline__ kv_raw8<BITS> kv_fetch8(const kv_args &L, const uint8_t *tile,
-                                                   int slot, int c, int szo) {
+__device__ __forceinline__ kv_raw8<BITS> kv_fetch8(const kv_args &L, const uint8_t *tile, int slot,
+                                                   int c, int szo) {
     kv_raw8<BITS> r;
     const uint8_t *codes = tile + (size_t)slot * L.code_row;
     if constexpr (BITS == 16) {
@@ -79,8 +79,8 @@ __device__ __forceinline__ kv_raw8<BITS> kv_fetch8(const kv_args &L, const uint8
             const uint2 x = *reinterpret_cast<const uint2 *>(codes + c);
             r.w[0] = x.x, r.w[1] = x.y;
         }
-        r.sz = *reinterpret_cast<const uint32_t *>(tile + L.sz_offset + (size_t)slot * L.sz_row +
-                                                   szo);
+        r.sz =
+            *reinterpret_cast<const uint32_t *>(tile + L.sz_offset + (size_t)slot * L.sz_row + szo);
     }
     return r;
 }
@@ -131,7 +131,8 @@ __device__ __forceinline__ void kv_load8(const kv_args &L, const uint8_t *tile, 
  * (m, l); *a and *b scale the running and the span's unnormalized rows (A = A a + o b,
  * att_merge_row). A span that saw no key (m = -inf) leaves the row as it is. Rounded
  * products and sums (no contraction), so the CTA and the combine kernel agree bit for bit. */
-__device__ __forceinline__ void att_merge(float &M, float &L, float m, float l, float *a, float *b) {
+__device__ __forceinline__ void att_merge(float &M, float &L, float m, float l, float *a,
+                                          float *b) {
     if (m == -INFINITY) {
         *a = 1.0f, *b = 0.0f;
         return;
@@ -170,13 +171,13 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
     constexpr int R = att_rows(DMAX), RW = R / 8, ACC = R * DMAX / ATT_THREADS,
                   RSTEP = ATT_THREADS / DMAX, KS = DMAX + 1;
     extern __shared__ float smem[];
-    float *Qs = smem;                 /* [R, DMAX] */
-    float *Ks = Qs + R * DMAX;        /* [KC, DMAX + 1] */
-    float *Vs = Ks + ATT_KC * KS;     /* [KC, DMAX] */
-    float *Ps = Vs + ATT_KC * DMAX;   /* [R, KC] */
-    float *corr_s = Ps + R * ATT_KC;  /* [R] */
-    float *l_s = corr_s + R;          /* [R] */
-    float *m_s = l_s + R;             /* [R] */
+    float *Qs = smem;                               /* [R, DMAX] */
+    float *Ks = Qs + R * DMAX;                      /* [KC, DMAX + 1] */
+    float *Vs = Ks + ATT_KC * KS;                   /* [KC, DMAX] */
+    float *Ps = Vs + ATT_KC * DMAX;                 /* [R, KC] */
+    float *corr_s = Ps + R * ATT_KC;                /* [R] */
+    float *l_s = corr_s + R;                        /* [R] */
+    float *m_s = l_s + R;                           /* [R] */
     int *rowpos = reinterpret_cast<int *>(m_s + R); /* [R] */
 
     const kv_args &L = a.L;
@@ -191,8 +192,9 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
         return;
     const int rows = nt * g;
     const int n_keys = a.positions[t0 + nt - 1] + 1; /* positions rise within a sequence */
-    const int chunk = a.span > 0 ? a.span
-                                 : ((n_keys + a.n_splits - 1) / a.n_splits + ATT_KC - 1) / ATT_KC * ATT_KC;
+    const int chunk = a.span > 0
+                          ? a.span
+                          : ((n_keys + a.n_splits - 1) / a.n_splits + ATT_KC - 1) / ATT_KC * ATT_KC;
     const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
     const int pbase = a.page_indptr[seq];
 
@@ -357,8 +359,7 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
             const int r = r_me + RSTEP * i;
             if (r >= rows)
                 continue;
-            const size_t slot =
-                ((size_t)(t0 + r / g) * H + kvh * g + r % g) * a.n_splits + split;
+            const size_t slot = ((size_t)(t0 + r / g) * H + kvh * g + r % g) * a.n_splits + split;
             if (d_me < D)
                 a.ws_acc[slot * D + d_me] = o[i];
             if (d_me == 0) {
@@ -411,7 +412,7 @@ static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(att_arg
     constexpr int MAX_NG = DEC_THREADS / 4;
     __shared__ __align__(16) float qs[GM * COMET_CUDA_KV_MAX_HEAD_DIM]; /* [g, D] q, then out */
     __shared__ __align__(16) float red[GM * DEC_THREADS * 8]; /* [NG, GM, LK * 8] outputs */
-    __shared__ float ml[MAX_NG * GM * 2];                      /* [NG, GM] (max, sum) */
+    __shared__ float ml[MAX_NG * GM * 2];                     /* [NG, GM] (max, sum) */
 
     const kv_args &L = a.L;
     const int tid = threadIdx.x, LK = 1 << a.lk_log2, NG = DEC_THREADS >> a.lk_log2;
@@ -645,8 +646,8 @@ int att_dmax(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
 size_t att_smem_bytes(int dmax) {
     const int R = att_rows(dmax);
-    return sizeof(float) * ((size_t)R * dmax + (size_t)ATT_KC * (dmax + 1) +
-                            (size_t)ATT_KC * dmax + (size_t)R * ATT_KC + 3 * (size_t)R) +
+    return sizeof(float) * ((size_t)R * dmax + (size_t)ATT_KC * (dmax + 1) + (size_t)ATT_KC * dmax +
+                            (size_t)R * ATT_KC + 3 * (size_t)R) +
            sizeof(int) * (size_t)R;
 }
 
@@ -687,8 +688,10 @@ comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
     cudaError_t e = cudaFuncSetAttribute(attn_kernel<DMAX, SPANS>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA, "cuda backend: paged_attention: %zu bytes of "
-                               "shared memory refused: %s", smem, cudaGetErrorString(e));
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: paged_attention: %zu bytes of "
+                               "shared memory refused: %s",
+                               smem, cudaGetErrorString(e));
     attn_kernel<DMAX, SPANS><<<grid, ATT_THREADS, smem, s>>>(a);
     return COMET_OK;
 }
@@ -751,9 +754,9 @@ size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
 }
 
 comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
-                                        int layer, const comet_cuda_step_view *st,
-                                        const float *q, int H, float *out, int rotate,
-                                        int n_splits, void *workspace, void *stream) {
+                                        int layer, const comet_cuda_step_view *st, const float *q,
+                                        int H, float *out, int rotate, int n_splits,
+                                        void *workspace, void *stream) {
     const int D = L->D;
     if (D > COMET_CUDA_KV_MAX_HEAD_DIM || D % 8 || L->P > COMET_CUDA_KV_MAX_PAGE_SIZE ||
         (rotate && (D & (D - 1))) || (L->bits != 16 && L->G % 8))
@@ -761,19 +764,21 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
                                "cuda backend: paged_attention: head dim %d, page size %d, group "
                                "%d%s; the kernel takes D <= %d with D %% 8 == 0 (a power of two "
                                "with the hadamard rotation), P <= %d, groups of a multiple of 8 "
-                               "channels", D, L->P, L->G, rotate ? ", hadamard" : "",
+                               "channels",
+                               D, L->P, L->G, rotate ? ", hadamard" : "",
                                COMET_CUDA_KV_MAX_HEAD_DIM, COMET_CUDA_KV_MAX_PAGE_SIZE);
-    if (H < 1 || L->Hkv < 1 || H % L->Hkv || st->n_tokens < 1 || layer < 0 ||
-        layer >= L->n_layer || n_splits < 1 || (n_splits > 1 && !workspace))
+    if (H < 1 || L->Hkv < 1 || H % L->Hkv || st->n_tokens < 1 || layer < 0 || layer >= L->n_layer ||
+        n_splits < 1 || (n_splits > 1 && !workspace))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: paged_attention: H = %d, Hkv = %d, T = %d, layer %d "
-                               "of %d, %d splits", H, L->Hkv, st->n_tokens, layer, L->n_layer,
-                               n_splits);
+                               "of %d, %d splits",
+                               H, L->Hkv, st->n_tokens, layer, L->n_layer, n_splits);
     const int g = H / L->Hkv, dmax = att_dmax(D);
     if (g > att_rows(dmax))
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: paged_attention: %d query heads per KV head; the "
-                               "kernel takes at most %d at head dim %d", g, att_rows(dmax), D);
+                               "kernel takes at most %d at head dim %d",
+                               g, att_rows(dmax), D);
     if (st->n_tiles < 1)
         return COMET_OK;
     att_args a;

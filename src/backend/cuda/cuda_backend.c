@@ -55,7 +55,6 @@ comet_status comet_cuda_be_fail(cudaError_t e, const char *what) {
                            cudaGetErrorName(e));
 }
 
-
 /* Every op makes its backend's device current and gives the calling thread its own CUDA
  * context back when it returns: comet_cuda_be_enter saves the caller's context (NULL when it has
  * none) and switches (if switching fails, it has restored the context itself and *prev is
@@ -121,8 +120,8 @@ void comet_cuda_be_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
 }
 
 comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
-                                   const uint8_t *qw_plain, const uint16_t *sw_plain,
-                                   comet_w4ax_weight **out) {
+                                     const uint8_t *qw_plain, const uint16_t *sw_plain,
+                                     comet_w4ax_weight **out) {
     COMET_TRY(comet_w4ax_check_load(be, N, K, B, qw_plain, sw_plain, out));
     if (K > COMET_CUDA_W4AX_MAX_K) /* the GEMM would refuse every call with this weight */
         return comet_set_error(COMET_ERR_INVALID_ARG,
@@ -141,7 +140,8 @@ comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
     if (!qw_host || !sw_host || !w) {
         st = comet_set_error(COMET_ERR_NOMEM,
                              "w4ax_load (backend 'cuda'): out of host memory packing an N=%d "
-                             "K=%d weight", N, K);
+                             "K=%d weight",
+                             N, K);
         goto done;
     }
     w->magic = CUDA_W4AX_MAGIC;
@@ -192,7 +192,8 @@ done:
 static comet_status ensure_workspace(cuda_impl *im, size_t need) {
     if (need <= im->workspace_bytes)
         return COMET_OK;
-    CUDA_TRY(cudaStreamSynchronize(im->stream), "waiting for the stream before growing the workspace");
+    CUDA_TRY(cudaStreamSynchronize(im->stream),
+             "waiting for the stream before growing the workspace");
     im->generation++;
     cudaFree(im->workspace);
     im->workspace = NULL;
@@ -215,9 +216,18 @@ comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weig
     /* pdl: the GEMM's first weight loads may overlap the previous kernel on the stream. Safe
      * here: weights are written only by w4ax_load's synchronized copies and freed only after
      * the device is idle, so no kernel that may still run writes them. */
-    comet_cuda_w4ax_gemm g = {.M = M, .N = w->N, .K = w->K, .B = w->B, .n8 = n8, .qw = w->qw,
-                              .sw = w->sw, .qa = qa, .sa = sa, .y = y,
-                              .kernel = COMET_W4AX_KERNEL_AUTO, .pdl = im->pdl_on,
+    comet_cuda_w4ax_gemm g = {.M = M,
+                              .N = w->N,
+                              .K = w->K,
+                              .B = w->B,
+                              .n8 = n8,
+                              .qw = w->qw,
+                              .sw = w->sw,
+                              .qa = qa,
+                              .sa = sa,
+                              .y = y,
+                              .kernel = COMET_W4AX_KERNEL_AUTO,
+                              .pdl = im->pdl_on,
                               .batch_invariant = batch_invariant};
     COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
     g.workspace = im->workspace;
@@ -236,7 +246,8 @@ static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w
     if (w->device != im->device)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
-                               "backend runs on device %d", w->device, im->device);
+                               "backend runs on device %d",
+                               w->device, im->device);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
     comet_status st = comet_cuda_be_gemm_w4ax_launch(im, w, M, n8, qa, sa, y, be->batch_invariant);
@@ -326,8 +337,8 @@ static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
     if (kv->n_layer < 1 || kv->n_pages < 1 || kv->n_head_kv < 1 || kv->page_size < 1 || D < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: kv_init: %d layers, %d pages of %d slots, %d KV "
-                               "heads of %d", kv->n_layer, kv->n_pages, kv->page_size,
-                               kv->n_head_kv, D);
+                               "heads of %d",
+                               kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv, D);
     if (D > COMET_CUDA_KV_MAX_HEAD_DIM || D % 8 || kv->page_size > COMET_CUDA_KV_MAX_PAGE_SIZE)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: head dim %d, page size %d; the CUDA "
@@ -340,12 +351,14 @@ static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
     if ((bits == 4 || bits == 8) && (D % G || G % 8))
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: KV group of %d channels at head dim %d; "
-                               "need a multiple of 8 dividing D", G, D);
+                               "need a multiple of 8 dividing D",
+                               G, D);
     if (kv->kv.rotation != COMET_KV_ROTATION_NONE &&
         (kv->kv.rotation != COMET_KV_ROTATION_HADAMARD || (D & (D - 1))))
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: KV rotation %d at head dim %d; need none, "
-                               "or hadamard with D a power of two", kv->kv.rotation, D);
+                               "or hadamard with D a power of two",
+                               kv->kv.rotation, D);
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "kv_init: cudaSetDevice");
@@ -405,9 +418,8 @@ static void graph_drop(cuda_graph *g) {
     memset(g, 0, sizeof *g);
 }
 
-static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
-                                     const comet_kv_cache *kv, const comet_step *st, int H,
-                                     int *mode) {
+static comet_status cuda_graph_begin(comet_backend *be, const void *owner, const comet_kv_cache *kv,
+                                     const comet_step *st, int H, int *mode) {
     cuda_impl *im = impl_of(be);
     *mode = COMET_GRAPH_NONE;
     if (!im->graphs_on || !kv->storage)
@@ -419,18 +431,24 @@ static comet_status cuda_graph_begin(comet_backend *be, const void *owner,
     cuda_graph *g = NULL;
     for (int i = 0; i < GRAPH_SLOTS && !g; i++) {
         cuda_graph *c = &im->graphs[i];
-        if (c->used && c->owner == owner && c->kv_storage == kv->storage &&
-            c->T == view.n_tokens && c->splits == splits && same_layout(c, &view, st))
+        if (c->used && c->owner == owner && c->kv_storage == kv->storage && c->T == view.n_tokens &&
+            c->splits == splits && same_layout(c, &view, st))
             g = c;
     }
     if (!g) { /* first sight: run op by op (growing what it needs), record next time */
         g = &im->graphs[im->graph_next];
         im->graph_next = (im->graph_next + 1) % GRAPH_SLOTS;
         graph_drop(g);
-        *g = (cuda_graph){.owner = owner, .kv_storage = kv->storage, .T = view.n_tokens,
-                          .splits = splits, .used = 1, .view = view,
-                          .tokens = st->dev.tokens, .last_page_len = st->dev.last_page_len,
-                          .logit_rows = st->dev.logit_rows, .n_logits = st->host.n_logits};
+        *g = (cuda_graph){.owner = owner,
+                          .kv_storage = kv->storage,
+                          .T = view.n_tokens,
+                          .splits = splits,
+                          .used = 1,
+                          .view = view,
+                          .tokens = st->dev.tokens,
+                          .last_page_len = st->dev.last_page_len,
+                          .logit_rows = st->dev.logit_rows,
+                          .n_logits = st->host.n_logits};
         return COMET_OK;
     }
     if (g->failed)
@@ -480,9 +498,10 @@ static comet_status cuda_graph_end(comet_backend *be, comet_status ops_status, i
             cudaGraphExecDestroy(g->exec);
         g->exec = NULL;
         g->failed = 1;
-        comet_log(COMET_LOG_DEBUG, "cuda backend: a decode step of %d tokens could not be "
-                  "recorded as a graph (%s); it runs op by op", g->T,
-                  e != cudaSuccess ? cudaGetErrorString(e) : comet_last_error());
+        comet_log(COMET_LOG_DEBUG,
+                  "cuda backend: a decode step of %d tokens could not be "
+                  "recorded as a graph (%s); it runs op by op",
+                  g->T, e != cudaSuccess ? cudaGetErrorString(e) : comet_last_error());
         comet_clear_error();
         *rerun = 1;
     } else if ((e = cudaGraphLaunch(g->exec, im->stream)) != cudaSuccess) {
@@ -575,7 +594,8 @@ comet_backend *comet_backend_cuda_init(int device) {
     if (device < 0 || device >= n) {
         comet_set_error(COMET_ERR_INVALID_ARG,
                         "cuda backend: device index %d out of range; this machine has %d CUDA "
-                        "device(s), 0..%d", device, n, n - 1);
+                        "device(s), 0..%d",
+                        device, n, n - 1);
         return NULL;
     }
     comet_backend *be = calloc(1, sizeof *be);
@@ -638,15 +658,18 @@ comet_backend *comet_backend_cuda_init(int device) {
 
 comet_status comet_backend_cuda_sync(comet_backend *be) {
     if (!be || be->ops != &cuda_ops)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "comet_backend_cuda_sync: backend '%s' is "
-                               "not a CUDA backend", be ? be->ops->name : "(NULL)");
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "comet_backend_cuda_sync: backend '%s' is "
+                               "not a CUDA backend",
+                               be ? be->ops->name : "(NULL)");
     cuda_impl *im = impl_of(be);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "sync: cudaSetDevice");
     cudaError_t e = cudaStreamSynchronize(im->stream);
     comet_cuda_be_leave(prev);
     if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA, "cuda backend: a kernel on the stream failed: %s (%s)",
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: a kernel on the stream failed: %s (%s)",
                                cudaGetErrorString(e), cudaGetErrorName(e));
     return COMET_OK;
 }
@@ -664,7 +687,8 @@ comet_backend *comet_backend_cuda_init(int device) {
 comet_status comet_backend_cuda_sync(comet_backend *be) {
     return comet_set_error(COMET_ERR_INVALID_ARG,
                            "comet_backend_cuda_sync: backend '%s' is not a CUDA backend (this "
-                           "build has no CUDA)", be ? be->ops->name : "(NULL)");
+                           "build has no CUDA)",
+                           be ? be->ops->name : "(NULL)");
 }
 
 #endif

@@ -16,7 +16,7 @@
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
 
-#define ROPE_SLOTS 8                                /* distinct RoPE tables kept */
+#define ROPE_SLOTS 8                                     /* distinct RoPE tables kept */
 #define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
 
 #define CUBLAS_WORKSPACE_BYTES (32u << 20) /* cuBLAS's recommendation for Hopper: 32 MiB */
@@ -24,20 +24,20 @@
 
 /* A recorded decode step: the shape it was recorded for and its executable graph. */
 typedef struct cuda_graph {
-    const void *owner;        /* the forward context whose workspace the graph uses */
-    const void *kv_storage;   /* the KV pool */
+    const void *owner;      /* the forward context whose workspace the graph uses */
+    const void *kv_storage; /* the KV pool */
     int T, splits, used;
     comet_cuda_step_view view; /* the step layout it was recorded with (device addresses) */
     const int32_t *tokens, *last_page_len, *logit_rows;
     int n_logits;
-    int failed;               /* recording failed: this shape runs op by op */
+    int failed; /* recording failed: this shape runs op by op */
     unsigned generation;
-    cudaGraphExec_t exec;     /* NULL until recorded */
+    cudaGraphExec_t exec; /* NULL until recorded */
 } cuda_graph;
 
 typedef struct cuda_impl {
     int device;
-    int n_sm; /* multiprocessors of the device (attention's split choice) */
+    int n_sm;    /* multiprocessors of the device (attention's split choice) */
     int attn_sm; /* n_sm as attention's split choice sees it; 0 (COMET_CUDA_ATTN_SPLITS=0, for
                   * tests and debugging): keys never split across CTAs */
     cudaStream_t stream;
@@ -47,9 +47,9 @@ typedef struct cuda_impl {
     /* the step's batch: host staging (pinned) and its device copy, step_cap int32 each */
     int32_t *step_host, *step_dev;
     size_t step_cap;
-    cudaEvent_t step_copied; /* recorded after the staging copy: the next step waits on it */
+    cudaEvent_t step_copied;   /* recorded after the staging copy: the next step waits on it */
     comet_cuda_step_view view; /* the latest step_begin's batch on the device */
-    void *attn_ws; /* attention's split partials, grown on demand */
+    void *attn_ws;             /* attention's split partials, grown on demand */
     size_t attn_ws_bytes;
     void *stack_ws; /* a stacked group's GEMM output [T, N] fp32, grown on demand */
     size_t stack_ws_bytes;
@@ -61,12 +61,12 @@ typedef struct cuda_impl {
     /* decode-step graphs (graph_begin): an entry per shape, valid while `generation` (bumped
      * whenever a buffer the kernels read may move: a free, a workspace growing) is the
      * one it was recorded under */
-    int graphs_on;     /* COMET_CUDA_GRAPHS=0 turns them off */
-    int pdl_on;        /* W4Ax GEMMs with programmatic dependent launch; COMET_CUDA_PDL=0: without */
+    int graphs_on; /* COMET_CUDA_GRAPHS=0 turns them off */
+    int pdl_on;    /* W4Ax GEMMs with programmatic dependent launch; COMET_CUDA_PDL=0: without */
     unsigned generation;
     cuda_graph graphs[GRAPH_SLOTS];
-    int graph_next;    /* the slot the next new shape takes */
-    int capturing;     /* the slot being recorded, or -1 */
+    int graph_next; /* the slot the next new shape takes */
+    int capturing;  /* the slot being recorded, or -1 */
     /* sampling (op sample): the rows, penalty pairs and ids, pinned and on the device,
      * smp_cap bytes each, grown on demand */
     void *smp_host, *smp_dev;
@@ -85,7 +85,11 @@ static inline cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
 /* ---- a model's weights on the device (cuda_weights.c) ---- */
 
-typedef enum cuda_lin_kind { LIN_NONE = 0, LIN_F16, LIN_W4AX } cuda_lin_kind;
+typedef enum cuda_lin_kind {
+    LIN_NONE = 0,
+    LIN_F16,
+    LIN_W4AX
+} cuda_lin_kind;
 
 typedef struct cuda_lin {
     cuda_lin_kind kind;
@@ -111,9 +115,9 @@ struct comet_weights {
     int device;
     const comet_model *m;
     int n_layer, C, V;
-    cuda_lin *lin;    /* [n_layer, COMET_ROLE_COUNT] */
-    cuda_grp *grp;    /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
-    float *embd;      /* device fp32 [V, C] */
+    cuda_lin *lin;     /* [n_layer, COMET_ROLE_COUNT] */
+    cuda_grp *grp;     /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
+    float *embd;       /* device fp32 [V, C] */
     uint16_t *lm_head; /* device fp16 [V, C] */
 };
 
@@ -152,15 +156,13 @@ comet_status comet_cuda_be_matmul_group(comet_backend *be, const comet_weights *
 comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                           const comet_step *st, const comet_rope_params *rp,
                                           float *q, int H, float *k, const float *v);
-comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv,
-                                           int layer, const comet_step *st, const float *q,
-                                           int H, float *out);
+comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                           const comet_step *st, const float *q, int H, float *out);
 comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                    const comet_step *st, float *logits);
 comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
-                                  const comet_sample_row *rows, int n_rows,
-                                  const int32_t *pen_ids, const int32_t *pen_counts, int n_pen,
-                                  int32_t *ids);
+                                  const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
+                                  const int32_t *pen_counts, int n_pen, int32_t *ids);
 /* *v = the device view of step st, the latest step_begin's; INVALID_ARG naming op when st
  * is not that step. */
 comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, const char *op,
@@ -179,11 +181,11 @@ comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weig
  * (cleared, the context stays usable), COMET_ERR_CUDA otherwise. */
 comet_status comet_cuda_be_fail(cudaError_t e, const char *what);
 
-#define CUDA_TRY(call, what)                     \
-    do {                                         \
-        cudaError_t cuda_try_e_ = (call);        \
-        if (cuda_try_e_ != cudaSuccess)          \
-            return comet_cuda_be_fail(cuda_try_e_, what); \
+#define CUDA_TRY(call, what)                                                                       \
+    do {                                                                                           \
+        cudaError_t cuda_try_e_ = (call);                                                          \
+        if (cuda_try_e_ != cudaSuccess)                                                            \
+            return comet_cuda_be_fail(cuda_try_e_, what);                                          \
     } while (0)
 
 /* Make `device` current for an op, saving the caller's context in *prev (see

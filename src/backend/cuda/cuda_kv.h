@@ -36,14 +36,14 @@
 typedef struct comet_cuda_kv_layout {
     int n_layer, n_pages;
     int P, Hkv, D;
-    int G;               /* channels per scale/zero group (divides D) */
-    int bits;            /* 4 or 8 (codes), or 16 (fp16 values; kv_bits 0 is stored as 16) */
-    int code_row_bytes;  /* bytes of one slot's codes */
-    int sz_row_bytes;    /* bytes of one slot's (scale, zero) pairs; 0 for fp16 */
-    size_t sz_offset;    /* byte offset of the scale rows inside a head tile */
+    int G;              /* channels per scale/zero group (divides D) */
+    int bits;           /* 4 or 8 (codes), or 16 (fp16 values; kv_bits 0 is stored as 16) */
+    int code_row_bytes; /* bytes of one slot's codes */
+    int sz_row_bytes;   /* bytes of one slot's (scale, zero) pairs; 0 for fp16 */
+    size_t sz_offset;   /* byte offset of the scale rows inside a head tile */
     size_t head_tile_bytes;
-    size_t layer_bytes;  /* n_pages * 2 * Hkv * head_tile_bytes */
-    size_t total_bytes;  /* n_layer * layer_bytes */
+    size_t layer_bytes; /* n_pages * 2 * Hkv * head_tile_bytes */
+    size_t total_bytes; /* n_layer * layer_bytes */
 } comet_cuda_kv_layout;
 
 static inline size_t comet_cuda_kv_round16(size_t n) { return (n + 15) & ~(size_t)15; }
@@ -51,8 +51,7 @@ static inline size_t comet_cuda_kv_round16(size_t n) { return (n + 15) & ~(size_
 /* The layout for the given pool shape. kv_bits 0 and 16 give fp16 storage; G <= 0 means D.
  * The caller checks the shape (D % 8 == 0, G divides D, bits in {0, 4, 8, 16}). */
 static inline comet_cuda_kv_layout comet_cuda_kv_layout_make(int n_layer, int n_pages, int P,
-                                                              int Hkv, int D, int kv_bits,
-                                                              int G) {
+                                                             int Hkv, int D, int kv_bits, int G) {
     comet_cuda_kv_layout L;
     L.n_layer = n_layer, L.n_pages = n_pages, L.P = P, L.Hkv = Hkv, L.D = D;
     L.G = G > 0 ? G : D;

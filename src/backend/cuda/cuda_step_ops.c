@@ -29,23 +29,24 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
     const int T = b->n_tokens, S = b->n_seqs;
     if (T < 1 || S < 1 || !b->tokens || !b->positions || !b->token_indptr || !b->page_indptr ||
         !b->page_indices || !b->last_page_len || b->n_logits < 0 || b->n_logits > T ||
-        (b->n_logits > 0 && !b->logit_rows) || b->token_indptr[0] != 0 ||
-        b->token_indptr[S] != T)
+        (b->n_logits > 0 && !b->logit_rows) || b->token_indptr[0] != 0 || b->token_indptr[S] != T)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: step_begin: a batch of %d tokens, %d sequences, %d "
-                               "logit rows with a missing array or token_indptr not 0..T", T, S,
-                               b->n_logits);
+                               "logit rows with a missing array or token_indptr not 0..T",
+                               T, S, b->n_logits);
     const int NP = b->page_indptr[S], NL = b->n_logits;
     if (b->page_indptr[0] != 0 || NP < S)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: step_begin: page_indptr runs %d..%d for %d "
-                               "sequences", b->page_indptr[0], NP, S);
+                               "sequences",
+                               b->page_indptr[0], NP, S);
     int n_tiles = 0, max_q = 0, max_kv = 0;
     for (int s = 0; s < S; s++) {
         int n = b->token_indptr[s + 1] - b->token_indptr[s];
         if (n < 0)
             return comet_set_error(COMET_ERR_INVALID_ARG,
-                                   "cuda backend: step_begin: token_indptr falls at sequence %d", s);
+                                   "cuda backend: step_begin: token_indptr falls at sequence %d",
+                                   s);
         n_tiles += (n + COMET_CUDA_ATTN_TILE - 1) / COMET_CUDA_ATTN_TILE;
         max_q = n > max_q ? n : max_q;
         /* the sequence's KV length after the append: its last token's position + 1 (the
@@ -121,10 +122,15 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
     st->dev.logit_rows = d + o_rows;
     st->max_kv_len = max_kv;
     st->max_q_len = max_q;
-    im->view = (comet_cuda_step_view){.n_tokens = T, .n_seqs = S, .positions = d + o_pos,
-                                      .token_indptr = d + o_tind, .page_indptr = d + o_pind,
-                                      .page_indices = d + o_pidx, .tiles = d + o_tiles,
-                                      .n_tiles = n_tiles, .max_kv_len = max_kv,
+    im->view = (comet_cuda_step_view){.n_tokens = T,
+                                      .n_seqs = S,
+                                      .positions = d + o_pos,
+                                      .token_indptr = d + o_tind,
+                                      .page_indptr = d + o_pind,
+                                      .page_indices = d + o_pidx,
+                                      .tiles = d + o_tiles,
+                                      .n_tiles = n_tiles,
+                                      .max_kv_len = max_kv,
                                       .batch_invariant = be->batch_invariant};
     return COMET_OK;
 }
@@ -134,8 +140,10 @@ comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, 
                                      comet_cuda_step_view *v) {
     if (!st || st->dev.positions != im->view.positions || st->host.n_tokens != im->view.n_tokens ||
         st->host.n_seqs != im->view.n_seqs)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: the step is not the one "
-                               "of this backend's latest step_begin", op);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: %s: the step is not the one "
+                               "of this backend's latest step_begin",
+                               op);
     *v = im->view;
     return COMET_OK;
 }
@@ -146,13 +154,14 @@ comet_status comet_cuda_be_embed_tokens(comet_backend *be, const comet_weights *
     COMET_TRY(comet_cuda_be_check_weights(im, w, "embed_tokens"));
     for (int t = 0; t < st->host.n_tokens; t++)
         if (st->host.tokens[t] < 0 || st->host.tokens[t] >= w->V)
-            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: embed_tokens: token %d "
-                                   "is id %d, outside the vocabulary 0..%d", t,
-                                   st->host.tokens[t], w->V - 1);
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "cuda backend: embed_tokens: token %d "
+                                   "is id %d, outside the vocabulary 0..%d",
+                                   t, st->host.tokens[t], w->V - 1);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "embed_tokens: cudaSetDevice");
-    comet_status r = comet_cuda_embed(w->embd, w->C, st->dev.tokens, st->host.n_tokens, x,
-                                      im->stream);
+    comet_status r =
+        comet_cuda_embed(w->embd, w->C, st->dev.tokens, st->host.n_tokens, x, im->stream);
     comet_cuda_be_leave(prev);
     return r;
 }
@@ -162,16 +171,18 @@ comet_status comet_cuda_be_rmsnorm_quant(comet_backend *be, const comet_weights 
                                          void *act) {
     cuda_impl *im = impl_of(be);
     COMET_TRY(comet_cuda_be_check_weights(im, w, "rmsnorm_quant"));
-    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
-                                                      (layer >= 0 && layer < w->n_layer)));
+    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT &&
+                 (g == COMET_GROUP_LM_HEAD || (layer >= 0 && layer < w->n_layer)));
     const cuda_grp *gr = group_of(w, layer, g);
     if (!gr->norm)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rmsnorm_quant: group %s "
-                               "has no norm", comet_cuda_group_names[g]);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: rmsnorm_quant: group %s "
+                               "has no norm",
+                               comet_cuda_group_names[g]);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "rmsnorm_quant: cudaSetDevice");
-    comet_status r = comet_cuda_rmsnorm_quant(x, residual, gr->norm, w->m->cfg.rms_eps, T,
-                                              &gr->fmt, act, im->stream);
+    comet_status r = comet_cuda_rmsnorm_quant(x, residual, gr->norm, w->m->cfg.rms_eps, T, &gr->fmt,
+                                              act, im->stream);
     comet_cuda_be_leave(prev);
     return r;
 }
@@ -180,8 +191,8 @@ comet_status comet_cuda_be_act_quant(comet_backend *be, const comet_weights *w, 
                                      comet_group g, const float *x, int T, void *act) {
     cuda_impl *im = impl_of(be);
     COMET_TRY(comet_cuda_be_check_weights(im, w, "act_quant"));
-    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT && (g == COMET_GROUP_LM_HEAD ||
-                                                      (layer >= 0 && layer < w->n_layer)));
+    COMET_ASSERT((unsigned)g < COMET_GROUP_COUNT &&
+                 (g == COMET_GROUP_LM_HEAD || (layer >= 0 && layer < w->n_layer)));
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "act_quant: cudaSetDevice");
     comet_status r = comet_cuda_act_quant(x, T, &group_of(w, layer, g)->fmt, act, im->stream);
@@ -196,24 +207,25 @@ comet_status comet_cuda_be_silu_mul_quant(comet_backend *be, const comet_weights
     COMET_ASSERT(layer >= 0 && layer < w->n_layer);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "silu_mul_quant: cudaSetDevice");
-    comet_status r = comet_cuda_silu_mul_quant(gate, up, T,
-                                               &group_of(w, layer, COMET_GROUP_DOWN)->fmt, act,
-                                               im->stream);
+    comet_status r = comet_cuda_silu_mul_quant(
+        gate, up, T, &group_of(w, layer, COMET_GROUP_DOWN)->fmt, act, im->stream);
     comet_cuda_be_leave(prev);
     return r;
 }
 
 /* y [T, N] fp32 = act [T, K] fp16 · W [N, K]ᵀ fp16 (row-major), fp32 accumulation: in
  * cuBLAS's column-major terms yᵀ [N, T] = W · actᵀ. On the current device. */
-static comet_status gemm_f16(cuda_impl *im, const uint16_t *W, int N, int K, const void *act,
-                             int T, float *y, const char *op) {
+static comet_status gemm_f16(cuda_impl *im, const uint16_t *W, int N, int K, const void *act, int T,
+                             float *y, const char *op) {
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t cs = cublasGemmEx(im->cublas, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &one, W,
                                      CUDA_R_16F, K, act, CUDA_R_16F, K, &zero, y, CUDA_R_32F, N,
                                      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (cs != CUBLAS_STATUS_SUCCESS)
-        return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: cublasGemmEx (N=%d T=%d K=%d) "
-                               "failed: %s", op, N, T, K, cublasGetStatusString(cs));
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: %s: cublasGemmEx (N=%d T=%d K=%d) "
+                               "failed: %s",
+                               op, N, T, K, cublasGetStatusString(cs));
     return COMET_OK;
 }
 
@@ -238,11 +250,12 @@ static cudaError_t grow_buffer(cuda_impl *im, void **buf, size_t *bytes, size_t 
 }
 
 /* y [T, N] = the linear cl (N x K) of group gr applied to act. */
-static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *gr,
-                             const void *act, int T, float *y, int batch_invariant) {
+static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *gr, const void *act,
+                             int T, float *y, int batch_invariant) {
     if (cl->kind == LIN_W4AX) {
         const int8_t *qa = act;
-        const float *sa = (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
+        const float *sa =
+            (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
         return comet_cuda_be_gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y,
                                               batch_invariant);
     }
@@ -289,7 +302,8 @@ comet_status comet_cuda_be_matmul(comet_backend *be, const comet_weights *w, int
     }
     comet_cuda_be_leave(prev);
     if (st < 0)
-        return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer, comet_cuda_role_names[r]);
+        return comet_cuda_be_prefix_error(st, "matmul, layer %d %s", layer,
+                                          comet_cuda_role_names[r]);
     return COMET_OK;
 }
 
@@ -299,8 +313,10 @@ comet_status comet_cuda_be_matmul_group(comet_backend *be, const comet_weights *
     COMET_TRY(comet_cuda_be_check_weights(im, w, "matmul_group"));
     COMET_ASSERT(layer >= 0 && layer < w->n_layer && T >= 1);
     if (g != COMET_GROUP_QKV && g != COMET_GROUP_GATE_UP)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: matmul_group: group %s "
-                               "has one linear", comet_cuda_group_names[g]);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: matmul_group: group %s "
+                               "has one linear",
+                               comet_cuda_group_names[g]);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "matmul_group: cudaSetDevice");
     comet_status st = stack_gemm(im, w, layer, g, act, T, ys, be->batch_invariant);
@@ -333,9 +349,9 @@ static comet_status rope_table(cuda_impl *im, const comet_rope_params *rp, const
     im->generation++; /* a recorded graph may read this slot's old table */
     im->rope_key[slot] = *rp;
     comet_rope_inv_freq(rp, im->rope_host[slot]);
-    cudaError_t e = cudaMemcpyAsync(im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS,
-                                    im->rope_host[slot], sizeof(double) * (rp->head_dim / 2),
-                                    cudaMemcpyHostToDevice, im->stream);
+    cudaError_t e =
+        cudaMemcpyAsync(im->rope_dev + (size_t)slot * ROPE_SLOT_FREQS, im->rope_host[slot],
+                        sizeof(double) * (rp->head_dim / 2), cudaMemcpyHostToDevice, im->stream);
     if (e != cudaSuccess) {
         im->rope_key[slot].head_dim = 0; /* matches no rp */
         return comet_cuda_be_fail(e, "rope_kv_append: uploading the RoPE table");
@@ -352,10 +368,12 @@ comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv,
     COMET_TRY(comet_cuda_be_step_view(im, st, "rope_kv_append", &view));
     if (!kv->storage)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rope_kv_append: the KV "
-                               "pool has no storage (kv_init)");
+                                                      "pool has no storage (kv_init)");
     if (rp->head_dim != kv->head_dim || rp->head_dim % 2 || rp->head_dim > 2 * ROPE_SLOT_FREQS)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rope_kv_append: RoPE head "
-                               "dim %d, KV head dim %d", rp->head_dim, kv->head_dim);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: rope_kv_append: RoPE head "
+                               "dim %d, KV head dim %d",
+                               rp->head_dim, kv->head_dim);
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "rope_kv_append: cudaSetDevice");
@@ -376,7 +394,7 @@ comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cac
     COMET_TRY(comet_cuda_be_step_view(im, st, "paged_attention", &view));
     if (!kv->storage)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: paged_attention: the KV "
-                               "pool has no storage (kv_init)");
+                                                      "pool has no storage (kv_init)");
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     int splits = comet_cuda_attention_splits(&L, &view, H, im->attn_sm);
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
@@ -386,8 +404,7 @@ comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cac
     comet_status r = e != cudaSuccess
                          ? comet_cuda_be_fail(e, "paged_attention: growing the split workspace")
                          : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
-                                                      kv->kv.rotation ==
-                                                          COMET_KV_ROTATION_HADAMARD,
+                                                      kv->kv.rotation == COMET_KV_ROTATION_HADAMARD,
                                                       splits, im->attn_ws, im->stream);
     comet_cuda_be_leave(prev);
     return r;
@@ -404,8 +421,10 @@ comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, co
     int contiguous = 1;
     for (int i = 0; i < n; i++) {
         if (rows[i] < 0 || rows[i] >= T)
-            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: lm_head: logit row %d "
-                                   "is token %d of a %d-token step", i, rows[i], T);
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "cuda backend: lm_head: logit row %d "
+                                   "is token %d of a %d-token step",
+                                   i, rows[i], T);
         contiguous &= rows[i] == rows[0] + i;
     }
     CUcontext prev;
@@ -436,18 +455,24 @@ comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
                                   const int32_t *pen_counts, int n_pen, int32_t *ids) {
     cuda_impl *im = impl_of(be);
     if (n_rows < 1 || V < 1 || n_pen < 0 || (n_pen > 0 && (!pen_ids || !pen_counts)))
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: %d rows, V = %d, "
-                               "%d penalty pairs", n_rows, V, n_pen);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: sample: %d rows, V = %d, "
+                               "%d penalty pairs",
+                               n_rows, V, n_pen);
     for (int r = 0; r < n_rows; r++)
         if (rows[r].row < 0 || rows[r].n_pen < 0 || rows[r].pen_offset < 0 ||
             rows[r].pen_offset + rows[r].n_pen > n_pen)
-            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: row %d names "
-                                   "logits row %d and penalty pairs %d..%d of %d", r, rows[r].row,
-                                   rows[r].pen_offset, rows[r].pen_offset + rows[r].n_pen, n_pen);
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "cuda backend: sample: row %d names "
+                                   "logits row %d and penalty pairs %d..%d of %d",
+                                   r, rows[r].row, rows[r].pen_offset,
+                                   rows[r].pen_offset + rows[r].n_pen, n_pen);
     for (int i = 0; i < n_pen; i++)
         if (pen_ids[i] < 0 || pen_ids[i] >= V)
-            return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: penalty id %d "
-                                   "outside the vocabulary of %d", pen_ids[i], V);
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "cuda backend: sample: penalty id %d "
+                                   "outside the vocabulary of %d",
+                                   pen_ids[i], V);
     const size_t o_pid = align8((size_t)n_rows * sizeof *rows);
     const size_t o_pcnt = o_pid + align8((size_t)n_pen * sizeof(int32_t));
     const size_t o_ids = o_pcnt + align8((size_t)n_pen * sizeof(int32_t));

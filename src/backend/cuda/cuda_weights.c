@@ -16,14 +16,13 @@
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
 
-#define CUDA_WEIGHTS_MAGIC 0x57415543u /* "CUAW" */
+#define CUDA_WEIGHTS_MAGIC 0x57415543u      /* "CUAW" */
 #define F16_STAGE_FLOATS ((size_t)16 << 20) /* fp32 staging for the FP16 conversion (64 MiB) */
 
-const char *const comet_cuda_role_names[COMET_ROLE_COUNT] = {"q_proj",    "k_proj",  "v_proj",
-                                                         "o_proj",    "gate_proj", "up_proj",
-                                                         "down_proj"};
+const char *const comet_cuda_role_names[COMET_ROLE_COUNT] = {
+    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
 const char *const comet_cuda_group_names[COMET_GROUP_COUNT] = {"qkv", "o", "gate_up", "down",
-                                                           "lm_head"};
+                                                               "lm_head"};
 
 /* The activation kind a linear reads; LIN_NONE for a layout this backend does not run. */
 static cuda_lin_kind lin_kind(const comet_model *m, const comet_linear *lin) {
@@ -78,7 +77,8 @@ static comet_status convert_f16(cuda_impl *im, uint16_t *dst, const float *src, 
         /* from pageable memory: the copy waits for the stream (the previous conversion has
          * read the stage) and returns once src is staged */
         CUDA_TRY(cudaMemcpyAsync(*stage, src + off, cnt * sizeof *src, cudaMemcpyHostToDevice,
-                                 im->stream), what);
+                                 im->stream),
+                 what);
         COMET_TRY(comet_cuda_f32_to_f16(*stage, dst + off, cnt, im->stream));
     }
     return COMET_OK;
@@ -142,8 +142,8 @@ static comet_status synth_new(cuda_impl *im, void **dst, size_t n, int kind, flo
 /* A synthetic W4Ax weight [N, K]: random packed codes (uniform codes in any layout) and
  * block scales around 1 / (4.6 sqrt(K)), so that a row has about unit norm (the codes'
  * standard deviation is 4.6). */
-static comet_status synth_w4ax(comet_backend *be, int N, int K, int B, uint64_t seed,
-                               uint64_t salt, comet_w4ax_weight **out) {
+static comet_status synth_w4ax(comet_backend *be, int N, int K, int B, uint64_t seed, uint64_t salt,
+                               comet_w4ax_weight **out) {
     cuda_impl *im = impl_of(be);
     comet_w4ax_weight *w = calloc(1, sizeof *w);
     if (!w)
@@ -179,14 +179,16 @@ static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet
                                    "cuda backend: layer %d %s: weight format %s with w_bits %d, "
                                    "a_bits %d; the CUDA backend runs fp32 linears (as FP16), "
                                    "QSIM with w_bits 4 and a_bits 4 or 8 (W4Ax) and QSIM with "
-                                   "a_bits 16 (as FP16)", l, comet_cuda_role_names[r],
-                                   lin->fmt == COMET_WFMT_F32 ? "f32" : lin->fmt == COMET_WFMT_QSIM
-                                                                          ? "qsim" : "unknown",
+                                   "a_bits 16 (as FP16)",
+                                   l, comet_cuda_role_names[r],
+                                   lin->fmt == COMET_WFMT_F32    ? "f32"
+                                   : lin->fmt == COMET_WFMT_QSIM ? "qsim"
+                                                                 : "unknown",
                                    lin->w_bits, lin->a_bits);
         if (lin->n_in != K)
-            return comet_set_error(COMET_ERR_FORMAT,
-                                   "cuda backend: layer %d %s: %d inputs; its group %s is %d wide",
-                                   l, comet_cuda_role_names[r], lin->n_in, comet_cuda_group_names[g], K);
+            return comet_set_error(
+                COMET_ERR_FORMAT, "cuda backend: layer %d %s: %d inputs; its group %s is %d wide",
+                l, comet_cuda_role_names[r], lin->n_in, comet_cuda_group_names[g], K);
         if (!first) {
             first = lin;
             first_role = (comet_role)r;
@@ -199,8 +201,8 @@ static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet
                 return comet_set_error(COMET_ERR_UNSUPPORTED,
                                        "cuda backend: layer %d %s: W4Ax with K = %d, block %d, "
                                        "n8 = %d; the GEMM takes blocks of 64 or 128 dividing K, "
-                                       "K a multiple of 64", l, comet_cuda_role_names[r], K, lin->block,
-                                       lin->n8);
+                                       "K a multiple of 64",
+                                       l, comet_cuda_role_names[r], K, lin->block, lin->n8);
             continue;
         }
         cuda_lin_kind first_kind = lin_kind(m, first);
@@ -209,14 +211,15 @@ static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "cuda backend: layer %d: %s and %s read one activation (group "
                                    "%s) but differ in its format (kind, permutation, block or "
-                                   "n8)", l, comet_cuda_role_names[first_role], comet_cuda_role_names[r],
+                                   "n8)",
+                                   l, comet_cuda_role_names[first_role], comet_cuda_role_names[r],
                                    comet_cuda_group_names[g]);
     }
     const int32_t *perm = lin_perm(first);
     if (perm) {
         void *p = NULL;
-        comet_status st = upload_new(im, &p, perm, (size_t)K * sizeof *perm,
-                                     "weights_load: permutation");
+        comet_status st =
+            upload_new(im, &p, perm, (size_t)K * sizeof *perm, "weights_load: permutation");
         gr->fmt.perm = p; /* released by comet_cuda_be_weights_free, also after a failed copy */
         COMET_TRY(st);
     }
@@ -313,28 +316,30 @@ static comet_status load_linear(comet_backend *be, comet_weights *w, int l, come
         return synth_w4ax(be, lin->n_out, lin->n_in, lin->block, seed, salt, &cl->w4);
     if (seed) { /* uniform with the variance of N(0, 1/K) */
         float a = sqrtf(3.0f / (float)lin->n_in);
-        return synth_new(im, (void **)&cl->w16, (size_t)lin->n_out * lin->n_in,
-                         COMET_CUDA_FILL_F16, -a, a, seed, salt, "weights_load: fp16 linear");
+        return synth_new(im, (void **)&cl->w16, (size_t)lin->n_out * lin->n_in, COMET_CUDA_FILL_F16,
+                         -a, a, seed, salt, "weights_load: fp16 linear");
     }
     if (cl->kind == LIN_W4AX) {
-        comet_status st = comet_cuda_be_w4ax_load(be, lin->n_out, lin->n_in, lin->block, lin->qw, lin->sw,
-                                         &cl->w4);
+        comet_status st = comet_cuda_be_w4ax_load(be, lin->n_out, lin->n_in, lin->block, lin->qw,
+                                                  lin->sw, &cl->w4);
         if (st < 0)
-            return comet_cuda_be_prefix_error(st, "weights_load, layer %d %s", l, comet_cuda_role_names[r]);
+            return comet_cuda_be_prefix_error(st, "weights_load, layer %d %s", l,
+                                              comet_cuda_role_names[r]);
         return COMET_OK;
     }
     return upload_f16(im, &cl->w16, lin->w, (size_t)lin->n_out * lin->n_in, stage,
                       "weights_load: fp16 linear");
 }
 
-comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m, comet_weights **out) {
+comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
+                                        comet_weights **out) {
     cuda_impl *im = impl_of(be);
     const comet_model_config *c = &m->cfg;
     *out = NULL;
     const float *lm = m->lm_head ? m->lm_head : m->tok_embd;
     if (!m->synthetic_seed && (!m->tok_embd || !lm || !m->output_norm))
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: weights_load: the model has "
-                               "no token embedding, lm_head or output norm");
+                                                      "no token embedding, lm_head or output norm");
     comet_weights *w = calloc(1, sizeof *w);
     if (!w)
         return comet_set_error(COMET_ERR_NOMEM, "cuda backend: weights_load: out of memory");
@@ -387,10 +392,10 @@ comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
                                : upload_new(im, (void **)&w->embd, m->tok_embd, vc * sizeof(float),
                                             "weights_load: token embedding");
     if (st >= 0)
-        st = m->synthetic_seed ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea,
-                                           ea, m->synthetic_seed, 2, "weights_load: lm_head")
-                               : upload_f16(im, &w->lm_head, lm, vc, &stage,
-                                            "weights_load: lm_head");
+        st = m->synthetic_seed
+                 ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea, ea,
+                             m->synthetic_seed, 2, "weights_load: lm_head")
+                 : upload_f16(im, &w->lm_head, lm, vc, &stage, "weights_load: lm_head");
     if (st >= 0 && (e = cudaStreamSynchronize(im->stream)) != cudaSuccess)
         st = comet_cuda_be_fail(e, "weights_load: copying the weights");
     if (stage) {
@@ -406,10 +411,13 @@ comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
     return COMET_OK;
 }
 
-comet_status comet_cuda_be_check_weights(const cuda_impl *im, const comet_weights *w, const char *op) {
+comet_status comet_cuda_be_check_weights(const cuda_impl *im, const comet_weights *w,
+                                         const char *op) {
     if (!w || w->magic != CUDA_WEIGHTS_MAGIC || w->device != im->device)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: the weights were not "
-                               "loaded by a CUDA backend of device %d", op, im->device);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: %s: the weights were not "
+                               "loaded by a CUDA backend of device %d",
+                               op, im->device);
     return COMET_OK;
 }
 

@@ -73,8 +73,8 @@ namespace {
 /* f(KPB, TOK) with the wgmma kernel's compile-time parameters -- kpb = B / 64 in {1, 2}, the
  * token tile in {16, 32, 64, 128} -- as std::integral_constant values: the one place where the
  * run-time values select template instances. */
-template <typename F> auto with_ws_config(int kpb, int tok, F &&f)
-{
+template <typename F>
+auto with_ws_config(int kpb, int tok, F &&f) {
     using k1 = std::integral_constant<int, 1>;
     using k2 = std::integral_constant<int, 2>;
     using t16 = std::integral_constant<int, 16>;
@@ -82,14 +82,20 @@ template <typename F> auto with_ws_config(int kpb, int tok, F &&f)
     using t64 = std::integral_constant<int, 64>;
     using t128 = std::integral_constant<int, 128>;
     if (kpb == 1)
-        return tok == 16 ? f(k1{}, t16{}) : tok == 32 ? f(k1{}, t32{}) : tok == 64 ? f(k1{}, t64{}) : f(k1{}, t128{});
-    return tok == 16 ? f(k2{}, t16{}) : tok == 32 ? f(k2{}, t32{}) : tok == 64 ? f(k2{}, t64{}) : f(k2{}, t128{});
+        return tok == 16   ? f(k1{}, t16{})
+               : tok == 32 ? f(k1{}, t32{})
+               : tok == 64 ? f(k1{}, t64{})
+                           : f(k1{}, t128{});
+    return tok == 16   ? f(k2{}, t16{})
+           : tok == 32 ? f(k2{}, t32{})
+           : tok == 64 ? f(k2{}, t64{})
+                       : f(k2{}, t128{});
 }
 
 /* f(MI, KPB) for the pipe and decode kernels' instances: MI (token groups of 8) and kpb =
  * B / 64, each 1 or 2, as std::integral_constant values. */
-template <typename F> auto with_mi_kpb(int mi, int kpb, F &&f)
-{
+template <typename F>
+auto with_mi_kpb(int mi, int kpb, F &&f) {
     using one = std::integral_constant<int, 1>;
     using two = std::integral_constant<int, 2>;
     if (mi == 1)
@@ -99,14 +105,17 @@ template <typename F> auto with_mi_kpb(int mi, int kpb, F &&f)
 
 /* Clusters of S CTAs of the wgmma kernel (cluster reduction instance) that can be resident
  * at once on this device; cached. A failed query counts as "enough". */
-int ws_cluster_capacity(int kpb, int tok, int S)
-{
+int ws_cluster_capacity(int kpb, int tok, int S) {
     static std::mutex mu;
     static int cap[MAX_DEV][3][4][WS_MAX_CLUSTER + 1]; /* per device: GPUs differ in SMs and GPCs */
     const int dev = current_device();
     std::lock_guard<std::mutex> lock(mu);
     int uncached = 0;
-    int &c = dev >= 0 && dev < MAX_DEV ? cap[dev][kpb][tok == 16 ? 0 : tok == 32 ? 1 : tok == 64 ? 2 : 3][S] : uncached;
+    int &c = dev >= 0 && dev < MAX_DEV ? cap[dev][kpb][tok == 16   ? 0
+                                                       : tok == 32 ? 1
+                                                       : tok == 64 ? 2
+                                                                   : 3][S]
+                                       : uncached;
     if (c == 0) {
         void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
             return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
@@ -114,8 +123,10 @@ int ws_cluster_capacity(int kpb, int tok, int S)
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
-        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1, attr[0].val.clusterDim.z = (unsigned)S;
-        cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS), cfg.dynamicSmemBytes = ws_smem_bytes(kpb, tok);
+        attr[0].val.clusterDim.x = 1, attr[0].val.clusterDim.y = 1,
+        attr[0].val.clusterDim.z = (unsigned)S;
+        cfg.gridDim = dim3(1, 1, S), cfg.blockDim = dim3(WS_THREADS),
+        cfg.dynamicSmemBytes = ws_smem_bytes(kpb, tok);
         cfg.attrs = attr, cfg.numAttrs = 1;
         int n = 0;
         if (allow_smem((const void *)kern, cfg.dynamicSmemBytes) != cudaSuccess ||
@@ -130,8 +141,7 @@ int ws_cluster_capacity(int kpb, int tok, int S)
 
 /* Launch `kernel(args...)` with the plan's grid, allowing the shared memory it needs. */
 template <typename... KA, typename... A>
-cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args)
-{
+cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A... args) {
     cudaError_t e = allow_smem((const void *)kernel, pl.smem);
     if (e != cudaSuccess)
         return e;
@@ -146,7 +156,8 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
     }
     if (pl.cluster) { /* the S splits of a tile form one cluster (dims 1 x 1 x S) */
         attr[n].id = cudaLaunchAttributeClusterDimension;
-        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1, attr[n].val.clusterDim.z = (unsigned)pl.S;
+        attr[n].val.clusterDim.x = 1, attr[n].val.clusterDim.y = 1,
+        attr[n].val.clusterDim.z = (unsigned)pl.S;
         n++;
     }
     if (pl.pdl) { /* may start once every CTA of the previous kernel has begun (pdl_trigger) */
@@ -167,34 +178,35 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
 /* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x tok rows,
  * swizzled as the wgmma descriptor expects, rows past M read as zeros. cuTensorMapEncodeTiled
  * is a host function of the driver, reached through the runtime (no -lcuda). */
-comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, int tok, CUtensorMap *map)
-{
+comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, int tok, CUtensorMap *map) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     static std::once_flag once;
     std::call_once(once, [] {
         cudaDriverEntryPointQueryResult q;
         void *fn = nullptr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) ==
-                cudaSuccess &&
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000,
+                                             cudaEnableDefault, &q) == cudaSuccess &&
             q == cudaDriverEntryPointSuccess)
             encode = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     });
     if (!encode)
-        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: the driver has no cuTensorMapEncodeTiled");
+        return comet_set_error(COMET_ERR_CUDA,
+                               "gemm_w4ax: the driver has no cuTensorMapEncodeTiled");
     cuuint64_t dims[2] = {(cuuint64_t)g->K, (cuuint64_t)g->M}, strides[1] = {(cuuint64_t)g->K};
     cuuint32_t box[2] = {(cuuint32_t)g->B, (cuuint32_t)tok}, estr[2] = {1, 1};
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)g->qa, dims, strides, box, estr,
-                        CU_TENSOR_MAP_INTERLEAVE_NONE,
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)g->qa, dims, strides, box,
+                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         g->B == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: cuTensorMapEncodeTiled failed (%d) for M=%d K=%d",
+        return comet_set_error(COMET_ERR_CUDA,
+                               "gemm_w4ax: cuTensorMapEncodeTiled failed (%d) for M=%d K=%d",
                                (int)r, g->M, g->K);
     return COMET_OK;
 }
 
-template <int MI, int KPB, bool BSUM> cudaError_t launch_pipe(const plan_t &pl, const params &p, cudaStream_t st)
-{
+template <int MI, int KPB, bool BSUM>
+cudaError_t launch_pipe(const plan_t &pl, const params &p, cudaStream_t st) {
     static_assert(PP_MAX_TILES == 4, "one instance per tile count");
     return pl.pp_tiles == 4   ? launch(w4ax_pipe_kernel<MI, KPB, 4, BSUM>, pl, st, p)
            : pl.pp_tiles == 3 ? launch(w4ax_pipe_kernel<MI, KPB, 3, BSUM>, pl, st, p)
@@ -202,20 +214,20 @@ template <int MI, int KPB, bool BSUM> cudaError_t launch_pipe(const plan_t &pl, 
                               : launch(w4ax_pipe_kernel<MI, KPB, 1, BSUM>, pl, st, p);
 }
 
-template <int MI, int KPB, bool BSUM> cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st)
-{
+template <int MI, int KPB, bool BSUM>
+cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st) {
     constexpr int G = 4; /* k64 chunks per round of loads (registers: 2 x G x 16 B); G = 8 measured
                           * slower at M = 1 (168 registers: the grid no longer fits one wave) */
-    return pl.cluster ? launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, true, G>, pl, st, p)
-                      : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
+    return pl.cluster
+               ? launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, true, G>, pl, st, p)
+               : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
 /* The ablate values that the wgmma kernel has a profiling instance for (gemm_w4ax.h says what
  * each leaves out; bench/gemm/ablate.sh runs them), B = 128 only. */
 constexpr int WS_ABLATIONS[] = {1, 2, 3, 4, 8, 11, 16, 17, 32, 64, 96};
 
-bool ws_ablation_instance(int a)
-{
+bool ws_ablation_instance(int a) {
     for (int v : WS_ABLATIONS)
         if (v == a)
             return true;
@@ -224,9 +236,8 @@ bool ws_ablation_instance(int a)
 
 /* the instance for p.ablate (checked by the caller: ws_ablation_instance) */
 template <int TOK, size_t... I>
-cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st,
-                               std::index_sequence<I...>)
-{
+cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensorMap &tmap,
+                               cudaStream_t st, std::index_sequence<I...>) {
     cudaError_t e = cudaErrorInvalidValue;
     (void)((p.ablate == WS_ABLATIONS[I] &&
             (e = launch(w4ax_ws_kernel<2, TOK, false, WS_ABLATIONS[I]>, pl, st, p, tmap), true)) ||
@@ -235,12 +246,12 @@ cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensor
 }
 
 template <int KPB, int TOK, bool BSUM>
-cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st)
-{
+cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st) {
     if constexpr (KPB == 2 && !BSUM && TOK >= 32)
         if (p.ablate && !pl.cluster)
-            return launch_ws_ablation<TOK>(pl, p, tmap, st,
-                                           std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
+            return launch_ws_ablation<TOK>(
+                pl, p, tmap, st,
+                std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
     if constexpr (TOK == 128)
         if (pl.streamk || pl.persist)
             return launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, false, true>, pl, st, p, tmap);
@@ -249,8 +260,8 @@ cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap
 }
 
 template <bool BSUM>
-cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap, cudaStream_t st)
-{
+cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap,
+                           cudaStream_t st) {
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         return with_ws_config(kpb, pl.tok, [&](auto k, auto t) {
             return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, st);
@@ -258,8 +269,9 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
     if (pl.kernel == COMET_W4AX_KERNEL_PIPE || pl.kernel == COMET_W4AX_KERNEL_DECODE)
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
             constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
-            return pl.kernel == COMET_W4AX_KERNEL_PIPE ? launch_pipe<MI, KPB, BSUM>(pl, p, st)
-                                                       : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
+            return pl.kernel == COMET_W4AX_KERNEL_PIPE
+                       ? launch_pipe<MI, KPB, BSUM>(pl, p, st)
+                       : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
@@ -270,12 +282,10 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
     if (pl.MI == 2)
         return kpb == 1 ? launch_stream<2, 1, BSUM>(pl, p, st)
                         : launch_stream<2, 2, BSUM>(pl, p, st);
-    return kpb == 1 ? launch_stream<4, 1, BSUM>(pl, p, st)
-                    : launch_stream<4, 2, BSUM>(pl, p, st);
+    return kpb == 1 ? launch_stream<4, 1, BSUM>(pl, p, st) : launch_stream<4, 2, BSUM>(pl, p, st);
 }
 
-comet_status check_args(const comet_cuda_w4ax_gemm *g)
-{
+comet_status check_args(const comet_cuda_w4ax_gemm *g) {
     if (!g || g->M < 1 || g->N < 1 || g->K < 64 || g->K % 64 || (g->B != 64 && g->B != 128) ||
         g->K % g->B || g->n8 < 0 || g->n8 > g->K / g->B || g->M > COMET_CUDA_W4AX_MAX_DIM ||
         g->N > COMET_CUDA_W4AX_MAX_DIM || g->K > COMET_CUDA_W4AX_MAX_K ||
@@ -284,36 +294,39 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g)
                                "gemm_w4ax: bad shape M=%d N=%d K=%d B=%d n8=%d; need M, N >= 1, "
                                "K a multiple of 64 and of B in {64, 128}, 0 <= n8 <= K/B, "
                                "M, N <= 2^30, K <= 2^20, M * N <= 2^36",
-                               g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0, g ? g->n8 : 0);
+                               g ? g->M : 0, g ? g->N : 0, g ? g->K : 0, g ? g->B : 0,
+                               g ? g->n8 : 0);
     if (g->pdl != 0 && g->pdl != 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: pdl %d is neither 0 nor 1", g->pdl);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: pdl %d is neither 0 nor 1",
+                               g->pdl);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
-        (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 && g->tile_tokens != 64 &&
-         g->tile_tokens != 128) ||
+        (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 &&
+         g->tile_tokens != 64 && g->tile_tokens != 128) ||
         g->pipe_tiles < 0 || g->pipe_tiles > PP_MAX_TILES)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: kernel %d / splits %d / tile_tokens %d / pipe_tiles %d out of range",
-                               (int)g->kernel, g->splits, g->tile_tokens, g->pipe_tiles);
+        return comet_set_error(
+            COMET_ERR_INVALID_ARG,
+            "gemm_w4ax: kernel %d / splits %d / tile_tokens %d / pipe_tiles %d out of range",
+            (int)g->kernel, g->splits, g->tile_tokens, g->pipe_tiles);
     if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: the decode kernel has no split-K (splits %d)",
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: the decode kernel has no split-K (splits %d)",
                                g->splits);
     return COMET_OK;
 }
 
-comet_status check_pointers(const comet_cuda_w4ax_gemm *g)
-{
+comet_status check_pointers(const comet_cuda_w4ax_gemm *g) {
     if (!g->qw || !g->sw || !g->qa || !g->sa || (!g->y && !g->y_f16))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: qw, sw, qa, sa and one of y, y_f16 must be non-NULL");
     if ((uintptr_t)g->qw % 16 || (uintptr_t)g->qa % 16 || (uintptr_t)g->sw % 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: qw, sw and qa must be 16-byte aligned");
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: qw, sw and qa must be 16-byte aligned");
     return COMET_OK;
 }
 
 } // namespace
 
-extern "C" size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gemm *g)
-{
+extern "C" size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gemm *g) {
     if (check_args(g) < 0) {
         comet_clear_error();
         return 0;
@@ -321,8 +334,7 @@ extern "C" size_t comet_cuda_gemm_w4ax_workspace_bytes(const comet_cuda_w4ax_gem
     return make_plan(g).ws_bytes;
 }
 
-extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g)
-{
+extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm *g) {
     static thread_local char buf[112]; /* per thread: the launch's error messages use it too */
     if (check_args(g) < 0) {
         comet_clear_error();
@@ -340,7 +352,8 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl, sizeof cl, " cluster");
     else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         snprintf(cl, sizeof cl, " %d/SM ring=%d tiles=%d", pl.pp_ctas, pl.pp_depth, pl.pp_tiles);
-        if (pl.pdl && pl.pp_early < pl.pp_depth - 1) /* fewer early positions than the kernel could take */
+        if (pl.pdl &&
+            pl.pp_early < pl.pp_depth - 1) /* fewer early positions than the kernel could take */
             snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " early=%d", pl.pp_early);
         if (pl.carveout > 0) /* the shared-memory carveout hint, % */
             snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " carve=%d", pl.carveout);
@@ -352,48 +365,51 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
     if (pl.invariant)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " invariant");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
-             pl.kernel == COMET_W4AX_KERNEL_STREAM     ? "stream"
-             : pl.kernel == COMET_W4AX_KERNEL_PIPE     ? "pipe"
-             : pl.kernel == COMET_W4AX_KERNEL_WGMMA    ? "wgmma"
-             : pl.kernel == COMET_W4AX_KERNEL_DECODE   ? "decode"
-                                                       : "tiled",
+             pl.kernel == COMET_W4AX_KERNEL_STREAM   ? "stream"
+             : pl.kernel == COMET_W4AX_KERNEL_PIPE   ? "pipe"
+             : pl.kernel == COMET_W4AX_KERNEL_WGMMA  ? "wgmma"
+             : pl.kernel == COMET_W4AX_KERNEL_DECODE ? "decode"
+                                                     : "tiled",
              pl.MI, pl.S, cl, pl.grid.x, pl.grid.y, pl.grid.z);
     return buf;
 }
 
-extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream)
-{
+extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream) {
     COMET_TRY(check_args(g));
     COMET_TRY(check_pointers(g));
     plan_t pl = make_plan(g);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "gemm_w4ax: the wgmma kernel needs an sm_90 GPU and a build with sm_90a code "
-                               "(CMAKE_CUDA_ARCHITECTURES with 90a, e.g. \"90a;80\"; plain 90 or native "
-                               "has no wgmma)");
+        return comet_set_error(
+            COMET_ERR_UNSUPPORTED,
+            "gemm_w4ax: the wgmma kernel needs an sm_90 GPU and a build with sm_90a code "
+            "(CMAKE_CUDA_ARCHITECTURES with 90a, e.g. \"90a;80\"; plain 90 or native "
+            "has no wgmma)");
     /* tiles along grid y (token tiles of the stream and tiled kernels) and splits along z */
     if (pl.grid.y > 65535 || pl.grid.z > 65535)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: M=%d N=%d K=%d is past the grid limits of the %s plan (grid %ux%ux%u, "
-                               "at most 65535 in y and z); split the call along M",
-                               g->M, g->N, g->K, comet_cuda_gemm_w4ax_plan_name(g), pl.grid.x, pl.grid.y,
-                               pl.grid.z);
+        return comet_set_error(
+            COMET_ERR_INVALID_ARG,
+            "gemm_w4ax: M=%d N=%d K=%d is past the grid limits of the %s plan (grid %ux%ux%u, "
+            "at most 65535 in y and z); split the call along M",
+            g->M, g->N, g->K, comet_cuda_gemm_w4ax_plan_name(g), pl.grid.x, pl.grid.y, pl.grid.z);
     const int smem_optin = device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM);
     if (pl.smem > (size_t)smem_optin)
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "gemm_w4ax: the %s plan needs %zu bytes of shared memory per CTA, this GPU "
-                               "allows %d",
-                               comet_cuda_gemm_w4ax_plan_name(g), pl.smem, smem_optin);
+        return comet_set_error(
+            COMET_ERR_UNSUPPORTED,
+            "gemm_w4ax: the %s plan needs %zu bytes of shared memory per CTA, this GPU "
+            "allows %d",
+            comet_cuda_gemm_w4ax_plan_name(g), pl.smem, smem_optin);
     if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
         (pl.cluster || g->B != 128 || pl.tok < 32 || g->bsum || !ws_ablation_instance(g->ablate))) {
         char vals[64] = "";
         for (int v : WS_ABLATIONS)
-            snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "", v);
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a token tile of "
-                               "32 or more, a plan without a split-K cluster, no bsum and one of %s "
-                               "(ablate %d, %s)",
-                               vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
+            snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "",
+                     v);
+        return comet_set_error(
+            COMET_ERR_INVALID_ARG,
+            "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a token tile of "
+            "32 or more, a plan without a split-K cluster, no bsum and one of %s "
+            "(ablate %d, %s)",
+            vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
     }
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
@@ -401,7 +417,8 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
                                "with comet_cuda_gemm_w4ax_workspace_bytes",
                                pl.ws_bytes, g->workspace ? g->workspace_bytes : (size_t)0);
     params p;
-    p.M = g->M, p.N = g->N, p.Np = (g->N + 15) / 16 * 16, p.K = g->K, p.nb = g->K / g->B, p.S = pl.S;
+    p.M = g->M, p.N = g->N, p.Np = (g->N + 15) / 16 * 16, p.K = g->K, p.nb = g->K / g->B,
+    p.S = pl.S;
     p.qw = g->qw, p.sw = g->sw, p.qa = g->qa, p.sa = g->sa, p.y = g->y, p.y16 = g->y_f16;
     p.bsum = g->bsum;
     p.counter = (unsigned *)g->workspace;
@@ -418,9 +435,11 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     cudaError_t e;
     if (pl.ws_bytes > 0 && counters_needed(pl) > WS_COUNTERS &&
         (e = cudaMemsetAsync(g->workspace, 0, counter_bytes(pl), st)) != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: zeroing %zu workspace counters failed: %s",
+        return comet_set_error(COMET_ERR_CUDA,
+                               "gemm_w4ax: zeroing %zu workspace counters failed: %s",
                                counters_needed(pl), cudaGetErrorString(e));
-    e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st) : launch_variant<false>(pl, kpb, p, tmap, st);
+    e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st)
+                : launch_variant<false>(pl, kpb, p, tmap, st);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of %s failed: %s",
                                comet_cuda_gemm_w4ax_plan_name(g), cudaGetErrorString(e));

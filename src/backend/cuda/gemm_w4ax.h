@@ -63,7 +63,7 @@ typedef enum comet_w4ax_kernel {
  * lane l of a warp reads bytes [16l, 16l+16) of a tile and gets its m16n8k32 A fragments
  * for two k32 steps, each nibble pair (low = row g, high = row g+8) expanding to INT8
  * with the x16 trick. Scales: fp16 [K/B, Np] (block-major), padded rows are 0. */
-size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K); /* 0 for shapes pack refuses */
+size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K);        /* 0 for shapes pack refuses */
 size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B); /* likewise */
 
 /* Host-side repacking. qw_plain [N, K/2] and sw_plain [N, K/B] fp16 bits in, qw_packed
@@ -83,16 +83,16 @@ comet_status comet_cuda_w4ax_unpack(int N, int K, int B, const uint8_t *qw_packe
  * COMET_CUDA_W4AX_MAX_DIM for M and N, COMET_CUDA_W4AX_MAX_K for K,
  * COMET_CUDA_W4AX_MAX_OUTPUT for M * N. */
 typedef struct comet_cuda_w4ax_gemm {
-    int M, N, K, B, n8;  /* M >= 1 tokens, N >= 1, K % 64 == 0, B in {64,128}, 0<=n8<=K/B */
-    const uint8_t *qw;   /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K), 16-byte aligned */
-    const uint16_t *sw;  /* packed fp16 scales [K/B, roundup(N,16)], 16-byte aligned */
-    const int8_t *qa;    /* [M, K] activation codes, 16-byte aligned */
-    const float *sa;     /* [M, K/B] fp32 activation scales */
-    float *y;            /* [M, N] fp32 output, or NULL */
-    uint16_t *y_f16;     /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
-    int32_t *bsum;       /* test/debug: [M, N, K/B] int32 block sums written from the very
+    int M, N, K, B, n8; /* M >= 1 tokens, N >= 1, K % 64 == 0, B in {64,128}, 0<=n8<=K/B */
+    const uint8_t *qw;  /* packed codes, comet_cuda_w4ax_packed_qw_bytes(N, K), 16-byte aligned */
+    const uint16_t *sw; /* packed fp16 scales [K/B, roundup(N,16)], 16-byte aligned */
+    const int8_t *qa;   /* [M, K] activation codes, 16-byte aligned */
+    const float *sa;    /* [M, K/B] fp32 activation scales */
+    float *y;           /* [M, N] fp32 output, or NULL */
+    uint16_t *y_f16;    /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
+    int32_t *bsum;      /* test/debug: [M, N, K/B] int32 block sums written from the very
                           * accumulators the kernel scales, or NULL */
-    void *workspace;     /* tile counters + split-K / stream-K partials, or NULL when none
+    void *workspace;    /* tile counters + split-K / stream-K partials, or NULL when none
                           * is needed; zero-filled once by the caller when allocated (the
                           * kernels leave the counters at zero again). Shareable by calls
                           * made one after another on ONE stream: the counters occupy the

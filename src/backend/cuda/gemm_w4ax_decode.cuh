@@ -37,8 +37,7 @@ constexpr int DK_WARPS = COMET_DK_WARPS, DK_U = COMET_DK_U;
  * partial tiles [DK_WARPS x 16 x tt] fp32; rows = min(M, tt). */
 struct dk_layout {
     int sa, sw, red, bytes;
-    __host__ __device__ dk_layout(int rows, int tt, int K, int nb, int wt)
-    {
+    __host__ __device__ dk_layout(int rows, int tt, int K, int nb, int wt) {
         sa = (rows * (K + 16) + 15) / 16 * 16;
         sw = sa + (rows * nb * 4 + 15) / 16 * 16;
         red = sw + (nb * wt * 32 + 15) / 16 * 16;
@@ -52,8 +51,8 @@ struct dk_layout {
 __host__ __device__ constexpr int dk_wt(int mi) { return mi == 1 ? 1 : 4; }
 
 template <int MI, int KPB, bool BSUM>
-__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS) w4ax_decode_kernel(const __grid_constant__ params p)
-{
+__global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 / DK_WARPS)
+    w4ax_decode_kernel(const __grid_constant__ params p) {
     constexpr int TT = 8 * MI, B = KPB * 64, NBU = DK_U / KPB, WT = dk_wt(MI), WK = DK_WARPS / WT;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -64,13 +63,14 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
     pdl_trigger();
 
     /* first, the weight loads: the first DK_U chunks of the share in flight from here on */
-    const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
+    const uint8_t *wp =
+        p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
     uint4 w[DK_U];
     auto issue = [&](int c0) { /* chunks [c0, c0 + DK_U) of this warp's share */
 #pragma unroll
-        for (int j = 0; j < DK_U; j++)
-            if (c0 + j < nch)
-                w[j] = ld_stream(wp + (size_t)(c0 + j) * 512);
+                               for (int j = 0; j < DK_U; j++)
+                                   if (c0 + j < nch)
+                                       w[j] = ld_stream(wp + (size_t)(c0 + j) * 512);
     };
     issue(0);
 
@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
     const int t0 = blockIdx.y * TT, rows = min(TT, p.M - t0), RS = p.K + 16;
     const dk_layout L(min(TT, p.M), TT, p.K, p.nb, WT);
     if (!(p.ablate & 32)) { /* profiling: 32 = no copies */
-        const int live = min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
+        const int live =
+            min(WT, np16 - (int)blockIdx.x * WT) * 2; /* 16-byte pieces per block row */
         const uint16_t *sw = p.sw + blockIdx.x * WT * 16;
         for (int i = threadIdx.x; i < p.nb * WT * 2; i += DK_WARPS * 32) {
             const int b = i / (WT * 2), piece = i % (WT * 2);
@@ -113,7 +114,8 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
         for (int e = 0; e < 2; e++) {
             const int tt = f * 8 + tq * 2 + e;
             sa_ok[f][e] = tt < rows;
-            sap[f][e] = reinterpret_cast<const float *>(smem + L.sa) + (sa_ok[f][e] ? tt : 0) * p.nb + b0;
+            sap[f][e] =
+                reinterpret_cast<const float *>(smem + L.sa) + (sa_ok[f][e] ? tt : 0) * p.nb + b0;
         }
     const unsigned short *sws =
         reinterpret_cast<const unsigned short *>(smem + L.sw) + b0 * WT * 16 + (warp % WT) * 16 + g;
@@ -123,7 +125,8 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
 #pragma unroll
             for (int j = 0; j < DK_U; j++)
                 if (c0 + j < nch)
-                    acc[0][0] = __int_as_float(__float_as_int(acc[0][0]) ^ (int)(w[j].x ^ w[j].y ^ w[j].z ^ w[j].w));
+                    acc[0][0] = __int_as_float(__float_as_int(acc[0][0]) ^
+                                               (int)(w[j].x ^ w[j].y ^ w[j].z ^ w[j].w));
             return;
         }
 #pragma unroll
@@ -149,14 +152,16 @@ __global__ void __launch_bounds__(DK_WARPS * 32, MI == 1 ? COMET_DK_MINB1 : 16 /
                         const uint8_t *q = act + (f * 8 + g) * RS + (size_t)(c0 + j) * 64 + st * 32;
                         const bool live = f * 8 + g < rows;
                         const uint32_t bb0 = live ? *reinterpret_cast<const uint32_t *>(q) : 0u;
-                        const uint32_t bb1 = live ? *reinterpret_cast<const uint32_t *>(q + 16) : 0u;
+                        const uint32_t bb1 =
+                            live ? *reinterpret_cast<const uint32_t *>(q + 16) : 0u;
                         mma_s8(cs[st][f], a0, a1, a2, a3, bb0, bb1);
                     }
                 }
             }
             const int bl = c0 / KPB + jb; /* block index within the warp's share */
             /* x 1/16 (exact) for the x16 weight codes */
-            const float swf[2] = {f16f(sws[bl * WT * 16]) * 0.0625f, f16f(sws[bl * WT * 16 + 8]) * 0.0625f};
+            const float swf[2] = {f16f(sws[bl * WT * 16]) * 0.0625f,
+                                  f16f(sws[bl * WT * 16 + 8]) * 0.0625f};
 #pragma unroll
             for (int f = 0; f < MI; f++)
 #pragma unroll

@@ -7,36 +7,34 @@
 
 #include "numerics/w4_plain.h"
 
-static int dims_ok(int N, int K)
-{
-    return N >= 1 && N <= COMET_CUDA_W4AX_MAX_DIM && K >= 64 && K <= COMET_CUDA_W4AX_MAX_DIM && K % 64 == 0;
+static int dims_ok(int N, int K) {
+    return N >= 1 && N <= COMET_CUDA_W4AX_MAX_DIM && K >= 64 && K <= COMET_CUDA_W4AX_MAX_DIM &&
+           K % 64 == 0;
 }
 
 static size_t round16(int n) { return ((size_t)n + 15) / 16 * 16; }
 
-size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K)
-{
+size_t comet_cuda_w4ax_packed_qw_bytes(int N, int K) {
     return dims_ok(N, K) ? round16(N) * (size_t)(K / 2) : 0;
 }
 
-size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B)
-{
-    return dims_ok(N, K) && (B == 64 || B == 128) && K % B == 0 ? (size_t)(K / B) * round16(N) * sizeof(uint16_t) : 0;
+size_t comet_cuda_w4ax_packed_sw_bytes(int N, int K, int B) {
+    return dims_ok(N, K) && (B == 64 || B == 128) && K % B == 0
+               ? (size_t)(K / B) * round16(N) * sizeof(uint16_t)
+               : 0;
 }
 
-static comet_status check_shape(int N, int K, int B)
-{
+static comet_status check_shape(int N, int K, int B) {
     if (!dims_ok(N, K) || (B != 64 && B != 128) || K % B)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_pack: N=%d K=%d B=%d; need 1 <= N <= %d, K a multiple of 64 "
-                               "(at most %d), B 64 or 128 dividing K", N, K, B,
-                               COMET_CUDA_W4AX_MAX_DIM, COMET_CUDA_W4AX_MAX_DIM);
+                               "(at most %d), B 64 or 128 dividing K",
+                               N, K, B, COMET_CUDA_W4AX_MAX_DIM, COMET_CUDA_W4AX_MAX_DIM);
     return COMET_OK;
 }
 
 /* Byte offset in the packed codes and nibble position (0 low, 1 high) of element (n, k). */
-static size_t packed_pos(int K, int n, int k, int *high)
-{
+static size_t packed_pos(int K, int n, int k, int *high) {
     int nt = n / 16, r = n % 16, kt = k / 64, kk = k % 64;
     int g = r % 8, step = kk / 32, half = (kk % 32) / 16, tid = (kk % 16) / 4, j = kk % 4;
     int lane = g * 4 + tid, word = step * 2 + half;
@@ -47,8 +45,7 @@ static size_t packed_pos(int K, int n, int k, int *high)
 
 comet_status comet_cuda_w4ax_pack(int N, int K, int B, const uint8_t *qw_plain,
                                   const uint16_t *sw_plain, uint8_t *qw_packed,
-                                  uint16_t *sw_packed)
-{
+                                  uint16_t *sw_packed) {
     COMET_TRY(check_shape(N, K, B));
     const int Np = round16(N), nb = K / B;
     memset(qw_packed, 0, comet_cuda_w4ax_packed_qw_bytes(N, K));
@@ -68,8 +65,7 @@ comet_status comet_cuda_w4ax_pack(int N, int K, int B, const uint8_t *qw_plain,
 
 comet_status comet_cuda_w4ax_unpack(int N, int K, int B, const uint8_t *qw_packed,
                                     const uint16_t *sw_packed, uint8_t *qw_plain,
-                                    uint16_t *sw_plain)
-{
+                                    uint16_t *sw_plain) {
     COMET_TRY(check_shape(N, K, B));
     const int Np = round16(N), nb = K / B;
     memset(qw_plain, 0, comet_w4_plain_bytes(N, K));

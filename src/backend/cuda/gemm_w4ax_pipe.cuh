@@ -39,8 +39,7 @@ constexpr int PP_MAX_CTAS = 3; /* CTAs per SM (__launch_bounds__: 85 registers) 
 /* CTAs per SM that an instance with PT weight tiles per item is built for (__launch_bounds__):
  * its PT x MI x 4 accumulators, and the B fragments kept for the PT tiles, spill at the 85
  * registers of three CTAs from 12 accumulators up, and at the 128 of two with 32 (ptxas -v) */
-__host__ __device__ constexpr int pp_max_ctas(int pt, int mi)
-{
+__host__ __device__ constexpr int pp_max_ctas(int pt, int mi) {
     return pt * mi <= 2 ? PP_MAX_CTAS : pt * mi <= 6 ? 2 : 1;
 }
 /* slot of PT weight tiles: codes [PT tiles][2 chunks x 512], weight scales [PT][2 blocks x 16
@@ -53,8 +52,7 @@ __host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
  * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
 constexpr int PP_SLOT_ALIGN = 128;
-__host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
-{
+__host__ __device__ constexpr int pp_slot_bytes(int rows, int pt) {
     return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;
 }
 /* The partial tiles of an item's warps, double-buffered by item up to 16 x 16 outputs per warp
@@ -73,19 +71,17 @@ __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt)
  * 4 rows stay 16-byte aligned. */
 __host__ __device__ constexpr bool pp_red2(int mi, int pt) { return pt * mi <= 2; }
 __host__ __device__ constexpr int pp_red_ld(int mi, int pt) { return 16 * pt + (mi == 1 ? 4 : 0); }
-__host__ __device__ constexpr int pp_red_bytes(int mi, int pt)
-{
+__host__ __device__ constexpr int pp_red_bytes(int mi, int pt) {
     return (pp_red2(mi, pt) ? 2 : 1) * PP_WARPS * pp_red_ld(mi, pt) * 8 * mi * 4;
 }
 template <int MI, int PT>
-__device__ __forceinline__ int pp_red_col(int row, int tt)
-{
+__device__ __forceinline__ int pp_red_col(int row, int tt) {
     return MI == 1 ? row : row ^ (((tt >> 1) & (PT % 2 ? 1 : 3)) << 3);
 }
 
 template <int MI, int KPB, int PT, bool BSUM>
-__global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_kernel(const __grid_constant__ params p)
-{
+__global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI))
+    w4ax_pipe_kernel(const __grid_constant__ params p) {
     constexpr int TT = 8 * MI, BPS = 2 / KPB; /* blocks per stage */
     constexpr int SW_OFF = pp_sw_off(PT), SA_OFF = pp_sa_off(PT), A_OFF = pp_a_off(PT);
     extern __shared__ __align__(16) uint8_t smem[];
@@ -125,23 +121,28 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
     /* this lane's weight codes (of the item's first tile) and scales at stage st of the item
      * whose first tile is nt0: lanes 4 pt + x copy 16 bytes of tile pt's scales (block x / 2,
      * rows 8 (x & 1) ...) */
-    auto w_at = [&](int nt0, int st) { return p.qw + ((size_t)nt0 * k64 + 2 * (size_t)st) * 512 + lane * 16; };
+    auto w_at = [&](int nt0, int st) {
+        return p.qw + ((size_t)nt0 * k64 + 2 * (size_t)st) * 512 + lane * 16;
+    };
     auto sw_at = [&](int nt0, int st) {
-        return p.sw + (size_t)(st * BPS + ((lane & 3) >> 1)) * p.Np + (nt0 + (lane >> 2)) * 16 + (lane & 1) * 8;
+        return p.sw + (size_t)(st * BPS + ((lane & 3) >> 1)) * p.Np + (nt0 + (lane >> 2)) * 16 +
+               (lane & 1) * 8;
     };
     auto start_item = [&]() { /* pointers at stage l_s of item l_item */
-        if (l_item >= n_items)
-            return;
-        const int nt0 = l_item % ni * PT, t0 = l_item / ni * TT, ta = t0 + (lane & (TT - 1));
-        const int rows = min(TT, p.M - t0);
-        l_npt = PT == 1 ? 1 : min(PT, np16 - nt0);
-        l_w = w_at(nt0, l_s);
-        l_sw = sw_at(nt0, l_s);
-        l_sa = p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
-        l_sa_ok = ta < p.M; /* tokens past M read as 0 */
-        l_a = reinterpret_cast<const uint8_t *>(p.qa) + (size_t)(t0 + a_r0) * p.K + (lane & 7) * 16 +
-              (size_t)l_s * 128;
-        l_a_rows = rows - a_r0;
+                              if (l_item >= n_items)
+                                  return;
+                              const int nt0 = l_item % ni * PT, t0 = l_item / ni * TT,
+                                        ta = t0 + (lane & (TT - 1));
+                              const int rows = min(TT, p.M - t0);
+                              l_npt = PT == 1 ? 1 : min(PT, np16 - nt0);
+                              l_w = w_at(nt0, l_s);
+                              l_sw = sw_at(nt0, l_s);
+                              l_sa =
+                                  p.sa + (size_t)(ta < p.M ? ta : 0) * p.nb + l_s * BPS + lane / TT;
+                              l_sa_ok = ta < p.M; /* tokens past M read as 0 */
+                              l_a = reinterpret_cast<const uint8_t *>(p.qa) +
+                                    (size_t)(t0 + a_r0) * p.K + (lane & 7) * 16 + (size_t)l_s * 128;
+                              l_a_rows = rows - a_r0;
     };
     start_item();
     /* a position's weights: codes (one or two k64 chunks) and weight scales of the item's
@@ -163,7 +164,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                     cp_async16_sz(slot + pt * 1024 + 512 + lane * 16, wp + 512, pt < npt);
             }
             if ((lane >> 2) < PT && (lane & 3) < (two ? 2 * BPS : 2))
-                cp_async16_sz(slot + SW_OFF + lane * 16, (lane >> 2) < npt ? sw : p.sw, (lane >> 2) < npt);
+                cp_async16_sz(slot + SW_OFF + lane * 16, (lane >> 2) < npt ? sw : p.sw,
+                              (lane >> 2) < npt);
         }
     };
     /* parts: 1 = the weights, 2 = the activations (scales, codes) and the commit, 3 = both */
@@ -207,8 +209,8 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
         int it = l_item, st = l_s;
         for (int d = 0; d < n_early && it < n_items; d++) {
             const int nt0 = it % ni * PT;
-            copy_w(ring_s + d * slot_bytes, w_at(nt0, st), sw_at(nt0, st), KPB == 2 || 2 * st + 2 <= k64,
-                   min(PT, np16 - nt0));
+            copy_w(ring_s + d * slot_bytes, w_at(nt0, st), sw_at(nt0, st),
+                   KPB == 2 || 2 * st + 2 <= k64, min(PT, np16 - nt0));
             st += PP_WARPS;
             if (st >= nstage)
                 it += gridDim.x, st = warp;
@@ -228,36 +230,38 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
      * cost no run-time dispatch. Dispatched once per kernel below; before, a
      * switch on the depth in every position, ~12 instructions and an indirect branch. */
     auto run_items = [&](auto DC) {
-    constexpr int D = decltype(DC)::value;
-    int slot = 0, par = 0;
-    for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
-        const int nt0 = item % ni * PT, t0 = item / ni * TT, rows = min(TT, p.M - t0);
-        const int ldsm_off = min(ldsm_row, rows - 1) * PP_RS + ldsm_col; /* rows past the tokens: the last */
-        float acc[PT][MI][4];
+        constexpr int D = decltype(DC)::value;
+        int slot = 0, par = 0;
+        for (int item = blockIdx.x; item < n_items; item += gridDim.x) {
+            const int nt0 = item % ni * PT, t0 = item / ni * TT, rows = min(TT, p.M - t0);
+            const int ldsm_off =
+                min(ldsm_row, rows - 1) * PP_RS + ldsm_col; /* rows past the tokens: the last */
+            float acc[PT][MI][4];
 #pragma unroll
-        for (int pt = 0; pt < PT; pt++)
-            zero_acc<MI>(acc[pt]);
-        for (int s = warp; s < nstage; s += PP_WARPS) {
-            issue_next(3);
-            cp_async_wait<D - 1>(); /* this position has landed (this lane's copies) */
-            __syncwarp();                  /* ... and every lane's */
-            const uint8_t *st = ring + slot * slot_bytes;
-            const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
+            for (int pt = 0; pt < PT; pt++)
+                zero_acc<MI>(acc[pt]);
+            for (int s = warp; s < nstage; s += PP_WARPS) {
+                issue_next(3);
+                cp_async_wait<D - 1>(); /* this position has landed (this lane's copies) */
+                __syncwarp();           /* ... and every lane's */
+                const uint8_t *st = ring + slot * slot_bytes;
+                const int nblk = KPB == 2 ? 1 : min(2, k64 - 2 * s);
 #pragma unroll
-            for (int j = 0; j < BPS; j++) {
-                if (j >= nblk)
-                    break;
-                /* the block's B fragments (token codes) and activation scales, shared by the PT
+                for (int j = 0; j < BPS; j++) {
+                    if (j >= nblk)
+                        break;
+                    /* the block's B fragments (token codes) and activation scales, shared by the PT
                  * tiles: with PT = 1 loaded where the first tile uses them
                  * (loaded first, it ran 1.07-1.14x the time at M = 2-8); with PT > 1 all loaded
                  * first (where the first tile uses them, ptxas spilled 8-20 bytes). Both measured
                  * with one 4-byte load per fragment register, not since. */
-                constexpr bool LAZY = PT == 1;
-                uint32_t bf[2 * KPB][MI][2];
-                float2 sa2[MI];
-                const float *sas = reinterpret_cast<const float *>(st + SA_OFF) + j * TT + tq * 2;
-                const int b = s * BPS + j;
-                /* The B fragments by ldmatrix.x4 (8 x 8 b16 matrices: lane l's 4 bytes of row
+                    constexpr bool LAZY = PT == 1;
+                    uint32_t bf[2 * KPB][MI][2];
+                    float2 sa2[MI];
+                    const float *sas =
+                        reinterpret_cast<const float *>(st + SA_OFF) + j * TT + tq * 2;
+                    const int b = s * BPS + j;
+                    /* The B fragments by ldmatrix.x4 (8 x 8 b16 matrices: lane l's 4 bytes of row
                  * l / 4 are the fragment's k 4 tq .. 4 tq + 3 of token g): at 16 tokens one
                  * k32 step's b0, b1 of both token groups, at 8 two steps' (x, x + 1). Four
                  * 4-byte loads per instruction (before, one per fragment register,
@@ -267,113 +271,119 @@ __global__ void __launch_bounds__(PP_WARPS * 32, pp_max_ctas(PT, MI)) w4ax_pipe_
                  * past a slot of fewer rows -- in the next slot's weights, or past a warp's last
                  * slot in the next warp's ring or the reduction buffer -- and racecheck reported
                  * them against those copies.) */
-                auto load_b = [&](int x) { /* at x odd with 8 tokens: loaded with x - 1 */
-                    if (MI == 1 && (x & 1))
-                        return;
-                    uint32_t r[4];
-                    ldsm_x4(r, st + A_OFF + j * KPB * 64 + x * 32 + ldsm_off);
-                    bf[x][0][0] = r[0], bf[x][0][1] = r[1];
-                    bf[MI == 1 ? x + 1 : x][MI - 1][0] = r[2], bf[MI == 1 ? x + 1 : x][MI - 1][1] = r[3];
-                };
-                if (!LAZY) {
+                    auto load_b = [&](int x) { /* at x odd with 8 tokens: loaded with x - 1 */
+                                               if (MI == 1 && (x & 1))
+                                                   return;
+                                               uint32_t r[4];
+                                               ldsm_x4(r, st + A_OFF + j * KPB * 64 + x * 32 +
+                                                              ldsm_off);
+                                               bf[x][0][0] = r[0], bf[x][0][1] = r[1];
+                                               bf[MI == 1 ? x + 1 : x][MI - 1][0] = r[2],
+                                                                            bf[MI == 1 ? x + 1 : x]
+                                                                              [MI - 1][1] = r[3];
+                    };
+                    if (!LAZY) {
 #pragma unroll
-                    for (int x = 0; x < 2 * KPB; x++)
-                        load_b(x);
+                        for (int x = 0; x < 2 * KPB; x++)
+                            load_b(x);
 #pragma unroll
-                    for (int f = 0; f < MI; f++)
-                        sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
-                }
+                        for (int f = 0; f < MI; f++)
+                            sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
+                    }
 #pragma unroll
-                for (int pt = 0; pt < PT; pt++) {
-                    /* PT = 1: one accumulator per k32 step, 2*KPB independent mma chains instead
+                    for (int pt = 0; pt < PT; pt++) {
+                        /* PT = 1: one accumulator per k32 step, 2*KPB independent mma chains instead
                      * of one chain of 2*KPB (M = 1 was bound by the mma latency), summed exactly.
                      * PT > 1: one chain per tile and token group, PT*MI independent ones, which
                      * saves the integer add per output and block that two chains per tile
                      * cost: 0.979-0.987x the time at M = 12-32, 0.992-0.995x at
                      * M = 1-8 (same-run A/B in CUDA graphs with pdl, 8 LLaMA-3
                      * shapes); no production instance spills either way */
-                    constexpr int NCH = PT == 1 ? 2 * KPB : 1;
-                    int cs[NCH][MI][4];
+                        constexpr int NCH = PT == 1 ? 2 * KPB : 1;
+                        int cs[NCH][MI][4];
 #pragma unroll
-                    for (int c = 0; c < KPB; c++) {
-                        const uint8_t *wp = st + pt * 1024 + (j * KPB + c) * 512 + lane * 16;
-                        const uint4 w = *reinterpret_cast<const uint4 *>(wp);
+                        for (int c = 0; c < KPB; c++) {
+                            const uint8_t *wp = st + pt * 1024 + (j * KPB + c) * 512 + lane * 16;
+                            const uint4 w = *reinterpret_cast<const uint4 *>(wp);
 #pragma unroll
-                        for (int k2 = 0; k2 < 2; k2++) {
-                            const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
-                            const int x = c * 2 + k2;
+                            for (int k2 = 0; k2 < 2; k2++) {
+                                const uint32_t w0 = k2 ? w.z : w.x, w1 = k2 ? w.w : w.y;
+                                const int x = c * 2 + k2;
 #pragma unroll
-                            for (int f = 0; f < MI; f++) {
-                                if (LAZY && pt == 0 && f == 0)
-                                    load_b(x);
-                                if (x < NCH)
+                                for (int f = 0; f < MI; f++) {
+                                    if (LAZY && pt == 0 && f == 0)
+                                        load_b(x);
+                                    if (x < NCH)
 #pragma unroll
-                                    for (int r = 0; r < 4; r++)
-                                        cs[x][f][r] = 0;
-                                mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1), hi16x(w1), bf[x][f][0],
-                                       bf[x][f][1]);
+                                        for (int r = 0; r < 4; r++)
+                                            cs[x][f][r] = 0;
+                                    mma_s8(cs[x % NCH][f], lo16x(w0), hi16x(w0), lo16x(w1),
+                                           hi16x(w1), bf[x][f][0], bf[x][f][1]);
+                                }
                             }
                         }
-                    }
-                    int ci[MI][4];
+                        int ci[MI][4];
 #pragma unroll
-                    for (int f = 0; f < MI; f++)
+                        for (int f = 0; f < MI; f++)
 #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            ci[f][r] = cs[0][f][r];
+                            for (int r = 0; r < 4; r++) {
+                                ci[f][r] = cs[0][f][r];
 #pragma unroll
-                            for (int x = 1; x < NCH; x++)
-                                ci[f][r] += cs[x][f][r];
-                        }
-                    const unsigned short *swp =
-                        reinterpret_cast<const unsigned short *>(st + SW_OFF + pt * 64 + j * 32);
-                    const float swf[2] = {f16f(swp[g]) * 0.0625f, f16f(swp[g + 8]) * 0.0625f};
+                                for (int x = 1; x < NCH; x++)
+                                    ci[f][r] += cs[x][f][r];
+                            }
+                        const unsigned short *swp = reinterpret_cast<const unsigned short *>(
+                            st + SW_OFF + pt * 64 + j * 32);
+                        const float swf[2] = {f16f(swp[g]) * 0.0625f, f16f(swp[g + 8]) * 0.0625f};
 #pragma unroll
-                    for (int f = 0; f < MI; f++) {
-                        if (LAZY && pt == 0)
-                            sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
+                        for (int f = 0; f < MI; f++) {
+                            if (LAZY && pt == 0)
+                                sa2[f] = *reinterpret_cast<const float2 *>(sas + f * 8);
 #pragma unroll
-                        for (int r = 0; r < 4; r++) {
-                            const float sa = (r & 1) ? sa2[f].y : sa2[f].x;
-                            acc[pt][f][r] = fmaf((float)ci[f][r], sa * swf[r >> 1], acc[pt][f][r]);
-                            if (BSUM) {
-                                const int t = t0 + f * 8 + tq * 2 + (r & 1), n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
-                                if (t < p.M && n < p.N)
-                                    p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                            for (int r = 0; r < 4; r++) {
+                                const float sa = (r & 1) ? sa2[f].y : sa2[f].x;
+                                acc[pt][f][r] =
+                                    fmaf((float)ci[f][r], sa * swf[r >> 1], acc[pt][f][r]);
+                                if (BSUM) {
+                                    const int t = t0 + f * 8 + tq * 2 + (r & 1),
+                                              n = (nt0 + pt) * 16 + g + (r >> 1) * 8;
+                                    if (t < p.M && n < p.N)
+                                        p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
+                                }
                             }
                         }
                     }
                 }
+                __syncwarp(); /* the slot is refilled by the next issue */
+                slot = slot + 1 == D ? 0 : slot + 1;
             }
-            __syncwarp(); /* the slot is refilled by the next issue */
-            slot = slot + 1 == D ? 0 : slot + 1;
-        }
-        /* sum the warps' partial tiles in warp order; double-buffered by item, one barrier per
+            /* sum the warps' partial tiles in warp order; double-buffered by item, one barrier per
          * item suffices (a warp reaches the next item's barrier only after every warp has read
          * this item's buffer); single-buffered, the first barrier waits for the previous item's
          * reads. Tiles past np16 hold zeros and are not stored. */
-        constexpr int ROWS = 16 * PT, LD = pp_red_ld(MI, PT);
-        float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * TT * LD);
-        if (!pp_red2(MI, PT))
+            constexpr int ROWS = 16 * PT, LD = pp_red_ld(MI, PT);
+            float *rb = red + (pp_red2(MI, PT) ? par : 0) * (PP_WARPS * TT * LD);
+            if (!pp_red2(MI, PT))
+                __syncthreads();
+#pragma unroll
+            for (int pt = 0; pt < PT; pt++)
+                store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq,
+                                     [](int row, int tt) { return pp_red_col<MI, PT>(row, tt); });
             __syncthreads();
+            for (int i = threadIdx.x; i < ROWS / 4 * TT; i += PP_WARPS * 32) {
+                const int row = i % (ROWS / 4) * 4, tt = i / (ROWS / 4), t = t0 + tt;
+                float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int pt = 0; pt < PT; pt++)
-            store_acc_tile_t<MI>(rb, warp * TT, pt * 16, LD, acc[pt], g, tq,
-                                 [](int row, int tt) { return pp_red_col<MI, PT>(row, tt); });
-        __syncthreads();
-        for (int i = threadIdx.x; i < ROWS / 4 * TT; i += PP_WARPS * 32) {
-            const int row = i % (ROWS / 4) * 4, tt = i / (ROWS / 4), t = t0 + tt;
-            float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-            for (int w = 0; w < PP_WARPS; w++) {
-                const float4 x = *reinterpret_cast<const float4 *>(rb + (w * TT + tt) * LD + pp_red_col<MI, PT>(row, tt));
-                v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+                for (int w = 0; w < PP_WARPS; w++) {
+                    const float4 x = *reinterpret_cast<const float4 *>(rb + (w * TT + tt) * LD +
+                                                                       pp_red_col<MI, PT>(row, tt));
+                    v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+                }
+                if (t < p.M)
+                    store_out4(p, t, nt0 * 16 + row, v, out4);
             }
-            if (t < p.M)
-                store_out4(p, t, nt0 * 16 + row, v, out4);
+            par ^= 1;
         }
-        par ^= 1;
-    }
     };
     static_assert(PP_MAX_DEPTH == 8, "one case per ring depth");
     switch (depth) {

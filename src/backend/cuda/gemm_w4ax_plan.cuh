@@ -32,27 +32,26 @@ struct plan_t {
     int MI, S;
     int tok; /* wgmma: tokens per CTA tile (16, 32, 64 or 128) */
     int tiles_n, tiles_m;
-    int pp_depth, pp_rows, pp_ctas; /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
-    int pp_tiles;                   /* pipe: 16-row weight tiles per item (1..PP_MAX_TILES) */
-    int pp_early;                   /* pipe, with pdl only: positions whose weights go before the wait */
-    bool cluster; /* stream: the S splits of a tile form a cluster and reduce on chip */
-    bool streamk; /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
-    bool persist; /* wgmma, 128-token tiles past one wave: one CTA per SM, whole tiles in turn */
-    bool pdl;     /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
+    int pp_depth, pp_rows,
+        pp_ctas;    /* pipe: ring slots per warp, token rows per slot, CTAs per SM */
+    int pp_tiles;   /* pipe: 16-row weight tiles per item (1..PP_MAX_TILES) */
+    int pp_early;   /* pipe, with pdl only: positions whose weights go before the wait */
+    bool cluster;   /* stream: the S splits of a tile form a cluster and reduce on chip */
+    bool streamk;   /* wgmma: one CTA per SM, each with an equal share of tiles x blocks */
+    bool persist;   /* wgmma, 128-token tiles past one wave: one CTA per SM, whole tiles in turn */
+    bool pdl;       /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
     bool invariant; /* the batch-invariant plan (batch_invariant_call) */
-    int carveout; /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
+    int carveout;   /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
     dim3 grid, block;
     size_t smem, ws_bytes;
 };
-
 
 /* Devices whose properties the host code caches (per-device tables; a device past this is
  * asked again on every call). */
 constexpr int MAX_DEV = 16;
 
 /* The current device's ordinal, or -1 (error cleared) when there is none. */
-int current_device()
-{
+int current_device() {
     int dev = -1;
     if (cudaGetDevice(&dev) != cudaSuccess) {
         cudaGetLastError(); /* clear */
@@ -64,11 +63,10 @@ int current_device()
 /* An attribute of the current device (SM count, compute capability major, shared memory per
  * SM and per block with opt-in), cached per device (the plans ask for them on every call);
  * `fallback` when the query fails. */
-int device_attr(cudaDeviceAttr attr, int fallback)
-{
-    static const cudaDeviceAttr kinds[] = {cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
-                                           cudaDevAttrMaxSharedMemoryPerMultiprocessor,
-                                           cudaDevAttrMaxSharedMemoryPerBlockOptin};
+int device_attr(cudaDeviceAttr attr, int fallback) {
+    static const cudaDeviceAttr kinds[] = {
+        cudaDevAttrMultiProcessorCount, cudaDevAttrComputeCapabilityMajor,
+        cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrMaxSharedMemoryPerBlockOptin};
     constexpr int NK = sizeof kinds / sizeof kinds[0];
     static std::mutex mu;
     static int cache[MAX_DEV][NK];
@@ -100,12 +98,10 @@ int sm_count() { return device_attr(cudaDevAttrMultiProcessorCount, 132); }
  * 128-143 were never stored, found in review). A plan with more tiles than that
  * gets a larger region, which comet_cuda_gemm_w4ax zeroes before the launch. */
 constexpr size_t WS_COUNTERS = 1 << 16;
-size_t counters_needed(const plan_t &pl)
-{
+size_t counters_needed(const plan_t &pl) {
     return pl.streamk ? (size_t)pl.tiles_n * pl.tiles_m : (size_t)pl.grid.x * pl.grid.y;
 }
-size_t counter_bytes(const plan_t &pl)
-{
+size_t counter_bytes(const plan_t &pl) {
     const size_t n = counters_needed(pl);
     return ((n > WS_COUNTERS ? n : WS_COUNTERS) * sizeof(unsigned) + 255) / 256 * 256;
 }
@@ -115,8 +111,7 @@ size_t counter_bytes(const plan_t &pl)
  * so this is safe while a CUDA graph is being captured. A failed query is not cached and
  * reads as false. */
 template <typename T>
-bool device_code_has(std::mutex &mu, int (&known)[MAX_DEV], const void *kernel, T &&test)
-{
+bool device_code_has(std::mutex &mu, int (&known)[MAX_DEV], const void *kernel, T &&test) {
     const int dev = current_device();
     std::lock_guard<std::mutex> lock(mu);
     if (dev >= 0 && dev < MAX_DEV && known[dev])
@@ -142,8 +137,7 @@ bool device_code_has(std::mutex &mu, int (&known)[MAX_DEV], const void *kernel, 
  * the trap 4 (24 in a -G debug build). Cached per device (device_code_has); a failed query
  * plans as without sm_90a code. */
 constexpr int WS_MIN_REGS = 96;
-bool has_wgmma()
-{
+bool has_wgmma() {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) != 9)
         return false;
     static std::mutex mu;
@@ -157,8 +151,7 @@ bool has_wgmma()
  * newer AND the loaded code compiled for it. A "90a;80" build on a newer GPU runs the
  * compute_80 PTX, JIT-compiled, which has no wait: launched early it would race. Read from a
  * kernel's PTX version, cached per device (device_code_has). */
-bool pdl_supported()
-{
+bool pdl_supported() {
     if (device_attr(cudaDevAttrComputeCapabilityMajor, 0) < 9)
         return false;
     static std::mutex mu;
@@ -182,8 +175,7 @@ constexpr int MAX_SMEM = 160 * 1024, MAX_SMEM_SM90 = 227 * 1024;
  * must be set per kernel and per device (the attribute lives in the device's context), and
  * it may not exceed the device's opt-in limit (227 KB on sm_90, 163 KB on sm_80, 99 KB on
  * sm_86 / 89 / 120). The largest value set is remembered per (device, kernel). */
-cudaError_t allow_smem(const void *kernel, size_t bytes)
-{
+cudaError_t allow_smem(const void *kernel, size_t bytes) {
     if (bytes <= 48 * 1024)
         return cudaSuccess;
     struct entry {
@@ -201,7 +193,8 @@ cudaError_t allow_smem(const void *kernel, size_t bytes)
         i++;
     if (i < n_done && done[i].bytes >= bytes)
         return cudaSuccess;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e != cudaSuccess)
         return e;
     if (i < n_done)
@@ -213,7 +206,6 @@ cudaError_t allow_smem(const void *kernel, size_t bytes)
 
 /* Shared memory of one SM (bytes), for sizing the pipe kernel's rings. */
 int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024); }
-
 
 /* Where the automatic plan runs the pipe kernel (sm_90), measured on the H200 in same-run A/Bs
  * (CUDA graphs with pdl, 8 LLaMA-3 shapes; bench/results/2026-12-02-h200-gemm-s13). Below one
@@ -229,8 +221,7 @@ int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiproce
  * Not measured: more than 27 tiles per SM (70B gate_up), e.g. an lm_head, where the rule
  * extrapolates. */
 constexpr int PP_AUTO_M32_MAX_TILES_PER_SM = 2;
-bool pipe_auto(int M, int np16, int sms)
-{
+bool pipe_auto(int M, int np16, int sms) {
     return np16 >= sms && (M <= 16 || (M <= 32 && np16 <= PP_AUTO_M32_MAX_TILES_PER_SM * sms));
 }
 
@@ -241,8 +232,7 @@ struct pp_spread {
     int ctas;
     long share;
 };
-pp_spread pp_spread_items(long items, int cmax, int sms)
-{
+pp_spread pp_spread_items(long items, int cmax, int sms) {
     const long need = (items + sms - 1) / sms;
     if (need <= cmax)
         return {(int)need, need};
@@ -275,8 +265,7 @@ constexpr int PP_AUTO_TILES_M8 = 2;
 /* Token groups of 8 (MI = 1) up to this M; M = 9-16 as two 8-token groups (each weight tile
  * read twice) took 1.33-1.42x the time of 16-token items. */
 constexpr int PP_MI1_MAX_M = 8;
-void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
-{
+void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms) {
     pl.MI = g->M <= PP_MI1_MAX_M ? 1 : 2;
     const int tt = 8 * pl.MI, reserve = 1024, smem_sm = sm_smem_bytes();
     pl.tiles_m = (g->M + tt - 1) / tt;
@@ -360,8 +349,7 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms)
 /* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
  * memory (K past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on): the caller then runs
  * the stream kernel. */
-bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
-{
+bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16) {
     pl.MI = g->M <= 8 ? 1 : 2;
     const int tt = 8 * pl.MI, wt = dk_wt(pl.MI);
     pl.tiles_m = (g->M + tt - 1) / tt;
@@ -380,8 +368,7 @@ bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16)
  * 0.81-0.91x the time on the 70B shapes (K >= 8192), 1.01-1.10x on the 8B ones with
  * K = 4096, 1.01x on 8B down (K = 14336). */
 constexpr int WS_TOK16_MIN_K = 8192;
-int ws_auto_tok(int M, int K)
-{
+int ws_auto_tok(int M, int K) {
     return M <= 16 ? (K >= WS_TOK16_MIN_K ? 16 : 32) : M <= 32 ? 32 : M <= 64 ? 64 : 128;
 }
 
@@ -398,14 +385,14 @@ int ws_cluster_capacity(int kpb, int tok, int S);
  * kernel takes 0.93x its time at M = 1 per call (0.87-0.97x on 7 shapes, 70B gate_up 1.03x)
  * and 0.945x in CUDA graphs with pdl (0.84-0.99x on 6 shapes, 1.03 / 1.06x on 70B gate_up / 8B
  * o); at M = 2 the new plan is 0.93x the old one's time both ways. */
-comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
-{
+comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms) {
     if (!has_wgmma())
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
     const bool plain = g->splits == 0 && g->ablate == 0;
     if (plain && pipe_auto(g->M, np16, sms))
         return COMET_W4AX_KERNEL_PIPE;
-    return g->M <= 8 || (g->M <= 16 && g->ablate) ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
+    return g->M <= 8 || (g->M <= 16 && g->ablate) ? COMET_W4AX_KERNEL_STREAM
+                                                  : COMET_W4AX_KERNEL_WGMMA;
 }
 
 /* The batch-invariant plan (g->batch_invariant): a token row's outputs must not depend on M.
@@ -415,8 +402,7 @@ comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms)
  * stream plan's split at M = 1, which keeps decode streaming from every SM -- and M picks only
  * among those kernels. The pipe kernel (warps own strided stages) and stream-K (shares cut by
  * M) would change the sums. */
-void batch_invariant_call(comet_cuda_w4ax_gemm &gi, int sms)
-{
+void batch_invariant_call(comet_cuda_w4ax_gemm &gi, int sms) {
     const int nb = gi.K / gi.B, ctas = ((gi.N + 15) / 16 + STREAM_WARPS - 1) / STREAM_WARPS;
     const int min_s = (nb + STREAM_MAX_RANGE / gi.B - 1) / (STREAM_MAX_RANGE / gi.B);
     const int S = (4 * sms + ctas - 1) / ctas;
@@ -427,12 +413,12 @@ void batch_invariant_call(comet_cuda_w4ax_gemm &gi, int sms)
         gi.kernel = gi.M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
 }
 
-plan_t make_plan(const comet_cuda_w4ax_gemm *g)
-{
+plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
     plan_t pl = {};
     const int sms = sm_count();
     comet_cuda_w4ax_gemm gi;
-    if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0 && g->ablate == 0) {
+    if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0 &&
+        g->ablate == 0) {
         gi = *g;
         batch_invariant_call(gi, sms);
         g = &gi;
@@ -447,7 +433,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
-        pl.grid = dim3((np16 + STREAM_WARPS - 1) / STREAM_WARPS, (g->M + 8 * pl.MI - 1) / (8 * pl.MI), 1);
+        pl.grid =
+            dim3((np16 + STREAM_WARPS - 1) / STREAM_WARPS, (g->M + 8 * pl.MI - 1) / (8 * pl.MI), 1);
         int ctas = (int)(pl.grid.x * pl.grid.y);
         int S = (4 * sms + ctas - 1) / ctas;
         int min_s = (nb + STREAM_MAX_RANGE / g->B - 1) / (STREAM_MAX_RANGE / g->B);
@@ -550,7 +537,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
             (long long)ctas * nb >= sms) {
             const long long sk = ((long long)ctas * nb + sms - 1) / sms + WS_SK_COST;
             if (100 * sk <= WS_SK_GAIN * makespan(pl.S))
-                pl.streamk = true, pl.S = 1, pl.cluster = false, pl.grid = dim3((unsigned)sms, 1, 1);
+                pl.streamk = true, pl.S = 1, pl.cluster = false,
+                pl.grid = dim3((unsigned)sms, 1, 1);
         }
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
@@ -558,7 +546,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g)
         if (!pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
             ctas > slots && nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
             device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= persist_smem)
-            pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1), pl.smem = (size_t)persist_smem;
+            pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1),
+            pl.smem = (size_t)persist_smem;
     } else {
         pl.MI = 4;
         pl.grid = dim3((np16 + TBN / 16 - 1) / (TBN / 16), (g->M + TBM - 1) / TBM, 1);
@@ -585,13 +574,17 @@ static_assert(TSMEM_BYTES <= MAX_SMEM &&
                   ws_smem_bytes(2, 32) <= MAX_SMEM && ws_smem_bytes(1, 32) <= MAX_SMEM &&
                   ws_smem_bytes(2, 16) <= MAX_SMEM && ws_smem_bytes(1, 16) <= MAX_SMEM,
               "shared memory plans exceed MAX_SMEM");
-static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM_SM90 && ws_persist_smem_bytes(2, 128) <= MAX_SMEM_SM90 &&
+static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM_SM90 &&
+                  ws_persist_smem_bytes(2, 128) <= MAX_SMEM_SM90 &&
                   2 * 8 * ws_stages(1, 128) <= 256 && 2 * 8 * ws_stages(2, 128) <= 256,
               "the persistent wgmma plans' staging tile does not fit");
 /* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB) */
-constexpr bool ws_fits_sm(int kpb, int tok) { return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok) + 1024) <= 228 * 1024; }
-static_assert(ws_fits_sm(1, 16) && ws_fits_sm(2, 16) && ws_fits_sm(1, 32) && ws_fits_sm(2, 32) && ws_fits_sm(1, 64) &&
-                  ws_fits_sm(2, 64) && ws_fits_sm(1, 128) && ws_fits_sm(2, 128),
+constexpr bool ws_fits_sm(int kpb, int tok) {
+    return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok) + 1024) <= 228 * 1024;
+}
+static_assert(ws_fits_sm(1, 16) && ws_fits_sm(2, 16) && ws_fits_sm(1, 32) && ws_fits_sm(2, 32) &&
+                  ws_fits_sm(1, 64) && ws_fits_sm(2, 64) && ws_fits_sm(1, 128) &&
+                  ws_fits_sm(2, 128),
               "the wgmma kernel's CTAs per SM do not fit in shared memory");
 static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) &&
                   128 * WS_RED_LD * 4 <= ws_stages(2, 128) * ws_stage_bytes(2, 128) &&

@@ -18,8 +18,7 @@ namespace {
  * (and its weight scales), then 2*MI mma per chunk of the current group, promoting at each
  * block end. KPB = B/64 chunks per block. */
 template <int MI, int KPB, int WARPS, bool BSUM, bool CL, int G>
-__global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
-{
+__global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p) {
     constexpr int NBG = G / KPB, B = KPB * 64;
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
@@ -39,7 +38,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
     /* First weight loads go out before the activation copy, so the two latencies overlap. */
     const bool active = nt < np16;
     const int nch = (b1 - b0) * KPB;
-    const uint8_t *wp = p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
+    const uint8_t *wp =
+        p.qw + ((size_t)(active ? nt : 0) * (p.K / 64) + (size_t)b0 * KPB) * 512 + lane * 16;
     const uint16_t *swp = p.sw + (size_t)b0 * p.Np + (active ? nt : 0) * 16 + g;
     uint4 cur[G], nxt[G];
     unsigned short swc[NBG][2], swn[NBG][2];
@@ -51,13 +51,15 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #pragma unroll
         for (int j = 0; j < NBG; j++)
             if (j * KPB < nch)
-                swc[j][0] = ld_sw(swp + (size_t)j * p.Np), swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
+                swc[j][0] = ld_sw(swp + (size_t)j * p.Np),
+                swc[j][1] = ld_sw(swp + (size_t)j * p.Np + 8);
     }
     pdl_wait(); /* the weights above may be read while the previous kernel runs, nothing else */
     const int rows = min(8 * MI, p.M - t0); /* token rows past M are never read */
     for (int i = threadIdx.x; i < rows * (R / 16); i += WARPS * 32) {
         int row = i / (R / 16), col = (i % (R / 16)) * 16;
-        cp_async16_tok(smem + row * RS + col, p.qa + (size_t)(t0 + row) * p.K + (size_t)b0 * B + col);
+        cp_async16_tok(smem + row * RS + col,
+                       p.qa + (size_t)(t0 + row) * p.K + (size_t)b0 * B + col);
     }
     cp_async_commit();
     cp_async_wait<0>();
@@ -83,7 +85,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
 #pragma unroll
                     for (int e = 0; e < 2; e++) {
                         int t = t0 + f * 8 + tq * 2 + e, b = b0 + c0 / KPB + j;
-                        sac[j][f][e] = (t < p.M && b < b1) ? __ldg(&p.sa[(size_t)t * p.nb + b]) : 0.0f;
+                        sac[j][f][e] =
+                            (t < p.M && b < b1) ? __ldg(&p.sa[(size_t)t * p.nb + b]) : 0.0f;
                     }
 #pragma unroll
             for (int j = 0; j < G; j++) {
@@ -106,7 +109,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                     }
                     if ((j + 1) % KPB == 0) {
                         const int jb = j / KPB, b = b0 + (c0 + j) / KPB;
-                        const float swf[2] = {f16f(swc[jb][0]) * 0.0625f, f16f(swc[jb][1]) * 0.0625f};
+                        const float swf[2] = {f16f(swc[jb][0]) * 0.0625f,
+                                              f16f(swc[jb][1]) * 0.0625f};
 #pragma unroll
                         for (int f = 0; f < MI; f++)
 #pragma unroll
@@ -114,7 +118,8 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
                                 float sc = sac[jb][f][r & 1] * swf[r >> 1];
                                 acc[f][r] = fmaf((float)ci[f][r], sc, acc[f][r]);
                                 if (BSUM) {
-                                    int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;
+                                    int t = t0 + f * 8 + tq * 2 + (r & 1),
+                                        n = nt * 16 + g + (r >> 1) * 8;
                                     if (t < p.M && n < p.N)
                                         p.bsum[((size_t)t * p.N + n) * p.nb + b] = ci[f][r] >> 4;
                                 }
@@ -132,11 +137,15 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p)
         }
     }
 
-#define W4AX_STREAM_FOR_EACH(BODY)                                                   \
-    _Pragma("unroll") for (int f = 0; f < MI; f++)                                   \
-    _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
-        int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;       \
-        if (t < p.M && n < p.N) { BODY; }                                            \
+#define W4AX_STREAM_FOR_EACH(BODY)                                                                 \
+    _Pragma("unroll")                                                                              \
+    for (int f = 0; f < MI; f++)                                                                   \
+        _Pragma("unroll")                                                                          \
+    for (int r = 0; r < 4; r++) {                                                                  \
+        int t = t0 + f * 8 + tq * 2 + (r & 1), n = nt * 16 + g + (r >> 1) * 8;                     \
+        if (t < p.M && n < p.N) {                                                                  \
+            BODY;                                                                                  \
+        }                                                                                          \
     }
     if (p.S == 1) {
         if (!active)

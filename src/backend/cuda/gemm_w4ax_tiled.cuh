@@ -23,8 +23,7 @@ constexpr int TSTAGE_BYTES = TW_BYTES + TA_BYTES;
 constexpr int TSMEM_BYTES = TSTAGES * TSTAGE_BYTES;
 
 template <int KPB, bool BSUM>
-__global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
-{
+__global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p) {
     extern __shared__ __align__(16) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, tq = lane & 3;
     const int wn = warp & 1, wm = warp >> 1;
@@ -32,7 +31,8 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     const int nt0 = blockIdx.x * (TBN / 16), t0 = blockIdx.y * TBM, np16 = p.Np / 16;
     const int k64 = p.K / 64, c0 = b0 * KPB, nch = (b1 - b0) * KPB;
     pdl_trigger();
-    if (p.pdl && tid < TBN / 16 && nt0 + tid < np16) /* the first weights of the CTA's 8 tiles, into L2 */
+    if (p.pdl && tid < TBN / 16 &&
+        nt0 + tid < np16) /* the first weights of the CTA's 8 tiles, into L2 */
         l2_prefetch(p.qw + ((size_t)(nt0 + tid) * k64 + c0) * 512,
                     min((unsigned)nch * 512u, pdl_prefetch_per_slice(TBN / 16)));
     pdl_wait(); /* everything below reads the activations */
@@ -137,15 +137,22 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     cp_async_wait<0>();
 
 /* BODY for each live element (t, n) of m16 fragment i, then of all four fragments */
-#define W4AX_TILED_FRAG(BODY)                                                        \
-    _Pragma("unroll") for (int f = 0; f < 4; f++)                                    \
-    _Pragma("unroll") for (int r = 0; r < 4; r++) {                                  \
-        int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1);                             \
-        int n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;                          \
-        if (t < p.M && n < p.N) { BODY; }                                            \
+#define W4AX_TILED_FRAG(BODY)                                                                      \
+    _Pragma("unroll")                                                                              \
+    for (int f = 0; f < 4; f++)                                                                    \
+        _Pragma("unroll")                                                                          \
+    for (int r = 0; r < 4; r++) {                                                                  \
+        int t = t0 + wm * 32 + f * 8 + tq * 2 + (r & 1);                                           \
+        int n = (nt0 + wn * 4 + i) * 16 + g + (r >> 1) * 8;                                        \
+        if (t < p.M && n < p.N) {                                                                  \
+            BODY;                                                                                  \
+        }                                                                                          \
     }
-#define W4AX_TILED_FOR_EACH(BODY)                                                    \
-    _Pragma("unroll") for (int i = 0; i < 4; i++) { W4AX_TILED_FRAG(BODY) }
+#define W4AX_TILED_FOR_EACH(BODY)                                                                  \
+    _Pragma("unroll")                                                                              \
+    for (int i = 0; i < 4; i++) {                                                                  \
+        W4AX_TILED_FRAG(BODY)                                                                      \
+    }
     if (p.S == 1) {
         W4AX_TILED_FOR_EACH(store_out(p, t, n, acc[i][f][r]))
         return;
@@ -153,7 +160,7 @@ __global__ void __launch_bounds__(256, 1) w4ax_tiled_kernel(params p)
     W4AX_TILED_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[i][f][r])
     if (!splitk_last(p))
         return;
-    /* one m16 fragment (16 elements) at a time, split-outer: 16 loads in flight, each
+        /* one m16 fragment (16 elements) at a time, split-outer: 16 loads in flight, each
      * element still summed in split order from 0.0f */
 #pragma unroll
     for (int i = 0; i < 4; i++) {

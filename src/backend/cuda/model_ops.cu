@@ -53,7 +53,11 @@ static __global__ void embed_kernel(const float *__restrict__ embd, int C,
 
 /* ---- RMSNorm / SwiGLU / plain input + gather + activation quantization ---- */
 
-enum row_mode { ROW_NORM = 0, ROW_PLAIN = 1, ROW_SILU = 2 };
+enum row_mode {
+    ROW_NORM = 0,
+    ROW_PLAIN = 1,
+    ROW_SILU = 2
+};
 
 struct row_args {
     float *x;              /* NORM: [T, K], gets the residual sum; PLAIN: [T, K] input */
@@ -62,11 +66,11 @@ struct row_args {
     float eps;
     const float *gate, *up; /* SILU: [T, K] */
     int K, B, n8;
-    int kind;               /* comet_cuda_act_kind */
-    const int32_t *perm;    /* [K] or NULL */
-    int8_t *qa;             /* W4AX: [T, K] codes */
-    float *sa;              /* W4AX: [T, K/B] scales */
-    __half *h16;            /* F16: [T, K] */
+    int kind;            /* comet_cuda_act_kind */
+    const int32_t *perm; /* [K] or NULL */
+    int8_t *qa;          /* W4AX: [T, K] codes */
+    float *sa;           /* W4AX: [T, K/B] scales */
+    __half *h16;         /* F16: [T, K] */
 };
 
 /* Token row blockIdx.x. NORM runs one CTA of NORM_THREADS per row: it first adds the
@@ -163,8 +167,8 @@ static __global__ void __launch_bounds__(NORM_THREADS) row_quant_kernel(row_args
     }
 }
 
-comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_fmt *f,
-                              void *act, void *stream, const char *op) {
+comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_fmt *f, void *act,
+                              void *stream, const char *op) {
     if (T < 1 || !f || !act || f->K < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: T = %d, K = %d, act %p",
                                op, T, f ? f->K : 0, act);
@@ -173,15 +177,16 @@ comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_
         if ((f->B != 64 && f->B != 128) || f->K % f->B || f->n8 < 0 || f->n8 > f->K / f->B)
             return comet_set_error(COMET_ERR_INVALID_ARG,
                                    "cuda backend: %s: K = %d, B = %d, n8 = %d is not a W4Ax "
-                                   "activation layout", op, f->K, f->B, f->n8);
+                                   "activation layout",
+                                   op, f->K, f->B, f->n8);
         a.qa = static_cast<int8_t *>(act);
         a.sa = reinterpret_cast<float *>(static_cast<char *>(act) +
                                          comet_cuda_act_scales_offset(T, f->K));
     } else if (f->kind == COMET_CUDA_ACT_F16) {
         a.h16 = static_cast<__half *>(act);
     } else {
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: activation kind %d",
-                               op, (int)f->kind);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: activation kind %d", op,
+                               (int)f->kind);
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int parts = f->kind == COMET_CUDA_ACT_F16
@@ -264,8 +269,8 @@ __device__ __forceinline__ int seq_of_token(const int32_t *token_indptr, int n_s
  * group's min and max and writes its fp16 scale and zero, and the threads write the codes
  * (two channels per byte at 4 bits) or the fp16 values into the token's page slot. */
 static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restrict__ positions,
-                                             const int32_t *__restrict__ token_indptr,
-                                             int n_seqs, const int32_t *__restrict__ page_indptr,
+                                             const int32_t *__restrict__ token_indptr, int n_seqs,
+                                             const int32_t *__restrict__ page_indptr,
                                              const int32_t *__restrict__ page_indices,
                                              const double *__restrict__ inv_freq, float *q, int H,
                                              float *k, const float *__restrict__ v, int rotate) {
@@ -328,8 +333,8 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
             hz = __float2half_rd(mn);
             hs = __float2half_ru(__fdiv_rn(__fsub_rn(mx, __half2float(hz)), (float)levels));
         }
-        __half *dst = reinterpret_cast<__half *>(tile[which] + L.sz_offset +
-                                                 (size_t)slot * L.sz_row + 4 * g);
+        __half *dst =
+            reinterpret_cast<__half *>(tile[which] + L.sz_offset + (size_t)slot * L.sz_row + 4 * g);
         dst[0] = hs;
         dst[1] = hz;
         sz[which][g][0] = __half2float(hs);
@@ -394,9 +399,8 @@ comet_status comet_cuda_embed(const float *embd, int C, const int32_t *tokens, i
     return launch_check("embed_tokens");
 }
 
-comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const float *norm,
-                                      float eps, int T, const comet_cuda_act_fmt *f, void *act,
-                                      void *stream) {
+comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const float *norm, float eps,
+                                      int T, const comet_cuda_act_fmt *f, void *act, void *stream) {
     row_args a = {};
     a.x = x, a.residual = residual, a.norm = norm, a.eps = eps;
     return row_quant_launch(ROW_NORM, a, T, f, act, stream, "rmsnorm_quant");
@@ -416,8 +420,8 @@ comet_status comet_cuda_silu_mul_quant(const float *gate, const float *up, int T
     return row_quant_launch(ROW_SILU, a, T, f, act, stream, "silu_mul_quant");
 }
 
-comet_status comet_cuda_gather_rows_f16(const uint16_t *src, int C, const int32_t *rows,
-                                        int n_rows, uint16_t *dst, void *stream) {
+comet_status comet_cuda_gather_rows_f16(const uint16_t *src, int C, const int32_t *rows, int n_rows,
+                                        uint16_t *dst, void *stream) {
     if (n_rows < 1)
         return COMET_OK;
     gather_rows_f16_kernel<<<n_rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(
@@ -437,7 +441,7 @@ comet_status comet_cuda_f32_to_f16(const float *src, uint16_t *dst, size_t n, vo
 }
 
 comet_status comet_cuda_fill_random(void *dst, size_t n, int kind, float lo, float hi,
-                                     uint64_t seed, void *stream) {
+                                    uint64_t seed, void *stream) {
     if (n == 0)
         return COMET_OK;
     size_t blocks = (n + 255) / 256;
@@ -458,9 +462,9 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
                                "cuda backend: rope_kv_append: head dim %d, page size %d, group "
                                "%d%s; the kernel takes D <= %d with D %% 8 == 0 (a power of two "
                                "with the hadamard rotation), P <= %d, groups of a multiple of 8 "
-                               "channels dividing D", L->D, L->P, L->G,
-                               rotate ? ", hadamard" : "", COMET_CUDA_KV_MAX_HEAD_DIM,
-                               COMET_CUDA_KV_MAX_PAGE_SIZE);
+                               "channels dividing D",
+                               L->D, L->P, L->G, rotate ? ", hadamard" : "",
+                               COMET_CUDA_KV_MAX_HEAD_DIM, COMET_CUDA_KV_MAX_PAGE_SIZE);
     if (st->n_tokens < 1 || H < 1 || layer < 0 || layer >= L->n_layer)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: rope_kv_append: T = %d, H = %d, layer %d of %d",
@@ -477,16 +481,18 @@ comet_status comet_cuda_unstack(const float *y, int T, int N, int n_parts, const
                                 float *const *outs, void *stream) {
     unstack_args a = {};
     if (T < 1 || n_parts < 1 || n_parts > 3)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: unstack: T = %d, %d parts",
-                               T, n_parts);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: unstack: T = %d, %d parts", T,
+                               n_parts);
     a.y = y, a.N = N, a.n_parts = n_parts;
     for (int i = 0; i < n_parts; i++) {
         a.col0[i + 1] = a.col0[i] + widths[i];
         a.out[i] = outs[i];
     }
     if (a.col0[n_parts] != N)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: unstack: parts of %d "
-                               "columns in all, the stack has %d", a.col0[n_parts], N);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: unstack: parts of %d "
+                               "columns in all, the stack has %d",
+                               a.col0[n_parts], N);
     const unsigned blocks = (unsigned)((N + 1023) / 1024 < 64 ? (N + 1023) / 1024 : 64);
     unstack_kernel<<<dim3(blocks, T), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
     return launch_check("matmul (stack split)");

@@ -58,9 +58,8 @@ comet_status comet_cuda_embed(const float *embd, int C, const int32_t *tokens, i
  * h = x * (1 / sqrtf(mean(x^2) + eps)) * norm [C], and act = h in format f (f->K == C),
  * quantized per token per block like comet_quant_act (bit for bit the same codes and
  * scales for the same h). */
-comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const float *norm,
-                                      float eps, int T, const comet_cuda_act_fmt *f, void *act,
-                                      void *stream);
+comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const float *norm, float eps,
+                                      int T, const comet_cuda_act_fmt *f, void *act, void *stream);
 
 /* act = x [T, f->K] in format f (no norm). */
 comet_status comet_cuda_act_quant(const float *x, int T, const comet_cuda_act_fmt *f, void *act,
@@ -71,8 +70,8 @@ comet_status comet_cuda_silu_mul_quant(const float *gate, const float *up, int T
                                        const comet_cuda_act_fmt *f, void *act, void *stream);
 
 /* dst [n_rows, C] = src [rows[r], :] for fp16 rows (uint16_t bits); rows [n_rows] device. */
-comet_status comet_cuda_gather_rows_f16(const uint16_t *src, int C, const int32_t *rows,
-                                        int n_rows, uint16_t *dst, void *stream);
+comet_status comet_cuda_gather_rows_f16(const uint16_t *src, int C, const int32_t *rows, int n_rows,
+                                        uint16_t *dst, void *stream);
 
 /* dst[i] = fp16(src[i]) (round to nearest even) for i < n. */
 comet_status comet_cuda_f32_to_f16(const float *src, uint16_t *dst, size_t n, void *stream);
@@ -80,7 +79,11 @@ comet_status comet_cuda_f32_to_f16(const float *src, uint16_t *dst, size_t n, vo
 /* Synthetic weights (benchmarks): dst [n] filled from a hash of (seed, index), the same for
  * any launch shape. kind COMET_CUDA_FILL_BYTES: uniform random bytes (uint8); F16 / F32:
  * uniform in [lo, hi) as fp16 bits / fp32. */
-enum { COMET_CUDA_FILL_BYTES = 0, COMET_CUDA_FILL_F16 = 1, COMET_CUDA_FILL_F32 = 2 };
+enum {
+    COMET_CUDA_FILL_BYTES = 0,
+    COMET_CUDA_FILL_F16 = 1,
+    COMET_CUDA_FILL_F32 = 2
+};
 comet_status comet_cuda_fill_random(void *dst, size_t n, int kind, float lo, float hi,
                                     uint64_t seed, void *stream);
 
@@ -90,17 +93,17 @@ comet_status comet_cuda_fill_random(void *dst, size_t n, int kind, float lo, flo
 #define COMET_CUDA_ATTN_TILE 16
 
 typedef struct comet_cuda_step_view {
-    int n_tokens, n_seqs;          /* T, S */
-    const int32_t *positions;      /* [T] */
-    const int32_t *token_indptr;   /* [S + 1] */
-    const int32_t *page_indptr;    /* [S + 1] */
-    const int32_t *page_indices;   /* [page_indptr[S]] */
-    const int32_t *tiles;          /* [n_tiles, 2]: (first token, sequence) of each run of up
+    int n_tokens, n_seqs;        /* T, S */
+    const int32_t *positions;    /* [T] */
+    const int32_t *token_indptr; /* [S + 1] */
+    const int32_t *page_indptr;  /* [S + 1] */
+    const int32_t *page_indices; /* [page_indptr[S]] */
+    const int32_t *tiles;        /* [n_tiles, 2]: (first token, sequence) of each run of up
                                     * to COMET_CUDA_ATTN_TILE consecutive tokens of one
                                     * sequence, covering every token once */
     int n_tiles;
-    int max_kv_len;                /* the longest sequence after the append (host value) */
-    int batch_invariant;           /* the backend's batch_invariant (backend.h): attention
+    int max_kv_len;      /* the longest sequence after the append (host value) */
+    int batch_invariant; /* the backend's batch_invariant (backend.h): attention
                                     * then takes the tile kernel over fixed key spans */
 } comet_cuda_step_view;
 
@@ -134,9 +137,9 @@ size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
  * second kernel. COMET_ERR_UNSUPPORTED: D above 256 or not a multiple of 8, P above 256,
  * H / Hkv above the tile's rows. */
 comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
-                                        int layer, const comet_cuda_step_view *st,
-                                        const float *q, int H, float *out, int rotate,
-                                        int n_splits, void *workspace, void *stream);
+                                        int layer, const comet_cuda_step_view *st, const float *q,
+                                        int H, float *out, int rotate, int n_splits,
+                                        void *workspace, void *stream);
 
 /* ys split of a stacked GEMM output: outs[i] [T, widths[i]] = the columns of part i of y
  * [T, N] (parts side by side, N = their sum; n_parts <= 3); a NULL outs[i] is skipped.

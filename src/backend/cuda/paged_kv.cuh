@@ -34,7 +34,6 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-
 /* ---- paged KV ---- */
 
 struct kv_args {

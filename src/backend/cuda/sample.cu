@@ -143,8 +143,8 @@ __device__ double mass_from(sample_smem &sm, const float *x, int V, const comet_
 }
 
 /* Step 3 of the file comment: the draw in id order over val >= floor_z. */
-__device__ int draw_in_id_order(sample_smem &sm, const float *x, int V,
-                                const comet_sample_row &R, float zmax, float floor_z) {
+__device__ int draw_in_id_order(sample_smem &sm, const float *x, int V, const comet_sample_row &R,
+                                float zmax, float floor_z) {
     const int chunk = (V + SMP_THREADS - 1) / SMP_THREADS;
     const int b0 = min(V, (int)threadIdx.x * chunk), b1 = min(V, b0 + chunk);
     double m = 0.0;
@@ -216,8 +216,8 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
         }
         key = hi;
         if (topk ? n_hi < R.top_k
-                 : !(topp && mass_from(sm, x, V, R, key, zmax) >=
-                                 (double)R.top_p * z_all * (1.0 + 1e-9)))
+                 : !(topp &&
+                     mass_from(sm, x, V, R, key, zmax) >= (double)R.top_p * z_all * (1.0 + 1e-9)))
             return COMET_SAMPLE_ON_HOST;
     }
     const bool whole = key == lo; /* the set holds every id from lo up */
@@ -293,7 +293,7 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
     if (n < 1)
         return COMET_SAMPLE_ON_HOST; /* cannot happen: the maximum passes every filter */
 
-    /* the draw: the first rank whose running mass passes u * total */
+        /* the draw: the first rank whose running mass passes u * total */
 #pragma unroll
     for (int j = 0; j < SMP_ITEMS; j++)
         w[j] = tid * SMP_ITEMS + j < n ? exp((double)v[j] - (double)zmax) : 0.0;
@@ -318,9 +318,9 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
 }
 
 __global__ void __launch_bounds__(SMP_THREADS)
-sample_kernel(const comet_sample_row *__restrict__ rows, float *__restrict__ logits, int V,
-              const int32_t *__restrict__ pen_ids, const int32_t *__restrict__ pen_counts,
-              int32_t *__restrict__ ids) {
+    sample_kernel(const comet_sample_row *__restrict__ rows, float *__restrict__ logits, int V,
+                  const int32_t *__restrict__ pen_ids, const int32_t *__restrict__ pen_counts,
+                  int32_t *__restrict__ ids) {
     __shared__ sample_smem sm;
     const comet_sample_row R = rows[blockIdx.x];
     float *x = logits + (size_t)R.row * V;
@@ -365,10 +365,9 @@ sample_kernel(const comet_sample_row *__restrict__ rows, float *__restrict__ log
 
 } /* namespace */
 
-extern "C" comet_status comet_cuda_sample(const comet_sample_row *rows, int n_rows,
-                                          float *logits, int V, const int32_t *pen_ids,
-                                          const int32_t *pen_counts, int32_t *ids,
-                                          void *stream) {
+extern "C" comet_status comet_cuda_sample(const comet_sample_row *rows, int n_rows, float *logits,
+                                          int V, const int32_t *pen_ids, const int32_t *pen_counts,
+                                          int32_t *ids, void *stream) {
     if (V < 1 || n_rows < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: V = %d, %d rows", V,
                                n_rows);
