@@ -50,6 +50,10 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
             return comet_set_error(COMET_ERR_FORMAT, "%s: %s " fmt, src, field, __VA_ARGS__);      \
     } while (0)
     CHECK(c->n_layer > 0, "n_layer", "must be positive, got %d", c->n_layer);
+    /* the deepest LLaMA-family model (3.1-405B) has 126 layers; a file claiming millions
+     * would have the loader allocate its layer table before any tensor is checked */
+    CHECK(c->n_layer <= 1024, "n_layer", "%d is beyond any supported model (at most 1024)",
+          c->n_layer);
     CHECK(c->n_embd > 0, "n_embd", "must be positive, got %d", c->n_embd);
     CHECK(c->n_ff > 0, "n_ff", "must be positive, got %d", c->n_ff);
     CHECK(c->n_head > 0, "n_head", "must be positive, got %d", c->n_head);
