@@ -40,8 +40,8 @@ typedef enum comet_w4ax_kernel {
                                    * split-K) that share one copy of the token rows; each
                                    * warp streams its share of K through its own cp.async
                                    * ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* forced only (the automatic plan chose it at M = 1 up to
-                                   * session 12): CTAs own 16-row tiles over all of K,
+    COMET_W4AX_KERNEL_DECODE = 5, /* forced only (the pipe kernel is faster at M = 1): CTAs
+                                   * own 16-row tiles over all of K,
                                    * their 8 warps split K and load 8 k64 chunks each into
                                    * registers before waiting; no split-K (splits > 1 is
                                    * refused); the stream kernel where the token rows
@@ -135,8 +135,8 @@ typedef struct comet_cuda_w4ax_gemm {
                                * this file's sm_90 code; elsewhere (older GPUs, or a "90a;80"
                                * build on a newer GPU, which runs the JIT-compiled sm_80 code)
                                * the call is a plain launch. The plan does not depend on pdl
-                               * (since session 13; the kernels' arithmetic is the same with
-                               * and without it); size the workspace with the same struct all
+                               * (the kernels' arithmetic is the same with and without it);
+                               * size the workspace with the same struct all
                                * the same. A plan that zeroes a large
                                * counter region (> 65536 tiles) waits fully behind that
                                * memset. It pays in CUDA graphs and back-to-back launches after
