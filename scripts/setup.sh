@@ -171,6 +171,11 @@ if [ "${COMET_FP:-0}" != "1" ]; then
         say "quantize: $gen_model is from an older comet (no KV rotation); quantizing it again"
         rm -f "$gen_model/tokenizer_config.json"
     fi
+    # ... and one made with the older default of one KV scale/zero group per head (now 16)
+    if [ -f "$gen_model/tokenizer_config.json" ] && ! grep -q '"kv_group_size":[[:space:]]*16\b' "$gen_model/config.json"; then
+        say "quantize: $gen_model has the older KV group default (one per head); quantizing it again"
+        rm -f "$gen_model/tokenizer_config.json"
+    fi
     if [ ! -f "$gen_model/tokenizer_config.json" ]; then
         say "quantize: build/comet quantize --calib data/mobydick.txt --calib-windows 16 --out $gen_model (first use, a few minutes)"
         build/comet quantize --model "models/$MODEL_FILE" --calib data/mobydick.txt \
