@@ -455,12 +455,8 @@ static void test_pdl_chain(void) {
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* global split-K */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 16 tokens */
-        {{16, 6144, 4096, 128, 4},
-         COMET_W4AX_KERNEL_WGMMA,
-         0,
-         0,
-         0,
-         0}, /* 32 tokens, cluster split-K */
+        /* 32 tokens, cluster split-K */
+        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* cluster split-K */
         {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
