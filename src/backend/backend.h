@@ -372,8 +372,7 @@ void comet_backend_set_batch_invariant(comet_backend *be, int on);
  * thread that had a CUDA context that context back (a thread with none is left with the
  * backend's device current). w4ax_free waits for the whole device: gemm_w4ax takes
  * the weights of any CUDA backend on the same device, whose streams may still read them.
- * It implements only w4ax_load, w4ax_free, gemm_w4ax and destroy so far; its other ops are
- * NULL (comet_forward_init refuses it). Returns NULL + comet_last_error() when
+ * It implements the whole op table (docs/cuda.md). Returns NULL + comet_last_error() when
  * this build has no CUDA (COMET_ERR_UNSUPPORTED), no CUDA device is usable
  * (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory runs out.
  * Always linkable: without CUDA it is a stub that fails. */

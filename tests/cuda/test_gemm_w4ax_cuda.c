@@ -1,7 +1,7 @@
 /* test_gemm_w4ax_cuda.c — GPU test of the CUDA W4Ax GEMM against the scalar oracle
- * (comet_ref_gemm_w4ax). For each shape of the issue's grid (every value of M, N, K is
+ * (comet_ref_gemm_w4ax). For each shape of the grid below (every value of M, N, K is
  * covered; the largest combinations are trimmed to keep the CPU oracle affordable) and
- * each kernel (auto plan, the other kernel forced, forced split counts):
+ * each kernel (the automatic plan, every kernel forced, forced split counts):
  *   - int32 block sums written by the kernel's debug mode equal the oracle's bit for bit;
  *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
  *     rounding, and two runs give identical bits (deterministic split-K);
@@ -327,7 +327,7 @@ static void test_shape(const shape *s, int quick) {
         /* the pipe kernel with each count of weight tiles per item, which share the token rows
          * (the last item along N short of them where N/16 is not a multiple: N = 8, 136, 168),
          * the 3- and 4-tile ones also with pdl (at 16 tokens fewer early positions than ring
-         * slots - 1, session 17); the automatic plan takes 2-4 wherever N/16 >= 2 */
+         * slots - 1); the automatic plan takes 2-4 wherever N/16 >= 2 */
         for (int pt = 1; pt <= 4; pt++)
             n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, pt, 0, &in, y_ref, bs_ref, mag) > 0;
         n_fail += run_case(s, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 1, &in, y_ref, bs_ref, mag) > 0;
@@ -433,7 +433,7 @@ static void test_shared_workspace(void) {
  * are deterministic). In the cases marked qa_y1 the call under test also reads y1's bytes as
  * its activation codes (M x K <= 16 KB): the codes, which the decode, pipe and stream kernels
  * copy through L1, must likewise be read only after the wait. Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
- * kernels skip the wait and these checks fail (checked on the H200, session 10). Both calls
+ * kernels skip the wait and these checks fail (checked on the H200). Both calls
  * share one workspace, as the CUDA backend's calls do. */
 static void test_pdl_chain(void) {
     const shape s1 = {1, 4096, 28672, 128, 28};
@@ -783,9 +783,9 @@ int main(int argc, char **argv) {
             {4096, 4096, 576, 64, 2},
             {16, 8, 14336, 64, 224},
             {4096, 8, 4096, 128, 0},
-            /* below one wave, 7 splits in a cluster for the wgmma kernel (forced; session 8: S = 4
+            /* below one wave, 7 splits in a cluster for the wgmma kernel (forced; S = 4
              * through global partials before the 32-token tiles ran two CTAs per SM); the
-             * automatic plan runs the pipe kernel here since session 13 */
+             * automatic plan runs the pipe kernel here */
             {24, 4096, 14336, 128, 28},
             /* below one wave with more splits than resident clusters allow: on a 132-SM H200
              * the automatic plan reduces S = 3 splits through global partials (make_plan) */
