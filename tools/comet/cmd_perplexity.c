@@ -41,8 +41,9 @@ static void usage(FILE *f) {
             "                     at some speed (docs/numerics.md)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
-            "  --kv-group G       channels per KV scale/zero group (default: the model's, or\n"
-            "                     the head dim)\n"
+            "  --kv-group G       channels per KV scale/zero group (default: the model's; 16\n"
+            "                     when --kv-bits 4 or 8 quantizes the KV cache of a model\n"
+            "                     without one, as comet quantize does)\n"
             "  --kv-rotation none|hadamard\n"
             "                     rotate K, V (and q) per KV head by the Walsh-Hadamard matrix\n"
             "                     before KV quantization (default: the model's; hadamard when\n"
@@ -160,6 +161,9 @@ int cmd_perplexity(int argc, char **argv) {
     if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
         comet_is_pow2(m->cfg.head_dim))
         kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
+    if (!kv_group && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
+        m->cfg.head_dim % 16 == 0)
+        kv_group = 16; /* likewise (comet quantize's default) */
     if (kv_rotation >= 0) {
         if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim)) {
             fprintf(stderr,
