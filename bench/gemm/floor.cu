@@ -31,7 +31,11 @@
 
 #include "backend/cuda/ptx.cuh"
 
+using comet_ptx::bulk_load;
 using comet_ptx::ld_stream;
+using comet_ptx::mbar_arrive_expect_tx;
+using comet_ptx::mbar_init;
+using comet_ptx::mbar_wait;
 #include "harness.cuh"
 
 __global__ void empty_kernel(unsigned *sink) { (void)sink; }
@@ -59,10 +63,6 @@ __global__ void ld_kernel(const uint4 *p, size_t n16, unsigned *sink) {
         sink[blockIdx.x] = x;
 }
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
 /* One CTA per SM; thread 0 streams CTA b's contiguous byte range [b*per, (b+1)*per) in
  * CH-byte bulk copies through D slots; each landed slot is recycled at once (no consumer:
  * this is the arrival floor of the copy engine path). */
@@ -78,35 +78,21 @@ __global__ void bulk_kernel(const uint8_t *p, size_t bytes, int CH, int D, unsig
         return;
     const int nch = (int)((b1 - b0 + CH - 1) / CH);
     for (int d = 0; d < D; d++)
-        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;\n" ::"r"(smem_u32(&bar[d])));
+        mbar_init(&bar[d], 1);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     auto issue = [&](int c) {
         const int d = c % D;
         const size_t off = b0 + (size_t)c * CH;
         const unsigned n = (unsigned)min((size_t)CH, b1 - off);
-        asm volatile(
-            "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(&bar[d])),
-            "r"(n)
-            : "memory");
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], "
-                     "[%1], %2, [%3];\n" ::"r"(smem_u32(smem + (size_t)d * CH)),
-                     "l"(p + off), "r"(n), "r"(smem_u32(&bar[d]))
-                     : "memory");
+        mbar_arrive_expect_tx(&bar[d], n);
+        bulk_load(smem + (size_t)d * CH, p + off, n, &bar[d]);
     };
     for (int c = 0; c < D && c < nch; c++)
         issue(c);
     uint32_t x = 0;
     for (int c = 0; c < nch; c++) {
         const int d = c % D;
-        const unsigned par = (unsigned)(c / D) & 1u;
-        uint32_t done;
-        do {
-            asm volatile("{\n.reg .pred q;\nmbarrier.try_wait.parity.shared::cta.b64 q, [%1], %2;\n"
-                         "selp.u32 %0, 1, 0, q;\n}\n"
-                         : "=r"(done)
-                         : "r"(smem_u32(&bar[d])), "r"(par)
-                         : "memory");
-        } while (!done);
+        mbar_wait(&bar[d], (unsigned)(c / D) & 1u);
         x ^= *reinterpret_cast<const uint32_t *>(smem + (size_t)d * CH);
         if (c + D < nch)
             issue(c + D);
