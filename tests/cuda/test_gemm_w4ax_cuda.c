@@ -11,8 +11,8 @@
  *   --quick: a few shapes, for compute-sanitizer;
  *   --pdl: only the chained calls with programmatic dependent launch (test_pdl_chain);
  *   --no-sm90a: the quick shapes and the pdl chains, for a binary built without sm_90a code
- *     (bench/gemm/build.sh with COMET_ARCH="-gencode=arch=compute_90,code=sm_90", as
- *     CMAKE_CUDA_ARCHITECTURES=90 or native builds it) run on an sm_90 GPU: the automatic
+ *     (a CMake build with CMAKE_CUDA_ARCHITECTURES=90, e.g. COMET_CUDA_ARCHS=90 with
+ *     scripts/gpu/build.sh) run on an sm_90 GPU: the automatic
  *     plans must keep to the stream and tiled kernels and be right, forcing the wgmma kernel
  *     must be refused, and pdl (sm_90 code has its instructions) must hold.
  * Exit status 0 when every check passes. */
