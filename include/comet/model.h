@@ -118,6 +118,11 @@ const char *comet_kv_rotation_name(int rotation);
 /* The comet_kv_rotation named `name`, or -1 for a name not listed above. */
 int comet_kv_rotation_parse(const char *name);
 
+/* The KV group a 4- or 8-bit cache takes unless told otherwise (`comet quantize`, and
+ * `perplexity --kv-bits` on a model whose cache is not quantized): 16 channels where the head
+ * dim is a multiple of 16, else 0 (one group per head). docs/accuracy.md has what it buys. */
+int comet_kv_default_group(int head_dim);
+
 /* How the KV cache stores K and V (docs/numerics.md "KV cache"): the one definition the
  * checkpoint, the model, the quantizer's parameters and the cache itself share. */
 typedef struct comet_kv_format {

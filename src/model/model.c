@@ -106,6 +106,8 @@ const char *comet_kv_rotation_name(int rotation) {
     return NULL;
 }
 
+int comet_kv_default_group(int head_dim) { return head_dim % 16 == 0 ? 16 : 0; }
+
 int comet_kv_rotation_parse(const char *name) {
     if (!name)
         return -1;

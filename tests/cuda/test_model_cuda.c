@@ -32,6 +32,7 @@
 #include <cmocka.h>
 
 #include "../test_util.h"
+#include "step_test_util.h"
 #include "backend/backend.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
@@ -176,16 +177,6 @@ static void greedy_batch(const comet_model *m, comet_backend *be, int32_t *const
     comet_runner_free(&run);
 }
 
-static double rel_err(const float *a, const float *b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        const double d = (double)a[i] - b[i];
-        num += d * d;
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / fmax(den, 1e-300));
-}
-
 static double ppl(const comet_model *m, comet_backend *be, const int32_t *ids, size_t n,
                   int windows, int chunk);
 
@@ -233,7 +224,7 @@ static void test_batch_invariance(void **state) {
         int same = 0;
         while (same < STEPS && t_alone[0][same] == t_batch[0][same])
             same++;
-        const double e = rel_err(l_batch, l_alone, (size_t)STEPS * V);
+        const double e = st_nerr(l_batch, l_alone, (size_t)STEPS * V);
         printf("[%s] batch-invariant cuda: prompt 0 alone and beside prompts 1, 2: %d of %d greedy "
                "tokens equal, logits rel err %.2e\n",
                cases[c].name, same, STEPS, e);

@@ -161,9 +161,8 @@ int cmd_perplexity(int argc, char **argv) {
     if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
         comet_is_pow2(m->cfg.head_dim))
         kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
-    if (!kv_group && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
-        m->cfg.head_dim % 16 == 0)
-        kv_group = 16; /* likewise (comet quantize's default) */
+    if (!kv_group && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8))
+        kv_group = comet_kv_default_group(m->cfg.head_dim); /* likewise */
     if (kv_rotation >= 0) {
         if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim)) {
             fprintf(stderr,

@@ -258,9 +258,8 @@ int cmd_quantize(int argc, char **argv) {
         cli_report_error("quantize", "cannot load the model");
         goto out;
     }
-    /* KV groups of 16 channels unless given (or the head dim is not a multiple of 16) */
-    if (p.kv.group == 0 && p.kv.bits < 16 && m->cfg.head_dim % 16 == 0)
-        p.kv.group = 16;
+    if (p.kv.group == 0 && p.kv.bits < 16)
+        p.kv.group = comet_kv_default_group(m->cfg.head_dim);
     if (m->quant) {
         fprintf(stderr,
                 "comet quantize: %s is already quantized; quantize the floating-point "
