@@ -6,8 +6,9 @@
 #   bash scripts/gpu/check.sh [stage ...]      stages, in order (default: all)
 #     build   scripts/gpu/build.sh (unpack the carried .deb files, CMake + Ninja, sm_90a)
 #     ops     ctest -L cuda (the GEMM, the backend and every step op against the CPU) and
-#             compute-sanitizer memcheck on the step-op and attention tests' quick sets (racecheck with
-#             COMET_RACECHECK=1: it needs more than 7 minutes there)
+#             compute-sanitizer memcheck on the step-op and attention tests; with
+#             COMET_RACECHECK=1 also racecheck on their quick sets (COMET_CUDA_TEST_QUICK=1),
+#             one process per test case
 #
 # The machine goes back 30 s after a call: chain the calls that carry the model parts
 # without a pause, or its parts and build are gone.
@@ -47,16 +48,31 @@ if has ops; then
         >"$OUT/ctest_cuda.log" 2>&1
     note "ctest -L cuda (ops): $(grep -E 'tests passed|tests failed' "$OUT/ctest_cuda.log" | tail -1)"
     grep -E "Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20
-    tools=(memcheck)
-    [ "${COMET_RACECHECK:-0}" = 1 ] && tools+=(racecheck)
     for t in test_step_ops_cuda test_attention_cuda; do
         command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
-        for tool in "${tools[@]}"; do
-            timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-                "$BUILD/tests/cuda/$t" >"$OUT/sanitizer_${tool}_$t.log" 2>&1
-            note "compute-sanitizer $tool ($t quick): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_${tool}_$t.log" | tail -1))"
-        done
+        timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$BUILD/tests/cuda/$t" >"$OUT/sanitizer_memcheck_$t.log" 2>&1
+        note "compute-sanitizer memcheck ($t): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_memcheck_$t.log" | tail -1))"
     done
+    if [ "${COMET_RACECHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
+        # racecheck on the quick set (COMET_CUDA_TEST_QUICK=1), one process per test case
+        pids=() logs=()
+        for tc in test_step_ops_cuda:test_op_table test_step_ops_cuda:test_act_ops \
+            test_step_ops_cuda:test_matmul test_step_ops_cuda:test_matmul_group \
+            test_step_ops_cuda:test_embed_lm_head test_attention_cuda:test_kv_codes_position0 \
+            test_attention_cuda:test_attention_ragged test_attention_cuda:test_attention_decode \
+            test_attention_cuda:test_attention_batch_invariant; do
+            t=${tc%%:*} f=${tc#*:}
+            log="$OUT/sanitizer_racecheck_$f.log"
+            COMET_CUDA_TEST_QUICK=1 COMET_TEST_FILTER=$f timeout 1200 compute-sanitizer \
+                --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >"$log" 2>&1 &
+            pids+=($!) logs+=("$log")
+        done
+        for i in "${!pids[@]}"; do
+            wait "${pids[$i]}"
+            note "compute-sanitizer racecheck ($(basename "${logs[$i]}" .log)): exit $? ($(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "${logs[$i]}" | tail -1))"
+        done
+    fi
 fi
 
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf

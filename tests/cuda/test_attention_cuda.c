@@ -18,6 +18,7 @@
  *   that RoPE's last ulp moved does not count, and one key too many or too few does).
  * - with batch_invariant: each sequence's outputs inside a ragged batch equal, bit for bit,
  *   its outputs alone, token by token and in chunks of 37.
+ * COMET_CUDA_TEST_QUICK=1 runs the sanitizer set: each kernel instance once (g_quick).
  * - KV codes, scales and zeros (fp16 values for kv 16) bit-exact with comet_quant_kv_group
  *   (after comet_wht with the hadamard rotation) when every position is 0 (RoPE is then the
  *   identity), read from the device storage in the layout of cuda_kv.h.
@@ -48,7 +49,15 @@
 #include "step_test_util.h"
 
 static comet_backend *g_cuda, *g_cpu;
-static int g_full; /* COMET_CUDA_TEST_FULL=1 */
+static int g_full;  /* COMET_CUDA_TEST_FULL=1 */
+/* COMET_CUDA_TEST_QUICK=1: the sanitizer set (racecheck runs a kernel about 100x slower):
+ * every head dim, KV format and GQA tile once, one rotation per KV format, instead of every
+ * combination */
+static int g_quick;
+
+static int quick_rot(int bits_index, int rot) {
+    return !g_quick || rot == bits_index % 2;
+}
 
 enum {
     PAGE = 16
@@ -522,7 +531,8 @@ static void test_attention_ragged(void **state) {
     for (int c = 0; c < N_ATT_CFGS; c++)
         for (int b = 0; b < 3; b++)
             for (int rot = 0; rot < 2; rot++)
-                attention_case(&ATT_CFGS[c], bits[b], rot, len, n_seq, max_chunk, 0,
+                if (quick_rot(b, rot))
+                    attention_case(&ATT_CFGS[c], bits[b], rot, len, n_seq, max_chunk, 0,
                                0xA77E0000ull + (uint64_t)c * 100 + (uint64_t)b * 10 +
                                    (uint64_t)rot);
     /* many short sequences in one step, all decode-like after a one-token prefill */
@@ -542,6 +552,11 @@ static const att_cfg DEC_CFGS[] = {
 };
 #define N_DEC_CFGS ((int)(sizeof DEC_CFGS / sizeof DEC_CFGS[0]))
 
+/* DEC_CFGS 0, 3 and the last: GQA tiles of 4 (group 3), 1 and 8, head dims 64 and 128 */
+static int quick_dec_cfg(int cfg) {
+    return !g_quick || cfg == 0 || cfg == 3 || cfg == N_DEC_CFGS - 1;
+}
+
 /* Decode-only steps (every sequence one token) after a prefill that only fills the cache:
  * contexts of 1, 17, 300 and 5000 keys in one batch (on a 132-SM GPU 9 to 64 key splits, all
  * but one of them empty for the 1-key sequence; alone, 1 to 64), and eight sequences of at
@@ -556,6 +571,8 @@ static void test_attention_decode(void **state) {
     for (int c = 0; c < N_DEC_CFGS; c++)
         for (int b = 0; b < 3; b++)
             for (int rot = 0; rot < 2; rot++) {
+                if (!quick_dec_cfg(c) || !quick_rot(b, rot))
+                    continue;
                 const uint64_t seed =
                     0xDEC00000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot;
                 attention_case(&DEC_CFGS[c], bits[b], rot, lens, 4, 700, 2, seed);
@@ -688,7 +705,8 @@ static void test_attention_batch_invariant(void **state) {
     static const int bits[] = {4, 16};
     for (int c = 0; c < N_DEC_CFGS; c++)
         for (int b = 0; b < 2; b++)
-            invariance_case(nosplit, &DEC_CFGS[c], bits[b], (c + b) % 2,
+            if (quick_dec_cfg(c))
+                invariance_case(nosplit, &DEC_CFGS[c], bits[b], (c + b) % 2,
                             0xB1A50000ull + (uint64_t)c * 10 + (uint64_t)b);
     invariance_case(nosplit, &ATT_CFGS[0], 8, 0, 0xB1A5FFFFull);
     comet_backend_set_batch_invariant(g_cuda, 0);
@@ -860,6 +878,8 @@ int main(void) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
     const char *full = getenv("COMET_CUDA_TEST_FULL");
     g_full = full && *full && strcmp(full, "0");
+    const char *quick = getenv("COMET_CUDA_TEST_QUICK");
+    g_quick = quick && *quick && strcmp(quick, "0");
     g_cuda = comet_backend_cuda_init(0);
     if (!g_cuda) {
         fprintf(stderr, "comet_backend_cuda_init(0) failed: %s\n", comet_last_error());
