@@ -44,19 +44,17 @@ fi
 [ -f scripts/gpu/env.sh ] && . scripts/gpu/env.sh
 
 if has ops; then
-    ctest --test-dir "$BUILD" -L cuda --output-on-failure -E test_model_cuda \
-        >"$OUT/ctest_cuda.log" 2>&1
-    note "ctest -L cuda (ops): $(grep -E 'tests passed|tests failed' "$OUT/ctest_cuda.log" | tail -1)"
-    grep -E "Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20
+    # the sanitizer runs go in the background, alongside ctest
+    pids=() logs=()
     for t in test_step_ops_cuda test_attention_cuda; do
         command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
-        timeout 400 compute-sanitizer --tool memcheck --error-exitcode 9 \
-            "$BUILD/tests/cuda/$t" >"$OUT/sanitizer_memcheck_$t.log" 2>&1
-        note "compute-sanitizer memcheck ($t): exit $? ($(grep -E 'ERROR SUMMARY' "$OUT/sanitizer_memcheck_$t.log" | tail -1))"
+        log="$OUT/sanitizer_memcheck_$t.log"
+        timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" \
+            >"$log" 2>&1 &
+        pids+=($!) logs+=("$log")
     done
     if [ "${COMET_RACECHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
         # racecheck on the quick set (COMET_CUDA_TEST_QUICK=1), one process per test case
-        pids=() logs=()
         for tc in test_step_ops_cuda:test_op_table test_step_ops_cuda:test_act_ops \
             test_step_ops_cuda:test_matmul test_step_ops_cuda:test_matmul_group \
             test_step_ops_cuda:test_embed_lm_head test_attention_cuda:test_kv_codes_position0 \
@@ -68,11 +66,15 @@ if has ops; then
                 --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >"$log" 2>&1 &
             pids+=($!) logs+=("$log")
         done
-        for i in "${!pids[@]}"; do
-            wait "${pids[$i]}"
-            note "compute-sanitizer racecheck ($(basename "${logs[$i]}" .log)): exit $? ($(grep -E 'RACECHECK SUMMARY|PASSED|FAILED' "${logs[$i]}" | tail -1))"
-        done
     fi
+    ctest --test-dir "$BUILD" -L cuda --output-on-failure -E test_model_cuda \
+        >"$OUT/ctest_cuda.log" 2>&1
+    note "ctest -L cuda (ops): $(grep -E 'tests passed|tests failed' "$OUT/ctest_cuda.log" | tail -1)"
+    grep -E "Failed|\*\*\*" "$OUT/ctest_cuda.log" | head -20
+    for i in "${!pids[@]}"; do
+        wait "${pids[$i]}"
+        note "compute-sanitizer $(basename "${logs[$i]}" .log): exit $? ($(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "${logs[$i]}" | tail -1); $(grep -E '^\[  (PASSED|FAILED)' "${logs[$i]}" | tail -1))"
+    done
 fi
 
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
