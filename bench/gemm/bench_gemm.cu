@@ -28,7 +28,7 @@
  *
  * Usage: bench_gemm [--quick] [--graph] [--pdl] [--chain] [--out results.md] [--ms 1,16]
  *        [--fracs 0.125] [--shapes 8] [--kernel K] [--splits S] [--tok T] [--pipe-tiles PT]
- *        [--ablate A] [--one M N K kernel]
+ *        [--one M N K kernel]
  * Prints one row per (shape, M, fraction), then the summary; --out also writes the markdown
  * table (with GPU, date) to the given file. */
 #include <cublasLt.h>
@@ -125,18 +125,17 @@ static void run_int8(void *p, int set) {
 }
 
 static comet_w4ax_kernel g_kernel = COMET_W4AX_KERNEL_AUTO; /* --kernel: force one */
-static int g_ablate = 0; /* --ablate: stages left out (profiling; results wrong) */
-static int g_splits = 0; /* --splits: force the split-K count */
-static int g_tok = 0;    /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
-static int g_pt = 0;     /* --pipe-tiles: force the pipe kernel's weight tiles per item (1-4) */
-static int g_pdl = 0;    /* --pdl: programmatic dependent launch for our calls */
+static int g_splits = 0;                                    /* --splits: force the split-K count */
+static int g_tok = 0; /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
+static int g_pt = 0;  /* --pipe-tiles: force the pipe kernel's weight tiles per item (1-4) */
+static int g_pdl = 0; /* --pdl: programmatic dependent launch for our calls */
 
 /* our call's shape and the command line's plan options, no buffers (the plan, its name and its
  * workspace depend on exactly these) */
 static comet_cuda_w4ax_gemm ours_call(const ctx_t *c) {
     comet_cuda_w4ax_gemm g = {};
     g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel,
-    g.ablate = g_ablate, g.splits = g_splits;
+    g.splits = g_splits;
     g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl;
     return g;
 }
@@ -289,8 +288,6 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--pipe-tiles") &&
                  i + 1 < argc) /* --pipe-tiles 1-4: pipe kernel */
             g_pt = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--ablate") && i + 1 < argc) /* --ablate 1|2|4: see gemm_w4ax.h */
-            g_ablate = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) /* --shapes 8: first 8 shapes */
             n_shapes_arg = atoi(argv[++i]);
     }
@@ -307,7 +304,6 @@ int main(int argc, char **argv) {
         comet_cuda_w4ax_gemm g = {};
         g.M = one_m, g.N = one_n, g.K = one_k, g.B = 128, g.n8 = one_k / 128 / 8;
         g.kernel = (comet_w4ax_kernel)one_kernel;
-        g.ablate = g_ablate; /* --ablate applies to --one as well (ncu of a stage left out) */
         g.qw = (uint8_t *)dmalloc(comet_cuda_w4ax_packed_qw_bytes(one_n, one_k));
         g.sw = (uint16_t *)dmalloc(comet_cuda_w4ax_packed_sw_bytes(one_n, one_k, 128));
         g.qa = (int8_t *)dmalloc((size_t)one_m * one_k);
@@ -456,8 +452,7 @@ int main(int argc, char **argv) {
                 fill_codes<<<1024, 256>>>(c.qa, xpool / 2, K, B, c.n8, 8);
                 c.wstride = w4b, c.swstride = swb / 2, c.nsw = ns4;
                 c.sastride = (size_t)M * nb;
-                const comet_cuda_w4ax_gemm g =
-                    ours_call(&c); /* the plan (and its workspace) depends on ablate */
+                const comet_cuda_w4ax_gemm g = ours_call(&c);
                 ensure_ws(c, g);
                 double t4 = timed([&](int set) { run_ours(&c, set); }, 64);
                 row_t r;

@@ -431,7 +431,7 @@ static void test_shared_workspace(void) {
  * scales and writes its output over sa1. Both results must equal, bit for bit, those of the
  * same two calls run one after the other with a synchronization between them (the kernels
  * are deterministic). In the cases marked qa_y1 the call under test also reads y1's bytes as
- * its activation codes (M x K <= 16 KB): the codes, which the decode, pipe and stream kernels
+ * its activation codes (M x K <= 16 KB): the codes, which the pipe and stream kernels
  * copy through L1, must likewise be read only after the wait. Built with -DCOMET_PDL_NO_WAIT (bench/gemm/build_variant.sh), the
  * kernels skip the wait and these checks fail (checked on the H200). Both calls
  * share one workspace, as the CUDA backend's calls do. */
@@ -446,15 +446,11 @@ static void test_pdl_chain(void) {
     } cfg;
     const cfg cases[] = {
         {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe (M = 1 with pdl) */
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
-        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
         {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 2 tiles per item */
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},   /* pipe */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe */
         {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* global split-K */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 16 tokens */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},  /* pipe, 16 tokens */
         /* 32 tokens, cluster split-K */
         {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0},
         {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
@@ -467,7 +463,6 @@ static void test_pdl_chain(void) {
         /* pipe, 3 tiles per item, a 3-slot ring with one early position (8B gate_up at M = 16) */
         {{16, 28672, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         /* activation codes written by the previous kernel */
-        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_DECODE, 0, 0, 0, 1},
         {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
         {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
         {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},  /* pipe, 2 tiles per item */
@@ -641,11 +636,11 @@ static void test_bad_args(void) {
     }
     a.workspace = ws, a.workspace_bytes = wsb;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
-    a.kernel = COMET_W4AX_KERNEL_DECODE, a.splits = 2; /* the decode kernel has no split-K */
+    a.kernel = COMET_W4AX_KERNEL_COUNT; /* no such kernel */
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     ARG_OK(comet_cuda_gemm_w4ax_workspace_bytes(&a) == 0);
     ARG_OK(strcmp(comet_cuda_gemm_w4ax_plan_name(&a), "invalid") == 0);
-    a.splits = 0, a.pdl = 2; /* pdl is 0 or 1 */
+    a.kernel = COMET_W4AX_KERNEL_AUTO, a.pdl = 2; /* pdl is 0 or 1 */
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.pdl = 1;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
@@ -656,21 +651,6 @@ static void test_bad_args(void) {
     a.pipe_tiles = -1;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.pipe_tiles = 0;
-    /* profiling ablations of the wgmma kernel: a value without an instance is refused rather
-     * than run as the full kernel (without sm_90a code, the kernel itself is refused) */
-    a.kernel = COMET_W4AX_KERNEL_WGMMA, a.B = 128, a.ablate = 5, a.tile_tokens = 32;
-    if (no_sm90a) {
-        ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_UNSUPPORTED);
-    } else {
-        ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
-        a.ablate = 16;
-        ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
-        a.bsum = (int32_t *)((char *)buf + 32768); /* no profiling instances with block sums */
-        ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
-        a.bsum = NULL, a.tile_tokens = 16; /* nor of the 16-token tile */
-        ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
-    }
-    a.ablate = 0, a.B = 64, a.tile_tokens = 0;
     /* K past COMET_CUDA_W4AX_MAX_K: the kernels' split ranges are int arithmetic */
     comet_cuda_w4ax_gemm k = a;
     k.K = COMET_CUDA_W4AX_MAX_K + 64, k.kernel = COMET_W4AX_KERNEL_AUTO;

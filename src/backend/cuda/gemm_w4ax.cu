@@ -11,10 +11,7 @@
  * instruction per block instead of per output). The
  * weights are the 16-row side of the MMA and tokens the 8-column side, which suits small M.
  *
- * Five kernels, chosen by M, N, K and the device at run time (make_plan()):
- *  - decode (chosen only when forced; the pipe kernel runs M = 1): CTAs own 16-row weight
- *    tiles over all of K; their 8 warps split K and issue the 16-byte loads of their share,
- *    8 k64 chunks at a time, before anything waits; partial tiles summed in shared memory.
+ * Four kernels, chosen by M, N, K and the device at run time (make_plan()):
  *  - stream (M <= 8 on sm_90 where the pipe plan does not apply: below one tile per SM,
  *    caller-forced splits; M <= 32 on sm_80): each warp owns 16 weight rows and
  *    streams their packed codes from global memory straight into registers (16-byte loads, 4
@@ -34,7 +31,7 @@
  *    from shared memory.
  *  - tiled (M > 32 elsewhere, sm_80): 128x128 CTA tile, 8 warps of 64x32, a 4-stage cp.async
  *    pipeline of 64-deep K slices, activations read with ldmatrix.
- * Files: one kernel each in gemm_w4ax_{stream,pipe,decode,tiled,wgmma}.cuh, their shared
+ * Files: one kernel each in gemm_w4ax_{stream,pipe,tiled,wgmma}.cuh, their shared
  * device code in gemm_w4ax_common.cuh, the host plan in gemm_w4ax_plan.cuh, the PTX wrappers
  * in ptx.cuh; this file includes them all (one translation unit), instantiates the kernels
  * and launches them (launch_variant), and holds the C API of gemm_w4ax.h.
@@ -63,7 +60,6 @@
 #include "backend/cuda/gemm_w4ax_common.cuh"
 #include "backend/cuda/gemm_w4ax_stream.cuh"
 #include "backend/cuda/gemm_w4ax_pipe.cuh"
-#include "backend/cuda/gemm_w4ax_decode.cuh"
 #include "backend/cuda/gemm_w4ax_tiled.cuh"
 #include "backend/cuda/gemm_w4ax_wgmma.cuh"
 #include "backend/cuda/gemm_w4ax_plan.cuh"
@@ -92,7 +88,7 @@ auto with_ws_config(int kpb, int tok, F &&f) {
                        : f(k2{}, t128{});
 }
 
-/* f(MI, KPB) for the pipe and decode kernels' instances: MI (token groups of 8) and kpb =
+/* f(MI, KPB) for the pipe kernel's instances: MI (token groups of 8) and kpb =
  * B / 64, each 1 or 2, as std::integral_constant values. */
 template <typename F>
 auto with_mi_kpb(int mi, int kpb, F &&f) {
@@ -118,7 +114,7 @@ int ws_cluster_capacity(int kpb, int tok, int S) {
                                        : uncached;
     if (c == 0) {
         void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
-            return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, 0, true>;
+            return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, true>;
         });
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
@@ -223,39 +219,12 @@ cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st) {
                : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
-/* The ablate values that the wgmma kernel has a profiling instance for (gemm_w4ax.h says what
- * each leaves out; bench/gemm/ablate.sh runs them), B = 128 only. */
-constexpr int WS_ABLATIONS[] = {1, 2, 3, 4, 8, 11, 16, 17, 32, 64, 96};
-
-bool ws_ablation_instance(int a) {
-    for (int v : WS_ABLATIONS)
-        if (v == a)
-            return true;
-    return false;
-}
-
-/* the instance for p.ablate (checked by the caller: ws_ablation_instance) */
-template <int TOK, size_t... I>
-cudaError_t launch_ws_ablation(const plan_t &pl, const params &p, const CUtensorMap &tmap,
-                               cudaStream_t st, std::index_sequence<I...>) {
-    cudaError_t e = cudaErrorInvalidValue;
-    (void)((p.ablate == WS_ABLATIONS[I] &&
-            (e = launch(w4ax_ws_kernel<2, TOK, false, WS_ABLATIONS[I]>, pl, st, p, tmap), true)) ||
-           ...);
-    return e;
-}
-
 template <int KPB, int TOK, bool BSUM>
 cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st) {
-    if constexpr (KPB == 2 && !BSUM && TOK >= 32)
-        if (p.ablate && !pl.cluster)
-            return launch_ws_ablation<TOK>(
-                pl, p, tmap, st,
-                std::make_index_sequence<sizeof WS_ABLATIONS / sizeof WS_ABLATIONS[0]>{});
     if constexpr (TOK == 128)
         if (pl.streamk || pl.persist)
-            return launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, false, true>, pl, st, p, tmap);
-    return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, 0, true>, pl, st, p, tmap)
+            return launch(w4ax_ws_kernel<KPB, TOK, BSUM, false, true>, pl, st, p, tmap);
+    return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, true>, pl, st, p, tmap)
                       : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
 }
 
@@ -266,12 +235,9 @@ cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUt
         return with_ws_config(kpb, pl.tok, [&](auto k, auto t) {
             return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, st);
         });
-    if (pl.kernel == COMET_W4AX_KERNEL_PIPE || pl.kernel == COMET_W4AX_KERNEL_DECODE)
+    if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
-            constexpr int MI = decltype(m)::value, KPB = decltype(k)::value;
-            return pl.kernel == COMET_W4AX_KERNEL_PIPE
-                       ? launch_pipe<MI, KPB, BSUM>(pl, p, st)
-                       : launch(w4ax_decode_kernel<MI, KPB, BSUM>, pl, st, p);
+            return launch_pipe<decltype(m)::value, decltype(k)::value, BSUM>(pl, p, st);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_TILED)
         return kpb == 1 ? launch(w4ax_tiled_kernel<1, BSUM>, pl, st, p)
@@ -307,10 +273,6 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g) {
             COMET_ERR_INVALID_ARG,
             "gemm_w4ax: kernel %d / splits %d / tile_tokens %d / pipe_tiles %d out of range",
             (int)g->kernel, g->splits, g->tile_tokens, g->pipe_tiles);
-    if (g->kernel == COMET_W4AX_KERNEL_DECODE && g->splits > 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: the decode kernel has no split-K (splits %d)",
-                               g->splits);
     return COMET_OK;
 }
 
@@ -358,18 +320,15 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         if (pl.carveout > 0) /* the shared-memory carveout hint, % */
             snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " carve=%d", pl.carveout);
     }
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE)
-        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " wt=%d", dk_wt(pl.MI));
     if (pl.pdl)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
     if (pl.invariant)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " invariant");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
-             pl.kernel == COMET_W4AX_KERNEL_STREAM   ? "stream"
-             : pl.kernel == COMET_W4AX_KERNEL_PIPE   ? "pipe"
-             : pl.kernel == COMET_W4AX_KERNEL_WGMMA  ? "wgmma"
-             : pl.kernel == COMET_W4AX_KERNEL_DECODE ? "decode"
-                                                     : "tiled",
+             pl.kernel == COMET_W4AX_KERNEL_STREAM  ? "stream"
+             : pl.kernel == COMET_W4AX_KERNEL_PIPE  ? "pipe"
+             : pl.kernel == COMET_W4AX_KERNEL_WGMMA ? "wgmma"
+                                                    : "tiled",
              pl.MI, pl.S, cl, pl.grid.x, pl.grid.y, pl.grid.z);
     return buf;
 }
@@ -398,19 +357,6 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
             "gemm_w4ax: the %s plan needs %zu bytes of shared memory per CTA, this GPU "
             "allows %d",
             comet_cuda_gemm_w4ax_plan_name(g), pl.smem, smem_optin);
-    if (g->ablate && pl.kernel == COMET_W4AX_KERNEL_WGMMA &&
-        (pl.cluster || g->B != 128 || pl.tok < 32 || g->bsum || !ws_ablation_instance(g->ablate))) {
-        char vals[64] = "";
-        for (int v : WS_ABLATIONS)
-            snprintf(vals + strlen(vals), sizeof vals - strlen(vals), "%s%d", vals[0] ? ", " : "",
-                     v);
-        return comet_set_error(
-            COMET_ERR_INVALID_ARG,
-            "gemm_w4ax: ablate on the wgmma kernel needs B = 128, a token tile of "
-            "32 or more, a plan without a split-K cluster, no bsum and one of %s "
-            "(ablate %d, %s)",
-            vals, g->ablate, comet_cuda_gemm_w4ax_plan_name(g));
-    }
     if (pl.ws_bytes > 0 && (!g->workspace || g->workspace_bytes < pl.ws_bytes))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
@@ -423,13 +369,13 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.bsum = g->bsum;
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
-    p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m, p.ablate = g->ablate;
+    p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m;
     p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pp_early = pl.pp_early, p.pdl = pl.pdl;
     p.persist = pl.persist;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        COMET_TRY(make_tmap_a(g, (g->ablate & 8) ? pl.tok / 2 : pl.tok, &tmap));
+        COMET_TRY(make_tmap_a(g, pl.tok, &tmap));
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;

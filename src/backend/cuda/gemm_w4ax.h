@@ -40,12 +40,6 @@ typedef enum comet_w4ax_kernel {
                                    * split-K) that share one copy of the token rows; each
                                    * warp streams its share of K through its own cp.async
                                    * ring in shared memory; any M when forced */
-    COMET_W4AX_KERNEL_DECODE = 5, /* forced only (the pipe kernel is faster at M = 1): CTAs
-                                   * own 16-row tiles over all of K,
-                                   * their 8 warps split K and load 8 k64 chunks each into
-                                   * registers before waiting; no split-K (splits > 1 is
-                                   * refused); the stream kernel where the token rows
-                                   * would not fit in shared memory */
     COMET_W4AX_KERNEL_COUNT
 } comet_w4ax_kernel;
 
@@ -103,21 +97,6 @@ typedef struct comet_cuda_w4ax_gemm {
                           * workspaces of their own. */
     size_t workspace_bytes;
     comet_w4ax_kernel kernel; /* AUTO in production; tests force each kernel */
-    int ablate;               /* 0 in production. Profiling only, results are then WRONG:
-                               * bit mask of stages left out. wgmma kernel (B = 128, token
-                               * tiles of 32 or more, plans without a split-K cluster, bsum
-                               * NULL; one of 1, 2, 3, 4, 8, 11, 16, 17,
-                               * 32, 64, 96): 1 = the int32 -> fp32 promotion (the sums are
-                               * XOR-folded instead), 2 = the wgmma, 4 = the activation-scale
-                               * loads, 8 = half of the token tile's rows (the bytes of packed
-                               * INT4 codes), 16 = the token and weight copies (compute only),
-                               * 32 = the int32 -> fp32 conversion (a bit cast), 64 = the
-                               * scale product (sa only); stream kernel: 8 = the split-K
-                               * reduction, 16 = the MMA and promotion (weights still
-                               * streamed); decode kernel: 8 = the reduction epilogue, 16 =
-                               * the MMA and promotion, 32 = the token and scale copies (56 =
-                               * loads only, no shared memory)
-                               * (bench/gemm --ablate; docs/gemm.md "Where the time goes") */
     int splits;               /* 0 = automatic split-K; tests force values */
     int tile_tokens;          /* wgmma kernel: tokens per CTA tile, 0 = automatic (16 for
                                * M <= 16 with K >= 8192, else 32 for M <= 32, 64 for M <= 64,

@@ -29,7 +29,6 @@ struct params {
     float *part;           /* [S, M, N] split-K partials */
     unsigned *counter;     /* one per (blockIdx.x, blockIdx.y) tile; per tile id with stream-K */
     int tiles_n, tiles_m;  /* warp-specialized kernel: output tiles along N and M */
-    int ablate;            /* profiling: stages left out (comet_cuda_w4ax_gemm.ablate) */
     int pp_depth, pp_rows; /* pipe kernel: ring slots per warp, token rows per slot */
     int pp_early; /* pipe kernel, launched with pdl: ring positions whose weights (codes and
                             * scales) are copied before the wait; the kernel takes at most depth - 1 */
@@ -74,7 +73,7 @@ __device__ __forceinline__ float f16f(unsigned short h) {
     return __half2float(__ushort_as_half(h));
 }
 
-/* Token-code copies of the decode, pipe and stream kernels. Every CTA of a GEMM reads the same
+/* Token-code copies of the pipe and stream kernels. Every CTA of a GEMM reads the same
  * token rows, so they are cached in L1 (.ca) for the other CTAs on the SM: with .cg (L2 only)
  * each CTA's copy crossed from L2 to the SM again, and at M = 2-8 those bytes rivalled the
  * weights' (.ca took the automatic plan to 0.65-0.98x the time per LLaMA-3 shape

@@ -156,15 +156,14 @@ bool pdl_supported() {
         return false;
     static std::mutex mu;
     static int known[MAX_DEV];
-    return device_code_has(mu, known, (const void *)w4ax_decode_kernel<1, 1, false>,
+    return device_code_has(mu, known, (const void *)w4ax_pipe_kernel<1, 1, 1, false>,
                            [](const cudaFuncAttributes &a) { return a.ptxVersion >= 90; });
 }
 
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the
- * decode kernel's token rows, the pipe kernel's ring budget at one CTA per SM): static_asserts,
- * plan_decode and plan_pipe hold the plans to it. The persistent wgmma plans alone go past it,
+/* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the pipe
+ * kernel's ring budget at one CTA per SM): static_asserts and plan_pipe hold the plans to it. The persistent wgmma plans alone go past it,
  * to at most MAX_SMEM_SM90 (they exist on sm_90 only, whose opt-in limit is 227 KB). Raising
  * MAX_SMEM itself deepens the pipe kernel's rings at one CTA per SM, which measured slower
  * (the 8B chain at M = 12-16 ran 2.98x FP16 with it against 3.09x,
@@ -346,23 +345,6 @@ void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms) {
     pl.carveout = (int)((100L * c * ((long)pl.smem + reserve) + smem_sm - 1) / smem_sm);
 }
 
-/* The decode kernel's plan (no split-K). False when its token rows do not fit in shared
- * memory (K past ~100-125 K at M = 1, ~18 K at M = 8, ~9 K from M = 9 on): the caller then runs
- * the stream kernel. */
-bool plan_decode(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16) {
-    pl.MI = g->M <= 8 ? 1 : 2;
-    const int tt = 8 * pl.MI, wt = dk_wt(pl.MI);
-    pl.tiles_m = (g->M + tt - 1) / tt;
-    pl.S = 1;
-    pl.grid = dim3((np16 + wt - 1) / wt, pl.tiles_m, 1);
-    pl.block = dim3(DK_WARPS * 32);
-    if (g->K > MAX_SMEM) /* dk_layout counts in int */
-        return false;
-    const dk_layout L(g->M < tt ? g->M : tt, tt, g->K, g->K / g->B, wt);
-    pl.smem = (g->ablate & 56) == 56 ? 0 : (size_t)L.bytes; /* profiling: loads only */
-    return (size_t)L.bytes <= (size_t)MAX_SMEM;
-}
-
 /* The wgmma kernel's token tile by M (and K at M <= 16). 16-token tiles (three CTAs per SM)
  * against 32-token ones (two) at M = 9-16, same-run A/B on the 8 LLaMA-3 shapes:
  * 0.81-0.91x the time on the 70B shapes (K >= 8192), 1.01-1.10x on the 8B ones with
@@ -377,22 +359,13 @@ int ws_cluster_capacity(int kpb, int tok, int S);
 /* The kernel of the automatic plan. sm_90: where the 16-row tiles at least fill the SMs, the
  * pipe kernel at M <= 16 (and to 32 on narrow shapes: pipe_auto); below one tile per SM the
  * stream kernel's split-K keeps every SM streaming up to M = 8; from M = 9 otherwise the wgmma
- * kernel (profiling ablations at M <= 16 run the stream kernel's instances). sm_80: the stream
- * kernel up to M = 32, then the tiled one.
- * The decode kernel is no longer chosen (tests and benchmarks force it): at M = 1 it was faster
- * than the pipe and stream kernels on every LLaMA shape (0.78-0.96x their time), and
- * with pdl at M = 2; with two weight tiles per pipe item the pipe
- * kernel takes 0.93x its time at M = 1 per call (0.87-0.97x on 7 shapes, 70B gate_up 1.03x)
- * and 0.945x in CUDA graphs with pdl (0.84-0.99x on 6 shapes, 1.03 / 1.06x on 70B gate_up / 8B
- * o); at M = 2 the new plan is 0.93x the old one's time both ways. */
+ * kernel. sm_80: the stream kernel up to M = 32, then the tiled one. */
 comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms) {
     if (!has_wgmma())
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
-    const bool plain = g->splits == 0 && g->ablate == 0;
-    if (plain && pipe_auto(g->M, np16, sms))
+    if (g->splits == 0 && pipe_auto(g->M, np16, sms))
         return COMET_W4AX_KERNEL_PIPE;
-    return g->M <= 8 || (g->M <= 16 && g->ablate) ? COMET_W4AX_KERNEL_STREAM
-                                                  : COMET_W4AX_KERNEL_WGMMA;
+    return g->M <= 8 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
 }
 
 /* The batch-invariant plan (g->batch_invariant): a token row's outputs must not depend on M.
@@ -417,8 +390,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
     plan_t pl = {};
     const int sms = sm_count();
     comet_cuda_w4ax_gemm gi;
-    if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0 &&
-        g->ablate == 0) {
+    if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0) {
         gi = *g;
         batch_invariant_call(gi, sms);
         g = &gi;
@@ -429,8 +401,6 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
      * elsewhere, the call runs as a plain launch */
     const bool pdl = g->pdl && pdl_supported();
     pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms);
-    if (pl.kernel == COMET_W4AX_KERNEL_DECODE && !plan_decode(pl, g, np16))
-        pl = plan_t{}, pl.kernel = COMET_W4AX_KERNEL_STREAM;
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
         pl.grid =
@@ -458,8 +428,6 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
         pl.smem = ((size_t)8 * pl.MI * (range + 16) + 15) / 16 * 16;
         if (pl.cluster)
             pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
-    } else if (pl.kernel == COMET_W4AX_KERNEL_DECODE) {
-        /* planned above */
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         plan_pipe(pl, g, np16, sms);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
@@ -533,7 +501,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
          * takes it, it measured 0.75-0.95x the time (70B qkv at M = 96-512, 70B gate_up at
          * M = 96-128, 8B qkv at M = 384-512, 8B gate_up at M = 192-256, 8B down at M = 384);
          * where it does not, stream-K was 1.0-1.36x (cluster splits already fill the SMs). */
-        if (g->splits == 0 && g->ablate == 0 && pl.tok == 128 && ctas <= WS_SK_MAX_WAVES * sms &&
+        if (g->splits == 0 && pl.tok == 128 && ctas <= WS_SK_MAX_WAVES * sms &&
             (long long)ctas * nb >= sms) {
             const long long sk = ((long long)ctas * nb + sms - 1) / sms + WS_SK_COST;
             if (100 * sk <= WS_SK_GAIN * makespan(pl.S))
@@ -543,8 +511,8 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
         pl.block = dim3(WS_THREADS);
         pl.smem = (size_t)ws_smem_bytes(g->B / 64, pl.tok);
         const int persist_smem = ws_persist_smem_bytes(g->B / 64, pl.tok);
-        if (!pl.streamk && pl.S == 1 && g->splits == 0 && g->ablate == 0 && pl.tok == 128 &&
-            ctas > slots && nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
+        if (!pl.streamk && pl.S == 1 && g->splits == 0 && pl.tok == 128 && ctas > slots &&
+            nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
             device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= persist_smem)
             pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1),
             pl.smem = (size_t)persist_smem;

@@ -90,9 +90,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p) {
                     }
 #pragma unroll
             for (int j = 0; j < G; j++) {
-                if (c0 + j < nch && (p.ablate & 16)) { /* profiling: weights loaded, not used */
-                    ci[0][0] ^= (int)(cur[j].x ^ cur[j].y ^ cur[j].z ^ cur[j].w);
-                } else if (c0 + j < nch) {
+                if (c0 + j < nch) {
                     const uint8_t *ap = smem + (c0 + j) * 64 + tq * 4;
 #pragma unroll
                     for (int st = 0; st < 2; st++) {
@@ -179,7 +177,7 @@ __global__ void __launch_bounds__(WARPS * 32) w4ax_stream_kernel(params p) {
     }
     if (active)
         W4AX_STREAM_FOR_EACH(p.part[((size_t)s * p.M + t) * p.N + n] = acc[f][r])
-    if ((p.ablate & 8) || !splitk_last(p) || !active)
+    if (!splitk_last(p) || !active)
         return;
     /* split-outer: all of one split's loads are in flight together; each element still sums
      * its partials in split order from 0.0f */

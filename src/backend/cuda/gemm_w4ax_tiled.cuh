@@ -5,7 +5,7 @@
  */
 #pragma once
 
-#include "backend/cuda/gemm_w4ax_decode.cuh"
+#include "backend/cuda/gemm_w4ax_pipe.cuh"
 
 namespace {
 

@@ -134,7 +134,7 @@ __host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok) {
     return last;
 }
 
-template <int KPB, int TOK, bool BSUM, int ABL = 0, bool CL = false, bool SK = false>
+template <int KPB, int TOK, bool BSUM, bool CL = false, bool SK = false>
 __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
     w4ax_ws_kernel(const __grid_constant__ params p, const __grid_constant__ CUtensorMap tmap_a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -202,9 +202,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
             }
             return;
         }
-        /* ablate & 8: the first TOK / 2 token rows only (the tensor map's box is halved);
-         * ablate & 16: no token or weight copies (the consumers compute on stale stages) */
-        constexpr bool HALF_A = ABL & 8, NO_COPY = ABL & 16;
         { /* the first segment's first weights into L2, then wait for the previous kernel */
             bool first = p.pdl;
             for_each_segment([&](int tile, int b0, int b1) {
@@ -225,8 +222,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
             int t0, nt0;
             tile_origin(tile, t0, nt0);
             const int nvalid = min(WS_ROWS / 16, np16 - nt0);
-            const unsigned tx =
-                NO_COPY ? 0u : (HALF_A ? A_BYTES / 2 : A_BYTES) + nvalid * KPB * 512;
+            const unsigned tx = A_BYTES + nvalid * KPB * 512;
             const uint8_t *wsrc =
                 p.qw + ((size_t)(nt0 + (lane < nvalid ? lane : 0)) * k64 + (size_t)b0 * KPB) * 512;
             for (int b = b0; b < b1; b++, q++) {
@@ -236,18 +232,17 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                 uint8_t *st = smem + slot * STAGE;
                 if (lane == 0) {
                     mbar_arrive_expect_tx(&full[slot], tx);
-                    if (!NO_COPY)
-                        tma_load_2d(st, &tmap_a, b * KS, t0, &full[slot]);
+                    tma_load_2d(st, &tmap_a, b * KS, t0, &full[slot]);
                 }
                 __syncwarp();
-                if (!NO_COPY && lane < nvalid)
+                if (lane < nvalid)
                     bulk_load(st + A_BYTES + lane * KPB * 512, wsrc + (size_t)(b - b0) * KPB * 512,
                               KPB * 512, &full[slot]);
                 constexpr int SA_PER_LANE = (TOK + 31) / 32; /* 16-token tiles: lanes 0-15 */
 #pragma unroll
                 for (int j = 0; j < SA_PER_LANE; j++) {
                     const int tt = lane * SA_PER_LANE + j, t = t0 + tt;
-                    if (!(ABL & 4) && tt < TOK)
+                    if (tt < TOK)
                         cp_async4(st + A_BYTES + W_BYTES + tt * 4,
                                   p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b, t < p.M);
                 }
@@ -272,42 +267,24 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
     bool row_ok = false;
     const uint16_t *sw_src = p.sw;
     float acc[NACC];
-    int sink = 0; /* ablate & 1 only */
     /* Fold the int32 sums dd of block b0 + x (stage q) into acc. */
     auto promote = [&](const int(&dd)[NACC], int q, int x, float sw0, float sw1) {
         const uint8_t *st = smem + (q % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
-        if (!(ABL & 1)) {
 #pragma unroll
-            for (int j = 0; j < TOK / 8; j++) {
-                float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
+        for (int j = 0; j < TOK / 8; j++) {
+            float2 sa2 = *reinterpret_cast<const float2 *>(ss + 8 * j + 2 * tq);
 #pragma unroll
-                for (int r = 0; r < 4; r++) {
-                    /* ablate & 64: no scale product; & 32: no int32 -> fp32 conversion (a bit cast) */
-                    const float sa = (r & 1) ? sa2.y : sa2.x,
-                                sc = (ABL & 64) ? sa : sa * ((r >> 1) ? sw1 : sw0);
-                    const float df =
-                        (ABL & 32) ? __int_as_float(dd[j * 4 + r]) : (float)dd[j * 4 + r];
-                    acc[j * 4 + r] = fmaf(df, sc, acc[j * 4 + r]);
-                    if (BSUM) {
-                        int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
-                        if (t < p.M && n < p.N)
-                            p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
-                    }
+            for (int r = 0; r < 4; r++) {
+                const float sa = (r & 1) ? sa2.y : sa2.x, sc = sa * ((r >> 1) ? sw1 : sw0);
+                const float df = (float)dd[j * 4 + r];
+                acc[j * 4 + r] = fmaf(df, sc, acc[j * 4 + r]);
+                if (BSUM) {
+                    int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
+                    if (t < p.M && n < p.N)
+                        p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
                 }
             }
-        } else {
-            /* no promotion: an XOR fold keeps the sums live (NACC LOP3), else ptxas drops the
-             * wgmma that produce them as well. Eight chains: a
-             * single NACC-long chain cost ~300 cycles of latency per block and
-             * made the data-only instance look like the floor of the kernel. */
-            int fold[8] = {};
-#pragma unroll
-            for (int i = 0; i < NACC; i++)
-                fold[i & 7] ^= dd[i];
-#pragma unroll
-            for (int i = 0; i < 8; i++)
-                sink ^= fold[i];
         }
     };
     /* every consumer thread is done with stage q */
@@ -366,36 +343,29 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
      * turn, all complete on return */
     auto issue = [&](int q, const uint32_t(&af)[KPB][2][4], int(&dd)[NACC], bool serial = false) {
         const uint32_t b_base = smem_u32(smem + (q % ST) * STAGE);
-        if (!(ABL & 2)) {
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int c = 0; c < KPB; c++)
+#pragma unroll
+            for (int h = 0; h < 2; h++)
+                if constexpr (TOK == 128)
+                    wgmma_128(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                              smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
+                else if constexpr (TOK == 64)
+                    wgmma_64(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                             smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
+                else if constexpr (TOK == 16)
+                    wgmma_16(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                             smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
+                else
+                    wgmma_32(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
+                             smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
+        if (serial) { /* this one done before the next (and on return) */
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
             asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int c = 0; c < KPB; c++)
-#pragma unroll
-                for (int h = 0; h < 2; h++)
-                    if constexpr (TOK == 128)
-                        wgmma_128(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                  smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
-                    else if constexpr (TOK == 64)
-                        wgmma_64(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
-                    else if constexpr (TOK == 16)
-                        wgmma_16(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
-                    else
-                        wgmma_32(dd, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), c | h);
-            if (serial) { /* this one done before the next (and on return) */
-                asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-            }
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::
-                             : "memory"); /* (empty when serial) */
-        } else {
-#pragma unroll
-            for (int i = 0; i < NACC; i++) /* stand-in sums that depend on the unpacked A */
-                dd[i] = (int)(af[0][0][i & 3] >> (i >> 2));
         }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); /* (empty when serial) */
     };
     int q = 0; /* stage sequence number, over all segments */
     for_each_segment([&](int tile, int sb0, int sb1) {
@@ -464,9 +434,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                 release(q);
             }
         }
-
-        if (ABL & 1)
-            acc[0] += (float)sink;
 
 #define W4AX_WS_FOR_EACH(BODY)                                                                     \
     _Pragma("unroll")                                                                              \
