@@ -336,6 +336,12 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
 extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void *stream) {
     COMET_TRY(check_args(g));
     COMET_TRY(check_pointers(g));
+#ifndef COMET_W4AX_TEST_INSTANCES
+    if (g->bsum)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "gemm_w4ax: bsum (the tests' block sums) exists only in the tests' "
+                               "build of this file (COMET_W4AX_TEST_INSTANCES)");
+#endif
     plan_t pl = make_plan(g);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA && !has_wgmma())
         return comet_set_error(
@@ -384,8 +390,12 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
         return comet_set_error(COMET_ERR_CUDA,
                                "gemm_w4ax: zeroing %zu workspace counters failed: %s",
                                counters_needed(pl), cudaGetErrorString(e));
+#ifdef COMET_W4AX_TEST_INSTANCES
     e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st)
                 : launch_variant<false>(pl, kpb, p, tmap, st);
+#else
+    e = launch_variant<false>(pl, kpb, p, tmap, st);
+#endif
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of %s failed: %s",
                                comet_cuda_gemm_w4ax_plan_name(g), cudaGetErrorString(e));

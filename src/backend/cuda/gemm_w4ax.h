@@ -84,8 +84,11 @@ typedef struct comet_cuda_w4ax_gemm {
     const float *sa;    /* [M, K/B] fp32 activation scales */
     float *y;           /* [M, N] fp32 output, or NULL */
     uint16_t *y_f16;    /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
-    int32_t *bsum;      /* test/debug: [M, N, K/B] int32 block sums written from the very
-                          * accumulators the kernel scales, or NULL */
+    int32_t *bsum;      /* tests: [M, N, K/B] int32 block sums written from the very
+                          * accumulators the kernel scales, or NULL. Only a build of
+                          * gemm_w4ax.cu with COMET_W4AX_TEST_INSTANCES (test_gemm_w4ax_cuda's)
+                          * has the kernels that write them; elsewhere a call with bsum is
+                          * refused with COMET_ERR_UNSUPPORTED */
     void *workspace;    /* tile counters + split-K / stream-K partials, or NULL when none
                           * is needed; zero-filled once by the caller when allocated (the
                           * kernels leave the counters at zero again). Shareable by calls
