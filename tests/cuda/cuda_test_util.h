@@ -1,6 +1,7 @@
-/* cuda_test_util.h — shared by the GPU tests in tests/cuda: the CUDA_OK check, a seeded
- * xorshift generator (each test defines CUDA_TEST_SEED before including this header) and
- * the scalar oracle comet_ref_gemm_w4ax threaded over token rows. */
+/* cuda_test_util.h — shared by the GEMM's GPU tests in tests/cuda: the CUDA_OK check, a
+ * seeded xorshift generator (each test defines CUDA_TEST_SEED before including this header),
+ * the cmocka adapter COUNTED_TEST and the scalar oracle comet_ref_gemm_w4ax threaded over
+ * token rows. */
 #ifndef COMET_TESTS_CUDA_TEST_UTIL_H
 #define COMET_TESTS_CUDA_TEST_UTIL_H
 
@@ -27,6 +28,17 @@
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
+
+/* A cmocka test that runs `body`, a part of a test that counts its checks in n_fail (it
+ * prints one line per check or case), and fails when the part added failed checks. */
+#define COUNTED_TEST(name, body)                                                                   \
+    static void name(void **state) {                                                               \
+        (void)state;                                                                               \
+        const int fail0_ = n_fail;                                                                 \
+        body;                                                                                      \
+        if (n_fail > fail0_)                                                                       \
+            fail_msg("%d checks failed", n_fail - fail0_);                                         \
+    }
 
 static uint64_t rng = CUDA_TEST_SEED;
 static uint32_t rnd(void) {

@@ -11,16 +11,21 @@
  * context back: a thread with a context of its own, and a thread with none. And
  * batch_invariant: rows of any call equal the same rows of a larger one, bit for bit.
  * Usage: test_backend_cuda [--quick]   (quick: a few shapes, for compute-sanitizer)
- * Prints one line per check, "FAIL ..." for failures, then "N/N checks passed"; exit status
- * 0 when every check passes. */
+ * The parts run as cmocka tests (cm_errors, cm_caller_context, cm_shapes, cm_batch_invariant,
+ * cm_workspace_grow; COMET_TEST_FILTER=name runs one), each failing when one of its checks
+ * fails. Prints one line per check, "FAIL ..." for failures, then "N/N checks passed"; exit
+ * status 0 when every check passes. */
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cmocka.h>
 #include <cuda.h> /* driver types: the context checks reach the driver through the runtime */
 #include <cuda_runtime_api.h>
 
@@ -471,24 +476,37 @@ static void test_caller_context(comet_backend *be, int device) {
     check(now == primary, "context: this thread's context is untouched by the other thread's op");
 }
 
+static comet_backend *g_be;
+static int g_quick; /* --quick */
+static const int g_device = 0;
+
+COUNTED_TEST(cm_errors, test_errors(g_be, g_device))
+COUNTED_TEST(cm_caller_context, test_caller_context(g_be, g_device))
+COUNTED_TEST(cm_shapes, test_shapes(g_be, g_quick))
+COUNTED_TEST(cm_batch_invariant, test_batch_invariant(g_be, g_quick))
+COUNTED_TEST(cm_workspace_grow, test_workspace_grow(g_device))
+
 int main(int argc, char **argv) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
-    int quick = argc > 1 && !strcmp(argv[1], "--quick");
-    const int device = 0;
-    comet_backend *be = comet_backend_cuda_init(device);
-    if (!check(be != NULL, "comet_backend_cuda_init(%d)%s%s", device, be ? "" : ": ",
-               be ? "" : comet_last_error())) {
+    g_quick = argc > 1 && !strcmp(argv[1], "--quick");
+    g_be = comet_backend_cuda_init(g_device);
+    if (!check(g_be != NULL, "comet_backend_cuda_init(%d)%s%s", g_device, g_be ? "" : ": ",
+               g_be ? "" : comet_last_error())) {
         printf("%d/%d checks passed\n", n_check - n_fail, n_check);
         return 1;
     }
-    check(!strcmp(be->ops->name, "cuda") && !be->ops->embed && be->ops->gemm_w4ax,
-          "the table: name 'cuda', gemm_w4ax set, embed not yet");
-    test_errors(be, device);
-    test_caller_context(be, device);
-    test_shapes(be, quick);
-    test_batch_invariant(be, quick);
-    test_workspace_grow(device);
-    comet_backend_free(be);
+    check(!strcmp(g_be->ops->name, "cuda") && g_be->ops->gemm_w4ax && g_be->ops->embed_tokens &&
+              !g_be->ops->embed,
+          "the table: name 'cuda', gemm_w4ax and embed_tokens set, the host-array embed absent");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cm_errors),         cmocka_unit_test(cm_caller_context),
+        cmocka_unit_test(cm_shapes),         cmocka_unit_test(cm_batch_invariant),
+        cmocka_unit_test(cm_workspace_grow),
+    };
+    if (getenv("COMET_TEST_FILTER")) /* one test by name */
+        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
+    const int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    comet_backend_free(g_be);
     printf("%d/%d checks passed\n", n_check - n_fail, n_check);
-    return n_fail ? 1 : 0;
+    return rc || n_fail ? 1 : 0;
 }

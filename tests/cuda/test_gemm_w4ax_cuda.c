@@ -15,14 +15,20 @@
  *     scripts/gpu/build.sh) run on an sm_90 GPU: the automatic
  *     plans must keep to the stream and tiled kernels and be right, forcing the wgmma kernel
  *     must be refused, and pdl (sm_90 code has its instructions) must hold.
- * Exit status 0 when every check passes. */
+ * The parts run as cmocka tests (cm_bad_args, cm_shared_workspace, cm_pdl_chain, cm_shapes;
+ * COMET_TEST_FILTER=name runs one), each failing when one of its checks fails; a line per
+ * check or case, then "N of M checks failed". Exit status 0 when every check passes. */
 #include <math.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cmocka.h>
 #include <cuda_runtime_api.h>
 
 #include "backend/cpu/ref_gemm_w4ax.h"
@@ -35,6 +41,7 @@
 
 static int n_fail = 0, n_check = 0;
 static int no_sm90a = 0; /* --no-sm90a */
+static int g_quick = 0;  /* --quick or --no-sm90a: the sanitizer shapes (test_shapes) */
 
 static float f16_round(float x) {
     /* round-to-nearest-even to binary16 precision, via the exact f16 grid (normal range) */
@@ -688,26 +695,13 @@ static void test_bad_args(void) {
     printf("%-4s argument checks\n", bad ? "FAIL" : "ok");
 }
 
-int main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
-        return cudaFree(0) == cudaSuccess ? 0 : 1;
-    cuda_test_skip_if_no_device();               /* exit 77 (ctest: skipped) without a usable GPU */
-    if (argc > 1 && !strcmp(argv[1], "--pdl")) { /* the chained calls alone */
-        test_pdl_chain();
-        printf("%d of %d checks failed\n", n_fail, n_check);
-        return n_fail ? 1 : 0;
-    }
-    no_sm90a = argc > 1 && !strcmp(argv[1], "--no-sm90a");
-    int quick = no_sm90a || (argc > 1 && !strcmp(argv[1], "--quick"));
-    test_bad_args();
-    if (!no_sm90a) /* its two plans are the wgmma kernel's global split-K and stream-K */
-        test_shared_workspace();
-    if (!quick || no_sm90a) /* a 58 MB GEMM heads each chain: kept out of the sanitizer runs */
-        test_pdl_chain();
+/* The shape grid: with g_quick a few shapes that reach every kernel path (for
+ * compute-sanitizer), else every value of M, N and K. */
+static void test_shapes(void) {
     static const int Ms[] = {1, 2, 3, 7, 16, 33, 64, 100, 256, 1000, 4096};
     const int nM = sizeof Ms / sizeof Ms[0];
     int ci = 0;
-    if (quick) {
+    if (g_quick) {
         /* {16, 8192, 2112, 64, 4}, through every kernel: the pipe kernel with 2 items per CTA
          * (forced 1 or 3 tiles per item; the automatic plan takes 4, one item per CTA), rings
          * that wrap and a half last stage (K % 128 == 64), so that the sanitizers see those
@@ -793,6 +787,38 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
             test_shape(&big[i], 0);
     }
+}
+
+COUNTED_TEST(cm_bad_args, test_bad_args())
+COUNTED_TEST(cm_shared_workspace, if (no_sm90a) skip(); test_shared_workspace())
+COUNTED_TEST(cm_pdl_chain, if (g_quick && !no_sm90a) skip(); test_pdl_chain())
+COUNTED_TEST(cm_shapes, test_shapes())
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--load-check")) /* the binary loads and sees a GPU */
+        return cudaFree(0) == cudaSuccess ? 0 : 1;
+    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
+    const char *mode = argc > 1 ? argv[1] : "";
+    no_sm90a = !strcmp(mode, "--no-sm90a");
+    g_quick = no_sm90a || !strcmp(mode, "--quick");
+    if (*mode && !no_sm90a && !g_quick && strcmp(mode, "--pdl")) {
+        fprintf(stderr,
+                "usage: test_gemm_w4ax_cuda [--quick | --no-sm90a | --pdl | --load-check]\n");
+        return 2;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(cm_bad_args),
+        /* its two plans are the wgmma kernel's global split-K and stream-K */
+        cmocka_unit_test(cm_shared_workspace),
+        /* a 58 MB GEMM heads each chain: kept out of the sanitizer runs */
+        cmocka_unit_test(cm_pdl_chain),
+        cmocka_unit_test(cm_shapes),
+    };
+    if (!strcmp(mode, "--pdl")) /* the chained calls alone */
+        cmocka_set_test_filter("cm_pdl_chain");
+    else if (getenv("COMET_TEST_FILTER")) /* one test by name */
+        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
+    const int rc = cmocka_run_group_tests(tests, NULL, NULL);
     printf("%d of %d checks failed\n", n_fail, n_check);
-    return n_fail ? 1 : 0;
+    return rc ? 1 : 0;
 }

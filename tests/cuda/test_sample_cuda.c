@@ -262,6 +262,8 @@ int main(void) {
         cmocka_unit_test(test_smollm2_vocab),
         cmocka_unit_test(test_llama3_vocab),
     };
+    if (getenv("COMET_TEST_FILTER")) /* one test by name */
+        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     comet_backend_free(g_cuda);
     return rc;
