@@ -32,7 +32,7 @@ typedef struct comet_engine_params {
     int page_size;        /* tokens per page (default 16) */
     int max_waiting;      /* queued requests before submit answers COMET_QUEUE_FULL (256) */
     int n_threads;        /* CPU backend threads; <= 0: all cores */
-    const char *device;   /* backend: "cpu" (NULL), "cuda" or "cuda:N" (backend.h
+    const char *device;   /* backend: "cpu" (NULL), "cuda" or "cuda:N" (comet/backend.h
                            * comet_backend_open); borrowed for comet_engine_init */
     int batch_invariant;  /* 1: a request's tokens do not depend on the other requests in
                            * its steps, bit for bit (docs/numerics.md "Reproducibility");

@@ -20,15 +20,14 @@
  * Shape letters: T tokens in the step, C hidden, F FFN, H/Hkv heads, D head dim, V vocab,
  * K a linear's input width, B activation block. Activations are row-major [T, width] fp32.
  */
-#ifndef COMET_BACKEND_H
-#define COMET_BACKEND_H
+#ifndef COMET_BACKEND_BACKEND_H
+#define COMET_BACKEND_BACKEND_H
 
 #include <stdint.h>
 
 #include "backend/batch.h"
+#include "comet/backend.h"
 #include "comet/model.h"
-
-typedef struct comet_backend comet_backend;
 
 /* W4Ax GEMM weights in one backend's own layout and memory, made by its w4ax_load. Opaque:
  * each backend defines the struct (CPU: src/backend/cpu/cpu_common.h, CUDA:
@@ -354,14 +353,9 @@ struct comet_backend {
  * A backend is driven by one thread at a time (ops keep per-thread scratch). */
 comet_backend *comet_backend_cpu_ref_init(void);
 comet_backend *comet_backend_cpu_init(int n_threads);
-/* The backend named `device`: "cpu" (the threaded CPU backend, n_threads as for
- * comet_backend_cpu_init), "cpu-ref" (the scalar oracle), "cuda" (GPU 0) or "cuda:N".
- * NULL + comet_last_error() for another name or when that backend cannot start. */
-comet_backend *comet_backend_open(const char *device, int n_threads);
-/* Release a backend through its ops->destroy. NULL is a no-op. */
-void comet_backend_free(comet_backend *be);
-/* Set be->batch_invariant (on: 1, off: 0) before the backend's first step. */
-void comet_backend_set_batch_invariant(comet_backend *be, int on);
+/* comet_backend_open, comet_backend_free (through ops->destroy),
+ * comet_backend_set_batch_invariant (be->batch_invariant) and comet_backend_n_threads
+ * (be->n_threads) are declared in comet/backend.h. */
 
 /* The CUDA backend on GPU `device` (0-based), with its own non-blocking cudaStream and a
  * GEMM workspace it owns (allocated and zero-filled on first need, grown when a call needs

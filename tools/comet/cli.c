@@ -11,11 +11,10 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include "comet/backend.h"
 #include "comet/log.h"
 #include "comet/status.h"
 #include "commands.h"
-
-#include "backend/backend.h"
 
 #define DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -45,7 +45,7 @@ int cli_device_ok(const char *cmd, const char *device);
 int cli_port_free(const char *cmd, const char *host, int port);
 
 /* The backend for `device` with n_threads CPU threads, batch-invariant when batch_invariant
- * (backend.h), or NULL after printing why. */
+ * (comet/backend.h), or NULL after printing why. */
 struct comet_backend;
 struct comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,
                                        int batch_invariant);
