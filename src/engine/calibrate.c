@@ -27,10 +27,8 @@ comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int3
     comet_ppl_params p = comet_ppl_default_params();
     p.ctx = window_len;
     p.max_windows = n_windows;
-    p.observer = observe;
-    p.observer_user = cs;
     comet_ppl_result r;
-    COMET_TRY(comet_perplexity(m, be, tokens, n_tokens, &p, &r));
+    COMET_TRY(comet_perplexity_observed(m, be, tokens, n_tokens, &p, observe, cs, &r));
     if (ppl)
         *ppl = r.ppl;
     return COMET_OK;

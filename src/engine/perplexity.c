@@ -1,4 +1,4 @@
-/* perplexity.c — the accuracy protocol of docs/numerics.md (see perplexity.h). */
+/* perplexity.c — the accuracy protocol of docs/numerics.md (see comet/perplexity.h). */
 #include "engine/perplexity.h"
 
 #include <math.h>
@@ -28,6 +28,13 @@ static double token_nll(const float *row, int V, int32_t target) {
 
 comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int32_t *tokens,
                               size_t n_tokens, const comet_ppl_params *p, comet_ppl_result *out) {
+    return comet_perplexity_observed(m, be, tokens, n_tokens, p, NULL, NULL, out);
+}
+
+comet_status comet_perplexity_observed(const comet_model *m, comet_backend *be,
+                                       const int32_t *tokens, size_t n_tokens,
+                                       const comet_ppl_params *p, comet_forward_input_fn observer,
+                                       void *observer_user, comet_ppl_result *out) {
     const comet_model_config *c = &m->cfg;
     const int P = 16;
     int ctx = p->ctx, V = c->n_vocab;
@@ -72,7 +79,7 @@ comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int
     comet_runner_params rp = {
         .max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages, .page_size = P};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
-        (st = comet_forward_set_input_observer(run.fc, p->observer, p->observer_user)) < 0 ||
+        (st = comet_forward_set_input_observer(run.fc, observer, observer_user)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
         goto done;
     double nll = 0.0;

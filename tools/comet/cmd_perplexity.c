@@ -7,13 +7,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend/backend.h"
+#include "comet/backend.h"
 #include "comet/log.h"
 #include "comet/model.h"
+#include "comet/perplexity.h"
 #include "comet/tokenizer.h"
 #include "commands.h"
-#include "engine/perplexity.h"
-#include "numerics/quant.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -50,6 +49,8 @@ static void usage(FILE *f) {
             "                     --kv-bits 4 or 8 quantizes the KV cache of a model without one)\n"
             "  --verbose          debug logs on stderr\n");
 }
+
+static int is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
@@ -159,12 +160,12 @@ int cmd_perplexity(int argc, char **argv) {
     if (kv_bits)
         m->kv.bits = (int)kv_bits;
     if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
-        comet_is_pow2(m->cfg.head_dim))
+        is_pow2(m->cfg.head_dim))
         kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
     if (!kv_group && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8))
         kv_group = comet_kv_default_group(m->cfg.head_dim); /* likewise */
     if (kv_rotation >= 0) {
-        if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim)) {
+        if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !is_pow2(m->cfg.head_dim)) {
             fprintf(stderr,
                     "comet perplexity: --kv-rotation hadamard needs a power-of-two head "
                     "dim, not %d\n",
@@ -198,7 +199,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!(be = cli_open_backend("perplexity", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
-              text_path, n, pp.ctx, be->n_threads,
+              text_path, n, pp.ctx, comet_backend_n_threads(be),
               protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");
     const comet_quant_config *q = m->quant;
     if (q)
