@@ -1,5 +1,5 @@
 /* utf8.c — UTF-8 validation shared by the CLI and the server (RFC 3629). */
-#include "core/utf8.h"
+#include "comet/utf8.h"
 
 size_t comet_utf8_valid_prefix(const char *str, size_t len) {
     const unsigned char *s = (const unsigned char *)str;

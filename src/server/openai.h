@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/utf8.h"
+#include "comet/utf8.h"
 
 #include "comet/tokenizer.h"
 

@@ -7,13 +7,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "backend/backend.h"
+#include "comet/backend.h"
+#include "comet/generate.h"
 #include "comet/log.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
-#include "core/utf8.h"
+#include "comet/utf8.h"
 #include "commands.h"
-#include "engine/generate.h"
 
 #define MAX_STOP 8
 
@@ -279,7 +279,7 @@ int cmd_generate(int argc, char **argv) {
     if (!(be = cli_open_backend("generate", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
-              be->n_threads, (unsigned long long)sp->seed);
+              comet_backend_n_threads(be), (unsigned long long)sp->seed);
     if (!seed_given && sp->temperature > 0.0f) /* the help promises it: the run can be repeated */
         fprintf(stderr, "seed: %llu (from the clock; --seed %llu samples this text again)\n",
                 (unsigned long long)sp->seed, (unsigned long long)sp->seed);
@@ -304,7 +304,7 @@ int cmd_generate(int argc, char **argv) {
                 "decode_steps=%d decode_s=%.3f decode_tok_s=%.2f threads=%d stop=%s\n",
                 gs.n_prompt, gs.prefill_s, gs.prefill_s > 0 ? gs.n_prompt / gs.prefill_s : 0.0,
                 gs.n_generated, n_dec, gs.decode_s, gs.decode_s > 0 ? n_dec / gs.decode_s : 0.0,
-                be->n_threads, comet_stop_reason_name(gs.stop));
+                comet_backend_n_threads(be), comet_stop_reason_name(gs.stop));
     }
     rc = 0;
 out:
