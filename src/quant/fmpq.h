@@ -9,6 +9,7 @@
 #define COMET_QUANT_FMPQ_H
 
 #include "comet/model.h"
+#include "comet/quantize.h"
 #include "numerics/qgroup.h"
 
 /* Calibration statistics of every layer and group. */
@@ -29,27 +30,7 @@ void comet_calib_stats_free(comet_calib_stats *cs);
 void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g, const float *x,
                                int T);
 
-typedef struct comet_fmpq_params {
-    int w_bits;         /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
-                        * permutation and folding only, embeddings not rounded either) */
-    int a_bits;         /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
-    comet_kv_format kv; /* bits 4, 8 or 16; group 0 = D (docs/numerics.md default);
-                         * rotation -1 = automatic: hadamard when the KV cache is quantized
-                         * (4 or 8 bits) and D is a power of two, else none */
-    int block;          /* B; 0 = one block per row (per-token activations, per-channel
-                        * weights); -1 = automatic (comet_quant_choose_block) */
-    int reorder;        /* sort channels by salience */
-    float tau;          /* INT8 where salience > tau * median */
-    float int8_budget;  /* cap on each group's INT8 block fraction */
-    int gptq;           /* GPTQ (needs XᵀX); else RTN */
-    int clip_search;
-    float gptq_damp;
-} comet_fmpq_params;
-
-/* Defaults: W4 A4(mixed) KV4 (automatic KV rotation), automatic block, reorder, tau 2
- * (chosen by docs/accuracy.md), budget 0.25, GPTQ with the
- * clipping search, damping 0.01. */
-comet_fmpq_params comet_fmpq_default_params(void);
+/* comet_fmpq_params and comet_fmpq_default_params are public (comet/quantize.h). */
 
 /* Quantize `m` (fp32 F32 linears) in place with statistics `cs`. Afterwards every linear
  * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16 (w_bits <= 16), m->quant is set

@@ -2,28 +2,15 @@
  * comet checkpoint directory: calibration on a text, channel reordering with INT8
  * outlier blocks, INT4/INT8 weights (RTN with clipping search, or GPTQ), KV bits.
  * Progress per layer on stderr; a summary at the end (INT8 block fraction per linear
- * input group and overall, weight method, time, output size). */
-#define _GNU_SOURCE
-#include <dirent.h>
-#include <errno.h>
+ * input group and overall, weight method, time, output size). The work itself is
+ * comet_quantize (comet/quantize.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "backend/backend.h"
-#include "comet/log.h"
 #include "comet/model.h"
-#include "comet/tokenizer.h"
+#include "comet/quantize.h"
 #include "commands.h"
-#include "format/checkpoint.h"
-#include "engine/calibrate.h"
-#include "quant/calib.h"
-#include "quant/fmpq.h"
-#include "quant/rotate.h"
-#include "quant/smooth.h"
 
 static void usage(FILE *f) {
     fprintf(
@@ -82,69 +69,14 @@ static void usage(FILE *f) {
         "  --verbose            debug logs on stderr\n");
 }
 
-/* calibration windows that pick the channels --rotate-keep leaves unrotated */
-#define KEEP_WINDOWS 16
-
-static double dir_bytes(const char *dir) {
-    DIR *d = opendir(dir);
-    double total = 0;
-    struct dirent *e;
-    char path[4096];
-    struct stat sb;
-    while (d && (e = readdir(d))) {
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode))
-            total += (double)sb.st_size;
-    }
-    if (d)
-        closedir(d);
-    return total;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* The calibration text as token ids (*ids, *n: read and tokenized on the first call, then
- * reused), and the CPU backend that runs calibration (*be: started on the first call).
- * Returns 0, or 1 after printing why not. */
-static int calib_setup(const comet_model *m, const char *calib_path, long win_len, long threads,
-                       char **text, int32_t **ids, size_t *n, comet_backend **be) {
-    if (*ids)
-        return 0;
-    size_t text_len = 0;
-    if (!(*text = cli_read_file(calib_path, &text_len))) {
-        fprintf(stderr, "comet quantize: cannot read calibration text %s: %s\n", calib_path,
-                strerror(errno));
-        return 1;
-    }
-    if (comet_tokenizer_encode(m->tok, *text, text_len, 0, ids, n) < 0) {
-        cli_report_error("quantize", "cannot tokenize the calibration text");
-        return 1;
-    }
-    if (*n < (size_t)win_len) {
-        fprintf(stderr,
-                "comet quantize: %s has %zu tokens, fewer than one calibration window "
-                "of %ld; a longer text or a smaller --calib-len would work\n",
-                calib_path, *n, win_len);
-        return 1;
-    }
-    if (!(*be = comet_backend_cpu_init((int)threads))) {
-        cli_report_error("quantize", "cannot start the CPU backend");
-        return 1;
-    }
-    return 0;
-}
-
 int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
     const char *cache_path = NULL;
     long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
     long kvgroup = 0;
     double budget = 0.25, tau = 2.0, damp = 0.01, smooth = -1.0;
-    comet_fmpq_params p = comet_fmpq_default_params();
+    comet_quantize_params qp = comet_quantize_default_params();
+    comet_fmpq_params p = qp.fmpq;
     int verbose = 0, rotate = 0;
     long rotate_seed = 1, rotate_keep = 0;
     for (int i = 1; i < argc; i++) {
@@ -242,160 +174,22 @@ int cmd_quantize(int argc, char **argv) {
     p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv.bits = (int)kvbits, p.block = (int)block;
     p.kv.group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
-    if (p.w_bits == 16)
-        p.gptq = 0;
+    qp.fmpq = p;
+    qp.calib_path = calib_path;
+    qp.calib_cache = cache_path;
+    qp.calib_windows = (int)windows, qp.calib_len = (int)win_len;
+    qp.rotate = rotate, qp.rotate_seed = (uint64_t)rotate_seed, qp.rotate_keep = (int)rotate_keep;
+    qp.smooth = (float)smooth;
+    qp.n_threads = (int)threads;
     if (!model_path)
         model_path = cli_default_model();
 
-    double t0 = now_s();
-    int rc = 1;
-    char *text = NULL;
-    int32_t *ids = NULL;
-    comet_model *m = NULL;
-    comet_backend *be = NULL;
-    comet_calib_stats *cs = NULL;
-    if (comet_model_load(model_path, &m) < 0) {
-        cli_report_error("quantize", "cannot load the model");
-        goto out;
-    }
-    if (p.kv.group == 0 && p.kv.bits < 16)
-        p.kv.group = comet_kv_default_group(m->cfg.head_dim);
-    if (m->quant) {
-        fprintf(stderr,
-                "comet quantize: %s is already quantized; quantize the floating-point "
-                "source model\n",
-                model_path);
-        goto out;
-    }
-    size_t n_ids = 0;
-    if (rotate_keep > 0 && (!rotate || rotate_keep >= m->cfg.n_embd)) {
-        fprintf(stderr,
-                "comet quantize: --rotate-keep %ld needs --rotate orthogonal and fewer "
-                "than the model's %d residual channels\n",
-                rotate_keep, m->cfg.n_embd);
-        goto out;
-    }
-    if (rotate) {
-        int *keep = NULL;
-        if (rotate_keep > 0) {
-            /* which channels stay: outliers of the unrotated model on a few windows */
-            const long w = windows < KEEP_WINDOWS ? windows : KEEP_WINDOWS;
-            comet_calib_stats *pre = comet_calib_stats_init(&m->cfg, 0);
-            keep = malloc((size_t)rotate_keep * sizeof *keep);
-            if (!pre || !keep) {
-                comet_calib_stats_free(pre);
-                free(keep);
-                cli_report_error("quantize", "out of memory");
-                goto out;
-            }
-            if (calib_setup(m, calib_path, win_len, threads, &text, &ids, &n_ids, &be) ||
-                comet_calib_run(m, be, ids, n_ids, (int)w, (int)win_len, pre, NULL) < 0) {
-                if (comet_last_status() < 0)
-                    cli_report_error("quantize", "calibration for the rotation failed");
-                comet_calib_stats_free(pre);
-                free(keep);
-                goto out;
-            }
-            comet_rotation_outliers(m, pre, (int)rotate_keep, keep);
-            comet_calib_stats_free(pre);
-            char list[256] = "";
-            for (long i = 0, o = 0; i < rotate_keep && o < (long)sizeof list - 8; i++)
-                o += snprintf(list + o, sizeof list - (size_t)o, "%s%d", i ? " " : "", keep[i]);
-            comet_log(COMET_LOG_INFO,
-                      "rotation keeps residual channels %s (outliers on %ld "
-                      "windows)",
-                      list, w);
-        }
-        comet_status rs =
-            comet_rotate_residual_keeping(m, (uint64_t)rotate_seed, keep, (int)rotate_keep);
-        free(keep);
-        if (rs < 0) {
-            cli_report_error("quantize", "cannot rotate the residual stream");
-            goto out;
-        }
-        comet_log(COMET_LOG_INFO,
-                  "residual stream rotated (orthogonal, seed %ld, %ld channels "
-                  "kept), RMSNorm weights folded",
-                  rotate_seed, rotate_keep);
-    }
-    /* Statistics are needed for reordering, INT8 blocks and GPTQ; a W?A16 RTN run without
-     * reordering needs none, so calibration is skipped. */
-    int need_calib = p.gptq || p.reorder || p.a_bits == 4;
-    comet_calib_meta meta = {.windows = (int)windows, .window_len = (int)win_len};
-    /* a rotated model's statistics are another model's: its cache entry says so */
-    snprintf(meta.model, sizeof meta.model, rotate ? "%s+rotate-orthogonal-%ld-keep-%ld" : "%s",
-             model_path, rotate_seed, rotate_keep);
-    snprintf(meta.corpus, sizeof meta.corpus, "%s", calib_path);
-    if (need_calib && cache_path && access(cache_path, R_OK) == 0) {
-        if (comet_calib_stats_load(cache_path, &m->cfg, &meta, p.gptq, &cs) < 0)
-            comet_log(COMET_LOG_WARN, "calibration cache not used: %s", comet_last_error());
-        else
-            comet_log(COMET_LOG_INFO, "calibration: %ld tokens of statistics from %s", cs->n_tokens,
-                      cache_path);
-    }
-    double calib_ppl = 0.0;
-    if (!cs && !(cs = comet_calib_stats_init(&m->cfg, p.gptq || cache_path))) {
-        cli_report_error("quantize", "out of memory");
-        goto out;
-    }
-    if (need_calib && cs->n_tokens == 0) {
-        if (calib_setup(m, calib_path, win_len, threads, &text, &ids, &n_ids, &be))
-            goto out;
-        size_t n = n_ids;
-        if ((long)(n / (size_t)win_len) < windows) {
-            comet_log(COMET_LOG_WARN, "calibration: %s holds only %zu windows of %ld tokens",
-                      calib_path, n / (size_t)win_len, win_len);
-            windows = (long)(n / (size_t)win_len);
-        }
-        comet_log(COMET_LOG_INFO, "calibration: %s, %ld windows x %ld tokens%s, %d threads",
-                  calib_path, windows, win_len, p.gptq ? " (with Hessians for GPTQ)" : "",
-                  be->n_threads);
-        if (comet_calib_run(m, be, ids, n, (int)windows, (int)win_len, cs, &calib_ppl) < 0) {
-            cli_report_error("quantize", "calibration failed");
-            goto out;
-        }
-        comet_log(COMET_LOG_INFO,
-                  "calibration: %ld tokens, PPL %.4f on the calibration text, "
-                  "%.1f s",
-                  cs->n_tokens, calib_ppl, now_s() - t0);
-        if (cache_path && comet_calib_stats_save(cs, &meta, cache_path) < 0)
-            comet_log(COMET_LOG_WARN, "calibration cache not saved: %s", comet_last_error());
-    } else if (!need_calib) {
-        windows = 0, win_len = 0;
-        comet_log(COMET_LOG_INFO, "calibration: not needed (no reordering, no INT8 blocks, RTN)");
-    }
-    if (smooth >= 0.0) {
-        if (!need_calib || comet_smooth(m, cs, (float)smooth) < 0) {
-            if (!need_calib)
-                comet_set_error(COMET_ERR_INVALID_ARG, "--smooth needs calibration statistics "
-                                                       "(GPTQ, reordering or 4-bit activations)");
-            cli_report_error("quantize", "cannot smooth the model");
-            goto out;
-        }
-        comet_log(COMET_LOG_INFO,
-                  "smoothed (alpha %.2f): activation outliers moved into the "
-                  "weights",
-                  smooth);
-    }
-    double t1 = now_s();
-    if (comet_fmpq_quantize(m, cs, &p) < 0) {
+    comet_quantize_result r;
+    if (comet_quantize(model_path, out_dir, &qp, &r) < 0) {
         cli_report_error("quantize", "quantization failed");
-        goto out;
+        return 1;
     }
-    double t2 = now_s();
-    comet_quant_config *qc = m->quant;
-    if (need_calib)
-        snprintf(qc->calib_corpus, sizeof qc->calib_corpus, "%s", calib_path);
-    qc->calib_windows = (int)windows;
-    qc->calib_window_len = (int)win_len;
-    qc->calib_tokens = cs->n_tokens;
-    if (comet_checkpoint_write(m, out_dir) < 0 ||
-        comet_checkpoint_write_tokenizer(m, model_path, out_dir) < 0) {
-        cli_report_error("quantize", "cannot write the checkpoint");
-        goto out;
-    }
-    double frac[COMET_QGROUP_COUNT], fb, fw;
-    comet_qgroup_int8_fraction(m, frac, &fb, &fw);
+    const comet_quant_config *qc = &r.config;
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
     fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
             p.w_bits,
@@ -408,20 +202,13 @@ int cmd_quantize(int argc, char **argv) {
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,
                 (double)p.int8_budget);
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++)
-            fprintf(stderr, " %s %.1f%%", comet_qgroup_name((comet_qgroup)g), 100.0 * frac[g]);
-        fprintf(stderr, "; overall %.1f%% of blocks, %.1f%% of GEMM work\n", 100.0 * fb,
-                100.0 * fw);
+        for (int g = 0; g < COMET_QUANTIZE_GROUPS; g++)
+            fprintf(stderr, " %s %.1f%%", r.group_name[g], 100.0 * r.int8_fraction[g]);
+        fprintf(stderr, "; overall %.1f%% of blocks, %.1f%% of GEMM work\n", 100.0 * r.int8_blocks,
+                100.0 * r.int8_work);
     }
-    fprintf(stderr, "  time: calibration %.1f s, quantization %.1f s, total %.1f s\n", t1 - t0,
-            t2 - t1, now_s() - t0);
-    fprintf(stderr, "  output: %.1f MB\n", dir_bytes(out_dir) / 1e6);
-    rc = 0;
-out:
-    comet_calib_stats_free(cs);
-    comet_backend_free(be);
-    comet_model_free(m);
-    free(ids);
-    free(text);
-    return rc;
+    fprintf(stderr, "  time: calibration %.1f s, quantization %.1f s, total %.1f s\n", r.calib_s,
+            r.quant_s, r.total_s);
+    fprintf(stderr, "  output: %.1f MB\n", r.out_bytes / 1e6);
+    return 0;
 }
