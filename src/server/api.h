@@ -32,7 +32,7 @@ typedef struct comet_api {
 
 /* Bind the routes to an engine and model. `template_name` overrides the model's chat
  * template ("chatml", "llama3", "llama2") or is NULL. Returns COMET_OK, or
- * COMET_ERR_UNSUPPORTED for an unknown template name. */
+ * COMET_ERR_INVALID_ARG for an unknown template name. */
 comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
                             const char *model_id, const char *template_name);
 

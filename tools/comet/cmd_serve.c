@@ -12,9 +12,9 @@
 #include "comet/engine.h"
 #include "comet/log.h"
 #include "comet/model.h"
+#include "comet/server.h"
+#include "comet/tokenizer.h"
 #include "commands.h"
-#include "server/api.h"
-#include "server/server.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: comet serve [--model M] [options]\n"
@@ -187,74 +187,17 @@ int cmd_serve(int argc, char **argv) {
         comet_model_free(m);
         return 1;
     }
-    comet_api api;
-    if (comet_api_init(&api, e, m, model_id, template_name) < 0) {
-        cli_report_error("serve", "bad --chat-template");
-        comet_engine_free(e);
-        comet_model_free(m);
-        return 2;
-    }
-    api.allow_special_in_messages = allow_special_in_messages;
-    api.kv_tokens = ep.n_pages * ep.page_size;
-    if (allow_special_in_messages)
-        comet_log(COMET_LOG_WARN, "--allow-special-in-messages: special-token text in chat "
-                                  "messages is parsed; any client can forge system turns");
-    if (!api.has_tmpl)
-        comet_log(COMET_LOG_WARN, "no known chat template in the model: /v1/chat/completions "
-                                  "answers 400 (pass --chat-template NAME)");
-
-    comet_server_params sp = comet_server_default_params();
+    comet_openai_server_params sp = comet_openai_server_default_params();
     sp.host = host;
     sp.port = (int)port;
     sp.api_key = api_key;
     sp.max_body_bytes = (size_t)max_body;
     sp.model_id = model_id;
-    sp.n_ctx = m->cfg.n_ctx;
-    sp.n_vocab = m->cfg.n_vocab;
-    /* request defaults: comet generate's, then the model's generation_config.json, then
-     * the command line */
-    comet_oai_defaults d = comet_oai_default_defaults();
-    const comet_gen_config *gc = &m->gen;
-    if (gc->set & COMET_GEN_TEMPERATURE)
-        d.temperature = gc->temperature;
-    if (gc->set & COMET_GEN_TOP_P)
-        d.top_p = gc->top_p;
-    if (gc->set & COMET_GEN_TOP_K)
-        d.top_k = gc->top_k;
-    if (gc->set & COMET_GEN_MIN_P)
-        d.min_p = gc->min_p;
-    if (gc->set & COMET_GEN_MAX_NEW_TOKENS)
-        d.max_tokens = gc->max_new_tokens;
-    if (opt_temp >= 0)
-        d.temperature = (float)opt_temp;
-    if (opt_top_p >= 0)
-        d.top_p = (float)opt_top_p;
-    if (opt_top_k >= 0)
-        d.top_k = (int)opt_top_k;
-    if (opt_min_p >= 0)
-        d.min_p = (float)opt_min_p;
-    if (opt_max_tokens >= 0)
-        d.max_tokens = (int)opt_max_tokens;
-    sp.defaults = d;
-    char mt_chat[32], mt_cmpl[32];
-    int mc = comet_oai_default_max_tokens(&d, COMET_OAI_CHAT);
-    if (mc > 0)
-        snprintf(mt_chat, sizeof mt_chat, "%d", mc);
-    else
-        snprintf(mt_chat, sizeof mt_chat, "up to the context");
-    snprintf(mt_cmpl, sizeof mt_cmpl, "%d", comet_oai_default_max_tokens(&d, COMET_OAI_COMPLETION));
-    comet_log(COMET_LOG_INFO,
-              "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
-              "max_tokens %s (chat) / %s (completions)%s%s",
-              d.temperature, d.top_p, d.top_k, d.min_p, mt_chat, mt_cmpl,
-              gc->set ? "; model generation_config.json read" : "",
-              opt_temp >= 0 || opt_top_p >= 0 || opt_top_k >= 0 || opt_min_p >= 0 ||
-                      opt_max_tokens >= 0
-                  ? "; command-line overrides"
-                  : "");
-    sp.generate = comet_api_generate;
-    sp.gauges = comet_api_gauges;
-    sp.user = &api;
+    sp.chat_template = template_name;
+    sp.allow_special_in_messages = allow_special_in_messages;
+    sp.kv_tokens = ep.n_pages * ep.page_size;
+    sp.temperature = (float)opt_temp, sp.top_p = (float)opt_top_p, sp.min_p = (float)opt_min_p;
+    sp.top_k = (int)opt_top_k, sp.max_tokens = (int)opt_max_tokens;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -264,32 +207,35 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    comet_server *srv = comet_server_start(&sp);
-    if (!srv) {
-        cli_report_error("serve", "cannot start the HTTP server");
+    comet_chat_template kind;
+    int bad_template = template_name && comet_chat_template_from_name(template_name, &kind) < 0;
+    comet_openai_server *srv = NULL;
+    if (bad_template || comet_openai_server_start(e, m, &sp, &srv) < 0) {
+        cli_report_error("serve",
+                         bad_template ? "bad --chat-template" : "cannot start the HTTP server");
         comet_engine_free(e);
         comet_model_free(m);
-        return 1;
+        return bad_template ? 2 : 1;
     }
     comet_log(COMET_LOG_INFO, "serving '%s' on http://%s:%d (ctx %d, %ld KV pages, max %ld seqs)",
-              model_id, host, comet_server_port(srv), m->cfg.n_ctx, pages, max_seqs);
+              model_id, host, comet_openai_server_port(srv), m->cfg.n_ctx, pages, max_seqs);
     /* one line on stdout for scripts that start the server on port 0 */
-    printf("listening on %s:%d\n", host, comet_server_port(srv));
+    printf("listening on %s:%d\n", host, comet_openai_server_port(srv));
     fflush(stdout);
 
     while (!stop_requested)
         usleep(100 * 1000);
 
     comet_log(COMET_LOG_INFO, "draining: no new connections; %d requests in flight",
-              comet_server_in_flight(srv));
-    comet_server_quiesce(srv);
-    for (long waited = 0; comet_server_in_flight(srv) > 0 && waited < drain * 10; waited++)
+              comet_openai_server_in_flight(srv));
+    comet_openai_server_quiesce(srv);
+    for (long waited = 0; comet_openai_server_in_flight(srv) > 0 && waited < drain * 10; waited++)
         usleep(100 * 1000);
-    if (comet_server_in_flight(srv) > 0)
+    if (comet_openai_server_in_flight(srv) > 0)
         comet_log(COMET_LOG_WARN, "drain timeout: closing %d requests",
-                  comet_server_in_flight(srv));
+                  comet_openai_server_in_flight(srv));
     comet_engine_cancel_all(e); /* what is left ends as cancelled; its streams close */
-    comet_server_stop(srv);
+    comet_openai_server_stop(srv);
     comet_engine_free(e);
     comet_model_free(m);
     comet_log(COMET_LOG_INFO, "stopped");
