@@ -1,0 +1,187 @@
+/* bench.c — comet_bench (comet/bench.h): prefill and batch-1 decode through one runner,
+ * greedy sampling as comet_generate does it, and a decode step profiled op by op through
+ * the forward pass's profiler hook. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comet/bench.h"
+#include "engine/runner.h"
+#include "engine/sampler.h"
+
+comet_bench_params comet_bench_default_params(void) {
+    return (comet_bench_params){.prompt_tokens = 512, .decode_tokens = 128, .reps = 5, .seed = 1};
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Per-op profile of one step: each op's interval closes when the next op starts. */
+typedef struct prof {
+    comet_backend *be;
+    int wait;        /* wait for the backend at each op (per-op times), else host times only */
+    double t_start;  /* the step's first op */
+    double t_queued; /* the last op of the forward pass enqueued */
+    const char *cur;
+    double t;
+    int n;
+    comet_bench_op *ops; /* [COMET_BENCH_MAX_OPS] */
+} prof;
+
+static void on_op(void *user, const char *op) {
+    prof *p = user;
+    if (!p->wait) { /* how long the host takes to enqueue the step */
+        double t = now_s();
+        if (!p->t_start)
+            p->t_start = t;
+        if (!op)
+            p->t_queued = t;
+        return;
+    }
+    p->be->ops->sync(p->be);
+    double t = now_s();
+    if (p->cur) {
+        int i = 0;
+        while (i < p->n && strcmp(p->ops[i].name, p->cur))
+            i++;
+        if (i == p->n && p->n < COMET_BENCH_MAX_OPS)
+            p->ops[p->n++].name = p->cur;
+        if (i < COMET_BENCH_MAX_OPS) {
+            p->ops[i].seconds += t - p->t;
+            p->ops[i].calls++;
+        }
+    }
+    p->cur = op;
+    p->t = now_s();
+}
+
+static int32_t random_token(uint64_t *state, int V) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (int32_t)(*state % (uint64_t)V);
+}
+
+/* Run the step built in run->bb and pick its one token greedily into *id (logits [V]: the
+ * host scratch comet_runner_step_sample needs). */
+static comet_status step_greedy(comet_runner *run, comet_sampler *smp, float *logits, int32_t *id) {
+    comet_runner_draw draw = {smp, NULL, 0};
+    COMET_TRY(comet_runner_step_sample(run, &draw, logits, id));
+    return *id >= 0 ? COMET_OK
+                    : comet_set_error(COMET_ERR_NUMERIC, "bench: the logits are not finite");
+}
+
+/* Append token *id to seq, run one decode step and pick the next token into *id. */
+static comet_status decode_step(comet_runner *run, comet_sampler *smp, comet_kv_seq *seq,
+                                int32_t *id, float *logits) {
+    COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, 1));
+    comet_batch_builder_reset(&run->bb);
+    COMET_TRY(comet_batch_builder_add(&run->bb, seq, id, 1, 1));
+    return step_greedy(run, smp, logits, id);
+}
+
+/* The timed runs, then the two profiled decode steps, into *r. */
+static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampler *smp,
+                               const comet_bench_params *p, int32_t *prompt, float *logits,
+                               comet_bench_result *r) {
+    const int prompt_n = p->prompt_tokens, decode_n = p->decode_tokens;
+    double pre[COMET_BENCH_MAX_REPS], dec[COMET_BENCH_MAX_REPS];
+    int32_t id = 0;
+    for (int rep = 0; rep <= p->reps; rep++) { /* rep == 0 warms up */
+        comet_kv_seq_release(&run->pool, seq);
+        COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, prompt_n));
+        comet_batch_builder_reset(&run->bb);
+        double t0 = now_s();
+        COMET_TRY(comet_batch_builder_add(&run->bb, seq, prompt, prompt_n, 1));
+        COMET_TRY(step_greedy(run, smp, logits, &id));
+        double t1 = now_s();
+        for (int s = 0; s < decode_n; s++)
+            COMET_TRY(decode_step(run, smp, seq, &id, logits));
+        double t2 = now_s();
+        if (rep > 0) {
+            pre[rep - 1] = (double)prompt_n / (t1 - t0);
+            dec[rep - 1] = (double)decode_n / (t2 - t1);
+        }
+    }
+    /* two more decode steps: the host's enqueue time, then op by op */
+    prof hq = {.be = run->be, .wait = 0, .ops = r->ops};
+    prof pf = {.be = run->be, .wait = 1, .ops = r->ops};
+    prof *passes[2] = {&hq, &pf};
+    for (int k = 0; k < 2; k++) {
+        comet_forward_set_profiler(run->fc, on_op, passes[k]);
+        comet_status st = decode_step(run, smp, seq, &id, logits);
+        comet_forward_set_profiler(run->fc, NULL, NULL);
+        COMET_TRY(st);
+    }
+    if (pf.n < COMET_BENCH_MAX_OPS) /* the sampling call after the forward pass's last op */
+        r->ops[pf.n++] = (comet_bench_op){"sample", 1, now_s() - pf.t};
+    r->n_ops = pf.n;
+    r->prefill_tok_s = median(pre, p->reps);
+    r->decode_tok_s = median(dec, p->reps);
+    r->enqueue_ms = hq.t_queued > 0 ? 1e3 * (hq.t_queued - hq.t_start) : 0.0;
+    return COMET_OK;
+}
+
+comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_bench_params *p,
+                         comet_bench_result *r) {
+    const comet_model_config *c = &m->cfg;
+    if (p->prompt_tokens < 1 || p->decode_tokens < 1 || p->reps < 1 ||
+        p->reps > COMET_BENCH_MAX_REPS)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "bench: prompt_tokens and decode_tokens must be >= 1 and reps in "
+                               "[1, %d]",
+                               COMET_BENCH_MAX_REPS);
+    const int P = 16, V = c->n_vocab;
+    const int ctx = p->prompt_tokens + p->decode_tokens + 2; /* + the two profiled steps */
+    if (ctx > c->n_ctx)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "%d + %d tokens exceed the model's context of %d", p->prompt_tokens,
+                               p->decode_tokens, c->n_ctx);
+    memset(r, 0, sizeof *r);
+    comet_runner run = {0};
+    comet_kv_seq seq = {0};
+    int32_t *prompt = malloc((size_t)p->prompt_tokens * sizeof *prompt);
+    float *logits = malloc((size_t)V * sizeof *logits);
+    comet_sampler_params sp = comet_sampler_default_params();
+    sp.temperature = 0.0f; /* greedy */
+    comet_sampler *smp = comet_sampler_init(&sp, V);
+    comet_status st = COMET_OK;
+    if (!prompt || !logits || !smp) {
+        st = comet_set_error(COMET_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    comet_runner_params rp = {.max_batch_tokens = p->prompt_tokens,
+                              .max_seqs = 1,
+                              .n_pages = (ctx + P - 1) / P + 1,
+                              .page_size = P};
+    double t_load = now_s();
+    if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
+        (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
+        goto out;
+    r->load_s = now_s() - t_load;
+    uint64_t rng = 0x9E3779B97F4A7C15ull ^ p->seed;
+    for (int i = 0; i < p->prompt_tokens; i++)
+        prompt[i] = random_token(&rng, V);
+    st = bench_runs(&run, &seq, smp, p, prompt, logits, r);
+out:
+    comet_kv_seq_free(&seq);
+    comet_runner_free(&run);
+    comet_sampler_free(smp);
+    free(prompt);
+    free(logits);
+    return st;
+}
