@@ -160,6 +160,19 @@ bool pdl_supported() {
                            [](const cudaFuncAttributes &a) { return a.ptxVersion >= 90; });
 }
 
+int ws_cluster_capacity(int kpb, int tok, int S);
+
+/* The device facts make_plan reads, and all it reads of the device: production takes them
+ * from the CUDA queries above (current_plan_device, each cached per device). */
+struct plan_device {
+    int sms;        /* SM count */
+    int smem_sm;    /* shared memory per SM, bytes */
+    int smem_optin; /* opt-in shared memory per block, bytes */
+    bool wgmma;     /* an sm_90 device running this file's sm_90a code (has_wgmma) */
+    bool pdl;       /* programmatic dependent launch works here (pdl_supported) */
+    int (*cluster_capacity)(int kpb, int tok, int S); /* wgmma clusters of S resident at once */
+};
+
 int clampi(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* The most dynamic shared memory any plan asks of one CTA (the wgmma kernel's rings, the pipe
@@ -205,6 +218,16 @@ cudaError_t allow_smem(const void *kernel, size_t bytes) {
 
 /* Shared memory of one SM (bytes), for sizing the pipe kernel's rings. */
 int sm_smem_bytes() { return device_attr(cudaDevAttrMaxSharedMemoryPerMultiprocessor, 228 * 1024); }
+
+/* The current device's facts for make_plan. */
+plan_device current_plan_device() {
+    return {sm_count(),
+            sm_smem_bytes(),
+            device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM),
+            has_wgmma(),
+            pdl_supported(),
+            ws_cluster_capacity};
+}
 
 /* Where the automatic plan runs the pipe kernel (sm_90), measured on the H200 in same-run A/Bs
  * (CUDA graphs with pdl, 8 LLaMA-3 shapes; bench/results/2026-12-02-h200-gemm-s13). Below one
@@ -264,9 +287,9 @@ constexpr int PP_AUTO_TILES_M8 = 2;
 /* Token groups of 8 (MI = 1) up to this M; M = 9-16 as two 8-token groups (each weight tile
  * read twice) took 1.33-1.42x the time of 16-token items. */
 constexpr int PP_MI1_MAX_M = 8;
-void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, int sms) {
+void plan_pipe(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, const plan_device &dev) {
     pl.MI = g->M <= PP_MI1_MAX_M ? 1 : 2;
-    const int tt = 8 * pl.MI, reserve = 1024, smem_sm = sm_smem_bytes();
+    const int tt = 8 * pl.MI, reserve = 1024, smem_sm = dev.smem_sm, sms = dev.sms;
     pl.tiles_m = (g->M + tt - 1) / tt;
     pl.pp_rows = g->M < tt ? g->M : tt;
     /* items, slot bytes per CTA, CTAs per SM and their spread for PT tiles per item */
@@ -354,14 +377,13 @@ int ws_auto_tok(int M, int K) {
     return M <= 16 ? (K >= WS_TOK16_MIN_K ? 16 : 32) : M <= 32 ? 32 : M <= 64 ? 64 : 128;
 }
 
-int ws_cluster_capacity(int kpb, int tok, int S);
-
 /* The kernel of the automatic plan. sm_90: where the 16-row tiles at least fill the SMs, the
  * pipe kernel at M <= 16 (and to 32 on narrow shapes: pipe_auto); below one tile per SM the
  * stream kernel's split-K keeps every SM streaming up to M = 8; from M = 9 otherwise the wgmma
  * kernel. sm_80: the stream kernel up to M = 32, then the tiled one. */
-comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms) {
-    if (!has_wgmma())
+comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, const plan_device &dev) {
+    const int sms = dev.sms;
+    if (!dev.wgmma)
         return g->M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
     if (g->splits == 0 && pipe_auto(g->M, np16, sms))
         return COMET_W4AX_KERNEL_PIPE;
@@ -375,32 +397,34 @@ comet_w4ax_kernel auto_kernel(const comet_cuda_w4ax_gemm *g, int np16, int sms) 
  * stream plan's split at M = 1, which keeps decode streaming from every SM -- and M picks only
  * among those kernels. The pipe kernel (warps own strided stages) and stream-K (shares cut by
  * M) would change the sums. */
-void batch_invariant_call(comet_cuda_w4ax_gemm &gi, int sms) {
+void batch_invariant_call(comet_cuda_w4ax_gemm &gi, const plan_device &dev) {
+    const int sms = dev.sms;
     const int nb = gi.K / gi.B, ctas = ((gi.N + 15) / 16 + STREAM_WARPS - 1) / STREAM_WARPS;
     const int min_s = (nb + STREAM_MAX_RANGE / gi.B - 1) / (STREAM_MAX_RANGE / gi.B);
     const int S = (4 * sms + ctas - 1) / ctas;
     gi.splits = clampi(S < min_s ? min_s : S, 1, nb);
-    if (has_wgmma())
+    if (dev.wgmma)
         gi.kernel = gi.M <= 8 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_WGMMA;
     else
         gi.kernel = gi.M <= 32 ? COMET_W4AX_KERNEL_STREAM : COMET_W4AX_KERNEL_TILED;
 }
 
-plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
+/* The plan for g on the device `dev` describes. */
+plan_t make_plan(const comet_cuda_w4ax_gemm *g, const plan_device &dev) {
     plan_t pl = {};
-    const int sms = sm_count();
+    const int sms = dev.sms;
     comet_cuda_w4ax_gemm gi;
     if (g->batch_invariant && g->kernel == COMET_W4AX_KERNEL_AUTO && g->splits == 0) {
         gi = *g;
-        batch_invariant_call(gi, sms);
+        batch_invariant_call(gi, dev);
         g = &gi;
         pl.invariant = true;
     }
     const int nb = g->K / g->B, np16 = (g->N + 15) / 16;
     /* programmatic dependent launch where the device and the loaded code have it; asked for
      * elsewhere, the call runs as a plain launch */
-    const bool pdl = g->pdl && pdl_supported();
-    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, sms);
+    const bool pdl = g->pdl && dev.pdl;
+    pl.kernel = g->kernel != COMET_W4AX_KERNEL_AUTO ? g->kernel : auto_kernel(g, np16, dev);
     if (pl.kernel == COMET_W4AX_KERNEL_STREAM) {
         pl.MI = g->M <= 8 ? 1 : g->M <= 16 ? 2 : 4;
         pl.grid =
@@ -410,7 +434,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
         int min_s = (nb + STREAM_MAX_RANGE / g->B - 1) / (STREAM_MAX_RANGE / g->B);
         S = g->splits > 0 ? g->splits : S;
         S = clampi(S < min_s ? min_s : S, 1, nb);
-        if (g->splits == 0 && has_wgmma() && g->M > 8 && S > 1 && min_s <= STREAM_MAX_CLUSTER) {
+        if (g->splits == 0 && dev.wgmma && g->M > 8 && S > 1 && min_s <= STREAM_MAX_CLUSTER) {
             /* sm_90, M > 8: reduce the splits on chip, a power-of-two cluster of at most 8
              * CTAs (measured: M = 16 1.15x -> 1.31x cuBLAS FP16, M = 32 0.75x -> 0.85x; at
              * M <= 8 the global-memory reduction with unrounded S was faster, 2.17x vs 2.04x) */
@@ -422,14 +446,14 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
             S = c < min_s ? min_s : c;
         }
         pl.S = S;
-        pl.cluster = S > 1 && has_wgmma() && S <= STREAM_MAX_CLUSTER && (S & (S - 1)) == 0;
+        pl.cluster = S > 1 && dev.wgmma && S <= STREAM_MAX_CLUSTER && (S & (S - 1)) == 0;
         int range = (nb + S - 1) / S * g->B;
         pl.block = dim3(STREAM_WARPS * 32);
         pl.smem = ((size_t)8 * pl.MI * (range + 16) + 15) / 16 * 16;
         if (pl.cluster)
             pl.smem += (size_t)STREAM_WARPS * 16 * 8 * pl.MI * sizeof(float);
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
-        plan_pipe(pl, g, np16, sms);
+        plan_pipe(pl, g, np16, dev);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
         pl.tok = g->tile_tokens ? g->tile_tokens : ws_auto_tok(g->M, g->K);
         pl.MI = pl.tok / 8;
@@ -452,7 +476,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
         S = clampi(S, 1, WS_MAX_CLUSTER);
         /* ... and whose clusters of S CTAs can all be resident at once (a GPC holds whole
          * clusters only; measured: 8B o at M = 64 ran S = 4 at 3 us per block) */
-        while (g->splits == 0 && S > 1 && ws_cluster_capacity(g->B / 64, pl.tok, S) < ctas)
+        while (g->splits == 0 && S > 1 && dev.cluster_capacity(g->B / 64, pl.tok, S) < ctas)
             S--;
         /* Past one wave, 2 splits when the last wave is nearly empty: S = 2 takes
          * ceil(tiles / resident pairs) rounds of half the work; used when that saves >= 20 %
@@ -460,7 +484,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
          * 113 -> 99 us; at a 12-17 % saving, 8B gate_up M = 256 and 70B qkv M = 512, it lost
          * or tied; 8 splits at 15 resident clusters ran 8B qkv M = 256 at half speed) */
         if (g->splits == 0 && ctas >= slots && nb >= 2) {
-            const int cap = clampi(ws_cluster_capacity(g->B / 64, pl.tok, 2), 1, slots / 2);
+            const int cap = clampi(dev.cluster_capacity(g->B / 64, pl.tok, 2), 1, slots / 2);
             if (10 * ((ctas + cap - 1) / cap) <= 16 * ((ctas + slots - 1) / slots))
                 S = 2;
         }
@@ -513,7 +537,7 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g) {
         const int persist_smem = ws_persist_smem_bytes(g->B / 64, pl.tok);
         if (!pl.streamk && pl.S == 1 && g->splits == 0 && pl.tok == 128 && ctas > slots &&
             nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
-            device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, MAX_SMEM) >= persist_smem)
+            dev.smem_optin >= persist_smem)
             pl.persist = true, pl.grid = dim3((unsigned)slots, 1, 1),
             pl.smem = (size_t)persist_smem;
     } else {
@@ -563,5 +587,8 @@ static_assert(128 * WS_RED_LD * 4 <= ws_stages(1, 128) * ws_stage_bytes(1, 128) 
                   16 * WS_RED_LD * 4 <= ws_stages(1, 16) * ws_stage_bytes(1, 16) &&
                   16 * WS_RED_LD * 4 <= ws_stages(2, 16) * ws_stage_bytes(2, 16),
               "the cluster reduction tile must fit in the stage memory");
+
+/* The plan for g on the current device. */
+plan_t make_plan(const comet_cuda_w4ax_gemm *g) { return make_plan(g, current_plan_device()); }
 
 } // namespace
