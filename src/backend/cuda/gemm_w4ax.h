@@ -35,7 +35,7 @@ typedef enum comet_w4ax_kernel {
                                    * leave SMs idle), weights in registers (A), tokens in
                                    * shared memory (B) */
     COMET_W4AX_KERNEL_PIPE = 4,   /* M <= 16 on sm_90 with N/16 at least the SM count, and
-                                   * M <= 32 up to twice it (pipe_auto): persistent CTAs
+                                   * M <= 32 up to twice it (KERNEL_RULES): persistent CTAs
                                    * own items of 1-4 16-row weight tiles over all of K (no
                                    * split-K) that share one copy of the token rows; each
                                    * warp streams its share of K through its own cp.async

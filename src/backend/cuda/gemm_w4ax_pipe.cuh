@@ -10,7 +10,7 @@
 
 namespace {
 
-/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it: pipe_auto). A
+/* Pipe kernel (M <= 16 on sm_90 when N/16 >= the SM count, M = 17-32 up to 2x it: KERNEL_RULES). A
  * work item is PT 16-row weight tiles (plan_pipe) x one group of 8*MI tokens over all of K: no
  * split-K, nothing handed between CTAs; the PT tiles share one copy of the token rows and one
  * load of each block's B fragments (PT = 2 took 0.86-0.90x the time of PT = 1 at

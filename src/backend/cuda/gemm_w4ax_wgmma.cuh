@@ -88,24 +88,14 @@ __host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok) {
 __host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok) {
     return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 1024 + 2 * 8 * ws_stages(kpb, tok);
 }
-/* Persistent plans (128-token tiles past one wave, at most WS_PERSIST_MAX_NB blocks per tile and
- * at least WS_PERSIST_MIN_TILES_M token tiles):
- * one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K instance, whole tiles),
- * the ring running on across them, so the next tile's first stages load while this one's
- * epilogue runs, and no CTA starts, initializes or fills its ring per tile. Why: at M = 8192
- * the plain grid ran 593-626 TOPS at K = 4096 and 677 at K = 28672, as if a tile
- * cost ~4.5 blocks more than its blocks. Same-run A/B, graphs + pdl, 8 LLaMA-3 shapes, M =
- * 1024-8192 (bench/results/2026-12-03-h200-gemm-s19.md, two runs): 0.96x the time
- * in geomean on the 8B K = 4096 shapes (8B gate_up 0.946-0.961 at every M), 0.98-0.99x on the
- * 70B K = 8192 ones (0.95-1.01 per case), 1.015x on 70B down (K = 28672, 224 blocks), so long K
- * keeps the grid. At M = 512 (4 token tiles) it measured 1.002x on the LLaMA-3 shapes, and
- * LLaMA-2-7B qkv and gate_up took 1.09x / 1.17x the grid's time there (separate runs,
- * not a same-run A/B), so it starts at 8 token tiles (M > 896), where every gain above was
- * measured. Most of the tile's cost stays: the consumers' epilogue still stops their MMA. The
- * epilogue goes through a staging tile of its own past the ring and its barriers (66 KiB more shared memory, 171 / 192 KiB per CTA at B = 64 / 128,
- * so a device whose opt-in limit is lower keeps the grid); direct stores measured 0.998x in
- * geomean where the staged tile measured 0.988x (run 2, M = 256-8192). */
-constexpr int WS_PERSIST_MAX_NB = 64, WS_PERSIST_MIN_TILES_M = 8;
+/* Persistent plans (make_plan: 128-token tiles past one wave, WS_PERSIST_* in
+ * gemm_w4ax_plan.cuh): one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K
+ * instance, whole tiles), the ring running on across them, so the next tile's first stages load
+ * while this one's epilogue runs, and no CTA starts, initializes or fills its ring per tile. The
+ * epilogue goes through a staging tile of its own past the ring and its barriers (66 KiB more
+ * shared memory, 171 / 192 KiB per CTA at B = 64 / 128, so a device whose opt-in limit is lower
+ * keeps the grid); direct stores measured 0.998x the grid's time where the staged tile measured
+ * 0.988x. Measurements: docs/gemm.md "Plan rules". */
 __host__ __device__ constexpr int ws_persist_staging_offset(int kpb, int tok) {
     return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) +
            256; /* past the ring's 2 x ST barriers */
