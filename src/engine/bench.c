@@ -4,20 +4,14 @@
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comet/bench.h"
+#include "core/clock.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 
 comet_bench_params comet_bench_default_params(void) {
     return (comet_bench_params){.prompt_tokens = 512, .decode_tokens = 128, .reps = 5, .seed = 1};
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int cmp_double(const void *a, const void *b) {
@@ -45,7 +39,7 @@ typedef struct prof {
 static void on_op(void *user, const char *op) {
     prof *p = user;
     if (!p->wait) { /* how long the host takes to enqueue the step */
-        double t = now_s();
+        double t = comet_now_s();
         if (!p->t_start)
             p->t_start = t;
         if (!op)
@@ -53,7 +47,7 @@ static void on_op(void *user, const char *op) {
         return;
     }
     p->be->ops->sync(p->be);
-    double t = now_s();
+    double t = comet_now_s();
     if (p->cur) {
         int i = 0;
         while (i < p->n && strcmp(p->ops[i].name, p->cur))
@@ -66,7 +60,7 @@ static void on_op(void *user, const char *op) {
         }
     }
     p->cur = op;
-    p->t = now_s();
+    p->t = comet_now_s();
 }
 
 static int32_t random_token(uint64_t *state, int V) {
@@ -105,13 +99,13 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
         comet_kv_seq_release(&run->pool, seq);
         COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, prompt_n));
         comet_batch_builder_reset(&run->bb);
-        double t0 = now_s();
+        double t0 = comet_now_s();
         COMET_TRY(comet_batch_builder_add(&run->bb, seq, prompt, prompt_n, 1));
         COMET_TRY(step_greedy(run, smp, logits, &id));
-        double t1 = now_s();
+        double t1 = comet_now_s();
         for (int s = 0; s < decode_n; s++)
             COMET_TRY(decode_step(run, smp, seq, &id, logits));
-        double t2 = now_s();
+        double t2 = comet_now_s();
         if (rep > 0) {
             pre[rep - 1] = (double)prompt_n / (t1 - t0);
             dec[rep - 1] = (double)decode_n / (t2 - t1);
@@ -128,7 +122,7 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
         COMET_TRY(st);
     }
     if (pf.n < COMET_BENCH_MAX_OPS) /* the sampling call after the forward pass's last op */
-        r->ops[pf.n++] = (comet_bench_op){"sample", 1, now_s() - pf.t};
+        r->ops[pf.n++] = (comet_bench_op){"sample", 1, comet_now_s() - pf.t};
     r->n_ops = pf.n;
     r->prefill_tok_s = median(pre, p->reps);
     r->decode_tok_s = median(dec, p->reps);
@@ -168,11 +162,11 @@ comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_be
                               .max_seqs = 1,
                               .n_pages = (ctx + P - 1) / P + 1,
                               .page_size = P};
-    double t_load = now_s();
+    double t_load = comet_now_s();
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)
         goto out;
-    r->load_s = now_s() - t_load;
+    r->load_s = comet_now_s() - t_load;
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ p->seed;
     for (int i = 0; i < p->prompt_tokens; i++)
         prompt[i] = random_token(&rng, V);

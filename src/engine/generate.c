@@ -4,9 +4,9 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "comet/tokenizer.h"
+#include "core/clock.h"
 #include "engine/runner.h"
 
 #define PIECE_CAP 256
@@ -25,12 +25,6 @@ comet_gen_params comet_gen_default_params(void) {
 const char *comet_stop_reason_name(comet_stop_reason r) {
     static const char *names[] = {"eos", "stop", "length", "cancelled"};
     return r >= 0 && r < COMET_STOP_REASON_COUNT ? names[r] : "?";
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Text held back from the callback while it may be the start of a stop string. */
@@ -159,7 +153,7 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     memcpy(hist, prompt, (size_t)n_prompt * sizeof(int32_t));
     comet_gen_stats gs = {.n_prompt = n_prompt, .stop = COMET_STOP_LENGTH};
 
-    double t0 = now_s();
+    double t0 = comet_now_s();
     int32_t id = 0; /* the next token, picked by the step that computed its logits */
     for (int done = 0; done < n_prompt;) {
         int n = n_prompt - done < chunk ? n_prompt - done : chunk;
@@ -180,7 +174,7 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         goto done;
     char piece[PIECE_CAP];
     int n_hist = n_prompt;
-    double t1 = now_s();
+    double t1 = comet_now_s();
     for (;;) {
         if (id == COMET_SAMPLE_NONFINITE) { /* the row is in `logits`: name its value */
             st = comet_logits_check(logits, c->n_vocab);
@@ -190,7 +184,7 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         hist[n_hist++] = id;
         gs.n_generated++;
         if (gs.n_generated == 1) {
-            t1 = now_s();
+            t1 = comet_now_s();
             gs.prefill_s = t1 - t0;
         }
         if (!p->ignore_eos && is_eos(c, id)) {
@@ -224,7 +218,7 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         if (gs.stop != COMET_STOP_STRING)
             emit(&out, out.hold, out.n); /* the end: held text cannot start a stop any more */
     }
-    gs.decode_s = now_s() - t1;
+    gs.decode_s = comet_now_s() - t1;
     if (stats)
         *stats = gs;
     st = COMET_OK;

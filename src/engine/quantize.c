@@ -9,12 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "comet/log.h"
 #include "comet/quantize.h"
 #include "comet/tokenizer.h"
+#include "core/clock.h"
 #include "core/mmap.h"
 #include "engine/calibrate.h"
 #include "format/checkpoint.h"
@@ -35,12 +35,6 @@ comet_quantize_params comet_quantize_default_params(void) {
                                    .calib_len = 512,
                                    .rotate_seed = 1,
                                    .smooth = -1.0f};
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static double dir_bytes(const char *dir) {
@@ -184,7 +178,7 @@ static comet_status calibrate(run *q, const char *model_path, const comet_fmpq_p
     comet_log(COMET_LOG_INFO,
               "calibration: %ld tokens, PPL %.4f on the calibration text, "
               "%.1f s",
-              (*cs)->n_tokens, ppl, now_s() - t0);
+              (*cs)->n_tokens, ppl, comet_now_s() - t0);
     if (cache && comet_calib_stats_save(*cs, &meta, cache) < 0)
         comet_log(COMET_LOG_WARN, "calibration cache not saved: %s", comet_last_error());
     return COMET_OK;
@@ -234,12 +228,12 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
                       "weights",
                       (double)p->smooth);
     }
-    double t1 = now_s();
+    double t1 = comet_now_s();
     if (st >= 0) {
         stage(q, COMET_QUANTIZE_QUANTIZE);
         st = comet_fmpq_quantize(m, cs, &fp);
     }
-    double t2 = now_s();
+    double t2 = comet_now_s();
     long calib_tokens = cs ? cs->n_tokens : 0;
     comet_calib_stats_free(cs);
     COMET_TRY(st);
@@ -260,7 +254,7 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
         r->calib_s = t1 - t0;
         r->quant_s = t2 - t1;
         r->out_bytes = dir_bytes(out_dir);
-        r->total_s = now_s() - t0;
+        r->total_s = comet_now_s() - t0;
     }
     return COMET_OK;
 }
@@ -273,7 +267,7 @@ comet_status comet_quantize(const char *model_path, const char *out_dir,
                                "quantize: model_path, out_dir, p and p->calib_path must be "
                                "non-NULL, calib_windows >= 1, calib_len >= 2, rotate_keep >= 0");
     run q = {.p = p};
-    comet_status st = quantize(&q, model_path, out_dir, now_s(), r);
+    comet_status st = quantize(&q, model_path, out_dir, comet_now_s(), r);
     comet_backend_free(q.be);
     comet_model_free(q.m);
     free(q.ids);

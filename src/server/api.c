@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "comet/log.h"
+#include "core/clock.h"
 
 typedef struct tok_rec {
     int32_t id;
@@ -69,12 +70,6 @@ typedef struct gen {
     char *out;
     size_t out_len, out_off;
 } gen;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
                             const char *model_id, const char *template_name) {
@@ -167,8 +162,8 @@ static void on_event(void *user, const comet_engine_event *ev) {
     }
     if (ev->kind == COMET_EVENT_TOKEN) {
         if (g->t_first == 0)
-            g->t_first = now_s();
-        g->t_last = now_s();
+            g->t_first = comet_now_s();
+        g->t_last = comet_now_s();
         if (g->req.logprobs && recs_push(&g->gen_recs, ev))
             g->oom = 1;
     } else if (ev->kind == COMET_EVENT_PROMPT_TOKEN) {
@@ -182,7 +177,7 @@ static void on_event(void *user, const comet_engine_event *ev) {
         if (ev->error)
             snprintf(g->error, sizeof g->error, "%s", ev->error);
         if (g->t_last == 0)
-            g->t_last = now_s();
+            g->t_last = comet_now_s();
     }
     pthread_cond_broadcast(&g->cv);
     pthread_mutex_unlock(&g->mu);
@@ -341,7 +336,7 @@ static void record(gen *g, int status) {
     comet_log(COMET_LOG_INFO,
               "%s: %d prompt + %d completion tokens, ttft %s, total %.3f s, "
               "finish %s",
-              g->id, g->n_prompt, g->n_generated, ttft_s, now_s() - g->t0, why);
+              g->id, g->n_prompt, g->n_generated, ttft_s, comet_now_s() - g->t0, why);
 }
 
 /* ---- non-streaming ---- */
@@ -703,7 +698,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     g->srv = srv;
     g->req = *req; /* takes ownership */
     memset(req, 0, sizeof *req);
-    g->t0 = now_s();
+    g->t0 = comet_now_s();
     g->created = (long)time(NULL);
     g->n_prompt = n_ids;
     g->n_prompt_submitted = n_ids;
@@ -748,7 +743,7 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
         /* echo without logprobs and nothing to generate: the answer is the prompt */
         g->finished = 1;
         g->why = COMET_FINISH_LENGTH;
-        g->t_last = now_s();
+        g->t_last = comet_now_s();
         free(ids);
         if (q->stream) {
             g->refs = 1;
