@@ -46,6 +46,8 @@ typedef struct comet_runner_params {
     int max_seqs;         /* sequences per step (> 0) */
     int n_pages;          /* KV pool pages (> 0) */
     int page_size;        /* P tokens per page (> 0) */
+    int tensor_parallel;  /* 0: the model on `be` alone; N >= 1: split over N ranks
+                           * (engine/tp.h), `be` rank 0 and peers of its kind */
 } comet_runner_params;
 
 typedef struct comet_runner {
