@@ -46,6 +46,16 @@ if(COMET_HAVE_CUDA)
     # CMake refuses ("CUDA_ARCHITECTURES is empty for target comet_lib") once it links CUDA code.
     set_target_properties(comet_lib PROPERTIES CUDA_ARCHITECTURES "${CMAKE_CUDA_ARCHITECTURES}")
     target_compile_definitions(comet_lib PUBLIC COMET_HAVE_CUDA=1)
+    # NCCL (tensor parallelism over several GPUs, backend/cuda/cuda_comm.c): optional; without
+    # it a tensor-parallel group has one GPU.
+    find_path(COMET_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS})
+    find_library(COMET_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}/lib)
+    if(COMET_NCCL_INCLUDE AND COMET_NCCL_LIB)
+      target_include_directories(comet_lib PUBLIC ${COMET_NCCL_INCLUDE})
+      target_link_libraries(comet_lib PUBLIC ${COMET_NCCL_LIB})
+      target_compile_definitions(comet_lib PUBLIC COMET_HAVE_NCCL=1)
+    endif()
+    message(STATUS "comet: NCCL ${COMET_NCCL_LIB}")
   endif()
 endif()
 message(STATUS "comet: CUDA backend ${COMET_HAVE_CUDA}")

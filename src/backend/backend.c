@@ -116,9 +116,11 @@ const float *comet_model_norm(const comet_model *m, int l, comet_group g) {
     }
 }
 
-int comet_group_width(const comet_model_config *c, comet_group g) {
+int comet_group_width(const comet_model *m, comet_group g) {
+    const comet_model_config *c = &m->cfg;
     switch (g) {
-    case COMET_GROUP_O: return c->n_head * c->head_dim;
+    case COMET_GROUP_O: /* o_proj's input: all H heads, also on a rank of fewer (model/shard.h) */
+        return m->layers && c->n_layer > 0 ? m->layers[0].wo.n_in : c->n_head * c->head_dim;
     case COMET_GROUP_DOWN: return c->n_ff;
     default: return c->n_embd;
     }

@@ -85,8 +85,8 @@ const comet_linear *comet_model_linear(const comet_model *m, int l, comet_role r
 /* The RMSNorm weight [C] in front of group g of layer l (QKV: attn_norm, GATE_UP:
  * ffn_norm, LM_HEAD: output_norm); NULL for O and DOWN, which have none. */
 const float *comet_model_norm(const comet_model *m, int l, comet_group g);
-/* The input width K of group g: C, or H*D for O, or F for DOWN. */
-int comet_group_width(const comet_model_config *c, comet_group g);
+/* The input width K of group g: C, or H*D for O (o_proj's input width), or F for DOWN. */
+int comet_group_width(const comet_model *m, comet_group g);
 
 /* Bytes of an "activation" buffer for T rows of width K: the input of a group's linears
  * as a backend's GEMMs read it (CPU: fp32 [T, K]; CUDA: INT8 codes + fp32 block scales,
@@ -371,6 +371,9 @@ comet_backend *comet_backend_cpu_init(int n_threads);
  * (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory runs out.
  * Always linkable: without CUDA it is a stub that fails. */
 comet_backend *comet_backend_cuda_init(int device);
+
+/* The GPU a CUDA backend runs on; -1 for another backend. */
+int comet_backend_cuda_device(const comet_backend *be);
 
 /* Wait for the work queued on a CUDA backend's stream. Returns COMET_OK, COMET_ERR_CUDA
  * with the CUDA error named when a kernel failed, or COMET_ERR_INVALID_ARG when `be` is

@@ -20,16 +20,28 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
     r->m = m;
     r->be = be;
     comet_status st;
-    if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size, c->n_head_kv,
-                                     c->head_dim, m->kv)) < 0 ||
-        (st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
+    if (p->tensor_parallel < 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "runner: tensor_parallel %d; 0 or a rank "
+                                                      "count", p->tensor_parallel);
+    if ((st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
         (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, p->n_pages,
                                        p->page_size)) < 0)
         goto fail;
-    r->fc = comet_forward_init(m, be, p->max_batch_tokens);
-    if (!r->fc) {
-        st = comet_last_status();
-        goto fail;
+    if (p->tensor_parallel > 0) { /* the ranks hold the KV pages and the workspace */
+        if ((st = comet_tp_init(m, be, p->tensor_parallel, p->max_batch_tokens, p->n_pages,
+                                p->page_size, &r->tp)) < 0)
+            goto fail;
+        r->fc = comet_tp_rank0(r->tp);
+    } else {
+        if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
+                                         c->n_head_kv, c->head_dim, m->kv)) < 0)
+            goto fail;
+        r->kv_ready = 1;
+        r->fc = comet_forward_init(m, be, p->max_batch_tokens);
+        if (!r->fc) {
+            st = comet_last_status();
+            goto fail;
+        }
     }
     if ((st = comet_sampling_init(&r->sampling, p->max_batch_tokens,
                                   p->max_seqs * PEN_PAIRS_PER_SEQ)) < 0)
@@ -43,17 +55,25 @@ fail:
 void comet_runner_free(comet_runner *r) {
     if (!r)
         return;
-    comet_forward_free(r->fc);
+    if (r->tp)
+        comet_tp_free(r->tp); /* and rank 0's forward context */
+    else
+        comet_forward_free(r->fc);
     comet_sampling_free(&r->sampling);
     comet_batch_builder_free(&r->bb);
     comet_kv_pool_free(&r->pool);
-    if (r->be)
+    if (r->kv_ready)
         comet_kv_cache_free_on(r->be, &r->kv);
     memset(r, 0, sizeof *r);
 }
 
+/* One step of the batch b: on the one device, or on every rank. */
+static comet_status forward(comet_runner *r, const comet_batch *b, float *logits) {
+    return r->tp ? comet_tp_step(r->tp, b, logits) : comet_forward(r->fc, &r->kv, b, logits);
+}
+
 comet_status comet_runner_step(comet_runner *r, float *logits) {
-    return comet_forward(r->fc, &r->kv, &r->bb.batch, logits);
+    return forward(r, &r->bb.batch, logits);
 }
 
 comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int pen_cap) {
@@ -150,7 +170,7 @@ comet_status comet_runner_step_sample(comet_runner *r, const comet_runner_draw *
     const int n = b->n_logits, V = r->m->cfg.n_vocab;
     comet_backend *be = r->be;
     if (!be->ops->sample || be->ops->host_memory) {
-        COMET_TRY(comet_forward(r->fc, &r->kv, b, logits));
+        COMET_TRY(forward(r, b, logits));
         for (int i = 0; i < n; i++) {
             float *row = logits + (size_t)i * V;
             ids[i] =
@@ -160,7 +180,7 @@ comet_status comet_runner_step_sample(comet_runner *r, const comet_runner_draw *
         }
         return COMET_OK;
     }
-    COMET_TRY(comet_forward(r->fc, &r->kv, b, NULL));
+    COMET_TRY(forward(r, b, NULL));
     return comet_sampling_run(&r->sampling, be, comet_forward_logits(r->fc), V, draws, n, logits,
                               ids);
 }

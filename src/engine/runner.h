@@ -11,6 +11,7 @@
 #include "comet/model.h"
 #include "engine/kv_pages.h"
 #include "engine/sampler.h"
+#include "engine/tp.h"
 #include "model/forward.h"
 
 /* One token to pick from a step's logits row (comet_runner_step_sample). */
@@ -53,8 +54,11 @@ typedef struct comet_runner_params {
 typedef struct comet_runner {
     const comet_model *m;    /* borrowed */
     comet_backend *be;       /* borrowed */
-    comet_forward_ctx *fc;   /* the model on be */
-    comet_kv_cache kv;       /* in be's memory: the model's kv_bits, kv_group, kv_rotation */
+    comet_forward_ctx *fc;   /* the model on be (with tensor parallelism: rank 0's shard) */
+    comet_kv_cache kv;       /* in be's memory: the model's kv_bits, kv_group, kv_rotation
+                              * (with tensor parallelism: unused, each rank holds its own) */
+    int kv_ready;            /* kv was made */
+    comet_tp *tp;            /* the ranks (tensor_parallel > 0), or NULL */
     comet_kv_pool pool;      /* page allocator over kv */
     comet_batch_builder bb;  /* the step being built */
     comet_sampling sampling; /* comet_runner_step_sample's host scratch */

@@ -20,6 +20,8 @@
  */
 #include "model/forward.h"
 
+#include "backend/comm.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,6 +42,10 @@ struct comet_forward_ctx {
     float *up;                 /* [T, F] */
     void *act;                 /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
     float *logits;             /* [T, V] (backends without host memory) */
+    /* tensor parallelism (comet_forward_set_comm): */
+    comet_comm *comm;          /* NULL: the model runs whole */
+    int *att_cols;             /* [ranks + 1] each rank's columns of the attention output */
+    float *att_full;           /* [T, H*D] every rank's heads, o_proj's input */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
     comet_forward_input_fn on_input; /* linear-input observer, or NULL */
@@ -50,13 +56,14 @@ void comet_forward_free(comet_forward_ctx *fc) {
     if (!fc)
         return;
     comet_backend *be = fc->be;
-    void *bufs[] = {fc->x,   fc->q,    fc->k,  fc->v,   fc->att,
-                    fc->tmp, fc->gate, fc->up, fc->act, fc->logits};
+    void *bufs[] = {fc->x,    fc->q,  fc->k,   fc->v,      fc->att,     fc->tmp,
+                    fc->gate, fc->up, fc->act, fc->logits, fc->att_full};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
     if (fc->w)
         be->ops->weights_free(be, fc->w);
+    free(fc->att_cols);
     free(fc);
 }
 
@@ -119,8 +126,8 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
     size_t T = (size_t)max_batch_tokens, f = sizeof(float);
     size_t HD = (size_t)c->n_head * c->head_dim, KVD = (size_t)c->n_head_kv * c->head_dim;
     int k_max = c->n_embd;
-    if ((int)HD > k_max)
-        k_max = (int)HD;
+    if (comet_group_width(m, COMET_GROUP_O) > k_max)
+        k_max = comet_group_width(m, COMET_GROUP_O);
     if (c->n_ff > k_max)
         k_max = c->n_ff;
     fc->m = m;
@@ -169,6 +176,34 @@ const float *comet_forward_logits(const comet_forward_ctx *fc) { return fc->logi
 
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->be; }
 
+comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols) {
+    const int n = comet_comm_size(comm), rank = comet_comm_rank(comm);
+    const comet_model_config *c = &fc->m->cfg;
+    const int W = att_cols[n];
+    if (fc->on_input || W != comet_group_width(fc->m, COMET_GROUP_O) ||
+        att_cols[rank + 1] - att_cols[rank] != c->n_head * c->head_dim)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "forward: rank %d of %d: attention columns %d..%d of %d do not "
+                               "match its %d heads (or an input observer is set)",
+                               rank, n, att_cols[rank], att_cols[rank + 1], W, c->n_head);
+    fc->att_cols = malloc((size_t)(n + 1) * sizeof *fc->att_cols);
+    fc->att_full = fc->be->ops->alloc(fc->be, (size_t)fc->max_tokens * W * sizeof(float));
+    if (!fc->att_cols || !fc->att_full) {
+        free(fc->att_cols);
+        fc->att_cols = NULL;
+        if (fc->att_full)
+            fc->be->ops->free(fc->be, fc->att_full);
+        fc->att_full = NULL;
+        return comet_set_error(COMET_ERR_NOMEM,
+                               "forward: no room for the gathered attention output (%d x %d) "
+                               "on backend '%s'",
+                               fc->max_tokens, W, fc->be->ops->name);
+    }
+    memcpy(fc->att_cols, att_cols, (size_t)(n + 1) * sizeof *att_cols);
+    fc->comm = comm;
+    return COMET_OK;
+}
+
 void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user) {
     fc->on_op = fn;
     fc->on_op_user = user;
@@ -176,6 +211,9 @@ void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, v
 
 comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forward_input_fn fn,
                                               void *user) {
+    if (fn && fc->comm)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "observing the linears' inputs: the model is split over ranks");
     if (fn && !fc->be->ops->host_memory)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "observing the linears' inputs: backend "
@@ -194,8 +232,8 @@ comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forwa
     return COMET_OK;
 }
 
-static comet_status check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
-                                const comet_batch *b) {
+comet_status comet_forward_check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
+                                       const comet_batch *b) {
     const comet_model_config *c = &fc->m->cfg;
     if (b->n_tokens <= 0 || b->n_tokens > fc->max_tokens)
         return comet_set_error(COMET_ERR_INVALID_ARG,
@@ -286,8 +324,14 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
         PROF("paged_attention");
         COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
+        const float *att = fc->att;
+        if (fc->comm) { /* o_proj reads every rank's heads */
+            PROF("gather heads");
+            COMET_TRY(comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full));
+            att = fc->att_full;
+        }
         PROF("act_quant");
-        COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, fc->att, T, fc->act));
+        COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, att, T, fc->act));
         OBSERVE(l, COMET_GROUP_O);
         PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
@@ -302,9 +346,13 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         OBSERVE(l, COMET_GROUP_DOWN);
         PROF("matmul down");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
+        if (fc->comm) { /* each rank's down output is a partial sum over its FFN channels */
+            PROF("all_reduce");
+            COMET_TRY(comet_comm_all_reduce(fc->comm, fc->tmp, (size_t)T * c->n_embd));
+        }
     }
-    if (b->n_logits == 0)
-        return COMET_OK;
+    if (b->n_logits == 0 || (fc->comm && comet_comm_rank(fc->comm) != 0))
+        return COMET_OK; /* the lm_head runs on rank 0 */
     PROF("rmsnorm_quant");
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
     PROF("lm_head");
@@ -328,7 +376,7 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
     const comet_model_config *c = &fc->m->cfg;
     const comet_backend_ops *op = fc->be->ops;
     comet_backend *be = fc->be;
-    COMET_TRY(check_batch(fc, kv, b));
+    COMET_TRY(comet_forward_check_batch(fc, kv, b));
     comet_step st;
     PROF("step_begin");
     COMET_TRY(op->step_begin(be, b, &st));

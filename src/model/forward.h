@@ -34,6 +34,17 @@ const float *comet_forward_logits(const comet_forward_ctx *fc);
 /* The backend the context runs on (borrowed). */
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
 
+/* Tensor parallelism (engine/tp.h): fc runs one rank's shard (model/shard.h) and calls the
+ * collectives of `comm` (borrowed; the rank's endpoint) inside each step: a gather of every
+ * rank's attention heads before o_proj (att_cols [ranks + 1]: rank r's columns of the
+ * [T, H*D] attention output, comet_shard_att_cols) and an all-reduce of down_proj's partial
+ * sums. Only rank 0 runs the lm_head. Every rank of the group must run the same steps.
+ * Allocates the gathered attention output. COMET_OK, COMET_ERR_INVALID_ARG (columns that do
+ * not match the rank's heads, an input observer set), COMET_ERR_NOMEM. */
+struct comet_comm;
+comet_status comet_forward_set_comm(comet_forward_ctx *fc, struct comet_comm *comm,
+                                    const int *att_cols);
+
 /* A profiler hook: comet_forward calls fn(user, "op name") before each op of a step and
  * fn(user, NULL) after the last, so fn can close the previous op's interval (e.g. sync the
  * backend and read a clock). The names are the step ops' (backend.h), matmul with
@@ -61,5 +72,10 @@ comet_status comet_forward_set_input_observer(comet_forward_ctx *fc, comet_forwa
  * another backend) with the problem named; a backend's failure (COMET_ERR_CUDA, ...). */
 comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
                            float *logits);
+
+/* The checks comet_forward makes of a step before it runs any op: COMET_OK, or
+ * COMET_ERR_INVALID_ARG naming the problem (the errors listed above). */
+comet_status comet_forward_check_batch(const comet_forward_ctx *fc, const comet_kv_cache *kv,
+                                       const comet_batch *b);
 
 #endif

@@ -213,7 +213,7 @@ static void norm_case(const pair *p, int l, comet_group g, int T, int with_res) 
 
 static void act_quant_case(const pair *p, int l, int T) {
     const comet_model *m = p->m;
-    const int K = comet_group_width(&m->cfg, COMET_GROUP_O);
+    const int K = comet_group_width(m, COMET_GROUP_O);
     const size_t n = (size_t)T * K;
     char what[96];
     snprintf(what, sizeof what, "act_quant layer %d (O) T %d", l, T);
@@ -292,8 +292,7 @@ static void test_act_ops(void **state) {
 /* act of group g (layer l) made by each backend's own op from the same random input:
  * rmsnorm_quant (QKV, GATE_UP), act_quant (O), silu_mul_quant (DOWN). */
 static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf *ag) {
-    const comet_model_config *c = &p->m->cfg;
-    const int K = comet_group_width(c, g);
+    const int K = comet_group_width(p->m, g);
     *ac = sb_alloc(g_cpu, comet_act_bytes(T, K));
     *ag = sb_alloc(g_cuda, comet_act_bytes(T, K));
     if (g == COMET_GROUP_DOWN) {
@@ -366,7 +365,7 @@ static void test_matmul(void **state) {
             for (int r = 0; r < COMET_ROLE_COUNT; r++) {
                 const int T = Ts[ti];
                 const comet_group g = comet_role_group((comet_role)r);
-                const int K = comet_group_width(c, g);
+                const int K = comet_group_width(p.m, g);
                 const int N = comet_model_linear(p.m, l, (comet_role)r)->n_out;
                 const int w4ax = st_group_w4ax(p.m, l, g);
                 char what[128];

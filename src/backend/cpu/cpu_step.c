@@ -141,7 +141,7 @@ comet_status comet_cpu_act_quant(comet_backend *be, const comet_weights *w, int 
     if (group_quantized(lin))
         comet_qlinear_input(lin, x, T, act);
     else
-        memcpy(act, x, (size_t)T * comet_group_width(&w->m->cfg, g) * sizeof(float));
+        memcpy(act, x, (size_t)T * comet_group_width(w->m, g) * sizeof(float));
     return COMET_OK;
 }
 

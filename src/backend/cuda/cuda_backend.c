@@ -656,6 +656,10 @@ comet_backend *comet_backend_cuda_init(int device) {
     return be;
 }
 
+int comet_backend_cuda_device(const comet_backend *be) {
+    return be && be->ops == &cuda_ops ? ((const cuda_impl *)be->impl)->device : -1;
+}
+
 comet_status comet_backend_cuda_sync(comet_backend *be) {
     if (!be || be->ops != &cuda_ops)
         return comet_set_error(COMET_ERR_INVALID_ARG,
@@ -682,6 +686,11 @@ comet_backend *comet_backend_cuda_init(int device) {
                     "cuda backend: this build has no CUDA (configure with -DCOMET_CUDA=ON on a "
                     "machine with the CUDA toolkit)");
     return NULL;
+}
+
+int comet_backend_cuda_device(const comet_backend *be) {
+    (void)be;
+    return -1;
 }
 
 comet_status comet_backend_cuda_sync(comet_backend *be) {

@@ -166,7 +166,7 @@ static comet_status load_group(comet_backend *be, comet_weights *w, int l, comet
     cuda_impl *im = impl_of(be);
     const comet_model *m = w->m;
     cuda_grp *gr = &w->grp[(size_t)l * LAYER_GROUPS + g];
-    const int K = comet_group_width(&m->cfg, g);
+    const int K = comet_group_width(m, g);
     const comet_linear *first = NULL;
     comet_role first_role = COMET_ROLE_COUNT;
     for (int r = 0; r < COMET_ROLE_COUNT; r++) {
