@@ -117,6 +117,21 @@ static void test_bad_option_values(void **state) {
     assert_one_line_error(&r, "generate", "--top-p");
     run("perplexity --text x --ctx 1", &r);
     assert_one_line_error(&r, "perplexity", "--ctx");
+    /* --tensor-parallel N: N >= 1 ranks (0, one device, is the default when not given) */
+    run("generate --prompt hi --tensor-parallel 0", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "generate",
+                          "--tensor-parallel expects an integer in [1, 64], got '0'");
+    run("generate --prompt hi --tensor-parallel x", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "generate",
+                          "--tensor-parallel expects an integer in [1, 64], got 'x'");
+    run("perplexity --text x --tensor-parallel -1", &r);
+    assert_one_line_error(&r, "perplexity", "--tensor-parallel expects an integer in [1, 64]");
+    run("serve --tensor-parallel 65", &r);
+    assert_one_line_error(&r, "serve", "--tensor-parallel expects an integer in [1, 64]");
+    run("bench --tensor-parallel 2x", &r);
+    assert_one_line_error(&r, "bench", "--tensor-parallel expects an integer in [1, 64]");
 }
 
 static void test_prompt_over_context(void **state) {
@@ -183,6 +198,7 @@ static void test_help(void **state) {
     run("generate --help", &r);
     assert_int_equal(r.rc, 0);
     assert_non_null(strstr(r.out, "--max-tokens"));
+    assert_non_null(strstr(r.out, "--tensor-parallel N"));
     run("perplexity --help", &r);
     assert_int_equal(r.rc, 0);
     assert_non_null(strstr(r.out, "--max-windows"));

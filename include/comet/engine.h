@@ -37,6 +37,9 @@ typedef struct comet_engine_params {
     int batch_invariant;  /* 1: a request's tokens do not depend on the other requests in
                            * its steps, bit for bit (docs/numerics.md "Reproducibility");
                            * slower on the GPU. Default 0 */
+    int tensor_parallel;  /* 0 (default): one device; N >= 1: the model split over N devices
+                           * of device's kind (tensor parallelism: cuda:0..N-1, or N CPU
+                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
 } comet_engine_params;
 
 comet_engine_params comet_engine_default_params(void);
@@ -108,7 +111,7 @@ typedef struct comet_engine_event {
 typedef void (*comet_engine_cb)(void *user, const comet_engine_event *ev);
 
 /* Start an engine over a loaded model (borrowed; must outlive the engine). NULL +
- * comet_last_error() on bad params or no memory. */
+ * comet_last_error() on bad params (named) or no memory. */
 comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *p);
 
 /* Stop the engine thread; requests still queued or running finish with CANCELLED

@@ -27,6 +27,7 @@ typedef enum comet_rope_scaling {
 } comet_rope_scaling;
 
 #define COMET_MAX_EOS 16
+#define COMET_MAX_TENSOR_PARALLEL 64 /* ranks a model is split over at most */
 
 typedef struct comet_model_config {
     char arch[32]; /* "llama" */

@@ -38,6 +38,9 @@ typedef struct comet_ppl_params {
     int chunk;       /* tokens per prefill step (> 0) */
     comet_ppl_protocol protocol;
     int bos_id; /* the BOS id when the model adds one (protocols above), else -1 */
+    int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
+                          * of the backend's kind (tensor parallelism: cuda:0..N-1, or N CPU
+                          * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
 } comet_ppl_params;
 
 /* ctx 2048, all windows, chunk 256, comet's protocol, bos_id -1. */
@@ -57,8 +60,9 @@ typedef struct comet_ppl_result {
  * full windows are evaluated; a trailing partial window is dropped. The model runs with
  * its KV format m->kv (a caller may change it first to simulate another cache). Fills
  * *out and returns COMET_OK, or COMET_ERR_INVALID_ARG when the text holds fewer tokens
- * than one window (two for llama.cpp's protocol) or ctx exceeds the model's context (the
- * numbers named), or the error of a failed step (COMET_ERR_NOMEM, COMET_ERR_CUDA, ...). */
+ * than one window (two for llama.cpp's protocol), ctx exceeds the model's context or
+ * tensor_parallel is out of range (the numbers named), or the error of a failed step
+ * (COMET_ERR_NOMEM, COMET_ERR_CUDA, ...). */
 comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int32_t *tokens,
                               size_t n_tokens, const comet_ppl_params *p, comet_ppl_result *out);
 

@@ -1,6 +1,6 @@
 /* bench.c — comet_bench (comet/bench.h): prefill and batch-1 decode through one runner,
  * greedy sampling as comet_generate does it, and a decode step profiled op by op through
- * the forward pass's profiler hook. */
+ * the forward pass's profiler hook (on one device only: tensor_parallel 0). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -111,6 +111,10 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
             dec[rep - 1] = (double)decode_n / (t2 - t1);
         }
     }
+    r->prefill_tok_s = median(pre, p->reps);
+    r->decode_tok_s = median(dec, p->reps);
+    if (p->tensor_parallel) /* the profiler hook sees one rank's ops: no profile */
+        return COMET_OK;
     /* two more decode steps: the host's enqueue time, then op by op */
     prof hq = {.be = run->be, .wait = 0, .ops = r->ops};
     prof pf = {.be = run->be, .wait = 1, .ops = r->ops};
@@ -124,8 +128,6 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
     if (pf.n < COMET_BENCH_MAX_OPS) /* the sampling call after the forward pass's last op */
         r->ops[pf.n++] = (comet_bench_op){"sample", 1, comet_now_s() - pf.t};
     r->n_ops = pf.n;
-    r->prefill_tok_s = median(pre, p->reps);
-    r->decode_tok_s = median(dec, p->reps);
     r->enqueue_ms = hq.t_queued > 0 ? 1e3 * (hq.t_queued - hq.t_start) : 0.0;
     return COMET_OK;
 }
@@ -139,6 +141,11 @@ comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_be
                                "bench: prompt_tokens and decode_tokens must be >= 1 and reps in "
                                "[1, %d]",
                                COMET_BENCH_MAX_REPS);
+    if (p->tensor_parallel < 0 || p->tensor_parallel > COMET_MAX_TENSOR_PARALLEL)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "bench: tensor_parallel must be 0 (one device) or 1..%d ranks, got "
+                               "%d",
+                               COMET_MAX_TENSOR_PARALLEL, p->tensor_parallel);
     const int P = 16, V = c->n_vocab;
     const int ctx = p->prompt_tokens + p->decode_tokens + 2; /* + the two profiled steps */
     if (ctx > c->n_ctx)
@@ -161,7 +168,8 @@ comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_be
     comet_runner_params rp = {.max_batch_tokens = p->prompt_tokens,
                               .max_seqs = 1,
                               .n_pages = (ctx + P - 1) / P + 1,
-                              .page_size = P};
+                              .page_size = P,
+                              .tensor_parallel = p->tensor_parallel};
     double t_load = comet_now_s();
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)

@@ -599,6 +599,12 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
                         "must be positive");
         return NULL;
     }
+    if (p.tensor_parallel < 0 || p.tensor_parallel > COMET_MAX_TENSOR_PARALLEL) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "engine: tensor_parallel must be 0 (one device) or 1..%d ranks, got %d",
+                        COMET_MAX_TENSOR_PARALLEL, p.tensor_parallel);
+        return NULL;
+    }
     if (!m->tok) {
         comet_set_error(COMET_ERR_INVALID_ARG, "engine: the model has no tokenizer");
         return NULL;
@@ -636,7 +642,8 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens,
                               .max_seqs = p.max_seqs,
                               .n_pages = p.n_pages,
-                              .page_size = p.page_size};
+                              .page_size = p.page_size,
+                              .tensor_parallel = p.tensor_parallel};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {

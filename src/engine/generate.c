@@ -112,6 +112,11 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
     if (p->max_tokens <= 0 || p->prefill_chunk <= 0)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "generate: max_tokens and prefill_chunk must be positive");
+    if (p->tensor_parallel < 0 || p->tensor_parallel > COMET_MAX_TENSOR_PARALLEL)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "generate: tensor_parallel must be 0 (one device) or 1..%d ranks, "
+                               "got %d",
+                               COMET_MAX_TENSOR_PARALLEL, p->tensor_parallel);
     int max_new = p->max_tokens;
     if (max_new > c->n_ctx - n_prompt)
         max_new = c->n_ctx - n_prompt;
@@ -139,8 +144,11 @@ comet_status comet_generate(const comet_model *m, comet_backend *be, const int32
         st = comet_set_error(COMET_ERR_NOMEM, "generate: out of memory");
         goto done;
     }
-    comet_runner_params rp = {
-        .max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages, .page_size = P};
+    comet_runner_params rp = {.max_batch_tokens = chunk,
+                              .max_seqs = 1,
+                              .n_pages = n_pages,
+                              .page_size = P,
+                              .tensor_parallel = p->tensor_parallel};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_kv_seq_init(&seq, max_len, P)) < 0)
         goto done;

@@ -49,6 +49,15 @@ comet_status comet_perplexity_observed(const comet_model *m, comet_backend *be,
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "perplexity: ctx %d exceeds the model's context of %d tokens", ctx,
                                c->n_ctx);
+    if (p->tensor_parallel < 0 || p->tensor_parallel > COMET_MAX_TENSOR_PARALLEL)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "perplexity: tensor_parallel must be 0 (one device) or 1..%d "
+                               "ranks, got %d",
+                               COMET_MAX_TENSOR_PARALLEL, p->tensor_parallel);
+    if (observer && p->tensor_parallel)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "perplexity: observing the linears' inputs needs the model on one "
+                               "device (tensor_parallel 0)");
     /* text tokens a window takes, and the stream length they come from */
     const size_t per = !llama && bos >= 0 ? (size_t)ctx - 1 : (size_t)ctx;
     const size_t stream = n_tokens + (llama && bos >= 0 ? 1 : 0);
@@ -76,8 +85,11 @@ comet_status comet_perplexity_observed(const comet_model *m, comet_backend *be,
                              chunk);
         goto done;
     }
-    comet_runner_params rp = {
-        .max_batch_tokens = chunk, .max_seqs = 1, .n_pages = n_pages, .page_size = P};
+    comet_runner_params rp = {.max_batch_tokens = chunk,
+                              .max_seqs = 1,
+                              .n_pages = n_pages,
+                              .page_size = P,
+                              .tensor_parallel = p->tensor_parallel};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_forward_set_input_observer(run.fc, observer, observer_user)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)

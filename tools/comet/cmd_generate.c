@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
+            "  --tensor-parallel N  split the model over N devices of --device's kind\n"
+            "                       (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant    results independent of the prefill chunk, bit for bit, on\n"
             "                       the GPU too, at some speed (docs/numerics.md)\n"
             "  --stats              print prefill and decode tokens/s to stderr\n"
@@ -186,6 +188,10 @@ int cmd_generate(int argc, char **argv) {
             if (cli_parse_int("generate", a, val, -1, 1 << 24, &lv))
                 return 2;
             sp->repeat_last_n = (int)lv, i++;
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            if (cli_parse_int("generate", a, val, 1, COMET_MAX_TENSOR_PARALLEL, &lv))
+                return 2;
+            gp.tensor_parallel = (int)lv, i++;
         } else if (!strcmp(a, "--threads")) {
             if (cli_parse_int("generate", a, val, 1, 1024, &threads))
                 return 2;

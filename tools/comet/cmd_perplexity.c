@@ -36,6 +36,9 @@ static void usage(FILE *f) {
             "  --chunk N          tokens per prefill step (default 256)\n"
             "  --device D         cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N        CPU threads (default: all cores)\n"
+            "  --tensor-parallel N\n"
+            "                     split the model over N devices of --device's kind\n"
+            "                     (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant  results independent of --chunk, bit for bit, on the GPU too,\n"
             "                     at some speed (docs/numerics.md)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
@@ -55,6 +58,7 @@ static int is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
+    long tensor_parallel = 0;
     int verbose = 0, kv_rotation = -1, batch_invariant = 0;
     comet_ppl_protocol protocol = COMET_PPL_COMET;
     const char *device = "cpu";
@@ -84,6 +88,10 @@ int cmd_perplexity(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--threads")) {
             if (cli_parse_int("perplexity", a, val, 1, 1024, &threads))
+                return 2;
+            i++;
+        } else if (!strcmp(a, "--tensor-parallel")) {
+            if (cli_parse_int("perplexity", a, val, 1, COMET_MAX_TENSOR_PARALLEL, &tensor_parallel))
                 return 2;
             i++;
         } else if (!strcmp(a, "--kv-group")) {
@@ -196,6 +204,7 @@ int cmd_perplexity(int argc, char **argv) {
         pp.ctx = m->cfg.n_ctx;
     pp.max_windows = (int)max_windows;
     pp.chunk = (int)chunk;
+    pp.tensor_parallel = (int)tensor_parallel;
     if (!(be = cli_open_backend("perplexity", device, (int)threads, batch_invariant)))
         goto out;
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",

@@ -41,6 +41,8 @@ static void usage(FILE *f) {
                "                         (default off: message contents are plain text)\n"
                "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
                "  --threads N            CPU threads (default: all cores)\n"
+               "  --tensor-parallel N    split the model over N devices of --device's kind\n"
+               "                         (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
                "  --batch-invariant      a request's tokens do not depend on the other requests\n"
                "                         in its steps, bit for bit, on the GPU too, at some\n"
                "                         speed (docs/numerics.md)\n"
@@ -82,7 +84,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("COMET_API_KEY");
     const char *model_id = NULL, *template_name = NULL, *device = "cpu";
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
-    long max_body = 4L << 20, threads = 0, drain = 30;
+    long max_body = 4L << 20, threads = 0, drain = 30, tensor_parallel = 0;
     int verbose = 0, allow_special_in_messages = 0, batch_invariant = 0;
     /* request defaults given on the command line (-1: not given) */
     double opt_temp = -1, opt_top_p = -1, opt_min_p = -1;
@@ -124,6 +126,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--max-waiting", max_waiting, 1, 1 << 20)
         INT_OPT("--max-body-bytes", max_body, 1024, 1L << 30)
         INT_OPT("--threads", threads, 0, 1024)
+        INT_OPT("--tensor-parallel", tensor_parallel, 1, COMET_MAX_TENSOR_PARALLEL)
         INT_OPT("--drain-timeout", drain, 0, 3600)
         INT_OPT("--top-k", opt_top_k, 0, 1 << 30)
         INT_OPT("--max-tokens", opt_max_tokens, 0, 1 << 30)
@@ -181,6 +184,7 @@ int cmd_serve(int argc, char **argv) {
     ep.n_threads = (int)threads;
     ep.device = device;
     ep.batch_invariant = batch_invariant;
+    ep.tensor_parallel = (int)tensor_parallel;
     comet_engine *e = comet_engine_init(m, &ep);
     if (!e) {
         cli_report_error("serve", "cannot start the engine");
