@@ -15,6 +15,10 @@
 #     model   join the carried model parts, quantize the W4AxKV4 checkpoint if missing (as
 #             scripts/setup.sh does), the model-level GPU test (greedy tokens and perplexity
 #             against the CPU), and comet generate / perplexity with --device cuda
+#     tp      tensor parallelism: test_tp_cuda (one rank == one device bit for bit; two ranks
+#             over NCCL where the machine has two GPUs), comet bench of synthetic
+#             LLaMA-3-70B and -8B with and without --tensor-parallel 1, the refusal of more
+#             ranks than GPUs; tables into $OUT/tp_bench.md
 #     bench   comet bench: the default model (FP16 and W4AxKV4) and synthetic LLaMA-3-8B
 #             (W4AxKV4 and FP16), tables into $OUT/bench.md
 set -uo pipefail
@@ -26,7 +30,7 @@ BUILD="${COMET_BUILD_DIR:-build-gpu}"
 BIN="$BUILD/comet"
 export NCCL_NVLS_ENABLE=0
 stages=("$@")
-[ "${#stages[@]}" -gt 0 ] || stages=(build ops model bench)
+[ "${#stages[@]}" -gt 0 ] || stages=(build ops model tp bench)
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
@@ -100,6 +104,24 @@ if has model; then
             --ctx 512 --max-windows 16 >"$OUT/ppl_$(basename "$m").txt" 2>&1
         note "perplexity cuda $(basename "$m"): $(tail -1 "$OUT/ppl_$(basename "$m").txt")"
     done
+fi
+
+if has tp; then
+    note "NCCL: $(grep -m1 "^COMET_NCCL_LIB" "$BUILD/CMakeCache.txt")"
+    ctest --test-dir "$BUILD" -R test_tp_cuda --output-on-failure -V >"$OUT/tp_test.log" 2>&1
+    note "test_tp_cuda: $(grep -E 'tests passed|tests failed' "$OUT/tp_test.log" | tail -1)"
+    grep -E "tensor parallel|NOT RUN" "$OUT/tp_test.log" | sed 's/^ *[0-9]*: //'
+    : >"$OUT/tp_bench.md"
+    for args in "--synthetic llama3-70b" "--synthetic llama3-70b --tensor-parallel 1" \
+        "--synthetic llama3-8b" "--synthetic llama3-8b --tensor-parallel 1"; do
+        echo "\$ comet bench $args --device cuda --decode-tokens 128 --reps 3" >>"$OUT/tp_bench.md"
+        # shellcheck disable=SC2086
+        "$BIN" bench $args --device cuda --decode-tokens 128 --reps 3 >>"$OUT/tp_bench.md" 2>>"$OUT/tp_bench.err"
+        note "bench $args: exit $?"
+    done
+    grep -E "^\| llama" "$OUT/tp_bench.md"
+    "$BIN" bench --synthetic llama3-8b --device cuda --tensor-parallel 2 >"$OUT/tp_refuse.txt" 2>&1
+    note "bench --tensor-parallel 2 on $(nvidia-smi -L | wc -l) GPU(s): exit $? ($(tail -1 "$OUT/tp_refuse.txt"))"
 fi
 
 if has bench; then

@@ -32,7 +32,7 @@ static comet_status barrier(comet_comm_group *g) {
     }
     while (!s->aborted && s->generation == gen)
         pthread_cond_wait(&s->cv, &s->mu);
-    int aborted = s->aborted;
+    int aborted = s->generation == gen; /* an abort after every rank arrived is not this one's */
     pthread_mutex_unlock(&s->mu);
     return aborted ? comet_set_error(COMET_ERR_INTERNAL,
                                      "tensor parallel: another rank failed during this step")

@@ -3,6 +3,7 @@
  * graphs. A gather of uneven column blocks is one ncclBroadcast per rank into a staging
  * buffer, then one strided copy per rank into the destination's columns. Without
  * COMET_HAVE_NCCL a group has one rank; without COMET_HAVE_CUDA there is none. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdlib.h>
 
 #include "backend/comm.h"
