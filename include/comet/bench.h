@@ -11,8 +11,9 @@
  * total exceeds the plain step time; its last op, "sample", is the sampling call after
  * the forward pass. The host enqueue time is from a decode step's first op to its last
  * op enqueued, without waiting: when it is close to the step time, the step is bound by
- * the host's launches. With tensor_parallel != 0 neither is measured (the forward pass's
- * profiler sees one rank's ops): n_ops and enqueue_ms are 0.
+ * the host's launches. With tensor_parallel != 0 the ops are rank 0's ("gather heads" and
+ * "all_reduce", the collectives, include waiting for the other ranks) and the enqueue time
+ * is not measured (0).
  */
 #ifndef COMET_BENCH_H
 #define COMET_BENCH_H
@@ -37,7 +38,7 @@ typedef struct comet_bench_params {
                         * (default 5) */
     uint64_t seed;     /* the random token ids (default 1) */
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
-                          * of the backend's kind (tensor parallelism: cuda:0..N-1, or N CPU
+                          * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL. No per-op profile then */
 } comet_bench_params;
 
@@ -57,13 +58,13 @@ typedef struct comet_bench_result {
                            * backend, which computes as it goes, and with tensor_parallel */
     double load_s;        /* seconds to set the model up on the backend */
     int n_ops;
-    comet_bench_op ops[COMET_BENCH_MAX_OPS]; /* [n_ops] in order of first call; none with
-                                              * tensor_parallel */
+    comet_bench_op ops[COMET_BENCH_MAX_OPS]; /* [n_ops] in order of first call (rank 0's
+                                              * with tensor_parallel) */
 } comet_bench_result;
 
 /* Benchmark `m` on `be` (both borrowed): load the weights onto the backend, then
  * reps + 1 runs of a prefill of prompt_tokens and decode_tokens greedy decode steps (the
- * first a warm-up), then the two profiled decode steps (not with tensor_parallel). Fills
+ * first a warm-up), then the profiled decode steps (one with tensor_parallel). Fills
  * *r and returns COMET_OK, or COMET_ERR_INVALID_ARG for counts or tensor_parallel out of
  * range or prompt_tokens + decode_tokens + 2 positions beyond the model's context (named),
  * COMET_ERR_NUMERIC when the logits are not finite, COMET_ERR_NOMEM, or the error of the

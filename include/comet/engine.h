@@ -38,7 +38,7 @@ typedef struct comet_engine_params {
                            * its steps, bit for bit (docs/numerics.md "Reproducibility");
                            * slower on the GPU. Default 0 */
     int tensor_parallel;  /* 0 (default): one device; N >= 1: the model split over N devices
-                           * of device's kind (tensor parallelism: cuda:0..N-1, or N CPU
+                           * of device's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                            * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
 } comet_engine_params;
 

@@ -54,7 +54,7 @@ typedef struct comet_gen_params {
     int prefill_chunk; /* prompt tokens per prefill step (> 0) */
     int ignore_eos;    /* keep going past EOS ids (benchmarks) */
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
-                          * of the backend's kind (tensor parallelism: cuda:0..N-1, or N CPU
+                          * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
 } comet_gen_params;
 

@@ -121,7 +121,8 @@ if has tp; then
     done
     grep -E "^\| llama" "$OUT/tp_bench.md"
     "$BIN" bench --synthetic llama3-8b --device cuda --tensor-parallel 2 >"$OUT/tp_refuse.txt" 2>&1
-    note "bench --tensor-parallel 2 on $(nvidia-smi -L | wc -l) GPU(s): exit $? ($(tail -1 "$OUT/tp_refuse.txt"))"
+    rc=$?
+    note "bench --tensor-parallel 2 on $(nvidia-smi -L | wc -l) GPU(s): exit $rc ($(tail -1 "$OUT/tp_refuse.txt"))"
 fi
 
 if has bench; then

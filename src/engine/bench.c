@@ -1,6 +1,6 @@
 /* bench.c — comet_bench (comet/bench.h): prefill and batch-1 decode through one runner,
  * greedy sampling as comet_generate does it, and a decode step profiled op by op through
- * the forward pass's profiler hook (on one device only: tensor_parallel 0). */
+ * the forward pass's profiler hook (with tensor parallelism: rank 0's ops). */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <string.h>
@@ -113,13 +113,13 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
     }
     r->prefill_tok_s = median(pre, p->reps);
     r->decode_tok_s = median(dec, p->reps);
-    if (p->tensor_parallel) /* the profiler hook sees one rank's ops: no profile */
-        return COMET_OK;
-    /* two more decode steps: the host's enqueue time, then op by op */
+    /* two more decode steps: the host's enqueue time (one device only: with tensor
+     * parallelism the ranks' hosts enqueue at once), then op by op on rank 0, whose
+     * collectives' times include waiting for the other ranks */
     prof hq = {.be = run->be, .wait = 0, .ops = r->ops};
     prof pf = {.be = run->be, .wait = 1, .ops = r->ops};
     prof *passes[2] = {&hq, &pf};
-    for (int k = 0; k < 2; k++) {
+    for (int k = p->tensor_parallel ? 1 : 0; k < 2; k++) {
         comet_forward_set_profiler(run->fc, on_op, passes[k]);
         comet_status st = decode_step(run, smp, seq, &id, logits);
         comet_forward_set_profiler(run->fc, NULL, NULL);

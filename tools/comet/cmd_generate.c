@@ -44,7 +44,7 @@ static void usage(FILE *f) {
             "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --tensor-parallel N  split the model over N devices of --device's kind\n"
-            "                       (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
+            "                       (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant    results independent of the prefill chunk, bit for bit, on\n"
             "                       the GPU too, at some speed (docs/numerics.md)\n"
             "  --stats              print prefill and decode tokens/s to stderr\n"

@@ -38,7 +38,7 @@ static void usage(FILE *f) {
             "  --threads N        CPU threads (default: all cores)\n"
             "  --tensor-parallel N\n"
             "                     split the model over N devices of --device's kind\n"
-            "                     (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
+            "                     (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant  results independent of --chunk, bit for bit, on the GPU too,\n"
             "                     at some speed (docs/numerics.md)\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"

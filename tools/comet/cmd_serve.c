@@ -42,7 +42,7 @@ static void usage(FILE *f) {
                "  --device D             cpu, cuda or cuda:N (GPU N) (default cpu)\n"
                "  --threads N            CPU threads (default: all cores)\n"
                "  --tensor-parallel N    split the model over N devices of --device's kind\n"
-               "                         (cuda:0..N-1, or N CPU ranks) (default: one device)\n"
+               "                         (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
                "  --batch-invariant      a request's tokens do not depend on the other requests\n"
                "                         in its steps, bit for bit, on the GPU too, at some\n"
                "                         speed (docs/numerics.md)\n"
