@@ -167,8 +167,11 @@ static void greedy(const comet_model *m, int tp, const int32_t *prompt, int n_pr
     const int V = m->cfg.n_vocab;
     comet_backend *be = comet_backend_cpu_init(0);
     comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = 128, .max_seqs = 1, .n_pages = 16,
-                              .page_size = 16, .tensor_parallel = tp};
+    comet_runner_params rp = {.max_batch_tokens = 128,
+                              .max_seqs = 1,
+                              .n_pages = 16,
+                              .page_size = 16,
+                              .tensor_parallel = tp};
     if (comet_runner_init(&r, m, be, &rp) < 0)
         fail_msg("runner (tp %d): %s", tp, comet_last_error());
     comet_kv_seq seq;
@@ -228,8 +231,8 @@ static void check_default_fp(const char *path) {
         while (d < GREEDY_NEW && split[d] == one[d])
             d++;
         if (d == GREEDY_NEW)
-            print_message("%s: tensor parallel %d: the %d greedy tokens of one device\n", path,
-                          tp, GREEDY_NEW);
+            print_message("%s: tensor parallel %d: the %d greedy tokens of one device\n", path, tp,
+                          GREEDY_NEW);
         else
             print_message("%s: tensor parallel %d: first differs at token %d (%d vs %d), where "
                           "one device's top two logits are %.4f apart\n",
@@ -248,8 +251,11 @@ static float *prefill_logits(const comet_model *m, const char *device, int tp, c
     comet_backend *be = comet_backend_open(device, 0);
     assert_non_null(be);
     comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = n, .max_seqs = 1, .n_pages = 16,
-                              .page_size = 16, .tensor_parallel = tp};
+    comet_runner_params rp = {.max_batch_tokens = n,
+                              .max_seqs = 1,
+                              .n_pages = 16,
+                              .page_size = 16,
+                              .tensor_parallel = tp};
     assert_int_equal(comet_runner_init(&r, m, be, &rp), COMET_OK);
     comet_kv_seq seq;
     assert_int_equal(comet_kv_seq_init(&seq, 256, 16), COMET_OK);
@@ -296,7 +302,8 @@ static void check_default_w4(const char *path) {
     size_t n_ids;
     assert_int_equal(comet_tokenizer_encode(m->tok, text, len, 0, &ids, &n_ids), COMET_OK);
     int n = n_ids < PREFILL ? (int)n_ids : PREFILL, V = m->cfg.n_vocab;
-    float *cpu = prefill_logits(m, "cpu", 0, ids, n), *ref = prefill_logits(m, "cpu-ref", 0, ids, n);
+    float *cpu = prefill_logits(m, "cpu", 0, ids, n),
+          *ref = prefill_logits(m, "cpu-ref", 0, ids, n);
     double spread = mean_row_err(ref, cpu, n, V);
     print_message("%s: %d positions: scalar reference vs fast CPU backend: mean row rel. error "
                   "%.3g\n",
@@ -305,8 +312,8 @@ static void check_default_w4(const char *path) {
         float *split = prefill_logits(m, "cpu", tp, ids, n);
         double e = mean_row_err(split, cpu, n, V);
         int first = 0;
-        while (first < n && tu_nerr(split + (size_t)first * V, cpu + (size_t)first * V,
-                                    (size_t)V) < 1e-4)
+        while (first < n &&
+               tu_nerr(split + (size_t)first * V, cpu + (size_t)first * V, (size_t)V) < 1e-4)
             first++;
         print_message("%s: tensor parallel %d vs one device: mean row rel. error %.3g; rows "
                       "0..%d within 1e-4\n",
@@ -333,8 +340,8 @@ static void test_refusals(void **state) {
     assert_non_null(strstr(comet_last_error(), "3 KV heads"));
     comet_backend *be = comet_backend_cpu_init(1);
     comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = 16, .max_seqs = 1, .n_pages = 4,
-                              .page_size = PS, .tensor_parallel = 4};
+    comet_runner_params rp = {
+        .max_batch_tokens = 16, .max_seqs = 1, .n_pages = 4, .page_size = PS, .tensor_parallel = 4};
     assert_int_equal(comet_runner_init(&r, m, be, &rp), COMET_ERR_INVALID_ARG);
     /* a bad token fails the step on every rank; the group runs the next step */
     rp.tensor_parallel = 2;
@@ -361,10 +368,8 @@ static void test_refusals(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_cpu_collectives),
-        cmocka_unit_test(test_float_model),
-        cmocka_unit_test(test_w4a4kv4_model),
-        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_cpu_collectives), cmocka_unit_test(test_float_model),
+        cmocka_unit_test(test_w4a4kv4_model),   cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_default_model),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -59,7 +59,9 @@ static comet_model *tp_small_model_w4a4(void) {
     comet_model *m = tp_small_model();
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
-    enum { T = 200 };
+    enum {
+        T = 200
+    };
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
             int K = cs->width[g];
@@ -81,7 +83,7 @@ static comet_model *tp_small_model_w4a4(void) {
     return m;
 }
 
-#define PS 8     /* page size */
+#define PS 8 /* page size */
 #define NPAGES 16
 #define NSEQ 2
 #define NDEC 6
@@ -102,8 +104,11 @@ static void tp_run_model(const comet_model *m, const char *device, int tp,
     comet_backend *be = comet_backend_open(device, 2);
     assert_non_null(be);
     comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = 64, .max_seqs = NSEQ, .n_pages = NPAGES,
-                              .page_size = PS, .tensor_parallel = tp};
+    comet_runner_params rp = {.max_batch_tokens = 64,
+                              .max_seqs = NSEQ,
+                              .n_pages = NPAGES,
+                              .page_size = PS,
+                              .tensor_parallel = tp};
     comet_status st = comet_runner_init(&r, m, be, &rp);
     if (st < 0)
         fail_msg("runner (%s, tp %d): %s", device, tp, comet_last_error());

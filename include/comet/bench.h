@@ -32,11 +32,11 @@ extern "C" {
 #define COMET_BENCH_MAX_OPS 32   /* ops the per-op profile tells apart */
 
 typedef struct comet_bench_params {
-    int prompt_tokens; /* prefill prompt length (default 512) */
-    int decode_tokens; /* decode steps after it (default 128) */
-    int reps;          /* timed repetitions, 1..COMET_BENCH_MAX_REPS, after one warm-up
+    int prompt_tokens;   /* prefill prompt length (default 512) */
+    int decode_tokens;   /* decode steps after it (default 128) */
+    int reps;            /* timed repetitions, 1..COMET_BENCH_MAX_REPS, after one warm-up
                         * (default 5) */
-    uint64_t seed;     /* the random token ids (default 1) */
+    uint64_t seed;       /* the random token ids (default 1) */
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
                           * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL. No per-op profile then */

@@ -51,8 +51,8 @@ typedef struct comet_gen_params {
     const char *const *stop; /* [n_stop] stop strings (not emitted); may be NULL; borrowed
                               * for the call */
     int n_stop;
-    int prefill_chunk; /* prompt tokens per prefill step (> 0) */
-    int ignore_eos;    /* keep going past EOS ids (benchmarks) */
+    int prefill_chunk;   /* prompt tokens per prefill step (> 0) */
+    int ignore_eos;      /* keep going past EOS ids (benchmarks) */
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
                           * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */

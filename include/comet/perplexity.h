@@ -37,7 +37,7 @@ typedef struct comet_ppl_params {
     int max_windows; /* evaluate at most this many windows; 0 = all full windows */
     int chunk;       /* tokens per prefill step (> 0) */
     comet_ppl_protocol protocol;
-    int bos_id; /* the BOS id when the model adds one (protocols above), else -1 */
+    int bos_id;          /* the BOS id when the model adds one (protocols above), else -1 */
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
                           * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */

@@ -27,8 +27,7 @@ comet_status comet_comm_group_create(comet_backend *const *bes, int n, size_t ma
     g->ranks = ranks;
     for (int r = 0; r < n; r++)
         ranks[r] = (comet_comm){.group = g, .be = bes[r], .rank = r, .size = n};
-    comet_status st =
-        bes[0]->ops->host_memory ? comet_comm_cpu_setup(g) : comet_comm_cuda_setup(g);
+    comet_status st = bes[0]->ops->host_memory ? comet_comm_cpu_setup(g) : comet_comm_cuda_setup(g);
     if (st < 0) {
         free(ranks);
         free(g);

@@ -21,8 +21,10 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
     r->be = be;
     comet_status st;
     if (p->tensor_parallel < 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "runner: tensor_parallel %d; 0 or a rank "
-                                                      "count", p->tensor_parallel);
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "runner: tensor_parallel %d; 0 or a rank "
+                               "count",
+                               p->tensor_parallel);
     if ((st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
         (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, p->n_pages,
                                        p->page_size)) < 0)

@@ -47,7 +47,7 @@ static comet_backend *open_peer(comet_backend *be0, int r) {
         be = comet_backend_cuda_init(dev + r);
     } else {
         be = !strcmp(be0->ops->name, "cpu-ref") ? comet_backend_cpu_ref_init()
-                                                 : comet_backend_cpu_init(be0->n_threads);
+                                                : comet_backend_cpu_init(be0->n_threads);
     }
     if (be)
         be->batch_invariant = be0->batch_invariant;
@@ -105,8 +105,8 @@ static comet_status rank_init(comet_tp *tp, const comet_model *m, comet_backend 
     if (!rk->be)
         return comet_last_status();
     const comet_model_config *c = &rk->shard.m.cfg;
-    COMET_TRY(comet_kv_cache_init_on(rk->be, &rk->kv, c->n_layer, n_pages, page_size,
-                                     c->n_head_kv, c->head_dim, m->kv));
+    COMET_TRY(comet_kv_cache_init_on(rk->be, &rk->kv, c->n_layer, n_pages, page_size, c->n_head_kv,
+                                     c->head_dim, m->kv));
     rk->kv_ready = 1;
     rk->fc = comet_forward_init(&rk->shard.m, rk->be, max_batch_tokens);
     return rk->fc ? COMET_OK : comet_last_status();
@@ -155,8 +155,10 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
                                     tp->att_cols);
     for (int r = 1; r < n && st >= 0; r++) {
         if (pthread_create(&tp->ranks[r].thread, NULL, rank_main, &tp->ranks[r]))
-            st = comet_set_error(COMET_ERR_INTERNAL, "tensor parallel: cannot start rank %d's "
-                                                     "thread", r);
+            st = comet_set_error(COMET_ERR_INTERNAL,
+                                 "tensor parallel: cannot start rank %d's "
+                                 "thread",
+                                 r);
         else
             tp->ranks[r].started = 1;
     }

@@ -32,16 +32,16 @@ struct comet_forward_ctx {
     int max_tokens;
     comet_rope_params rope;
     /* workspace in the backend's memory, for max_tokens rows */
-    float *x;                  /* [T, C] residual stream */
-    float *q;                  /* [T, H*D] */
-    float *k;                  /* [T, Hkv*D] */
-    float *v;                  /* [T, Hkv*D] */
-    float *att;                /* [T, H*D] attention output */
-    float *tmp;                /* [T, C] o / down output, added to x by the next rmsnorm_quant */
-    float *gate;               /* [T, F] */
-    float *up;                 /* [T, F] */
-    void *act;                 /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
-    float *logits;             /* [T, V] (backends without host memory) */
+    float *x;      /* [T, C] residual stream */
+    float *q;      /* [T, H*D] */
+    float *k;      /* [T, Hkv*D] */
+    float *v;      /* [T, Hkv*D] */
+    float *att;    /* [T, H*D] attention output */
+    float *tmp;    /* [T, C] o / down output, added to x by the next rmsnorm_quant */
+    float *gate;   /* [T, F] */
+    float *up;     /* [T, F] */
+    void *act;     /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
+    float *logits; /* [T, V] (backends without host memory) */
     /* tensor parallelism (comet_forward_set_comm): */
     comet_comm *comm;          /* NULL: the model runs whole */
     int *att_cols;             /* [ranks + 1] each rank's columns of the attention output */

@@ -23,7 +23,7 @@
 #include "comet/model.h"
 
 typedef struct comet_shard {
-    comet_model m;      /* the rank's model: cfg.n_head, n_head_kv and n_ff are the shard's;
+    comet_model m; /* the rank's model: cfg.n_head, n_head_kv and n_ff are the shard's;
                          * tensors borrowed from the full model except down's slices */
     int rank, n_rank;
     int head0, kv_head0; /* the shard's first query and KV head */

@@ -69,7 +69,8 @@ static comet_status gather_cols(comet_comm *c, const float *src, int rows, const
     for (int r = 0; r < c->size; r++) {
         int w = col0[r + 1] - col0[r];
         for (int t = 0; t < rows; t++)
-            memcpy(dst + (size_t)t * W + col0[r], s->ptr[r] + (size_t)t * w, (size_t)w * sizeof *dst);
+            memcpy(dst + (size_t)t * W + col0[r], s->ptr[r] + (size_t)t * w,
+                   (size_t)w * sizeof *dst);
     }
     return c->size > 1 ? barrier(g) : COMET_OK;
 }

@@ -190,7 +190,8 @@ comet_status comet_comm_cuda_setup(comet_comm_group *g) {
         CUcontext prev;
         cudaError_t e = comet_cuda_be_enter(devs[r], &prev);
         if (e == cudaSuccess) {
-            e = cudaMalloc((void **)&s->stage[r], (g->max_floats ? g->max_floats : 1) * sizeof(float));
+            e = cudaMalloc((void **)&s->stage[r],
+                           (g->max_floats ? g->max_floats : 1) * sizeof(float));
             comet_cuda_be_leave(prev);
         }
         if (e != cudaSuccess)
