@@ -57,6 +57,18 @@ static comet_model *tp_small_model(void) {
  * its float arrays are replaced by ones the model owns. */
 static comet_model *tp_small_model_w4a4(void) {
     comet_model *m = tp_small_model();
+    /* the model owns every array from here (comet_model_free), the ones the quantizer
+     * replaces too */
+    void *arrays[] = {m->tok_embd, m->output_norm, m->lm_head};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++)
+        assert_non_null(comet_model_own(m, arrays[i]));
+    for (int l = 0; l < m->cfg.n_layer; l++) {
+        comet_layer_weights *w = &m->layers[l];
+        void *per_layer[] = {w->attn_norm, w->ffn_norm, w->wq.w,   w->wk.w,    w->wv.w,
+                             w->wo.w,      w->w_gate.w, w->w_up.w, w->w_down.w};
+        for (size_t i = 0; i < sizeof per_layer / sizeof per_layer[0]; i++)
+            assert_non_null(comet_model_own(m, per_layer[i]));
+    }
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
     enum {

@@ -24,6 +24,11 @@ typedef struct comet_backend comet_backend;
  * COMET_ERR_CUDA when no usable GPU answers, COMET_ERR_NOMEM. */
 comet_backend *comet_backend_open(const char *device, int n_threads);
 
+/* The CPU threads each of `tensor_parallel` ranks gets out of n_threads in all (<= 0: all
+ * cores): n_threads / tensor_parallel, at least 1; n_threads itself for tensor_parallel 0.
+ * Open rank 0's CPU backend with this count: the other ranks take the same. */
+int comet_backend_rank_threads(int n_threads, int tensor_parallel);
+
 /* Release a backend. NULL is a no-op. */
 void comet_backend_free(comet_backend *be);
 

@@ -31,7 +31,8 @@ typedef struct comet_engine_params {
     int n_pages;          /* KV pool pages (default 512) */
     int page_size;        /* tokens per page (default 16) */
     int max_waiting;      /* queued requests before submit answers COMET_QUEUE_FULL (256) */
-    int n_threads;        /* CPU backend threads; <= 0: all cores */
+    int n_threads;        /* CPU backend threads in all (split between tensor-parallel
+                           * ranks); <= 0: all cores */
     const char *device;   /* backend: "cpu" (NULL), "cuda" or "cuda:N" (comet/backend.h
                            * comet_backend_open); borrowed for comet_engine_init */
     int batch_invariant;  /* 1: a request's tokens do not depend on the other requests in

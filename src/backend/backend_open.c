@@ -4,6 +4,14 @@
 #include <string.h>
 
 #include "backend/backend.h"
+#include "core/threads.h"
+
+int comet_backend_rank_threads(int n_threads, int tensor_parallel) {
+    if (tensor_parallel <= 0)
+        return n_threads;
+    int all = n_threads > 0 ? n_threads : comet_n_cores();
+    return all / tensor_parallel > 0 ? all / tensor_parallel : 1;
+}
 
 comet_backend *comet_backend_open(const char *device, int n_threads) {
     if (!device || !strcmp(device, "cpu"))

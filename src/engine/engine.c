@@ -635,7 +635,8 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
         comet_set_error(COMET_ERR_NOMEM, "engine: out of memory for %d logits rows", e->rows_cap);
         goto fail;
     }
-    e->be = comet_backend_open(p.device, p.n_threads);
+    e->be =
+        comet_backend_open(p.device, comet_backend_rank_threads(p.n_threads, p.tensor_parallel));
     if (!e->be)
         goto fail;
     comet_backend_set_batch_invariant(e->be, p.batch_invariant);

@@ -175,8 +175,9 @@ int cli_device_ok(const char *cmd, const char *device) {
 }
 
 comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,
-                                int batch_invariant) {
-    comet_backend *be = comet_backend_open(device, n_threads);
+                                int tensor_parallel, int batch_invariant) {
+    comet_backend *be =
+        comet_backend_open(device, comet_backend_rank_threads(n_threads, tensor_parallel));
     if (!be) {
         char what[96];
         snprintf(what, sizeof what, "cannot start the %s backend", device);

@@ -28,7 +28,8 @@ static void usage(FILE *f) {
                "  --prompt-tokens N    prefill prompt length (default 512)\n"
                "  --decode-tokens N    decode steps after it (default 128)\n"
                "  --reps N             repetitions; medians are reported (default 5)\n"
-               "  --threads N          CPU threads (default: all cores)\n"
+               "  --threads N          CPU threads in all, split between the ranks with\n"
+               "                       --tensor-parallel (default: all cores)\n"
                "  --tensor-parallel N  split the model over N devices of --device's kind\n"
                "                       (cuda:d..d+N-1, or N CPU ranks); the per-op table\n"
                "                       is rank 0's (default: one device)\n"
@@ -113,7 +114,8 @@ int cmd_bench(int argc, char **argv) {
                 prompt_n, decode_n, m->cfg.n_ctx);
         goto out;
     }
-    if (!(be = cli_open_backend("bench", device, (int)threads, batch_invariant)))
+    if (!(be = cli_open_backend("bench", device, (int)threads, (int)tensor_parallel,
+                                batch_invariant)))
         goto out;
     comet_bench_params bp = {.prompt_tokens = (int)prompt_n,
                              .decode_tokens = (int)decode_n,

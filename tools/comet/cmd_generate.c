@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "  --system S           system message for the chat template\n"
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
-            "  --threads N          CPU threads (default: all cores)\n"
+            "  --threads N          CPU threads in all, split between the ranks with\n"
+            "                       --tensor-parallel (default: all cores)\n"
             "  --tensor-parallel N  split the model over N devices of --device's kind\n"
             "                       (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant    results independent of the prefill chunk, bit for bit, on\n"
@@ -282,7 +283,8 @@ int cmd_generate(int argc, char **argv) {
                 n_ids, m->cfg.n_ctx);
         goto out;
     }
-    if (!(be = cli_open_backend("generate", device, (int)threads, batch_invariant)))
+    if (!(be = cli_open_backend("generate", device, (int)threads, gp.tensor_parallel,
+                                batch_invariant)))
         goto out;
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               comet_backend_n_threads(be), (unsigned long long)sp->seed);

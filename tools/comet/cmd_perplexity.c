@@ -35,7 +35,8 @@ static void usage(FILE *f) {
             "  --max-windows N    evaluate the first N windows only (default: all)\n"
             "  --chunk N          tokens per prefill step (default 256)\n"
             "  --device D         cpu, cuda or cuda:N (GPU N) (default cpu)\n"
-            "  --threads N        CPU threads (default: all cores)\n"
+            "  --threads N        CPU threads in all, split between the ranks with\n"
+            "                     --tensor-parallel (default: all cores)\n"
             "  --tensor-parallel N\n"
             "                     split the model over N devices of --device's kind\n"
             "                     (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
@@ -205,7 +206,8 @@ int cmd_perplexity(int argc, char **argv) {
     pp.max_windows = (int)max_windows;
     pp.chunk = (int)chunk;
     pp.tensor_parallel = (int)tensor_parallel;
-    if (!(be = cli_open_backend("perplexity", device, (int)threads, batch_invariant)))
+    if (!(be = cli_open_backend("perplexity", device, (int)threads, (int)tensor_parallel,
+                                batch_invariant)))
         goto out;
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
               text_path, n, pp.ctx, comet_backend_n_threads(be),

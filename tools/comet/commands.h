@@ -44,10 +44,11 @@ int cli_device_ok(const char *cmd, const char *device);
  * race with another process remains possible; the server's own bind reports that. */
 int cli_port_free(const char *cmd, const char *host, int port);
 
-/* The backend for `device` with n_threads CPU threads, batch-invariant when batch_invariant
+/* The backend for `device` with n_threads CPU threads in all (split between the ranks when
+ * tensor_parallel > 0: comet_backend_rank_threads), batch-invariant when batch_invariant
  * (comet/backend.h), or NULL after printing why. */
 struct comet_backend;
 struct comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,
-                                       int batch_invariant);
+                                       int tensor_parallel, int batch_invariant);
 
 #endif
