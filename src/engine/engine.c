@@ -809,7 +809,7 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
     sp.seed = rp->has_seed ? rp->seed : clock_seed(r->id);
     r->smp = comet_sampler_init(&sp, c->n_vocab);
     if (!r->smp) {
-        st = COMET_ERR_INVALID_ARG; /* named by the sampler */
+        st = comet_last_status(); /* named by the sampler: bad parameters, or no memory */
         goto fail;
     }
     pthread_mutex_lock(&e->mu);

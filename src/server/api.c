@@ -63,6 +63,7 @@ typedef struct gen {
     int n_prompt, n_generated;
     int n_prompt_submitted;
     int oom;
+    int client_gone; /* the client disconnected before the answer was delivered */
     /* stream state (connection thread) */
     stage st;
     size_t sent_text;
@@ -325,8 +326,8 @@ static void record(gen *g, int status) {
                                 g->n_generated, ttft, tpot, e2e);
     /* one line per finished request (INFO: shown without --verbose) */
     const char *why = status == 200                      ? finish_name(g->why)
+                      : g->client_gone                   ? "client_gone"
                       : g->why == COMET_FINISH_CANCELLED ? "cancelled"
-                      : status == -1                     ? "client_gone"
                                                          : "error";
     char ttft_s[32];
     if (ttft >= 0)
@@ -356,6 +357,7 @@ static void answer_whole(gen *g, comet_server_reply *reply) {
         if (!g->finished && !cancelled && reply->client_gone && reply->client_gone(reply->client)) {
             /* nobody will read the answer: free the request's pages now */
             cancelled = 1;
+            g->client_gone = 1;
             comet_engine_cancel(g->api->engine, g->rid);
         }
     }
@@ -560,8 +562,10 @@ static ssize_t stream_read(void *ctx, char *buf, size_t max) {
 
 static void stream_close(void *ctx, int finished) {
     gen *g = ctx;
-    if (!finished) /* the client went away: free the request's pages now */
+    if (!finished) { /* the client went away: free the request's pages now */
+        g->client_gone = 1;
         comet_engine_cancel(g->api->engine, g->rid);
+    }
     pthread_mutex_lock(&g->mu);
     while (!g->finished)
         pthread_cond_wait(&g->cv, &g->mu);
