@@ -3,9 +3,11 @@
  *   gather of uneven column blocks; a rank's abort releases the others; reset recovers;
  * - one rank gives the one-device logits bit for bit (float and W4A4KV4 models);
  * - 2 ranks (uneven heads: 2 + 1 KV heads) and 3 ranks give the one-device logits up to fp32
- *   rounding of the down_proj partial sums (float model), and the same greedy tokens;
- * - the W4A4KV4 model, whose activation quantization can round a value the other way
- *   after such a rounding difference, stays close;
+ *   rounding of the o_proj and down_proj partial sums (float model: o_proj split by heads),
+ *   and the same greedy tokens;
+ * - the W4A4KV4 model (o_proj whole on each rank after a gather of the heads), whose
+ *   activation quantization can round a value the other way after such a rounding
+ *   difference, stays close;
  * - the default model over 2 and 3 ranks picks the one-device greedy tokens (or first
  *   differs at a near tie); its W4AxKV4 checkpoint, whose logits jump after any rounding
  *   difference flips an activation code, stays within the one-device spread between the
@@ -144,6 +146,7 @@ static void check_model(comet_model *m, const char *name, double tol) {
 static void test_float_model(void **state) {
     (void)state;
     comet_model *m = tp_small_model();
+    assert_true(comet_shard_o_split(m)); /* the all-reduce path for o_proj */
     check_model(m, "fp32", 1e-5);
     tu_model_free(m);
 }
@@ -151,6 +154,7 @@ static void test_float_model(void **state) {
 static void test_w4a4kv4_model(void **state) {
     (void)state;
     comet_model *m = tp_small_model_w4a4();
+    assert_false(comet_shard_o_split(m)); /* the gather path for o_proj */
     check_model(m, "W4A4KV4", 2e-2);
     comet_model_free(m);
 }

@@ -152,7 +152,7 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
     }
     for (int r = 0; r < n && st >= 0; r++)
         st = comet_forward_set_comm(tp->ranks[r].fc, comet_comm_group_rank(tp->comm, r),
-                                    tp->att_cols);
+                                    tp->ranks[r].shard.o_split ? NULL : tp->att_cols);
     for (int r = 1; r < n && st >= 0; r++) {
         if (pthread_create(&tp->ranks[r].thread, NULL, rank_main, &tp->ranks[r]))
             st = comet_set_error(COMET_ERR_INTERNAL,

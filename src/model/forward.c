@@ -44,7 +44,8 @@ struct comet_forward_ctx {
     float *logits; /* [T, V] (backends without host memory) */
     /* tensor parallelism (comet_forward_set_comm): */
     comet_comm *comm;          /* NULL: the model runs whole */
-    int *att_cols;             /* [ranks + 1] each rank's columns of the attention output */
+    int *att_cols;             /* [ranks + 1] each rank's columns of the attention output;
+                                * NULL: o_proj is split by its input rows like down_proj */
     float *att_full;           /* [T, H*D] every rank's heads, o_proj's input */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
@@ -179,12 +180,24 @@ comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->b
 comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols) {
     const int n = comet_comm_size(comm), rank = comet_comm_rank(comm);
     const comet_model_config *c = &fc->m->cfg;
+    if (fc->on_input)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "forward: an input observer is set; ranks have no whole inputs");
+    if (!att_cols) { /* o_proj's partial sums are added by an all-reduce */
+        if (comet_group_width(fc->m, COMET_GROUP_O) != c->n_head * c->head_dim)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "forward: rank %d of %d: o_proj reads %d channels, not its "
+                                   "%d heads'",
+                                   rank, n, comet_group_width(fc->m, COMET_GROUP_O), c->n_head);
+        fc->comm = comm;
+        return COMET_OK;
+    }
     const int W = att_cols[n];
-    if (fc->on_input || W != comet_group_width(fc->m, COMET_GROUP_O) ||
+    if (W != comet_group_width(fc->m, COMET_GROUP_O) ||
         att_cols[rank + 1] - att_cols[rank] != c->n_head * c->head_dim)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "forward: rank %d of %d: attention columns %d..%d of %d do not "
-                               "match its %d heads (or an input observer is set)",
+                               "match its %d heads",
                                rank, n, att_cols[rank], att_cols[rank + 1], W, c->n_head);
     fc->att_cols = malloc((size_t)(n + 1) * sizeof *fc->att_cols);
     fc->att_full = fc->be->ops->alloc(fc->be, (size_t)fc->max_tokens * W * sizeof(float));
@@ -325,7 +338,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         PROF("paged_attention");
         COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
         const float *att = fc->att;
-        if (fc->comm) { /* o_proj reads every rank's heads */
+        if (fc->att_cols) { /* a whole o_proj reads every rank's heads */
             PROF("gather heads");
             COMET_TRY(comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full));
             att = fc->att_full;
@@ -335,6 +348,10 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         OBSERVE(l, COMET_GROUP_O);
         PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
+        if (fc->comm && !fc->att_cols) { /* a split o_proj's partial sums over its heads */
+            PROF("all_reduce");
+            COMET_TRY(comet_comm_all_reduce(fc->comm, fc->tmp, (size_t)T * c->n_embd));
+        }
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));

@@ -29,6 +29,13 @@ static int ffn_first(const comet_model *m, int n, int r) {
     return (int)((long)r * units / n) * unit;
 }
 
+int comet_shard_o_split(const comet_model *m) {
+    for (int l = 0; l < m->cfg.n_layer; l++)
+        if (m->layers[l].wo.fmt != COMET_WFMT_F32)
+            return 0;
+    return 1;
+}
+
 comet_status comet_shard_check(const comet_model *m, int n) {
     const comet_model_config *c = &m->cfg;
     if (n < 1)
@@ -137,6 +144,7 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
     const int f0 = ffn_first(m, n, rank), f1 = rank + 1 == n ? c->n_ff : ffn_first(m, n, rank + 1);
     s->rank = rank, s->n_rank = n;
     s->kv_head0 = kv0, s->head0 = kv0 * G, s->ff0 = f0;
+    s->o_split = comet_shard_o_split(m);
     s->m = *m;
     s->m.owned = NULL, s->m.n_owned = s->m.cap_owned = 0;
     comet_model_config *sc = &s->m.cfg;
@@ -157,6 +165,8 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
         sw->w_gate = linear_rows(&w->w_gate, f0, sc->n_ff);
         sw->w_up = linear_rows(&w->w_up, f0, sc->n_ff);
         st = linear_cols(s, &w->w_down, f0, sc->n_ff, &sw->w_down);
+        if (st >= 0 && s->o_split)
+            st = linear_cols(s, &w->wo, s->head0 * D, sc->n_head * D, &sw->wo);
     }
     if (st < 0)
         comet_shard_free(s);

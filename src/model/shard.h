@@ -9,10 +9,11 @@
  *     permutation is folded into gate / up), cut at down's block boundaries: down's
  *     activation blocks stay whole and its leading INT8 blocks stay leading in each shard.
  *     The ranks' down outputs are partial sums, added by one all-reduce.
- *   - o_proj whole on every rank, after a gather of every rank's heads: its permutation
- *     mixes channels of all heads into its activation blocks, so a row split would need
- *     re-quantization; the gather keeps its activation quantization exactly the
- *     one-device one.
+ *   - o_proj: floating-point (every layer), split by input columns, the rank's heads, like
+ *     down_proj, its partial sums added by an all-reduce. Quantized: whole on every rank,
+ *     after a gather of every rank's heads: its permutation mixes channels of all heads
+ *     into its activation blocks, so a split would need re-quantization; the gather keeps
+ *     its activation quantization exactly the one-device one.
  *   - the embedding, norms and lm_head whole (borrowed); only rank 0 runs the lm_head.
  * No weight is re-quantized and no new format is needed: a rank's tensors are rows of the
  * model's (borrowed) or column slices of down_proj (copied).
@@ -28,6 +29,7 @@ typedef struct comet_shard {
     int rank, n_rank;
     int head0, kv_head0; /* the shard's first query and KV head */
     int ff0;             /* the shard's first FFN channel (stored order) */
+    int o_split;         /* o_proj holds the shard's heads' input columns only */
     void **owned;        /* down_proj slices, freed by comet_shard_free */
     int n_owned;
 } comet_shard;
@@ -42,6 +44,10 @@ comet_status comet_shard_check(const comet_model *m, int n);
 comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard *s);
 
 void comet_shard_free(comet_shard *s);
+
+/* 1 when m's o_proj splits by input columns (floating-point in every layer), so that no
+ * rank needs the other ranks' heads (comet_shard.o_split). */
+int comet_shard_o_split(const comet_model *m);
 
 /* The columns of the attention output [T, H*D] each rank computes: col0[r] = D * the first
  * query head of rank r, col0[n] = H*D. col0 has n + 1 entries. */
