@@ -17,7 +17,7 @@
 #             against the CPU), and comet generate / perplexity with --device cuda
 #     tp      tensor parallelism: test_tp_cuda (one rank == one device bit for bit; two ranks
 #             over NCCL where the machine has two GPUs), comet bench of synthetic
-#             LLaMA-3-70B and -8B with and without --tensor-parallel 1, the refusal of more
+#             LLaMA-3-70B and -8B (and -8B FP16) with and without --tensor-parallel 1, the refusal of more
 #             ranks than GPUs; tables into $OUT/tp_bench.md
 #     bench   comet bench: the default model (FP16 and W4AxKV4) and synthetic LLaMA-3-8B
 #             (W4AxKV4 and FP16), tables into $OUT/bench.md
@@ -113,7 +113,8 @@ if has tp; then
     grep -E "tensor parallel|NOT RUN" "$OUT/tp_test.log" | sed 's/^ *[0-9]*: //'
     : >"$OUT/tp_bench.md"
     for args in "--synthetic llama3-70b" "--synthetic llama3-70b --tensor-parallel 1" \
-        "--synthetic llama3-8b" "--synthetic llama3-8b --tensor-parallel 1"; do
+        "--synthetic llama3-8b" "--synthetic llama3-8b --tensor-parallel 1" \
+        "--synthetic llama3-8b --fp16" "--synthetic llama3-8b --fp16 --tensor-parallel 1"; do
         echo "\$ comet bench $args --device cuda --decode-tokens 128 --reps 3" >>"$OUT/tp_bench.md"
         # shellcheck disable=SC2086
         "$BIN" bench $args --device cuda --decode-tokens 128 --reps 3 >>"$OUT/tp_bench.md" 2>>"$OUT/tp_bench.err"
