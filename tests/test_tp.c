@@ -1,6 +1,7 @@
 /* test_tp.c — tensor parallelism on CPU ranks (engine/tp.h, model/shard.h, backend/comm.h):
  * - the collectives: an all-reduce sums in rank order and every rank gets the same bits; a
- *   gather of uneven column blocks; a rank's abort releases the others; reset recovers;
+ *   gather of uneven column blocks, to every rank and to rank 0; a rank's abort releases the
+ *   others; reset recovers;
  * - one rank gives the one-device logits bit for bit (float and W4A4KV4 models);
  * - 2 ranks (uneven heads: 2 + 1 KV heads) and 3 ranks give the one-device logits up to fp32
  *   rounding of the o_proj and down_proj partial sums (float model: o_proj split by heads),
@@ -39,8 +40,8 @@
 typedef struct {
     comet_comm *c;
     float buf[NEL];
-    float gathered[ROWS * 12];
-    comet_status st_reduce, st_gather, st_abort;
+    float gathered[ROWS * 12], to_root[ROWS * 12];
+    comet_status st_reduce, st_gather, st_root, st_abort;
     int abort_rank; /* this rank aborts instead of the third collective; -1 none */
 } rank_job;
 
@@ -55,7 +56,8 @@ static void *rank_body(void *arg) {
     for (int t = 0; t < ROWS; t++)
         for (int k = 0; k < w; k++)
             src[t * w + k] = (float)(100 * r + 10 * t + k);
-    j->st_gather = comet_comm_gather_cols(j->c, src, ROWS, col0, j->gathered);
+    j->st_gather = comet_comm_gather_cols(j->c, src, ROWS, col0, j->gathered, -1);
+    j->st_root = comet_comm_gather_cols(j->c, src, ROWS, col0, r == 0 ? j->to_root : NULL, 0);
     if (j->abort_rank == r) {
         comet_comm_group_abort(j->c->group);
         j->st_abort = COMET_ERR_INTERNAL;
@@ -88,13 +90,16 @@ static void run_group(comet_comm_group *g, rank_job *jobs, int abort_rank) {
     for (int r = 0; r < NR; r++) {
         assert_int_equal(jobs[r].st_reduce, COMET_OK);
         assert_int_equal(jobs[r].st_gather, COMET_OK);
+        assert_int_equal(jobs[r].st_root, COMET_OK);
         if (abort_rank < 0)
             assert_memory_equal(jobs[r].buf, want, sizeof want); /* rank order, every rank */
         for (int t = 0; t < ROWS; t++)
             for (int q = 0; q < NR; q++)
                 for (int k = 0; k < col0[q + 1] - col0[q]; k++)
                     assert_true(jobs[r].gathered[t * 12 + col0[q] + k] ==
-                                (float)(100 * q + 10 * t + k));
+                                    (float)(100 * q + 10 * t + k) &&
+                                (r != 0 || jobs[r].to_root[t * 12 + col0[q] + k] ==
+                                               (float)(100 * q + 10 * t + k)));
         if (abort_rank >= 0)
             assert_int_equal(jobs[r].st_abort, COMET_ERR_INTERNAL);
     }
@@ -106,7 +111,7 @@ static void test_cpu_collectives(void **state) {
     for (int r = 0; r < NR; r++)
         assert_non_null(bes[r] = comet_backend_cpu_init(1));
     comet_comm_group *g = NULL;
-    assert_int_equal(comet_comm_group_create(bes, NR, NEL, &g), COMET_OK);
+    assert_int_equal(comet_comm_group_create(bes, NR, NEL, NEL, &g), COMET_OK);
     rank_job jobs[NR];
     memset(jobs, 0, sizeof jobs);
     run_group(g, jobs, -1);
@@ -115,7 +120,7 @@ static void test_cpu_collectives(void **state) {
     run_group(g, jobs, -1); /* and the group works again */
     comet_comm_group_free(g);
     comet_backend *mixed[2] = {bes[0], NULL};
-    assert_int_equal(comet_comm_group_create(mixed, 2, NEL, &g), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_comm_group_create(mixed, 2, NEL, NEL, &g), COMET_ERR_INVALID_ARG);
     for (int r = 0; r < NR; r++)
         comet_backend_free(bes[r]);
 }

@@ -190,6 +190,10 @@ typedef struct comet_model {
      * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy
      * with random weights from this seed, others refuse the model. */
     uint64_t synthetic_seed;
+    /* A tensor-parallel shard (src/model/shard.h) of a model of vocab_total tokens holds the
+     * vocabulary rows vocab0 .. vocab0 + cfg.n_vocab - 1 in tok_embd and lm_head; a token id
+     * outside them embeds as zeros. vocab_total 0 (and vocab0 0): a whole model. */
+    int vocab0, vocab_total;
     /* Every weight buffer above is owned by the model and released by comet_model_free:
      * weight/quantization buffers through this registry (comet_model_own); `layers` (calloc),
      * `tok`, `chat_template`, `name` and `path` are freed directly. */

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 comet_status comet_comm_group_create(comet_backend *const *bes, int n, size_t max_floats,
-                                     comet_comm_group **out) {
+                                     size_t root_floats, comet_comm_group **out) {
     *out = NULL;
     if (n < 1 || !bes)
         return comet_set_error(COMET_ERR_INVALID_ARG, "comm: a group needs at least one rank");
@@ -24,6 +24,7 @@ comet_status comet_comm_group_create(comet_backend *const *bes, int n, size_t ma
     }
     g->n = n;
     g->max_floats = max_floats;
+    g->root_floats = root_floats;
     g->ranks = ranks;
     for (int r = 0; r < n; r++)
         ranks[r] = (comet_comm){.group = g, .be = bes[r], .rank = r, .size = n};
@@ -66,7 +67,10 @@ comet_status comet_comm_all_reduce(comet_comm *c, float *buf, size_t n) {
 }
 
 comet_status comet_comm_gather_cols(comet_comm *c, const float *src, int rows, const int *col0,
-                                    float *dst) {
-    COMET_ASSERT(rows >= 0 && col0[0] == 0 && (size_t)rows * col0[c->size] <= c->group->max_floats);
-    return c->group->ops->gather_cols(c, src, rows, col0, dst);
+                                    float *dst, int root) {
+    COMET_ASSERT(rows >= 0 && col0[0] == 0 && (root == -1 || root == 0));
+    COMET_ASSERT((size_t)rows * col0[c->size] <=
+                 (root < 0 ? c->group->max_floats : c->group->root_floats));
+    COMET_ASSERT(dst || (root >= 0 && root != c->rank));
+    return c->group->ops->gather_cols(c, src, rows, col0, dst, root);
 }

@@ -24,12 +24,13 @@ typedef struct comet_comm_group comet_comm_group;
 typedef struct comet_comm comet_comm; /* one rank's endpoint */
 
 /* A group over bes[0..n-1] (borrowed; rank r runs on bes[r]; all of one kind: all CPU, or
- * all CUDA on distinct GPUs). max_floats bounds the elements of any one collective (the
- * CUDA gather stages that many floats). COMET_OK and *out; COMET_ERR_INVALID_ARG (n < 1,
+ * all CUDA on distinct GPUs). max_floats bounds the elements of any one collective, and
+ * root_floats those of a gather to rank 0 (the CUDA gather stages that many floats on each
+ * rank, and on rank 0 the larger of the two). COMET_OK and *out; COMET_ERR_INVALID_ARG (n < 1,
  * mixed kinds, a GPU twice), COMET_ERR_UNSUPPORTED (n > 1 on CUDA in a build without
  * NCCL), COMET_ERR_NOMEM, COMET_ERR_CUDA (NCCL's set-up, named). */
 comet_status comet_comm_group_create(comet_backend *const *bes, int n, size_t max_floats,
-                                     comet_comm_group **out);
+                                     size_t root_floats, comet_comm_group **out);
 
 /* Rank r's endpoint (owned by the group). */
 comet_comm *comet_comm_group_rank(comet_comm_group *g, int r);
@@ -54,16 +55,17 @@ int comet_comm_size(const comet_comm *c);
 comet_status comet_comm_all_reduce(comet_comm *c, float *buf, size_t n);
 
 /* Gather columns: dst [rows, col0[N]] gets, in columns col0[r] .. col0[r+1]-1, rank r's src
- * [rows, col0[r+1] - col0[r]] (col0 [N+1] increasing from 0, the same on every rank;
- * rows * col0[N] <= max_floats). dst does not overlap src. Statuses as above. */
+ * [rows, col0[r+1] - col0[r]] (col0 [N+1] increasing from 0, the same on every rank), on
+ * every rank (root -1; rows * col0[N] <= max_floats) or on rank 0 only (root 0; rows *
+ * col0[N] <= root_floats; dst is ignored elsewhere, may be NULL). dst does not overlap src. Statuses as above. */
 comet_status comet_comm_gather_cols(comet_comm *c, const float *src, int rows, const int *col0,
-                                    float *dst);
+                                    float *dst, int root);
 
 /* The implementations behind the calls above (comm.c dispatches by the backends' kind). */
 typedef struct comet_comm_ops {
     comet_status (*all_reduce)(comet_comm *c, float *buf, size_t n);
     comet_status (*gather_cols)(comet_comm *c, const float *src, int rows, const int *col0,
-                                float *dst);
+                                float *dst, int root);
     void (*abort)(comet_comm_group *g);
     comet_status (*reset)(comet_comm_group *g);
     void (*destroy)(comet_comm_group *g);
@@ -78,7 +80,7 @@ struct comet_comm {
 struct comet_comm_group {
     const comet_comm_ops *ops;
     int n;
-    size_t max_floats;
+    size_t max_floats, root_floats;
     comet_comm *ranks; /* [n] */
     void *impl;        /* the implementation's shared state */
 };

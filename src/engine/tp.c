@@ -28,7 +28,8 @@ struct comet_tp {
     int n;
     tp_rank *ranks;
     comet_comm_group *comm;
-    int *att_cols; /* [n + 1] */
+    int *att_cols;   /* [n + 1] */
+    int *vocab_cols; /* [n + 1] */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
     unsigned step; /* steps handed out */
@@ -126,11 +127,13 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
     pthread_cond_init(&tp->done, NULL);
     tp->ranks = calloc((size_t)n, sizeof *tp->ranks);
     tp->att_cols = calloc((size_t)n + 1, sizeof *tp->att_cols);
-    if (!tp->ranks || !tp->att_cols) {
+    tp->vocab_cols = calloc((size_t)n + 1, sizeof *tp->vocab_cols);
+    if (!tp->ranks || !tp->att_cols || !tp->vocab_cols) {
         comet_tp_free(tp);
         return comet_set_error(COMET_ERR_NOMEM, "tensor parallel: out of memory");
     }
     comet_shard_att_cols(m, n, tp->att_cols);
+    comet_shard_vocab_cols(m, n, tp->vocab_cols);
     comet_status st = COMET_OK;
     for (int r = 0; r < n && st >= 0; r++)
         if ((st = rank_init(tp, m, be0, r, max_batch_tokens, n_pages, page_size)) < 0) {
@@ -146,13 +149,15 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
         comet_backend **bes = malloc((size_t)n * sizeof *bes);
         for (int r = 0; bes && r < n; r++)
             bes[r] = tp->ranks[r].be;
-        st = bes ? comet_comm_group_create(bes, n, (size_t)max_batch_tokens * width, &tp->comm)
+        st = bes ? comet_comm_group_create(bes, n, (size_t)max_batch_tokens * width,
+                                           (size_t)max_batch_tokens * c->n_vocab, &tp->comm)
                  : comet_set_error(COMET_ERR_NOMEM, "tensor parallel: out of memory");
         free(bes);
     }
     for (int r = 0; r < n && st >= 0; r++)
         st = comet_forward_set_comm(tp->ranks[r].fc, comet_comm_group_rank(tp->comm, r),
-                                    tp->ranks[r].shard.o_split ? NULL : tp->att_cols);
+                                    tp->ranks[r].shard.o_split ? NULL : tp->att_cols,
+                                    tp->vocab_cols);
     for (int r = 1; r < n && st >= 0; r++) {
         if (pthread_create(&tp->ranks[r].thread, NULL, rank_main, &tp->ranks[r]))
             st = comet_set_error(COMET_ERR_INTERNAL,
@@ -195,6 +200,7 @@ void comet_tp_free(comet_tp *tp) {
     pthread_cond_destroy(&tp->done);
     free(tp->ranks);
     free(tp->att_cols);
+    free(tp->vocab_cols);
     free(tp);
 }
 

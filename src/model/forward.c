@@ -47,6 +47,8 @@ struct comet_forward_ctx {
     int *att_cols;             /* [ranks + 1] each rank's columns of the attention output;
                                 * NULL: o_proj is split by its input rows like down_proj */
     float *att_full;           /* [T, H*D] every rank's heads, o_proj's input */
+    int *vocab_cols;           /* [ranks + 1] each rank's vocabulary rows */
+    float *lm_part;            /* [T, the rank's rows] its lm_head output */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
     comet_forward_input_fn on_input; /* linear-input observer, or NULL */
@@ -57,14 +59,15 @@ void comet_forward_free(comet_forward_ctx *fc) {
     if (!fc)
         return;
     comet_backend *be = fc->be;
-    void *bufs[] = {fc->x,    fc->q,  fc->k,   fc->v,      fc->att,     fc->tmp,
-                    fc->gate, fc->up, fc->act, fc->logits, fc->att_full};
+    void *bufs[] = {fc->x,    fc->q,  fc->k,   fc->v,      fc->att,      fc->tmp,
+                    fc->gate, fc->up, fc->act, fc->logits, fc->att_full, fc->lm_part};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i])
             be->ops->free(be, bufs[i]);
     if (fc->w)
         be->ops->weights_free(be, fc->w);
     free(fc->att_cols);
+    free(fc->vocab_cols);
     free(fc);
 }
 
@@ -177,44 +180,67 @@ const float *comet_forward_logits(const comet_forward_ctx *fc) { return fc->logi
 
 comet_backend *comet_forward_backend(const comet_forward_ctx *fc) { return fc->be; }
 
-comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols) {
+/* The whole model's vocabulary size (a shard holds some of its rows). */
+static int vocab_total(const comet_model *m) {
+    return m->vocab_total ? m->vocab_total : m->cfg.n_vocab;
+}
+
+static comet_status set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols,
+                             const int *vocab_cols) {
     const int n = comet_comm_size(comm), rank = comet_comm_rank(comm);
-    const comet_model_config *c = &fc->m->cfg;
+    const comet_model *m = fc->m;
+    const comet_model_config *c = &m->cfg;
+    const int V = vocab_total(m);
+    comet_backend *be = fc->be;
     if (fc->on_input)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "forward: an input observer is set; ranks have no whole inputs");
-    if (!att_cols) { /* o_proj's partial sums are added by an all-reduce */
-        if (comet_group_width(fc->m, COMET_GROUP_O) != c->n_head * c->head_dim)
-            return comet_set_error(COMET_ERR_INVALID_ARG,
-                                   "forward: rank %d of %d: o_proj reads %d channels, not its "
-                                   "%d heads'",
-                                   rank, n, comet_group_width(fc->m, COMET_GROUP_O), c->n_head);
-        fc->comm = comm;
-        return COMET_OK;
-    }
-    const int W = att_cols[n];
-    if (W != comet_group_width(fc->m, COMET_GROUP_O) ||
-        att_cols[rank + 1] - att_cols[rank] != c->n_head * c->head_dim)
+    if (vocab_cols[n] != V || vocab_cols[rank] != m->vocab0 ||
+        vocab_cols[rank + 1] - vocab_cols[rank] != c->n_vocab)
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "forward: rank %d of %d: attention columns %d..%d of %d do not "
+                               "forward: rank %d of %d: vocabulary rows %d..%d of %d do not "
+                               "match its %d rows from %d",
+                               rank, n, vocab_cols[rank], vocab_cols[rank + 1], vocab_cols[n],
+                               c->n_vocab, m->vocab0);
+    const int W = att_cols ? att_cols[n] : 0;
+    if (att_cols ? W != comet_group_width(m, COMET_GROUP_O) ||
+                       att_cols[rank + 1] - att_cols[rank] != c->n_head * c->head_dim
+                 : comet_group_width(m, COMET_GROUP_O) != c->n_head * c->head_dim)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "forward: rank %d of %d: o_proj reads %d channels, which do not "
                                "match its %d heads",
-                               rank, n, att_cols[rank], att_cols[rank + 1], W, c->n_head);
-    fc->att_cols = malloc((size_t)(n + 1) * sizeof *fc->att_cols);
-    fc->att_full = fc->be->ops->alloc(fc->be, (size_t)fc->max_tokens * W * sizeof(float));
-    if (!fc->att_cols || !fc->att_full) {
-        free(fc->att_cols);
-        fc->att_cols = NULL;
-        if (fc->att_full)
-            fc->be->ops->free(fc->be, fc->att_full);
-        fc->att_full = NULL;
-        return comet_set_error(COMET_ERR_NOMEM,
-                               "forward: no room for the gathered attention output (%d x %d) "
-                               "on backend '%s'",
-                               fc->max_tokens, W, fc->be->ops->name);
+                               rank, n, comet_group_width(m, COMET_GROUP_O), c->n_head);
+    const size_t T = (size_t)fc->max_tokens;
+    fc->vocab_cols = malloc((size_t)(n + 1) * sizeof *fc->vocab_cols);
+    fc->att_cols = att_cols ? malloc((size_t)(n + 1) * sizeof *fc->att_cols) : NULL;
+    fc->att_full = att_cols ? be->ops->alloc(be, T * W * sizeof(float)) : NULL;
+    fc->lm_part = be->ops->alloc(be, T * c->n_vocab * sizeof(float));
+    if (fc->logits) { /* rank 0 gathers every rank's logits; the others keep none */
+        be->ops->free(be, fc->logits);
+        fc->logits = rank == 0 ? be->ops->alloc(be, T * V * sizeof(float)) : NULL;
     }
-    memcpy(fc->att_cols, att_cols, (size_t)(n + 1) * sizeof *att_cols);
+    if (!fc->vocab_cols || (att_cols && (!fc->att_cols || !fc->att_full)) || !fc->lm_part ||
+        (rank == 0 && !be->ops->host_memory && !fc->logits))
+        return comet_set_error(COMET_ERR_NOMEM,
+                               "forward: no room for rank %d's gathered attention output or "
+                               "logits (%d tokens) on backend '%s'",
+                               rank, fc->max_tokens, be->ops->name);
+    memcpy(fc->vocab_cols, vocab_cols, (size_t)(n + 1) * sizeof *vocab_cols);
+    if (att_cols)
+        memcpy(fc->att_cols, att_cols, (size_t)(n + 1) * sizeof *att_cols);
     fc->comm = comm;
     return COMET_OK;
+}
+
+comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols,
+                                    const int *vocab_cols) {
+    comet_status st = set_comm(fc, comm, att_cols, vocab_cols);
+    if (st < 0) { /* what it allocated goes with fc (comet_forward_free); no collective runs */
+        free(fc->att_cols);
+        fc->att_cols = NULL;
+        fc->comm = NULL;
+    }
+    return st;
 }
 
 void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user) {
@@ -268,10 +294,10 @@ comet_status comet_forward_check_batch(const comet_forward_ctx *fc, const comet_
     for (int s = 0; s < b->n_seqs; s++) {
         int kv_len = comet_batch_kv_len(b, kv->page_size, s);
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
-            if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab)
+            if (b->tokens[t] < 0 || b->tokens[t] >= vocab_total(fc->m))
                 return comet_set_error(COMET_ERR_INVALID_ARG,
                                        "forward: token id %d out of the vocabulary [0, %d)",
-                                       b->tokens[t], c->n_vocab);
+                                       b->tokens[t], vocab_total(fc->m));
             if (b->positions[t] < 0 || b->positions[t] >= kv_len)
                 return comet_set_error(COMET_ERR_INVALID_ARG,
                                        "forward: position %d outside the %d KV slots of "
@@ -326,6 +352,10 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
 
     PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, st, fc->x));
+    if (fc->comm) { /* each rank embedded the tokens of its vocabulary rows, zeros for others */
+        PROF("all_reduce");
+        COMET_TRY(comet_comm_all_reduce(fc->comm, fc->x, (size_t)T * c->n_embd));
+    }
     for (int l = 0; l < c->n_layer; l++) {
         PROF("rmsnorm_quant");
         COMET_TRY(
@@ -340,7 +370,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         const float *att = fc->att;
         if (fc->att_cols) { /* a whole o_proj reads every rank's heads */
             PROF("gather heads");
-            COMET_TRY(comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full));
+            COMET_TRY(comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full, -1));
             att = fc->att_full;
         }
         PROF("act_quant");
@@ -368,12 +398,16 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
             COMET_TRY(comet_comm_all_reduce(fc->comm, fc->tmp, (size_t)T * c->n_embd));
         }
     }
-    if (b->n_logits == 0 || (fc->comm && comet_comm_rank(fc->comm) != 0))
-        return COMET_OK; /* the lm_head runs on rank 0 */
+    if (b->n_logits == 0)
+        return COMET_OK;
     PROF("rmsnorm_quant");
     COMET_TRY(op->rmsnorm_quant(be, w, 0, COMET_GROUP_LM_HEAD, fc->x, fc->tmp, T, fc->act));
     PROF("lm_head");
-    return op->lm_head(be, w, fc->act, st, lm_out);
+    if (!fc->comm)
+        return op->lm_head(be, w, fc->act, st, lm_out);
+    COMET_TRY(op->lm_head(be, w, fc->act, st, fc->lm_part)); /* the rank's vocabulary rows */
+    PROF("gather logits");
+    return comet_comm_gather_cols(fc->comm, fc->lm_part, b->n_logits, fc->vocab_cols, lm_out, 0);
 #undef OBSERVE
 }
 
@@ -419,8 +453,8 @@ comet_status comet_forward(comet_forward_ctx *fc, comet_kv_cache *kv, const come
         return COMET_OK;
     }
     PROF("logits download");
-    COMET_TRY(
-        op->download(be, logits, fc->logits, (size_t)b->n_logits * c->n_vocab * sizeof(float)));
+    COMET_TRY(op->download(be, logits, fc->logits,
+                           (size_t)b->n_logits * vocab_total(fc->m) * sizeof(float)));
     PROF(NULL);
     return COMET_OK;
 #undef PROF

@@ -36,16 +36,18 @@ comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
 
 /* Tensor parallelism (engine/tp.h): fc runs one rank's shard (model/shard.h) and calls the
  * collectives of `comm` (borrowed; the rank's endpoint) inside each step: an all-reduce of
- * down_proj's partial sums, and for o_proj either a gather of every rank's attention heads
- * before a whole o_proj (att_cols [ranks + 1]: rank r's columns of the [T, H*D] attention
- * output, comet_shard_att_cols) or, with att_cols NULL (o_proj split by input rows like
- * down_proj), an all-reduce of its partial sums. Only rank 0 runs the lm_head. Every rank
- * of the group must run the same steps. COMET_OK, COMET_ERR_INVALID_ARG (columns that do
- * not match the rank's heads, an input observer set), COMET_ERR_NOMEM (the gathered
- * attention output). */
+ * the embeddings (each rank embeds the tokens of its vocabulary rows), one of down_proj's
+ * partial sums, for o_proj either a gather of every rank's attention heads before a whole
+ * o_proj (att_cols [ranks + 1]: rank r's columns of the [T, H*D] attention output,
+ * comet_shard_att_cols) or, with att_cols NULL (o_proj split by input rows like down_proj),
+ * an all-reduce of its partial sums, and a gather of the lm_head's logits on rank 0
+ * (vocab_cols [ranks + 1], comet_shard_vocab_cols). Rank 0's logits buffer then holds the
+ * whole vocabulary; the other ranks return no logits. Every rank of the group must run the
+ * same steps. COMET_OK, COMET_ERR_INVALID_ARG (columns or rows that do not match the rank's
+ * shard, an input observer set), COMET_ERR_NOMEM. */
 struct comet_comm;
 comet_status comet_forward_set_comm(comet_forward_ctx *fc, struct comet_comm *comm,
-                                    const int *att_cols);
+                                    const int *att_cols, const int *vocab_cols);
 
 /* A profiler hook: comet_forward calls fn(user, "op name") before each op of a step and
  * fn(user, NULL) after the last, so fn can close the previous op's interval (e.g. sync the

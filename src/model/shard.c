@@ -24,6 +24,11 @@ static int ffn_unit(const comet_model *m) {
     return unit;
 }
 
+/* first vocabulary row of rank r (r = n: V) */
+static int vocab_first(const comet_model_config *c, int n, int r) {
+    return (int)((long)r * c->n_vocab / n);
+}
+
 static int ffn_first(const comet_model *m, int n, int r) {
     int unit = ffn_unit(m), units = m->cfg.n_ff / unit;
     return (int)((long)r * units / n) * unit;
@@ -45,6 +50,12 @@ comet_status comet_shard_check(const comet_model *m, int n) {
                                "tensor parallel %d: the model has %d KV heads, and each rank "
                                "needs at least one",
                                n, c->n_head_kv);
+    if (m->vocab_total)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "tensor parallel: the model is already a rank's shard");
+    if (c->n_vocab < n)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "tensor parallel %d: the vocabulary has %d tokens", n, c->n_vocab);
     int unit = ffn_unit(m);
     if (c->n_ff % unit || c->n_ff / unit < n)
         return comet_set_error(COMET_ERR_INVALID_ARG,
@@ -151,6 +162,13 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
     sc->n_head_kv = kv1 - kv0;
     sc->n_head = sc->n_head_kv * G;
     sc->n_ff = f1 - f0;
+    const int v0 = vocab_first(c, n, rank), C = c->n_embd;
+    const float *lm = m->lm_head ? m->lm_head : m->tok_embd;
+    s->m.vocab0 = v0;
+    s->m.vocab_total = c->n_vocab;
+    sc->n_vocab = vocab_first(c, n, rank + 1) - v0;
+    s->m.tok_embd = m->tok_embd ? m->tok_embd + (size_t)v0 * C : NULL;
+    s->m.lm_head = lm ? (float *)lm + (size_t)v0 * C : NULL;
     s->m.layers = calloc((size_t)c->n_layer, sizeof *s->m.layers);
     if (!s->m.layers)
         return comet_set_error(COMET_ERR_NOMEM, "tensor parallel: out of memory for a shard");
@@ -181,6 +199,11 @@ void comet_shard_free(comet_shard *s) {
     free(s->owned);
     free(s->m.layers);
     memset(s, 0, sizeof *s);
+}
+
+void comet_shard_vocab_cols(const comet_model *m, int n, int *col0) {
+    for (int r = 0; r <= n; r++)
+        col0[r] = vocab_first(&m->cfg, n, r);
 }
 
 void comet_shard_att_cols(const comet_model *m, int n, int *col0) {

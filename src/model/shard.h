@@ -14,7 +14,9 @@
  *     after a gather of every rank's heads: its permutation mixes channels of all heads
  *     into its activation blocks, so a split would need re-quantization; the gather keeps
  *     its activation quantization exactly the one-device one.
- *   - the embedding, norms and lm_head whole (borrowed); only rank 0 runs the lm_head.
+ *   - the embedding and lm_head by vocabulary rows (tied or not): a rank embeds the tokens
+ *     of its rows and zeros for the others, added by an all-reduce; its lm_head gives its
+ *     rows' logits, gathered on rank 0. The norms whole.
  * No weight is re-quantized and no new format is needed: a rank's tensors are rows of the
  * model's (borrowed) or column slices of down_proj (copied).
  */
@@ -48,6 +50,10 @@ void comet_shard_free(comet_shard *s);
 /* 1 when m's o_proj splits by input columns (floating-point in every layer), so that no
  * rank needs the other ranks' heads (comet_shard.o_split). */
 int comet_shard_o_split(const comet_model *m);
+
+/* The vocabulary rows of each rank: rank r holds col0[r] .. col0[r+1]-1; col0[n] = V.
+ * col0 has n + 1 entries. */
+void comet_shard_vocab_cols(const comet_model *m, int n, int *col0);
 
 /* The columns of the attention output [T, H*D] each rank computes: col0[r] = D * the first
  * query head of rank r, col0[n] = H*D. col0 has n + 1 entries. */

@@ -59,14 +59,14 @@ static comet_status all_reduce(comet_comm *c, float *buf, size_t n) {
 }
 
 static comet_status gather_cols(comet_comm *c, const float *src, int rows, const int *col0,
-                                float *dst) {
+                                float *dst, int root) {
     comet_comm_group *g = c->group;
     cpu_comm *s = impl(g);
     s->ptr[c->rank] = src;
     if (c->size > 1)
         COMET_TRY(barrier(g));
     const int W = col0[c->size];
-    for (int r = 0; r < c->size; r++) {
+    for (int r = 0; (root < 0 || root == c->rank) && r < c->size; r++) {
         int w = col0[r + 1] - col0[r];
         for (int t = 0; t < rows; t++)
             memcpy(dst + (size_t)t * W + col0[r], s->ptr[r] + (size_t)t * w,

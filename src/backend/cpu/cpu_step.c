@@ -84,8 +84,18 @@ comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet
 
 comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w, const comet_step *st,
                                     float *x) {
-    return be->ops->embed(be, w->m->tok_embd, w->m->cfg.n_embd, st->dev.tokens, st->dev.n_tokens,
-                          x);
+    const comet_model *m = w->m;
+    const int C = m->cfg.n_embd;
+    if (!m->vocab_total)
+        return be->ops->embed(be, m->tok_embd, C, st->dev.tokens, st->dev.n_tokens, x);
+    for (int t = 0; t < st->dev.n_tokens; t++) { /* a shard: its rows, zeros for the others */
+        int row = st->dev.tokens[t] - m->vocab0;
+        if (row >= 0 && row < m->cfg.n_vocab)
+            memcpy(x + (size_t)t * C, m->tok_embd + (size_t)row * C, (size_t)C * sizeof *x);
+        else
+            memset(x + (size_t)t * C, 0, (size_t)C * sizeof *x);
+    }
+    return COMET_OK;
 }
 
 /* The group's first linear: its permutation, block, n8 and a_bits are the group's. */

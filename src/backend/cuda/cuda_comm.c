@@ -1,7 +1,8 @@
 /* cuda_comm.c — the collectives of comm.h between CUDA ranks (one GPU each): NCCL on each
  * rank's stream, so that they queue like the backend's other ops and are recorded in its
- * graphs. A gather of uneven column blocks is one ncclBroadcast per rank into a staging
- * buffer, then one strided copy per rank into the destination's columns. Without
+ * graphs. A gather of uneven column blocks is one ncclBroadcast per rank (to every rank) or
+ * an ncclSend / ncclRecv pair per rank (to one root) into a staging buffer, then one strided
+ * copy per rank into the destination's columns. Without
  * COMET_HAVE_NCCL a group has one rank; without COMET_HAVE_CUDA there is none. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <stdlib.h>
@@ -56,7 +57,7 @@ static comet_status all_reduce(comet_comm *c, float *buf, size_t n) {
 }
 
 static comet_status gather_cols(comet_comm *c, const float *src, int rows, const int *col0,
-                                float *dst) {
+                                float *dst, int root) {
     cuda_comm *s = impl(c->group);
     if (s->aborted)
         return aborted_error();
@@ -68,22 +69,28 @@ static comet_status gather_cols(comet_comm *c, const float *src, int rows, const
         return comet_cuda_be_fail(e, "comm: gather_cols: cudaSetDevice");
     comet_status st = COMET_OK;
 #ifdef COMET_HAVE_NCCL
-    if (c->size > 1) {
+    if (c->size > 1) { /* to every rank: one broadcast per rank; to root: send / receive */
         ncclResult_t r = ncclGroupStart();
         for (int q = 0; q < c->size && r == ncclSuccess; q++) {
             size_t count = (size_t)rows * (col0[q + 1] - col0[q]);
             float *part = stage + (size_t)rows * col0[q];
-            if (count)
+            if (!count)
+                continue;
+            if (root < 0)
                 r = ncclBroadcast(q == c->rank ? src : part, part, count, ncclFloat, q,
                                   s->nccl[c->rank], im->stream);
+            else if (q == c->rank && q != root)
+                r = ncclSend(src, count, ncclFloat, root, s->nccl[c->rank], im->stream);
+            else if (c->rank == root && q != root)
+                r = ncclRecv(part, count, ncclFloat, q, s->nccl[c->rank], im->stream);
         }
         ncclResult_t r2 = ncclGroupEnd();
         if (r != ncclSuccess || r2 != ncclSuccess)
-            st = nccl_fail(r != ncclSuccess ? r : r2, "ncclBroadcast (gather)");
+            st = nccl_fail(r != ncclSuccess ? r : r2, "ncclBroadcast / ncclSend (gather)");
     }
 #endif
     const int W = col0[c->size];
-    for (int q = 0; q < c->size && st >= 0; q++) {
+    for (int q = 0; (root < 0 || root == c->rank) && q < c->size && st >= 0; q++) {
         int w = col0[q + 1] - col0[q];
         const float *from = q == c->rank ? src : stage + (size_t)rows * col0[q];
         if (w && rows &&
@@ -190,15 +197,15 @@ comet_status comet_comm_cuda_setup(comet_comm_group *g) {
         CUcontext prev;
         cudaError_t e = comet_cuda_be_enter(devs[r], &prev);
         if (e == cudaSuccess) {
-            e = cudaMalloc((void **)&s->stage[r],
-                           (g->max_floats ? g->max_floats : 1) * sizeof(float));
+            size_t n_floats =
+                r == 0 && g->root_floats > g->max_floats ? g->root_floats : g->max_floats;
+            e = cudaMalloc((void **)&s->stage[r], (n_floats ? n_floats : 1) * sizeof(float));
             comet_cuda_be_leave(prev);
         }
         if (e != cudaSuccess)
             st = e == cudaErrorMemoryAllocation
                      ? comet_set_error(COMET_ERR_NOMEM,
-                                       "comm: no room on GPU %d for the %zu-float gather stage",
-                                       devs[r], g->max_floats)
+                                       "comm: no room on GPU %d for the gather stage", devs[r])
                      : comet_cuda_be_fail(e, "comm: cudaMalloc");
     }
     free(devs);

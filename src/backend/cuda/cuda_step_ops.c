@@ -152,16 +152,18 @@ comet_status comet_cuda_be_embed_tokens(comet_backend *be, const comet_weights *
                                         const comet_step *st, float *x) {
     cuda_impl *im = impl_of(be);
     COMET_TRY(comet_cuda_be_check_weights(im, w, "embed_tokens"));
+    const comet_model *m = w->m; /* a shard holds rows vocab0 .. vocab0 + V - 1 of them */
+    const int V_all = m->vocab_total ? m->vocab_total : w->V;
     for (int t = 0; t < st->host.n_tokens; t++)
-        if (st->host.tokens[t] < 0 || st->host.tokens[t] >= w->V)
+        if (st->host.tokens[t] < 0 || st->host.tokens[t] >= V_all)
             return comet_set_error(COMET_ERR_INVALID_ARG,
                                    "cuda backend: embed_tokens: token %d "
                                    "is id %d, outside the vocabulary 0..%d",
-                                   t, st->host.tokens[t], w->V - 1);
+                                   t, st->host.tokens[t], V_all - 1);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "embed_tokens: cudaSetDevice");
-    comet_status r =
-        comet_cuda_embed(w->embd, w->C, st->dev.tokens, st->host.n_tokens, x, im->stream);
+    comet_status r = comet_cuda_embed(w->embd, w->C, m->vocab0, w->V, st->dev.tokens,
+                                      st->host.n_tokens, x, im->stream);
     comet_cuda_be_leave(prev);
     return r;
 }

@@ -34,12 +34,19 @@ constexpr int ROW_F16_PER_CTA = 2048;
 
 /* ---- embedding ---- */
 
-/* One CTA per token copies its row of the table; float4 when C % 4 == 0. */
-static __global__ void embed_kernel(const float *__restrict__ embd, int C,
+/* One CTA per token copies its row of the table (rows row0 .. row0 + V - 1 of the vocabulary;
+ * zeros for a token outside them); float4 when C % 4 == 0. */
+static __global__ void embed_kernel(const float *__restrict__ embd, int C, int row0, int V,
                                     const int32_t *__restrict__ tokens, float *__restrict__ x) {
     const int t = blockIdx.x;
-    const float *src = embd + (size_t)tokens[t] * C;
+    const int row = tokens[t] - row0;
     float *dst = x + (size_t)t * C;
+    if (row < 0 || row >= V) {
+        for (int i = threadIdx.x; i < C; i += blockDim.x)
+            dst[i] = 0.0f;
+        return;
+    }
+    const float *src = embd + (size_t)row * C;
     if ((C & 3) == 0) {
         const float4 *s4 = reinterpret_cast<const float4 *>(src);
         float4 *d4 = reinterpret_cast<float4 *>(dst);
@@ -390,12 +397,12 @@ static __global__ void unstack_kernel(unstack_args a) {
 
 extern "C" {
 
-comet_status comet_cuda_embed(const float *embd, int C, const int32_t *tokens, int T, float *x,
-                              void *stream) {
+comet_status comet_cuda_embed(const float *embd, int C, int row0, int V, const int32_t *tokens,
+                              int T, float *x, void *stream) {
     if (T < 1 || C < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: embed_tokens: T = %d, C = %d",
                                T, C);
-    embed_kernel<<<T, 256, 0, static_cast<cudaStream_t>(stream)>>>(embd, C, tokens, x);
+    embed_kernel<<<T, 256, 0, static_cast<cudaStream_t>(stream)>>>(embd, C, row0, V, tokens, x);
     return launch_check("embed_tokens");
 }
 

@@ -49,10 +49,11 @@ typedef struct comet_cuda_act_fmt {
     const int32_t *perm;
 } comet_cuda_act_fmt;
 
-/* x[t, :] = embd[tokens[t], :]: embd [V, C] fp32, tokens [T] (each in [0, V), checked by
- * the caller), x [T, C] fp32. */
-comet_status comet_cuda_embed(const float *embd, int C, const int32_t *tokens, int T, float *x,
-                              void *stream);
+/* x[t, :] = embd[tokens[t] - row0, :] where that row is in [0, V), else zeros (a
+ * tensor-parallel shard's table holds vocabulary rows row0 .. row0 + V - 1): embd [V, C]
+ * fp32, tokens [T] (ids of the whole vocabulary, checked by the caller), x [T, C] fp32. */
+comet_status comet_cuda_embed(const float *embd, int C, int row0, int V, const int32_t *tokens,
+                              int T, float *x, void *stream);
 
 /* When residual != NULL, x [T, C] += residual [T, C] (x keeps the sum); then
  * h = x * (1 / sqrtf(mean(x^2) + eps)) * norm [C], and act = h in format f (f->K == C),
