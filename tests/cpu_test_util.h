@@ -100,20 +100,25 @@ static inline comet_linear tu_linear(int n_out, int n_in) {
     return l;
 }
 
-/* A tiny random LLaMA: 2 layers, C = 44, F = 72, H = 6, Hkv = 2 (GQA 3), D = 8, V = 97.
+/* The shape of a random LLaMA (tu_shaped_model). */
+typedef struct tu_shape {
+    int n_layer, C, F, H, Hkv, D, V;
+} tu_shape;
+
+/* A random LLaMA of shape `sh` (context 256, no BOS, RoPE theta 1e4), weights from `seed`.
  * Free with tu_model_free. */
-static inline comet_model *tu_tiny_model(uint64_t seed) {
+static inline comet_model *tu_shaped_model(uint64_t seed, tu_shape sh) {
     tu_seed(seed);
     comet_model *m = calloc(1, sizeof *m);
     comet_model_config *c = &m->cfg;
     strcpy(c->arch, "llama");
-    c->n_layer = 2;
-    c->n_embd = 44;
-    c->n_ff = 72;
-    c->n_head = 6;
-    c->n_head_kv = 2;
-    c->head_dim = 8;
-    c->n_vocab = 97;
+    c->n_layer = sh.n_layer;
+    c->n_embd = sh.C;
+    c->n_ff = sh.F;
+    c->n_head = sh.H;
+    c->n_head_kv = sh.Hkv;
+    c->head_dim = sh.D;
+    c->n_vocab = sh.V;
     c->n_ctx = 256;
     c->rms_eps = 1e-5f;
     c->rope_theta = 10000.0f;
@@ -143,6 +148,13 @@ static inline comet_model *tu_tiny_model(uint64_t seed) {
         w->w_down = tu_linear(C, F);
     }
     return m;
+}
+
+/* A tiny random LLaMA: 2 layers, C = 44, F = 72, H = 6, Hkv = 2 (GQA 3), D = 8, V = 97.
+ * Free with tu_model_free. */
+static inline comet_model *tu_tiny_model(uint64_t seed) {
+    return tu_shaped_model(
+        seed, (tu_shape){.n_layer = 2, .C = 44, .F = 72, .H = 6, .Hkv = 2, .D = 8, .V = 97});
 }
 
 static inline void tu_model_free(comet_model *m) {

@@ -13,44 +13,8 @@
 /* A small LLaMA whose widths FMPQ can block by 64: C = 128, H = 6, Hkv = 3 (GQA 2), D = 32,
  * F = 384 (6 down_proj blocks), V = 101, 2 layers. */
 static comet_model *tp_small_model(void) {
-    comet_model *m = tu_tiny_model(4242);
-    for (int l = 0; l < m->cfg.n_layer; l++) {
-        comet_layer_weights *w = &m->layers[l];
-        comet_linear *ls[] = {&w->wq, &w->wk, &w->wv, &w->wo, &w->w_gate, &w->w_up, &w->w_down};
-        for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++)
-            free(ls[i]->w);
-        free(w->attn_norm);
-        free(w->ffn_norm);
-    }
-    free(m->layers);
-    free(m->tok_embd);
-    free(m->output_norm);
-    free(m->lm_head);
-    comet_model_config *c = &m->cfg;
-    c->n_embd = 128, c->n_head = 6, c->n_head_kv = 3, c->head_dim = 32, c->n_ff = 384;
-    c->n_vocab = 101;
-    int C = c->n_embd, F = c->n_ff, HD = c->n_head * c->head_dim, KD = c->n_head_kv * c->head_dim;
-    m->tok_embd = tu_rand_buf((size_t)c->n_vocab * C, 1.0f);
-    m->output_norm = tu_rand_buf(C, 0.2f);
-    m->lm_head = tu_rand_buf((size_t)c->n_vocab * C, 0.3f);
-    for (int i = 0; i < C; i++)
-        m->output_norm[i] += 1.0f;
-    m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
-    for (int l = 0; l < c->n_layer; l++) {
-        comet_layer_weights *w = &m->layers[l];
-        w->attn_norm = tu_rand_buf(C, 0.2f);
-        w->ffn_norm = tu_rand_buf(C, 0.2f);
-        for (int i = 0; i < C; i++)
-            w->attn_norm[i] += 1.0f, w->ffn_norm[i] += 1.0f;
-        w->wq = tu_linear(HD, C);
-        w->wk = tu_linear(KD, C);
-        w->wv = tu_linear(KD, C);
-        w->wo = tu_linear(C, HD);
-        w->w_gate = tu_linear(F, C);
-        w->w_up = tu_linear(F, C);
-        w->w_down = tu_linear(C, F);
-    }
-    return m;
+    return tu_shaped_model(
+        4242, (tu_shape){.n_layer = 2, .C = 128, .F = 384, .H = 6, .Hkv = 3, .D = 32, .V = 101});
 }
 
 /* The model above in W4A4KV4 (RTN, block 64, INT8 blocks from a few outlier channels);
