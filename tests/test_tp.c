@@ -174,25 +174,19 @@ static void test_w4a4kv4_model(void **state) {
 static void greedy(const comet_model *m, int tp, const int32_t *prompt, int n_prompt,
                    int32_t *tokens, float *gap) {
     const int V = m->cfg.n_vocab;
-    comet_backend *be = comet_backend_cpu_init(0);
-    comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = 128,
-                              .max_seqs = 1,
-                              .n_pages = 16,
-                              .page_size = 16,
-                              .tensor_parallel = tp};
-    if (comet_runner_init(&r, m, be, &rp) < 0)
-        fail_msg("runner (tp %d): %s", tp, comet_last_error());
+    tp_runner t;
+    tp_runner_open(&t, m, "cpu", tp, 128, 1, 16, 16);
+    comet_runner *r = &t.r;
     comet_kv_seq seq;
     float *logits = malloc((size_t)V * sizeof *logits);
     assert_int_equal(comet_kv_seq_init(&seq, 256, 16), COMET_OK);
     const int32_t *feed = prompt;
     int n = n_prompt;
     for (int i = 0; i < GREEDY_NEW; i++) {
-        assert_int_equal(comet_kv_seq_reserve(&r.pool, &seq, n), COMET_OK);
-        comet_batch_builder_reset(&r.bb);
-        assert_int_equal(comet_batch_builder_add(&r.bb, &seq, feed, n, 1), COMET_OK);
-        assert_int_equal(comet_runner_step(&r, logits), COMET_OK);
+        assert_int_equal(comet_kv_seq_reserve(&r->pool, &seq, n), COMET_OK);
+        comet_batch_builder_reset(&r->bb);
+        assert_int_equal(comet_batch_builder_add(&r->bb, &seq, feed, n, 1), COMET_OK);
+        assert_int_equal(comet_runner_step(r, logits), COMET_OK);
         int a = 0, b = -1;
         for (int v = 1; v < V; v++)
             if (logits[v] > logits[a])
@@ -205,10 +199,9 @@ static void greedy(const comet_model *m, int tp, const int32_t *prompt, int n_pr
         n = 1;
     }
     free(logits);
-    comet_kv_seq_release(&r.pool, &seq);
+    comet_kv_seq_release(&r->pool, &seq);
     comet_kv_seq_free(&seq);
-    comet_runner_free(&r);
-    comet_backend_free(be);
+    tp_runner_close(&t);
 }
 
 static comet_model *load_default(const char *path) {
@@ -257,25 +250,17 @@ static void check_default_fp(const char *path) {
 /* Logits of every position of one prefill step of ids [n] on `device` with tp ranks. */
 static float *prefill_logits(const comet_model *m, const char *device, int tp, const int32_t *ids,
                              int n) {
-    comet_backend *be = comet_backend_open(device, 0);
-    assert_non_null(be);
-    comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = n,
-                              .max_seqs = 1,
-                              .n_pages = 16,
-                              .page_size = 16,
-                              .tensor_parallel = tp};
-    assert_int_equal(comet_runner_init(&r, m, be, &rp), COMET_OK);
+    tp_runner t;
+    tp_runner_open(&t, m, device, tp, n, 1, 16, 16);
     comet_kv_seq seq;
     assert_int_equal(comet_kv_seq_init(&seq, 256, 16), COMET_OK);
-    assert_int_equal(comet_kv_seq_reserve(&r.pool, &seq, n), COMET_OK);
-    comet_batch_builder_reset(&r.bb);
-    assert_int_equal(comet_batch_builder_add(&r.bb, &seq, ids, n, 2), COMET_OK);
+    assert_int_equal(comet_kv_seq_reserve(&t.r.pool, &seq, n), COMET_OK);
+    comet_batch_builder_reset(&t.r.bb);
+    assert_int_equal(comet_batch_builder_add(&t.r.bb, &seq, ids, n, 2), COMET_OK);
     float *logits = malloc((size_t)n * m->cfg.n_vocab * sizeof *logits);
-    assert_int_equal(comet_runner_step(&r, logits), COMET_OK);
+    assert_int_equal(comet_runner_step(&t.r, logits), COMET_OK);
     comet_kv_seq_free(&seq);
-    comet_runner_free(&r);
-    comet_backend_free(be);
+    tp_runner_close(&t);
     return logits;
 }
 

@@ -71,63 +71,86 @@ typedef struct {
     int32_t greedy[NDEC][NSEQ];
 } tp_run;
 
+/* A runner of m on a backend opened by `device` (all cores on a CPU), with tensor_parallel
+ * tp, max_tokens tokens per step and a pool of n_pages pages of page_size tokens. */
+typedef struct tp_runner {
+    comet_backend *be;
+    comet_runner r;
+} tp_runner;
+
+static void tp_runner_open(tp_runner *t, const comet_model *m, const char *device, int tp,
+                           int max_tokens, int max_seqs, int n_pages, int page_size) {
+    t->be = comet_backend_open(device, 0);
+    if (!t->be)
+        fail_msg("backend %s: %s", device, comet_last_error());
+    comet_runner_params rp = {.max_batch_tokens = max_tokens,
+                              .max_seqs = max_seqs,
+                              .n_pages = n_pages,
+                              .page_size = page_size,
+                              .tensor_parallel = tp};
+    if (comet_runner_init(&t->r, m, t->be, &rp) < 0)
+        fail_msg("runner (%s, tp %d): %s", device, tp, comet_last_error());
+}
+
+static void tp_runner_close(tp_runner *t) {
+    comet_runner_free(&t->r);
+    comet_backend_free(t->be);
+}
+
+/* The id of the largest of x [V] (the lowest on ties). */
+static int tp_argmax(const float *x, int V) {
+    int best = 0;
+    for (int v = 1; v < V; v++)
+        if (x[v] > x[best])
+            best = v;
+    return best;
+}
+
 /* On a backend opened by `device`, with tensor_parallel tp: prefill both prompts in one
  * step (every row's logits), then NDEC decode steps feeding the tokens `feed` (NULL: each
  * run's own greedy picks). */
 static void tp_run_model(const comet_model *m, const char *device, int tp,
                          const int32_t (*feed)[NSEQ], tp_run *out) {
     const int V = m->cfg.n_vocab;
-    comet_backend *be = comet_backend_open(device, 2);
-    assert_non_null(be);
-    comet_runner r;
-    comet_runner_params rp = {.max_batch_tokens = 64,
-                              .max_seqs = NSEQ,
-                              .n_pages = NPAGES,
-                              .page_size = PS,
-                              .tensor_parallel = tp};
-    comet_status st = comet_runner_init(&r, m, be, &rp);
-    if (st < 0)
-        fail_msg("runner (%s, tp %d): %s", device, tp, comet_last_error());
+    tp_runner t;
+    tp_runner_open(&t, m, device, tp, 64, NSEQ, NPAGES, PS);
+    comet_runner *r = &t.r;
     comet_kv_seq seq[NSEQ];
     int32_t prompt[NSEQ][40];
     tu_seed(99);
     out->rows = plen[0] + plen[1] + NDEC * NSEQ;
     out->logits = malloc((size_t)out->rows * V * sizeof(float));
-    comet_batch_builder_reset(&r.bb);
+    comet_batch_builder_reset(&r->bb);
     for (int s = 0; s < NSEQ; s++) {
         for (int i = 0; i < plen[s]; i++)
             prompt[s][i] = tu_int(V);
         assert_int_equal(comet_kv_seq_init(&seq[s], 64, PS), COMET_OK);
-        assert_int_equal(comet_kv_seq_reserve(&r.pool, &seq[s], plen[s]), COMET_OK);
-        assert_int_equal(comet_batch_builder_add(&r.bb, &seq[s], prompt[s], plen[s], 2), COMET_OK);
+        assert_int_equal(comet_kv_seq_reserve(&r->pool, &seq[s], plen[s]), COMET_OK);
+        assert_int_equal(comet_batch_builder_add(&r->bb, &seq[s], prompt[s], plen[s], 2), COMET_OK);
     }
-    assert_int_equal(comet_runner_step(&r, out->logits), COMET_OK);
+    assert_int_equal(comet_runner_step(r, out->logits), COMET_OK);
     float *row = out->logits + (size_t)(plen[0] + plen[1]) * V;
     const float *last[NSEQ] = {out->logits + (size_t)(plen[0] - 1) * V,
                                out->logits + (size_t)(plen[0] + plen[1] - 1) * V};
     for (int d = 0; d < NDEC; d++) {
-        comet_batch_builder_reset(&r.bb);
+        comet_batch_builder_reset(&r->bb);
         for (int s = 0; s < NSEQ; s++) {
-            int best = 0;
-            for (int v = 1; v < V; v++)
-                if (last[s][v] > last[s][best])
-                    best = v;
+            int best = tp_argmax(last[s], V);
             out->greedy[d][s] = best;
             int32_t tok = feed ? feed[d][s] : best;
-            assert_int_equal(comet_kv_seq_reserve(&r.pool, &seq[s], 1), COMET_OK);
-            assert_int_equal(comet_batch_builder_add(&r.bb, &seq[s], &tok, 1, 1), COMET_OK);
+            assert_int_equal(comet_kv_seq_reserve(&r->pool, &seq[s], 1), COMET_OK);
+            assert_int_equal(comet_batch_builder_add(&r->bb, &seq[s], &tok, 1, 1), COMET_OK);
         }
-        assert_int_equal(comet_runner_step(&r, row), COMET_OK);
+        assert_int_equal(comet_runner_step(r, row), COMET_OK);
         for (int s = 0; s < NSEQ; s++)
             last[s] = row + (size_t)s * V;
         row += (size_t)NSEQ * V;
     }
     for (int s = 0; s < NSEQ; s++) {
-        comet_kv_seq_release(&r.pool, &seq[s]);
+        comet_kv_seq_release(&r->pool, &seq[s]);
         comet_kv_seq_free(&seq[s]);
     }
-    comet_runner_free(&r);
-    comet_backend_free(be);
+    tp_runner_close(&t);
 }
 
 /* Relative error of the worst logits row, and the rows whose argmax differs. */
@@ -139,12 +162,7 @@ static void tp_compare(const tp_run *a, const tp_run *b, int V, double *worst, i
         double e = tu_nerr(x, y, (size_t)V);
         if (e > *worst)
             *worst = e;
-        int ax = 0, ay = 0;
-        for (int v = 1; v < V; v++) {
-            ax = x[v] > x[ax] ? v : ax;
-            ay = y[v] > y[ay] ? v : ay;
-        }
-        *argmax_diff += ax != ay;
+        *argmax_diff += tp_argmax(x, V) != tp_argmax(y, V);
     }
 }
 

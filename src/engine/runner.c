@@ -38,7 +38,6 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
         if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
                                          c->n_head_kv, c->head_dim, m->kv)) < 0)
             goto fail;
-        r->kv_ready = 1;
         r->fc = comet_forward_init(m, be, p->max_batch_tokens);
         if (!r->fc) {
             st = comet_last_status();
@@ -64,8 +63,7 @@ void comet_runner_free(comet_runner *r) {
     comet_sampling_free(&r->sampling);
     comet_batch_builder_free(&r->bb);
     comet_kv_pool_free(&r->pool);
-    if (r->kv_ready)
-        comet_kv_cache_free_on(r->be, &r->kv);
+    comet_kv_cache_free_on(r->be, &r->kv); /* unused with tensor parallelism: zeroed, no-op */
     memset(r, 0, sizeof *r);
 }
 

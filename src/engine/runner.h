@@ -57,7 +57,6 @@ typedef struct comet_runner {
     comet_forward_ctx *fc;   /* the model on be (with tensor parallelism: rank 0's shard) */
     comet_kv_cache kv;       /* in be's memory: the model's kv_bits, kv_group, kv_rotation
                               * (with tensor parallelism: unused, each rank holds its own) */
-    int kv_ready;            /* kv was made */
     comet_tp *tp;            /* the ranks (tensor_parallel > 0), or NULL */
     comet_kv_pool pool;      /* page allocator over kv */
     comet_batch_builder bb;  /* the step being built */

@@ -16,7 +16,6 @@ typedef struct tp_rank {
     comet_shard shard;
     comet_backend *be; /* rank 0: the caller's */
     comet_kv_cache kv;
-    int kv_ready;
     comet_forward_ctx *fc;
     pthread_t thread;
     int started;
@@ -40,18 +39,17 @@ struct comet_tp {
     const comet_batch *batch;
 };
 
-/* A backend like be0 for rank r. */
+/* A backend like be0 for rank r: GPU d + r for be0 on GPU d, else a CPU backend of its
+ * kind and threads. */
 static comet_backend *open_peer(comet_backend *be0, int r) {
-    comet_backend *be;
+    char device[32];
     int dev = comet_backend_cuda_device(be0);
-    if (dev >= 0) {
-        be = comet_backend_cuda_init(dev + r);
-    } else {
-        be = !strcmp(be0->ops->name, "cpu-ref") ? comet_backend_cpu_ref_init()
-                                                : comet_backend_cpu_init(be0->n_threads);
-    }
-    if (be)
-        be->batch_invariant = be0->batch_invariant;
+    if (dev >= 0)
+        snprintf(device, sizeof device, "cuda:%d", dev + r);
+    else
+        snprintf(device, sizeof device, "%s", be0->ops->name);
+    comet_backend *be = comet_backend_open(device, be0->n_threads);
+    comet_backend_set_batch_invariant(be, be0->batch_invariant);
     return be;
 }
 
@@ -108,7 +106,6 @@ static comet_status rank_init(comet_tp *tp, const comet_model *m, comet_backend 
     const comet_model_config *c = &rk->shard.m.cfg;
     COMET_TRY(comet_kv_cache_init_on(rk->be, &rk->kv, c->n_layer, n_pages, page_size, c->n_head_kv,
                                      c->head_dim, m->kv));
-    rk->kv_ready = 1;
     rk->fc = comet_forward_init(&rk->shard.m, rk->be, max_batch_tokens);
     return rk->fc ? COMET_OK : comet_last_status();
 }
@@ -143,9 +140,9 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
         }
     if (st >= 0) {
         const comet_model_config *c = &m->cfg;
-        int width = comet_group_width(m, COMET_GROUP_O) > c->n_embd
-                        ? comet_group_width(m, COMET_GROUP_O)
-                        : c->n_embd;
+        int width = comet_group_width(m, COMET_GROUP_O); /* the widest all-reduce or gather */
+        if (c->n_embd > width)
+            width = c->n_embd;
         comet_backend **bes = malloc((size_t)n * sizeof *bes);
         for (int r = 0; bes && r < n; r++)
             bes[r] = tp->ranks[r].be;
@@ -189,8 +186,7 @@ void comet_tp_free(comet_tp *tp) {
     for (int r = tp->n - 1; tp->ranks && r >= 0; r--) {
         tp_rank *rk = &tp->ranks[r];
         comet_forward_free(rk->fc);
-        if (rk->kv_ready)
-            comet_kv_cache_free_on(rk->be, &rk->kv);
+        comet_kv_cache_free_on(rk->be, &rk->kv); /* a zeroed kv: no-op */
         if (r > 0)
             comet_backend_free(rk->be);
         comet_shard_free(&rk->shard);

@@ -44,10 +44,10 @@ struct comet_forward_ctx {
     float *logits; /* [T, V] (backends without host memory) */
     /* tensor parallelism (comet_forward_set_comm): */
     comet_comm *comm;          /* NULL: the model runs whole */
-    int *att_cols;             /* [ranks + 1] each rank's columns of the attention output;
-                                * NULL: o_proj is split by its input rows like down_proj */
+    const int *att_cols;       /* [ranks + 1] each rank's columns of the attention output
+                                * (borrowed); NULL: o_proj is split by its input rows */
     float *att_full;           /* [T, H*D] every rank's heads, o_proj's input */
-    int *vocab_cols;           /* [ranks + 1] each rank's vocabulary rows */
+    const int *vocab_cols;     /* [ranks + 1] each rank's vocabulary rows (borrowed) */
     float *lm_part;            /* [T, the rank's rows] its lm_head output */
     comet_forward_op_fn on_op; /* profiler, or NULL */
     void *on_op_user;
@@ -66,8 +66,6 @@ void comet_forward_free(comet_forward_ctx *fc) {
             be->ops->free(be, bufs[i]);
     if (fc->w)
         be->ops->weights_free(be, fc->w);
-    free(fc->att_cols);
-    free(fc->vocab_cols);
     free(fc);
 }
 
@@ -185,8 +183,8 @@ static int vocab_total(const comet_model *m) {
     return m->vocab_total ? m->vocab_total : m->cfg.n_vocab;
 }
 
-static comet_status set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols,
-                             const int *vocab_cols) {
+comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols,
+                                    const int *vocab_cols) {
     const int n = comet_comm_size(comm), rank = comet_comm_rank(comm);
     const comet_model *m = fc->m;
     const comet_model_config *c = &m->cfg;
@@ -210,37 +208,24 @@ static comet_status set_comm(comet_forward_ctx *fc, comet_comm *comm, const int 
                                "forward: rank %d of %d: o_proj reads %d channels, which do not "
                                "match its %d heads",
                                rank, n, comet_group_width(m, COMET_GROUP_O), c->n_head);
+    /* what is allocated here goes with fc (comet_forward_free), also on failure */
     const size_t T = (size_t)fc->max_tokens;
-    fc->vocab_cols = malloc((size_t)(n + 1) * sizeof *fc->vocab_cols);
-    fc->att_cols = att_cols ? malloc((size_t)(n + 1) * sizeof *fc->att_cols) : NULL;
     fc->att_full = att_cols ? be->ops->alloc(be, T * W * sizeof(float)) : NULL;
     fc->lm_part = be->ops->alloc(be, T * c->n_vocab * sizeof(float));
     if (fc->logits) { /* rank 0 gathers every rank's logits; the others keep none */
         be->ops->free(be, fc->logits);
         fc->logits = rank == 0 ? be->ops->alloc(be, T * V * sizeof(float)) : NULL;
     }
-    if (!fc->vocab_cols || (att_cols && (!fc->att_cols || !fc->att_full)) || !fc->lm_part ||
+    if ((att_cols && !fc->att_full) || !fc->lm_part ||
         (rank == 0 && !be->ops->host_memory && !fc->logits))
         return comet_set_error(COMET_ERR_NOMEM,
                                "forward: no room for rank %d's gathered attention output or "
                                "logits (%d tokens) on backend '%s'",
                                rank, fc->max_tokens, be->ops->name);
-    memcpy(fc->vocab_cols, vocab_cols, (size_t)(n + 1) * sizeof *vocab_cols);
-    if (att_cols)
-        memcpy(fc->att_cols, att_cols, (size_t)(n + 1) * sizeof *att_cols);
+    fc->att_cols = att_cols;
+    fc->vocab_cols = vocab_cols;
     fc->comm = comm;
     return COMET_OK;
-}
-
-comet_status comet_forward_set_comm(comet_forward_ctx *fc, comet_comm *comm, const int *att_cols,
-                                    const int *vocab_cols) {
-    comet_status st = set_comm(fc, comm, att_cols, vocab_cols);
-    if (st < 0) { /* what it allocated goes with fc (comet_forward_free); no collective runs */
-        free(fc->att_cols);
-        fc->att_cols = NULL;
-        fc->comm = NULL;
-    }
-    return st;
 }
 
 void comet_forward_set_profiler(comet_forward_ctx *fc, comet_forward_op_fn fn, void *user) {
@@ -331,6 +316,16 @@ static comet_status group_matmul(comet_forward_ctx *fc, int l, comet_group g, in
     return COMET_OK;
 }
 
+/* buf [T, C] becomes the sum over the ranks of theirs (partial sums, or each rank's share
+ * of the embeddings) when the model is split; nothing on one device. */
+static comet_status sum_over_ranks(comet_forward_ctx *fc, float *buf, int T) {
+    if (!fc->comm)
+        return COMET_OK;
+    if (fc->on_op)
+        fc->on_op(fc->on_op_user, "all_reduce");
+    return comet_comm_all_reduce(fc->comm, buf, (size_t)T * fc->m->cfg.n_embd);
+}
+
 /* The ops of one step, from the embedding to the lm_head (logits rows into lm_out). */
 static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const comet_batch *b,
                             const comet_step *st, float *lm_out) {
@@ -352,10 +347,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
 
     PROF("embed_tokens");
     COMET_TRY(op->embed_tokens(be, w, st, fc->x));
-    if (fc->comm) { /* each rank embedded the tokens of its vocabulary rows, zeros for others */
-        PROF("all_reduce");
-        COMET_TRY(comet_comm_all_reduce(fc->comm, fc->x, (size_t)T * c->n_embd));
-    }
+    COMET_TRY(sum_over_ranks(fc, fc->x, T)); /* a rank embeds its vocabulary rows' tokens */
     for (int l = 0; l < c->n_layer; l++) {
         PROF("rmsnorm_quant");
         COMET_TRY(
@@ -378,10 +370,8 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         OBSERVE(l, COMET_GROUP_O);
         PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
-        if (fc->comm && !fc->att_cols) { /* a split o_proj's partial sums over its heads */
-            PROF("all_reduce");
-            COMET_TRY(comet_comm_all_reduce(fc->comm, fc->tmp, (size_t)T * c->n_embd));
-        }
+        if (!fc->att_cols) /* a split o_proj's partial sums over the ranks' heads */
+            COMET_TRY(sum_over_ranks(fc, fc->tmp, T));
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
@@ -393,10 +383,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         OBSERVE(l, COMET_GROUP_DOWN);
         PROF("matmul down");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_DOWN, fc->act, T, fc->tmp));
-        if (fc->comm) { /* each rank's down output is a partial sum over its FFN channels */
-            PROF("all_reduce");
-            COMET_TRY(comet_comm_all_reduce(fc->comm, fc->tmp, (size_t)T * c->n_embd));
-        }
+        COMET_TRY(sum_over_ranks(fc, fc->tmp, T)); /* down's partial sums over FFN channels */
     }
     if (b->n_logits == 0)
         return COMET_OK;

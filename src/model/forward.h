@@ -43,8 +43,9 @@ comet_backend *comet_forward_backend(const comet_forward_ctx *fc);
  * an all-reduce of its partial sums, and a gather of the lm_head's logits on rank 0
  * (vocab_cols [ranks + 1], comet_shard_vocab_cols). Rank 0's logits buffer then holds the
  * whole vocabulary; the other ranks return no logits. Every rank of the group must run the
- * same steps. COMET_OK, COMET_ERR_INVALID_ARG (columns or rows that do not match the rank's
- * shard, an input observer set), COMET_ERR_NOMEM. */
+ * same steps. comm, att_cols and vocab_cols are borrowed and must outlive fc. COMET_OK,
+ * COMET_ERR_INVALID_ARG (columns or rows that do not match the rank's shard, an input
+ * observer set), COMET_ERR_NOMEM. */
 struct comet_comm;
 comet_status comet_forward_set_comm(comet_forward_ctx *fc, struct comet_comm *comm,
                                     const int *att_cols, const int *vocab_cols);

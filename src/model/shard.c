@@ -153,8 +153,7 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
     const int D = c->head_dim, G = c->n_head / c->n_head_kv;
     const int kv0 = kv_head_first(c, n, rank), kv1 = kv_head_first(c, n, rank + 1);
     const int f0 = ffn_first(m, n, rank), f1 = rank + 1 == n ? c->n_ff : ffn_first(m, n, rank + 1);
-    s->rank = rank, s->n_rank = n;
-    s->kv_head0 = kv0, s->head0 = kv0 * G, s->ff0 = f0;
+    const int head0 = kv0 * G;
     s->o_split = comet_shard_o_split(m);
     s->m = *m;
     s->m.owned = NULL, s->m.n_owned = s->m.cap_owned = 0;
@@ -177,14 +176,14 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
         const comet_layer_weights *w = &m->layers[l];
         comet_layer_weights *sw = &s->m.layers[l];
         *sw = *w;
-        sw->wq = linear_rows(&w->wq, s->head0 * D, sc->n_head * D);
+        sw->wq = linear_rows(&w->wq, head0 * D, sc->n_head * D);
         sw->wk = linear_rows(&w->wk, kv0 * D, sc->n_head_kv * D);
         sw->wv = linear_rows(&w->wv, kv0 * D, sc->n_head_kv * D);
         sw->w_gate = linear_rows(&w->w_gate, f0, sc->n_ff);
         sw->w_up = linear_rows(&w->w_up, f0, sc->n_ff);
         st = linear_cols(s, &w->w_down, f0, sc->n_ff, &sw->w_down);
         if (st >= 0 && s->o_split)
-            st = linear_cols(s, &w->wo, s->head0 * D, sc->n_head * D, &sw->wo);
+            st = linear_cols(s, &w->wo, head0 * D, sc->n_head * D, &sw->wo);
     }
     if (st < 0)
         comet_shard_free(s);

@@ -26,13 +26,10 @@
 #include "comet/model.h"
 
 typedef struct comet_shard {
-    comet_model m; /* the rank's model: cfg.n_head, n_head_kv and n_ff are the shard's;
-                         * tensors borrowed from the full model except down's slices */
-    int rank, n_rank;
-    int head0, kv_head0; /* the shard's first query and KV head */
-    int ff0;             /* the shard's first FFN channel (stored order) */
-    int o_split;         /* o_proj holds the shard's heads' input columns only */
-    void **owned;        /* down_proj slices, freed by comet_shard_free */
+    comet_model m; /* the rank's model: cfg.n_head, n_head_kv, n_ff and n_vocab are the
+                    * shard's; tensors borrowed from the full model except the slices */
+    int o_split;   /* o_proj holds the shard's heads' input columns only */
+    void **owned;  /* down_proj (and o_proj) slices, freed by comet_shard_free */
     int n_owned;
 } comet_shard;
 
