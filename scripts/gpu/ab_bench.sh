@@ -43,7 +43,7 @@ COMET_TARGETS="${COMET_AB_TARGETS:-comet}" bash scripts/gpu/build.sh >"$OUT/ab_b
 run_one() {
     local bin="$1" log="$2"
     "$bin" bench "${ARGS[@]}" >"$log" 2>&1 || { tail -5 "$log"; die "$bin bench failed ($log)"; }
-    awk -F'|' '/^\| (model|---)/ {next} /^\|/ {gsub(/ /, "", $5); gsub(/ /, "", $6); print $5, $6; exit}' "$log"
+    awk -F'|' '/^\| model |^\|-/ {next} /^\|/ {gsub(/ /, "", $5); gsub(/ /, "", $6); print $5, $6; exit}' "$log"
 }
 : >"$OUT/ab_rows.txt"
 for r in $(seq 1 "$ROUNDS"); do
