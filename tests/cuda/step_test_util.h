@@ -245,7 +245,7 @@ static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, in
 static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block) {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         for (size_t i = 0; i < (size_t)m->cfg.n_layer * cs->width[g]; i++)
             cs->sal[g][i] = (0.5f + 0.5f * st_u()) * (st_next() % 50 == 0 ? 50.0f : 1.0f);
     cs->n_tokens = 1;
