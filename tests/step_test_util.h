@@ -1,4 +1,5 @@
-/* step_test_util.h — helpers of test_step_ops_cuda.c (cmocka; include after <cmocka.h>):
+/* step_test_util.h — helpers of the step-op tests (test_backend_ops.c, tests/cuda; cmocka:
+ * include after <cmocka.h>):
  * guarded and poisoned buffers in any backend's memory (through the op table's alloc /
  * upload / download, so the same code serves the CPU and the CUDA backend), a random
  * LLaMA model of chosen shape whose buffers the model owns (so comet_fmpq_quantize can
@@ -7,8 +8,8 @@
  * reference.
  *
  * Header-only (static functions): each test stays one executable. */
-#ifndef COMET_TESTS_CUDA_STEP_TEST_UTIL_H
-#define COMET_TESTS_CUDA_STEP_TEST_UTIL_H
+#ifndef COMET_TESTS_STEP_TEST_UTIL_H
+#define COMET_TESTS_STEP_TEST_UTIL_H
 
 #include <math.h>
 #include <stdint.h>
