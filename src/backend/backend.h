@@ -10,7 +10,8 @@
  * device for CUDA) unless its comment says "host".
  *
  * The table holds only what the layer loop (forward.c) and the runner call: memory, the
- * weights and the KV pool, the step ops, decode graphs, sampling and destroy (23 slots).
+ * weights and the KV pool, the step ops, decode graphs, sampling and destroy (23 function
+ * slots).
  * A backend's building blocks stay behind it: the CPU backends' fp32 primitives are in
  * backend/cpu/cpu_prims.h, the W4Ax GEMM has its own C API (backend/cpu/ref_gemm_w4ax.h,
  * backend/cpu/cpu_gemm_w4ax.h, backend/cuda/gemm_w4ax.h).
@@ -235,9 +236,10 @@ comet_backend *comet_backend_cpu_init(int n_threads);
  * Like the CPU backends it is driven by one thread at a time (its workspace grows without a
  * lock); two threads use two backends. Each op makes `device` current and gives a calling
  * thread that had a CUDA context that context back (a thread with none is left with the
- * backend's device current). It implements the whole op table (docs/cuda.md). Returns NULL + comet_last_error() when
- * this build has no CUDA (COMET_ERR_UNSUPPORTED), no CUDA device is usable
- * (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory runs out.
+ * backend's device current). It implements the whole op table (docs/cuda.md). Returns NULL
+ * + comet_last_error() when this build has no CUDA (COMET_ERR_UNSUPPORTED), no CUDA device
+ * is usable (COMET_ERR_CUDA), `device` is out of range (COMET_ERR_INVALID_ARG) or memory
+ * runs out.
  * Always linkable: without CUDA it is a stub that fails. */
 comet_backend *comet_backend_cuda_init(int device);
 

@@ -115,8 +115,8 @@ static inline __m128 comet_cpu_hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
 
 /* y[a * ldy + b] = dot(x[a], w[b], n) for a < MT, b < NR */
 #define DOT_BLOCK(MT, NR)                                                                          \
-    static inline void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,         \
-                                      float *y, size_t ldy) {                                      \
+    static inline void dot_block_##MT##x##NR(const float *const *x, const float *const *w,         \
+                                             int n, float *y, size_t ldy) {                        \
         __m256 acc[MT][NR];                                                                        \
         _Pragma("GCC unroll 4")                                                                    \
         for (int a = 0; a < MT; a++)                                                               \
@@ -156,18 +156,19 @@ static inline __m128 comet_cpu_hsum8x4(__m256 a, __m256 b, __m256 c, __m256 d) {
         for (int a = 0; a < MT; a++) {                                                             \
             if (NR == 4)                                                                           \
                 _mm_storeu_ps(y + (size_t)a * ldy,                                                 \
-                              comet_cpu_hsum8x4(acc[a][0], acc[a][NR > 1], acc[a][NR > 2 ? 2 : 0],           \
-                                      acc[a][NR > 3 ? 3 : 0]));                                    \
+                              comet_cpu_hsum8x4(acc[a][0], acc[a][NR > 1],                         \
+                                                acc[a][NR > 2 ? 2 : 0],                            \
+                                                acc[a][NR > 3 ? 3 : 0]));                          \
             else                                                                                   \
                 _Pragma("GCC unroll 4")                                                            \
             for (int b = 0; b < NR; b++)                                                           \
-                y[(size_t)a * ldy + b] = comet_cpu_hsum8(acc[a][b]);                                         \
+                y[(size_t)a * ldy + b] = comet_cpu_hsum8(acc[a][b]);                               \
         }                                                                                          \
     }
 #else
 #define DOT_BLOCK(MT, NR)                                                                          \
-    static inline void dot_block_##MT##x##NR(const float *const *x, const float *const *w, int n,         \
-                                      float *y, size_t ldy) {                                      \
+    static inline void dot_block_##MT##x##NR(const float *const *x, const float *const *w,         \
+                                             int n, float *y, size_t ldy) {                        \
         for (int a = 0; a < MT; a++)                                                               \
             for (int b = 0; b < NR; b++) {                                                         \
                 float s = 0.0f;                                                                    \
@@ -182,8 +183,8 @@ DOT_BLOCK(1, 4)
 DOT_BLOCK(1, 1)
 
 /* y[a * ldy + b] = dot(x[a], w[b], n) for a < na, b < nb */
-static inline void comet_cpu_dot_tile(const float *const *x, int na, const float *const *w, int nb, int n, float *y,
-                     size_t ldy) {
+static inline void comet_cpu_dot_tile(const float *const *x, int na, const float *const *w,
+                                      int nb, int n, float *y, size_t ldy) {
     int a = 0;
     for (; a + 3 <= na; a += 3) {
         int b = 0;

@@ -1,7 +1,7 @@
 /* ref_ops.c — the scalar CPU reference backend: the oracle every fast path is tested
  * against. One screen per op, obvious loops, single-threaded, fp32 storage with double
  * accumulation where a sum runs long (norms, dot products, softmax). Speed is not a goal
- * here; clarity is. The fast backend lives in cpu_ops.c.
+ * here; clarity is. The fast backend lives in cpu_ops.c and cpu_attention.c.
  */
 #include <math.h>
 #include <stdlib.h>
