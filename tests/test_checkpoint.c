@@ -87,7 +87,7 @@ static comet_calib_stats *synthetic_stats(const comet_model *m) {
         T = 300
     };
     for (int l = 0; l < m->cfg.n_layer; l++)
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
             int K = cs->width[g];
             float *x = malloc((size_t)T * K * sizeof *x);
             for (int t = 0; t < T; t++)
@@ -96,7 +96,7 @@ static comet_calib_stats *synthetic_stats(const comet_model *m) {
                     if (k > 0) /* correlated neighbours */
                         x[t * K + k] += 0.3f * x[t * K + k - 1];
                 }
-            comet_calib_stats_observe(cs, l, (comet_qgroup)g, x, T);
+            comet_calib_stats_observe(cs, l, (comet_group)g, x, T);
             free(x);
         }
     return cs;
@@ -378,7 +378,7 @@ static void test_calib_cache(void **st) {
     snprintf(same.model, sizeof same.model, "/elsewhere/x.gguf"); /* matched by file name */
     assert_int_equal(comet_calib_stats_load(path, &m->cfg, &same, 1, &back), COMET_OK);
     assert_int_equal(back->n_tokens, cs->n_tokens);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         size_t K = (size_t)cs->width[g];
         assert_memory_equal(back->sal[g], cs->sal[g], (size_t)cs->n_layer * K * sizeof(float));
         assert_memory_equal(back->xtx[g], cs->xtx[g], (size_t)cs->n_layer * K * K * sizeof(float));

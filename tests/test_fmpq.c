@@ -86,7 +86,7 @@ static double max_rel_diff(const float *a, const float *b, size_t n) {
 static comet_calib_stats *random_stats(const comet_model *m) {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         for (size_t i = 0; i < (size_t)m->cfg.n_layer * cs->width[g]; i++)
             cs->sal[g][i] = urand() * (urand() < 0.02f ? 50.0f : 1.0f);
     return cs;
@@ -204,7 +204,7 @@ static void test_calibrate_quantize_close_to_fp(void **st) {
     assert_int_equal(comet_calib_run(m0, be, ids, n, 2, 24, b, NULL), COMET_OK);
     assert_int_equal(a->n_tokens, 48);
     assert_true(ppl > 1.0 && ppl < 1000.0);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         size_t K = (size_t)a->width[g];
         assert_memory_equal(a->sal[g], b->sal[g], (size_t)m0->cfg.n_layer * K * sizeof(float));
         assert_memory_equal(a->xtx[g], b->xtx[g], (size_t)m0->cfg.n_layer * K * K * sizeof(float));

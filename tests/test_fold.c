@@ -169,11 +169,11 @@ static void test_keep_channels(void **state) {
     assert_non_null(cs);
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int j = 0; j < C; j++) {
-            cs->sal[COMET_QGROUP_QKV][(size_t)l * C + j] = 1.0f + 0.01f * (float)j;
-            cs->sal[COMET_QGROUP_GATE_UP][(size_t)l * C + j] = 1.0f;
+            cs->sal[COMET_GROUP_QKV][(size_t)l * C + j] = 1.0f + 0.01f * (float)j;
+            cs->sal[COMET_GROUP_GATE_UP][(size_t)l * C + j] = 1.0f;
         }
-    cs->sal[COMET_QGROUP_QKV][5] = 40.0f * m->layers[0].attn_norm[5]; /* layer 0 */
-    cs->sal[COMET_QGROUP_GATE_UP][(size_t)C + 11] = 90.0f * m->layers[1].ffn_norm[11];
+    cs->sal[COMET_GROUP_QKV][5] = 40.0f * m->layers[0].attn_norm[5]; /* layer 0 */
+    cs->sal[COMET_GROUP_GATE_UP][(size_t)C + 11] = 90.0f * m->layers[1].ffn_norm[11];
     int keep[3];
     comet_rotation_outliers(m, cs, 3, keep);
     assert_int_equal(keep[0], 11);
@@ -243,7 +243,7 @@ static void test_smooth(void **state) {
     if (!(e <= 1e-4))
         fail_msg("smoothing changed the logits by %.3g relative", e);
     assert_int_equal(comet_calib_run(m, be, tokens, 128, n_win, win, again, NULL), COMET_OK);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         const size_t K = (size_t)cs->width[g], n = (size_t)m->cfg.n_layer * K;
         double es = worst_row_rel(cs->sal[g], again->sal[g], 1, (int)n);
         double ex = tu_nerr(cs->xtx[g], again->xtx[g], n * K);

@@ -1,8 +1,10 @@
-/* test_ops.c — every op of the fast CPU backend against the scalar reference on random
- * inputs with awkward shapes (T in 1, 3, 17, 100; C not a multiple of 8; GQA 1 and 3;
- * ragged batches; partly filled, shuffled pages), compared by normalized error, with
- * canaries around every output. The W4Ax GEMM is compared bit for bit (the fast path
- * promises the oracle's exact result) and against an independent double-precision sum. */
+/* test_ops.c — every fp32 primitive of the fast CPU backend (cpu_prims.h) against the
+ * scalar reference's on random inputs with awkward shapes (T in 1, 3, 17, 100; C not a
+ * multiple of 8; GQA 1 and 3; ragged batches; partly filled, shuffled pages), compared by
+ * normalized error, with canaries around every output. The CPU W4Ax GEMM
+ * (cpu_gemm_w4ax.h) is compared with the oracle comet_ref_gemm_w4ax bit for bit (the fast
+ * path promises the oracle's exact result) and against an independent double-precision
+ * sum. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,11 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_gemm_w4ax.h"
+#include "backend/cpu/cpu_prims.h"
+#include "backend/cpu/ref_gemm_w4ax.h"
+#include "backend/w4ax_check.h"
+#include "core/threads.h"
 #include "numerics/w4_plain.h"
 #include "engine/kv_pages.h"
 #include "cpu_test_util.h"
@@ -22,14 +29,17 @@ static const int Ts[] = {1, 3, 17, 100};
 
 typedef struct {
     comet_backend *ref, *fast;
+    comet_threadpool *tp; /* the CPU W4Ax GEMM's threads */
 } fixture;
 
 static int setup(void **state) {
     fixture *f = calloc(1, sizeof *f);
     f->ref = comet_backend_cpu_ref_init();
     f->fast = comet_backend_cpu_init(3); /* 3 threads: more than the 2 cores, on purpose */
+    f->tp = comet_threadpool_init(3);
     assert_non_null(f->ref);
     assert_non_null(f->fast);
+    assert_non_null(f->tp);
     *state = f;
     return 0;
 }
@@ -38,6 +48,7 @@ static int teardown(void **state) {
     fixture *f = *state;
     comet_backend_free(f->ref);
     comet_backend_free(f->fast);
+    comet_threadpool_free(f->tp);
     free(f);
     return 0;
 }
@@ -52,8 +63,8 @@ static void test_embed(void **state) {
         for (int t = 0; t < T; t++)
             tok[t] = tu_int(V);
         float *a = tu_guarded_alloc((size_t)T * C), *b = tu_guarded_alloc((size_t)T * C);
-        assert_int_equal(f->ref->ops->embed(f->ref, embd, C, tok, T, a), COMET_OK);
-        assert_int_equal(f->fast->ops->embed(f->fast, embd, C, tok, T, b), COMET_OK);
+        assert_int_equal(comet_cpu_prims_of(f->ref)->embed(f->ref, embd, C, tok, T, a), COMET_OK);
+        assert_int_equal(comet_cpu_prims_of(f->fast)->embed(f->fast, embd, C, tok, T, b), COMET_OK);
         assert_memory_equal(a, b, (size_t)T * C * sizeof(float));
         assert_memory_equal(a + (size_t)(T - 1) * C, embd + (size_t)tok[T - 1] * C,
                             C * sizeof(float));
@@ -73,12 +84,12 @@ static void test_rmsnorm(void **state) {
             size_t n = (size_t)T * C;
             float *x = tu_rand_buf(n, 3.0f), *w = tu_rand_buf(C, 1.0f);
             float *a = tu_guarded_alloc(n), *b = tu_guarded_alloc(n);
-            f->ref->ops->rmsnorm(f->ref, x, w, T, C, 1e-5f, a);
-            f->fast->ops->rmsnorm(f->fast, x, w, T, C, 1e-5f, b);
+            comet_cpu_prims_of(f->ref)->rmsnorm(f->ref, x, w, T, C, 1e-5f, a);
+            comet_cpu_prims_of(f->fast)->rmsnorm(f->fast, x, w, T, C, 1e-5f, b);
             assert_true(tu_nerr(b, a, n) < TOL);
             assert_true(tu_guard_ok(a, n) && tu_guard_ok(b, n));
             /* in place (x and out alias) */
-            f->fast->ops->rmsnorm(f->fast, x, w, T, C, 1e-5f, x);
+            comet_cpu_prims_of(f->fast)->rmsnorm(f->fast, x, w, T, C, 1e-5f, x);
             assert_true(tu_nerr(x, a, n) < TOL);
             free(x);
             free(w);
@@ -93,7 +104,7 @@ static void test_rmsnorm_known(void **state) {
     float inv = 1.0f / sqrtf((1 + 4 + 9 + 16) / 4.0f + 1e-6f);
     comet_backend *bes[2] = {f->ref, f->fast};
     for (int i = 0; i < 2; i++) {
-        bes[i]->ops->rmsnorm(bes[i], x, w, 1, 4, 1e-6f, y);
+        comet_cpu_prims_of(bes[i])->rmsnorm(bes[i], x, w, 1, 4, 1e-6f, y);
         assert_float_equal(y[0], 1 * inv, 1e-6);
         assert_float_equal(y[2], 3 * inv * 2, 1e-6);
         assert_float_equal(y[3], 4 * inv * 0.5f, 1e-6);
@@ -110,8 +121,8 @@ static void test_linear(void **state) {
                 comet_linear lin = tu_linear(N, K);
                 float *x = tu_rand_buf((size_t)T * K, 1.0f);
                 float *a = tu_guarded_alloc((size_t)T * N), *b = tu_guarded_alloc((size_t)T * N);
-                f->ref->ops->linear(f->ref, &lin, x, T, a);
-                f->fast->ops->linear(f->fast, &lin, x, T, b);
+                comet_cpu_prims_of(f->ref)->linear(f->ref, &lin, x, T, a);
+                comet_cpu_prims_of(f->fast)->linear(f->fast, &lin, x, T, b);
                 assert_true(tu_nerr(b, a, (size_t)T * N) < TOL);
                 assert_true(tu_guard_ok(a, (size_t)T * N) && tu_guard_ok(b, (size_t)T * N));
                 /* one element by hand */
@@ -150,8 +161,8 @@ static void test_rope(void **state) {
                     memcpy(qb, q0, nq * 4);
                     memcpy(ka, k0, nk * 4);
                     memcpy(kb, k0, nk * 4);
-                    f->ref->ops->rope(f->ref, &rp, pos, T, qa, H, ka, Hkv);
-                    f->fast->ops->rope(f->fast, &rp, pos, T, qb, H, kb, Hkv);
+                    comet_cpu_prims_of(f->ref)->rope(f->ref, &rp, pos, T, qa, H, ka, Hkv);
+                    comet_cpu_prims_of(f->fast)->rope(f->fast, &rp, pos, T, qb, H, kb, Hkv);
                     assert_true(tu_nerr(qb, qa, nq) < TOL && tu_nerr(kb, ka, nk) < TOL);
                     assert_true(tu_guard_ok(qa, nq) && tu_guard_ok(qb, nq));
                     assert_true(tu_guard_ok(ka, nk) && tu_guard_ok(kb, nk));
@@ -176,13 +187,13 @@ static void test_rope_known(void **state) {
     for (int i = 0; i < 2; i++) {
         float q[8] = {1, 0, 0, 0, 1, 0, 0, 0}, k[4] = {0, 1, 0, 0};
         int32_t pos[2] = {0, 3};
-        bes[i]->ops->rope(bes[i], &rp, pos + 1, 1, q, 1, k, 1); /* position 3 */
+        comet_cpu_prims_of(bes[i])->rope(bes[i], &rp, pos + 1, 1, q, 1, k, 1); /* position 3 */
         assert_float_equal(q[0], cos(3.0), 1e-6);
         assert_float_equal(q[2], sin(3.0), 1e-6);
         /* pair 1: freq 10000^(-2/4) = 0.01 */
         assert_float_equal(k[1], cos(0.03), 1e-6);
         assert_float_equal(k[3], sin(0.03), 1e-6);
-        bes[i]->ops->rope(bes[i], &rp, pos, 1, q + 4, 1, k, 1); /* position 0 */
+        comet_cpu_prims_of(bes[i])->rope(bes[i], &rp, pos, 1, q + 4, 1, k, 1); /* position 0 */
         assert_float_equal(q[4], 1.0, 0);
         assert_float_equal(q[6], 0.0, 0);
     }
@@ -217,7 +228,7 @@ static void test_rope_scaling_known(void **state) {
             for (int i = 0; i < D / 2; i++)
                 q[i] = k[i] = 1.0f;
             int32_t pos = 1;
-            bes[bi]->ops->rope(bes[bi], rp, &pos, 1, q, 1, k, 1);
+            comet_cpu_prims_of(bes[bi])->rope(bes[bi], rp, &pos, 1, q, 1, k, 1);
             for (int j = 0; j < n; j++) {
                 int i = idx[j];
                 double angle = atan2(q[i + D / 2], q[i]);
@@ -233,17 +244,17 @@ static void test_silu_residual(void **state) {
         size_t n = (size_t)T * F;
         float *g = tu_rand_buf(n, 6.0f), *u = tu_rand_buf(n, 2.0f);
         float *a = tu_guarded_alloc(n), *b = tu_guarded_alloc(n);
-        f->ref->ops->silu_mul(f->ref, g, u, T, F, a);
-        f->fast->ops->silu_mul(f->fast, g, u, T, F, b);
+        comet_cpu_prims_of(f->ref)->silu_mul(f->ref, g, u, T, F, a);
+        comet_cpu_prims_of(f->fast)->silu_mul(f->fast, g, u, T, F, b);
         assert_true(tu_nerr(b, a, n) < TOL);
         assert_float_equal(a[0], g[0] / (1 + exp(-g[0])) * u[0], 1e-5);
         assert_true(tu_guard_ok(a, n) && tu_guard_ok(b, n));
-        f->fast->ops->silu_mul(f->fast, g, u, T, F, g); /* out aliases gate */
+        comet_cpu_prims_of(f->fast)->silu_mul(f->fast, g, u, T, F, g); /* out aliases gate */
         assert_true(tu_nerr(g, a, n) < TOL);
 
         memcpy(b, a, n * 4);
-        f->ref->ops->residual_add(f->ref, a, u, T, F);
-        f->fast->ops->residual_add(f->fast, b, u, T, F);
+        comet_cpu_prims_of(f->ref)->residual_add(f->ref, a, u, T, F);
+        comet_cpu_prims_of(f->fast)->residual_add(f->fast, b, u, T, F);
         assert_memory_equal(a, b, n * 4);
         assert_true(tu_guard_ok(a, n) && tu_guard_ok(b, n));
         free(g);
@@ -264,8 +275,8 @@ static void test_logits(void **state) {
             n++;
         size_t nl = (size_t)n * V;
         float *a = tu_guarded_alloc(nl), *b = tu_guarded_alloc(nl);
-        f->ref->ops->logits(f->ref, x, rows_sets[rs], n, lm, C, V, a);
-        f->fast->ops->logits(f->fast, x, rows_sets[rs], n, lm, C, V, b);
+        comet_cpu_prims_of(f->ref)->logits(f->ref, x, rows_sets[rs], n, lm, C, V, a);
+        comet_cpu_prims_of(f->fast)->logits(f->fast, x, rows_sets[rs], n, lm, C, V, b);
         assert_true(tu_nerr(b, a, nl) < TOL);
         assert_true(tu_guard_ok(a, nl) && tu_guard_ok(b, nl));
         tu_guarded_free(a);
@@ -327,12 +338,12 @@ static void run_attention_case(fixture *f, int H, int Hkv, int D, int P, int n_s
     size_t row = (size_t)Hkv * D;
     float *k_all = tu_rand_buf((size_t)T_all * row, 1.0f),
           *v_all = tu_rand_buf((size_t)T_all * row, 1.0f);
-    f->ref->ops->kv_append(f->ref, &kva, layer, &b_all, k_all, v_all);
-    f->ref->ops->kv_append(f->ref, &kvb, layer, &b_all, k_all, v_all);
+    comet_cpu_prims_of(f->ref)->kv_append(f->ref, &kva, layer, &b_all, k_all, v_all);
+    comet_cpu_prims_of(f->ref)->kv_append(f->ref, &kvb, layer, &b_all, k_all, v_all);
     /* this step's new K/V over the tail positions, one append per backend */
     float *k = tu_rand_buf((size_t)T * row, 1.0f), *v = tu_rand_buf((size_t)T * row, 1.0f);
-    f->ref->ops->kv_append(f->ref, &kva, layer, &b, k, v);
-    f->fast->ops->kv_append(f->fast, &kvb, layer, &b, k, v);
+    comet_cpu_prims_of(f->ref)->kv_append(f->ref, &kva, layer, &b, k, v);
+    comet_cpu_prims_of(f->fast)->kv_append(f->fast, &kvb, layer, &b, k, v);
     assert_memory_equal(kva.k, kvb.k, kv_n * 4);
     assert_memory_equal(kva.v, kvb.v, kv_n * 4);
     /* the appended row of the last token sits where the page table says */
@@ -345,8 +356,8 @@ static void run_attention_case(fixture *f, int H, int Hkv, int D, int P, int n_s
     size_t nq = (size_t)T * H * D;
     float *q = tu_rand_buf(nq, 2.0f);
     float *oa = tu_guarded_alloc(nq), *ob = tu_guarded_alloc(nq);
-    assert_int_equal(f->ref->ops->attention(f->ref, &kva, layer, &b, q, H, oa), COMET_OK);
-    assert_int_equal(f->fast->ops->attention(f->fast, &kvb, layer, &b, q, H, ob), COMET_OK);
+    assert_int_equal(comet_cpu_prims_of(f->ref)->attention(f->ref, &kva, layer, &b, q, H, oa), COMET_OK);
+    assert_int_equal(comet_cpu_prims_of(f->fast)->attention(f->fast, &kvb, layer, &b, q, H, ob), COMET_OK);
     double e = tu_nerr(ob, oa, nq);
     if (e >= TOL)
         fprintf(stderr, "attention H=%d Hkv=%d D=%d P=%d err %g\n", H, Hkv, D, P, e);
@@ -450,13 +461,20 @@ static void w4ax_case_free(w4ax_case *c) {
     free(c->sa);
 }
 
-/* Load, run, free on one backend; y is a guarded buffer of M*N floats. */
-static void w4ax_run(comet_backend *be, const w4ax_case *c, float *y) {
-    comet_w4ax_weight *w = NULL;
-    assert_int_equal(be->ops->w4ax_load(be, c->N, c->K, c->B, c->qw, c->sw, &w), COMET_OK);
+/* The oracle on c; y is a guarded buffer of M*N floats. */
+static void w4ax_run_ref(const w4ax_case *c, float *y) {
+    assert_int_equal(
+        comet_ref_gemm_w4ax(c->M, c->N, c->K, c->B, c->n8, c->qw, c->sw, c->qa, c->sa, y, NULL),
+        COMET_OK);
+}
+
+/* Load, run, free with the CPU fast GEMM on tp. */
+static void w4ax_run_fast(comet_threadpool *tp, const w4ax_case *c, float *y) {
+    comet_cpu_w4ax_weight *w = NULL;
+    assert_int_equal(comet_cpu_w4ax_load(c->N, c->K, c->B, c->qw, c->sw, &w), COMET_OK);
     assert_non_null(w);
-    assert_int_equal(be->ops->gemm_w4ax(be, w, c->M, c->n8, c->qa, c->sa, y), COMET_OK);
-    be->ops->w4ax_free(be, w);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, c->M, c->n8, c->qa, c->sa, y), COMET_OK);
+    comet_cpu_w4ax_free(w);
 }
 
 /* The independent check: y[t, n] against sum_k qa * sa * qw * sw in double, with codes
@@ -513,8 +531,8 @@ static void test_gemm_w4ax(void **state) {
                         w4ax_case c = w4ax_case_make(M, N, K, B, n8s[i]);
                         size_t ny = (size_t)M * N;
                         float *ya = tu_guarded_alloc(ny), *yb = tu_guarded_alloc(ny);
-                        w4ax_run(f->ref, &c, ya);
-                        w4ax_run(f->fast, &c, yb);
+                        w4ax_run_ref(&c, ya);
+                        w4ax_run_fast(f->tp, &c, yb);
                         if (memcmp(ya, yb, ny * sizeof(float)))
                             for (size_t e = 0; e < ny; e++)
                                 if (memcmp(&ya[e], &yb[e], sizeof(float))) {
@@ -543,8 +561,8 @@ static void test_gemm_w4ax(void **state) {
         w4ax_case c = w4ax_case_make(odd[i][0], odd[i][1], odd[i][2], odd[i][3], odd[i][4]);
         size_t ny = (size_t)c.M * c.N;
         float *ya = tu_guarded_alloc(ny), *yb = tu_guarded_alloc(ny);
-        w4ax_run(f->ref, &c, ya);
-        w4ax_run(f->fast, &c, yb);
+        w4ax_run_ref(&c, ya);
+        w4ax_run_fast(f->tp, &c, yb);
         assert_memory_equal(ya, yb, ny * sizeof(float));
         assert_true(tu_guard_ok(ya, ny) && tu_guard_ok(yb, ny));
         assert_true(w4ax_independent_check(&c, yb) <= 1.0);
@@ -560,7 +578,6 @@ static void test_gemm_w4ax(void **state) {
  * of two, so y is exact in fp32. */
 static void test_gemm_w4ax_known(void **state) {
     fixture *f = *state;
-    comet_backend *bes[2] = {f->ref, f->fast};
     enum {
         M = 2,
         N = 3,
@@ -591,9 +608,14 @@ static void test_gemm_w4ax_known(void **state) {
     }
     for (int bi = 0; bi < 2; bi++) {
         float y[M * N];
-        comet_w4ax_weight *w;
-        assert_int_equal(bes[bi]->ops->w4ax_load(bes[bi], N, K, B, qw, sw, &w), COMET_OK);
-        assert_int_equal(bes[bi]->ops->gemm_w4ax(bes[bi], w, M, 1, qa, sa, y), COMET_OK);
+        if (bi == 0) {
+            assert_int_equal(comet_ref_gemm_w4ax(M, N, K, B, 1, qw, sw, qa, sa, y, NULL), COMET_OK);
+        } else {
+            comet_cpu_w4ax_weight *w;
+            assert_int_equal(comet_cpu_w4ax_load(N, K, B, qw, sw, &w), COMET_OK);
+            assert_int_equal(comet_cpu_gemm_w4ax(f->tp, w, M, 1, qa, sa, y), COMET_OK);
+            comet_cpu_w4ax_free(w);
+        }
         for (int t = 0; t < M; t++)
             for (int n = 0; n < N; n++) {
                 double a0 = t ? -128 : 100, a1 = t ? -8 : 7;
@@ -601,75 +623,77 @@ static void test_gemm_w4ax_known(void **state) {
                     a0 * rowsum[n] * sa[t * 2] * 0.5 + a1 * rowsum[n] * sa[t * 2 + 1] * 2.0;
                 assert_true(y[t * N + n] == (float)want);
             }
-        bes[bi]->ops->w4ax_free(bes[bi], w);
     }
 }
 
-/* Bad shapes and pointers come back as COMET_ERR_INVALID_ARG with the problem named. */
+/* Bad shapes and pointers come back as COMET_ERR_INVALID_ARG with the problem named: the
+ * fast GEMM's load and call checks, and the oracle's own. */
 static void test_gemm_w4ax_errors(void **state) {
     fixture *f = *state;
-    comet_backend *bes[2] = {f->ref, f->fast};
     w4ax_case c = w4ax_case_make(3, 8, 128, 64, 1);
     float y[3 * 8];
-    for (int bi = 0; bi < 2; bi++) {
-        comet_backend *be = bes[bi];
-        const comet_backend_ops *op = be->ops;
-        comet_w4ax_weight *w = (comet_w4ax_weight *)&c; /* must be reset to NULL on failure */
-        const struct {
-            int N, K, B;
-            const char *says;
-        } bad[] = {{0, 128, 64, "N = 0"},
-                   {8, 96, 64, "K = 96"},
-                   {8, 0, 64, "K = 0"},
-                   {8, 128, 32, "B = 32"},
-                   {8, 192, 128, "K = 192 is not a multiple"},
-                   {-3, 128, 64, "N = -3"},
-                   /* above COMET_W4AX_MAX_DIM: refused before any allocation */
-                   {COMET_W4AX_MAX_DIM + 1, 128, 64, "N = 1073741825"},
-                   {INT_MAX, 128, 64, "N = 2147483647"},
-                   {8, COMET_W4AX_MAX_DIM + 64, 64, "K = 1073741888"}};
-        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-            assert_int_equal(op->w4ax_load(be, bad[i].N, bad[i].K, bad[i].B, c.qw, c.sw, &w),
-                             COMET_ERR_INVALID_ARG);
-            assert_null(w);
-            assert_non_null(strstr(comet_last_error(), bad[i].says));
-            assert_non_null(strstr(comet_last_error(), op->name));
-        }
-        assert_int_equal(op->w4ax_load(be, 8, 128, 64, NULL, c.sw, &w), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->w4ax_load(be, 8, 128, 64, c.qw, NULL, &w), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->w4ax_load(be, 8, 128, 64, c.qw, c.sw, NULL), COMET_ERR_INVALID_ARG);
-        op->w4ax_free(be, NULL); /* a no-op */
-
-        assert_int_equal(op->w4ax_load(be, 8, 128, 64, c.qw, c.sw, &w), COMET_OK);
-        assert_int_equal(op->gemm_w4ax(be, w, 0, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "M = 0"));
-        assert_int_equal(op->gemm_w4ax(be, w, -1, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->gemm_w4ax(be, w, INT_MAX - 3, 1, c.qa, c.sa, y),
+    comet_cpu_w4ax_weight *w = (comet_cpu_w4ax_weight *)&c; /* must be reset to NULL on failure */
+    const struct {
+        int N, K, B;
+        const char *says;
+    } bad[] = {{0, 128, 64, "N = 0"},
+               {8, 96, 64, "K = 96"},
+               {8, 0, 64, "K = 0"},
+               {8, 128, 32, "B = 32"},
+               {8, 192, 128, "K = 192 is not a multiple"},
+               {-3, 128, 64, "N = -3"},
+               /* above COMET_W4AX_MAX_DIM: refused before any allocation */
+               {COMET_W4AX_MAX_DIM + 1, 128, 64, "N = 1073741825"},
+               {INT_MAX, 128, 64, "N = 2147483647"},
+               {8, COMET_W4AX_MAX_DIM + 64, 64, "K = 1073741888"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(comet_cpu_w4ax_load(bad[i].N, bad[i].K, bad[i].B, c.qw, c.sw, &w),
                          COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "M <= 1073741824"));
-        assert_int_equal(op->gemm_w4ax(be, w, 3, -1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "n8 = -1"));
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 3, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "[0, K/B = 2]"));
-        assert_int_equal(op->gemm_w4ax(be, NULL, 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 1, NULL, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, NULL, y), COMET_ERR_INVALID_ARG);
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, c.sa, NULL), COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "non-NULL"));
-        /* an INT4 block (block 1 when n8 = 1) holding 8 */
-        c.qa[2 * 128 + 64 + 5] = 8;
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
-        assert_non_null(strstr(comet_last_error(), "[-8, 7]"));
-        assert_non_null(strstr(comet_last_error(), op->name)); /* the same words on both */
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 2, c.qa, c.sa, y), COMET_OK); /* INT8 block */
-        c.qa[2 * 128 + 64 + 5] = 7;
-        assert_int_equal(op->gemm_w4ax(be, w, 3, 1, c.qa, c.sa, y), COMET_OK);
-        /* the weight of another kind of backend is refused (a struct without the magic) */
-        uint32_t fake[16] = {0};
-        assert_int_equal(op->gemm_w4ax(be, (const comet_w4ax_weight *)fake, 3, 1, c.qa, c.sa, y),
-                         COMET_ERR_INVALID_ARG);
-        op->w4ax_free(be, w);
+        assert_null(w);
+        assert_non_null(strstr(comet_last_error(), bad[i].says));
+        assert_non_null(strstr(comet_last_error(), "comet_cpu_w4ax_load"));
     }
+    assert_int_equal(comet_cpu_w4ax_load(8, 128, 64, NULL, c.sw, &w), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_w4ax_load(8, 128, 64, c.qw, NULL, &w), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_w4ax_load(8, 128, 64, c.qw, c.sw, NULL), COMET_ERR_INVALID_ARG);
+    comet_cpu_w4ax_free(NULL); /* a no-op */
+
+    comet_threadpool *tp = f->tp;
+    assert_int_equal(comet_cpu_w4ax_load(8, 128, 64, c.qw, c.sw, &w), COMET_OK);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 0, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "M = 0"));
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, -1, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, INT_MAX - 3, 1, c.qa, c.sa, y),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "M <= 1073741824"));
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, -1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "n8 = -1"));
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 3, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "[0, K/B = 2]"));
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, NULL, 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 1, NULL, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 1, c.qa, NULL, y), COMET_ERR_INVALID_ARG);
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 1, c.qa, c.sa, NULL), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "non-NULL"));
+    /* an INT4 block (block 1 when n8 = 1) holding 8: refused by both GEMMs */
+    c.qa[2 * 128 + 64 + 5] = 8;
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 1, c.qa, c.sa, y), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "[-8, 7]"));
+    assert_non_null(strstr(comet_last_error(), "comet_cpu_gemm_w4ax"));
+    assert_int_equal(comet_ref_gemm_w4ax(3, 8, 128, 64, 1, c.qw, c.sw, c.qa, c.sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "[-8, 7]"));
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 2, c.qa, c.sa, y), COMET_OK); /* INT8 block */
+    c.qa[2 * 128 + 64 + 5] = 7;
+    assert_int_equal(comet_cpu_gemm_w4ax(tp, w, 3, 1, c.qa, c.sa, y), COMET_OK);
+    comet_cpu_w4ax_free(w);
+    /* the oracle's shape checks */
+    assert_int_equal(comet_ref_gemm_w4ax(3, 8, 128, 64, 3, c.qw, c.sw, c.qa, c.sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "n8=3"));
+    assert_int_equal(comet_ref_gemm_w4ax(0, 8, 128, 64, 1, c.qw, c.sw, c.qa, c.sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "M=0"));
     w4ax_case_free(&c);
 }
 

@@ -39,12 +39,12 @@ static comet_model *tp_small_model_w4a4(void) {
         T = 200
     };
     for (int l = 0; l < m->cfg.n_layer; l++)
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
             int K = cs->width[g];
             float *x = malloc((size_t)T * K * sizeof *x);
             for (int i = 0; i < T * K; i++)
                 x[i] = tu_uniform() * (i % K % 23 == 5 ? 30.0f : 1.0f);
-            comet_calib_stats_observe(cs, l, (comet_qgroup)g, x, T);
+            comet_calib_stats_observe(cs, l, (comet_group)g, x, T);
             free(x);
         }
     comet_fmpq_params p = comet_fmpq_default_params();

@@ -57,12 +57,17 @@ if has ops; then
             >"$log" 2>&1 &
         pids+=($!) logs+=("$log")
     done
+    if command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/test_backend_ops" ]; then
+        log="$OUT/sanitizer_memcheck_test_backend_ops.log" # the op-test table's CUDA rows
+        timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+            "$BUILD/tests/test_backend_ops" --cuda >"$log" 2>&1 &
+        pids+=($!) logs+=("$log")
+    fi
     if [ "${COMET_RACECHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
         # racecheck on the quick set (COMET_CUDA_TEST_QUICK=1), one process per test case
         for tc in test_step_ops_cuda:test_op_table test_step_ops_cuda:test_act_ops \
-            test_step_ops_cuda:test_matmul test_step_ops_cuda:test_matmul_group \
-            test_step_ops_cuda:test_embed_lm_head test_attention_cuda:test_kv_codes_position0 \
-            test_attention_cuda:test_attention_ragged test_attention_cuda:test_attention_decode \
+            test_step_ops_cuda:test_matmul test_attention_cuda:test_kv_codes_position0 \
+            test_attention_cuda:test_attention_decode \
             test_attention_cuda:test_attention_batch_invariant; do
             t=${tc%%:*} f=${tc#*:}
             log="$OUT/sanitizer_racecheck_$f.log"

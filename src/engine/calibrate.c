@@ -3,17 +3,10 @@
 
 #include "engine/perplexity.h"
 
-/* The observer: the input of group g of layer `layer` into the statistics. The backend's
- * groups QKV, O, GATE_UP and DOWN are the quantizer's groups of the same names. */
+/* The observer: the input of group g of layer `layer` into the statistics. */
 static void observe(void *user, int layer, comet_group g, const float *x, int T) {
-    static const comet_qgroup qg[] = {
-        [COMET_GROUP_QKV] = COMET_QGROUP_QKV,
-        [COMET_GROUP_O] = COMET_QGROUP_O,
-        [COMET_GROUP_GATE_UP] = COMET_QGROUP_GATE_UP,
-        [COMET_GROUP_DOWN] = COMET_QGROUP_DOWN,
-    };
-    COMET_ASSERT(g >= COMET_GROUP_QKV && g <= COMET_GROUP_DOWN);
-    comet_calib_stats_observe(user, layer, qg[g], x, T);
+    COMET_ASSERT(g >= COMET_GROUP_QKV && g < COMET_GROUP_LAYER_COUNT);
+    comet_calib_stats_observe(user, layer, g, x, T);
 }
 
 comet_status comet_calib_run(const comet_model *m, comet_backend *be, const int32_t *tokens,

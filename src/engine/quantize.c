@@ -23,7 +23,7 @@
 #include "quant/rotate.h"
 #include "quant/smooth.h"
 
-_Static_assert(COMET_QUANTIZE_GROUPS == COMET_QGROUP_COUNT, "one result entry per group");
+_Static_assert(COMET_QUANTIZE_GROUPS == COMET_GROUP_LAYER_COUNT, "one result entry per group");
 
 /* calibration windows that pick the channels rotate_keep leaves unrotated */
 #define KEEP_WINDOWS 16
@@ -248,9 +248,9 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
     COMET_TRY(comet_checkpoint_write_tokenizer(m, model_path, out_dir));
     if (r) {
         r->config = *qc;
-        comet_qgroup_int8_fraction(m, r->int8_fraction, &r->int8_blocks, &r->int8_work);
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++)
-            r->group_name[g] = comet_qgroup_name((comet_qgroup)g);
+        comet_group_int8_fraction(m, r->int8_fraction, &r->int8_blocks, &r->int8_work);
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
+            r->group_name[g] = comet_group_name((comet_group)g);
         r->calib_s = t1 - t0;
         r->quant_s = t2 - t1;
         r->out_bytes = dir_bytes(out_dir);

@@ -13,7 +13,7 @@
 #include "format/checkpoint.h"
 #include "format/loader.h"
 #include "format/safetensors.h"
-#include "numerics/qgroup.h"
+#include "numerics/group.h"
 #include "numerics/pack.h"
 #include "numerics/quant.h"
 
@@ -287,14 +287,14 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                c->cfg_path, m->cfg.n_layer);
     for (int l = 0; l < m->cfg.n_layer; l++) {
         const cJSON *lj = cJSON_GetArrayItem(layers, l);
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
-            const char *gname = comet_qgroup_name((comet_qgroup)g);
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
+            const char *gname = comet_group_name((comet_group)g);
             char where[96];
             snprintf(where, sizeof where, "quantization_config.layers[%d].%s.", l, gname);
             const cJSON *gj = cJSON_GetObjectItemCaseSensitive(lj, gname);
             if (!cJSON_IsObject(gj))
                 return comet_set_error(COMET_ERR_FORMAT, "%s: %s: missing", c->cfg_path, where);
-            int K = comet_qgroup_width(&m->cfg, (comet_qgroup)g), *nb = &blk[l * 4 + g];
+            int K = comet_group_config_width(&m->cfg, (comet_group)g), *nb = &blk[l * 4 + g];
             COMET_TRY(get_int(c, gj, where, "block_size", 0, 0, nb));
             if (*nb <= 0 || K % *nb)
                 return comet_set_error(COMET_ERR_FORMAT,
@@ -488,13 +488,13 @@ static comet_status load_tensors(ctx *c, const int *n8, const int *blk) {
         snprintf(base, sizeof base, "model.layers.%d.%s", l, sub);                                 \
         COMET_TRY(load_linear(c, &lw->field, base, N, K, lb[g], ln8[g], perm, folded));            \
     } while (0)
-        LIN(wq, "self_attn.q_proj", HD, C, COMET_QGROUP_QKV, p_qkv, NULL);
-        LIN(wk, "self_attn.k_proj", KVD, C, COMET_QGROUP_QKV, p_qkv, NULL);
-        LIN(wv, "self_attn.v_proj", KVD, C, COMET_QGROUP_QKV, p_qkv, NULL);
-        LIN(wo, "self_attn.o_proj", C, HD, COMET_QGROUP_O, p_o, NULL);
-        LIN(w_gate, "mlp.gate_proj", F, C, COMET_QGROUP_GATE_UP, p_gu, NULL);
-        LIN(w_up, "mlp.up_proj", F, C, COMET_QGROUP_GATE_UP, p_gu, NULL);
-        LIN(w_down, "mlp.down_proj", C, F, COMET_QGROUP_DOWN, NULL, p_down);
+        LIN(wq, "self_attn.q_proj", HD, C, COMET_GROUP_QKV, p_qkv, NULL);
+        LIN(wk, "self_attn.k_proj", KVD, C, COMET_GROUP_QKV, p_qkv, NULL);
+        LIN(wv, "self_attn.v_proj", KVD, C, COMET_GROUP_QKV, p_qkv, NULL);
+        LIN(wo, "self_attn.o_proj", C, HD, COMET_GROUP_O, p_o, NULL);
+        LIN(w_gate, "mlp.gate_proj", F, C, COMET_GROUP_GATE_UP, p_gu, NULL);
+        LIN(w_up, "mlp.up_proj", F, C, COMET_GROUP_GATE_UP, p_gu, NULL);
+        LIN(w_down, "mlp.down_proj", C, F, COMET_GROUP_DOWN, NULL, p_down);
 #undef LIN
     }
     return COMET_OK;

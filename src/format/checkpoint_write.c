@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "format/checkpoint.h"
-#include "numerics/qgroup.h"
+#include "numerics/group.h"
 #include "numerics/quant.h"
 
 typedef enum {
@@ -270,20 +270,20 @@ static cJSON *config_json(const comet_model *m) {
     cJSON_AddNumberToObject(cal, "windows", q->calib_windows);
     cJSON_AddNumberToObject(cal, "window_tokens", q->calib_window_len);
     cJSON_AddNumberToObject(cal, "tokens", (double)q->calib_tokens);
-    double frac[COMET_QGROUP_COUNT], fb, fw;
-    comet_qgroup_int8_fraction(m, frac, &fb, &fw);
+    double frac[COMET_GROUP_LAYER_COUNT], fb, fw;
+    comet_group_int8_fraction(m, frac, &fb, &fw);
     cJSON *fr = cJSON_AddObjectToObject(qc, "int8_block_fraction");
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
-        cJSON_AddNumberToObject(fr, comet_qgroup_name((comet_qgroup)g), frac[g]);
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
+        cJSON_AddNumberToObject(fr, comet_group_name((comet_group)g), frac[g]);
     cJSON_AddNumberToObject(fr, "overall", fb);
     cJSON_AddNumberToObject(fr, "overall_gemm_work", fw);
     cJSON *layers = cJSON_AddArrayToObject(qc, "layers");
     for (int li = 0; li < c->n_layer; li++) {
         cJSON *lj = cJSON_CreateObject();
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
             comet_linear *lins[3];
-            comet_qgroup_linears(&m->layers[li], (comet_qgroup)g, lins);
-            cJSON *gj = cJSON_AddObjectToObject(lj, comet_qgroup_name((comet_qgroup)g));
+            comet_group_linears(&m->layers[li], (comet_group)g, lins);
+            cJSON *gj = cJSON_AddObjectToObject(lj, comet_group_name((comet_group)g));
             cJSON_AddNumberToObject(gj, "block_size", lins[0]->block);
             cJSON_AddNumberToObject(gj, "n8", lins[0]->n8);
             cJSON *blocks = cJSON_AddArrayToObject(gj, "int8_blocks");

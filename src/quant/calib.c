@@ -15,7 +15,7 @@ typedef struct calib_header {
     char magic[8];
     int32_t version;
     int32_t n_layer;
-    int32_t width[COMET_QGROUP_COUNT];
+    int32_t width[COMET_GROUP_LAYER_COUNT];
     int32_t has_xtx;
     int64_t n_tokens;
     comet_calib_meta meta;
@@ -28,7 +28,7 @@ comet_status comet_calib_stats_save(const comet_calib_stats *cs, const comet_cal
     memcpy(h.magic, CALIB_MAGIC, 8);
     h.version = CALIB_VERSION;
     h.n_layer = cs->n_layer;
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         h.width[g] = cs->width[g];
     h.has_xtx = cs->xtx[0] != NULL;
     h.n_tokens = cs->n_tokens;
@@ -37,7 +37,7 @@ comet_status comet_calib_stats_save(const comet_calib_stats *cs, const comet_cal
     if (!f)
         return comet_set_error(COMET_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
     int bad = fwrite(&h, sizeof h, 1, f) != 1;
-    for (int g = 0; g < COMET_QGROUP_COUNT && !bad; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT && !bad; g++) {
         size_t K = (size_t)cs->width[g], n = (size_t)cs->n_layer * K;
         bad = fwrite(cs->sal[g], sizeof(float), n, f) != n;
         if (!bad && h.has_xtx)
@@ -75,8 +75,8 @@ comet_status comet_calib_stats_load(const char *path, const comet_model_config *
     }
     h.meta.model[sizeof h.meta.model - 1] = h.meta.corpus[sizeof h.meta.corpus - 1] = '\0';
     int same_shape = h.n_layer == cfg->n_layer;
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
-        same_shape &= h.width[g] == comet_qgroup_width(cfg, (comet_qgroup)g);
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
+        same_shape &= h.width[g] == comet_group_config_width(cfg, (comet_group)g);
     if (!same_shape || strcmp(base_name(h.meta.model), base_name(want->model)) ||
         strcmp(base_name(h.meta.corpus), base_name(want->corpus)) ||
         h.meta.windows != want->windows || h.meta.window_len != want->window_len ||
@@ -94,7 +94,7 @@ comet_status comet_calib_stats_load(const char *path, const comet_model_config *
         goto done;
     }
     cs->n_tokens = h.n_tokens;
-    for (int g = 0; g < COMET_QGROUP_COUNT && st == COMET_OK; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT && st == COMET_OK; g++) {
         size_t K = (size_t)cs->width[g], n = (size_t)cs->n_layer * K;
         if (fread(cs->sal[g], sizeof(float), n, f) != n ||
             (h.has_xtx && fread(cs->xtx[g], sizeof(float), n * K, f) != n * K))

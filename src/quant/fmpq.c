@@ -15,8 +15,8 @@ comet_calib_stats *comet_calib_stats_init(const comet_model_config *cfg, int wit
     if (!cs)
         goto oom;
     cs->n_layer = cfg->n_layer;
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
-        size_t K = (size_t)comet_qgroup_width(cfg, (comet_qgroup)g);
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
+        size_t K = (size_t)comet_group_config_width(cfg, (comet_group)g);
         cs->width[g] = (int)K;
         cs->sal[g] = calloc((size_t)cfg->n_layer * K, sizeof(float));
         if (!cs->sal[g])
@@ -38,21 +38,21 @@ oom:
 void comet_calib_stats_free(comet_calib_stats *cs) {
     if (!cs)
         return;
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         free(cs->sal[g]);
         free(cs->xtx[g]);
     }
     free(cs);
 }
 
-void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g, const float *x,
+void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_group g, const float *x,
                                int T) {
-    COMET_ASSERT(layer >= 0 && layer < cs->n_layer && g >= 0 && g < COMET_QGROUP_COUNT);
+    COMET_ASSERT(layer >= 0 && layer < cs->n_layer && g >= 0 && g < COMET_GROUP_LAYER_COUNT);
     size_t K = (size_t)cs->width[g];
     comet_quant_salience_update(cs->sal[g] + (size_t)layer * K, x, T, (int)K);
     if (cs->xtx[g])
         comet_quant_xtx_update(cs->xtx[g] + (size_t)layer * K * K, x, T, (int)K);
-    if (layer == 0 && g == COMET_QGROUP_QKV)
+    if (layer == 0 && g == COMET_GROUP_QKV)
         cs->n_tokens += T;
 }
 
@@ -110,42 +110,42 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
                                m->cfg.n_layer);
     if (p->gptq && p->w_bits >= 16)
         return comet_set_error(COMET_ERR_INVALID_ARG, "quantize: GPTQ needs 4- or 8-bit weights");
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         if (p->gptq && !cs->xtx[g])
             return comet_set_error(
                 COMET_ERR_INVALID_ARG,
                 "quantize: GPTQ needs XᵀX statistics (calibration with Hessians)");
-    int dims[COMET_QGROUP_COUNT];
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
-        dims[g] = comet_qgroup_width(&m->cfg, (comet_qgroup)g);
+    int dims[COMET_GROUP_LAYER_COUNT];
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
+        dims[g] = comet_group_config_width(&m->cfg, (comet_group)g);
     *block = p->block;
     if (p->block < 0) {
-        *block = comet_quant_choose_block(dims, COMET_QGROUP_COUNT);
+        *block = comet_quant_choose_block(dims, COMET_GROUP_LAYER_COUNT);
         if (!*block)
             return comet_set_error(COMET_ERR_UNSUPPORTED,
                                    "quantize: input widths %d, %d, %d are not all multiples of 64; "
                                    "--block 0 (one block per row) would work",
                                    dims[0], dims[1], dims[3]);
     }
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         if (*block > 0 && dims[g] % *block)
             return comet_set_error(COMET_ERR_INVALID_ARG,
                                    "quantize: %s input width %d is not a multiple of block %d",
-                                   comet_qgroup_name((comet_qgroup)g), dims[g], *block);
+                                   comet_group_name((comet_group)g), dims[g], *block);
         if (dims[g] % 2)
             return comet_set_error(COMET_ERR_UNSUPPORTED, "quantize: %s input width %d is odd",
-                                   comet_qgroup_name((comet_qgroup)g), dims[g]);
+                                   comet_group_name((comet_group)g), dims[g]);
     }
     for (int l = 0; l < m->cfg.n_layer; l++)
-        for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+        for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
             comet_linear *lin[3];
-            int n = comet_qgroup_linears(&m->layers[l], (comet_qgroup)g, lin);
+            int n = comet_group_linears(&m->layers[l], (comet_group)g, lin);
             for (int i = 0; i < n; i++)
                 if (lin[i]->fmt != COMET_WFMT_F32 || lin[i]->n_in != dims[g])
                     return comet_set_error(
                         COMET_ERR_INVALID_ARG,
                         "quantize: layer %d %s: an fp32 linear with %d inputs expected", l,
-                        comet_qgroup_name((comet_qgroup)g), dims[g]);
+                        comet_group_name((comet_group)g), dims[g]);
         }
     return COMET_OK;
 }
@@ -192,9 +192,9 @@ static comet_status quantize_linear(comet_model *m, comet_linear *lin, const flo
 static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, int l, int B,
                                    const comet_fmpq_params *p, int *n8_out) {
     comet_layer_weights *lw = &m->layers[l];
-    int32_t *perm[COMET_QGROUP_COUNT];
-    int n8[COMET_QGROUP_COUNT];
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    int32_t *perm[COMET_GROUP_LAYER_COUNT];
+    int n8[COMET_GROUP_LAYER_COUNT];
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         int K = cs->width[g], Bg = B ? B : K;
         perm[g] = comet_model_own(m, malloc((size_t)K * sizeof(int32_t)));
         if (!perm[g])
@@ -207,8 +207,8 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
             n8[g] = 0;
         n8_out[g] = n8[g];
     }
-    const int32_t *pdown = perm[COMET_QGROUP_DOWN];
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++) {
+    const int32_t *pdown = perm[COMET_GROUP_DOWN];
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++) {
         int K = cs->width[g], Bg = B ? B : K;
         float *hp = NULL;
         if (p->gptq) {
@@ -222,7 +222,7 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
                     hp[(size_t)a * K + b] = h[(size_t)perm[g][a] * K + perm[g][b]];
         }
         comet_linear *lins[3];
-        int n_lin = comet_qgroup_linears(lw, (comet_qgroup)g, lins);
+        int n_lin = comet_group_linears(lw, (comet_group)g, lins);
         comet_status st = COMET_OK;
         for (int i = 0; i < n_lin && st == COMET_OK; i++) {
             comet_linear *lin = lins[i];
@@ -232,7 +232,7 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
                 st = comet_set_error(COMET_ERR_NOMEM, "quantize: out of memory");
                 break;
             }
-            int fold_rows = g == COMET_QGROUP_GATE_UP; /* rows in down_proj's input order */
+            int fold_rows = g == COMET_GROUP_GATE_UP; /* rows in down_proj's input order */
             for (int n = 0; n < N; n++) {
                 const float *src = lin->w + (size_t)(fold_rows ? pdown[n] : n) * K;
                 float *dst = wp + (size_t)n * K;
@@ -242,7 +242,7 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
             st = quantize_linear(m, lin, wp, hp, Bg, p);
             free(wp);
             if (st < 0) { /* name the tensor: the quantizer names the channel and block */
-                static const char *const names[COMET_QGROUP_COUNT][3] = {
+                static const char *const names[COMET_GROUP_LAYER_COUNT][3] = {
                     {"q_proj", "k_proj", "v_proj"},
                     {"o_proj"},
                     {"gate_proj", "up_proj"},
@@ -253,8 +253,8 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
                 break;
             }
             lin->fmt = COMET_WFMT_QSIM;
-            lin->perm = g == COMET_QGROUP_DOWN ? NULL : perm[g];
-            lin->perm_folded = g == COMET_QGROUP_DOWN ? perm[g] : NULL;
+            lin->perm = g == COMET_GROUP_DOWN ? NULL : perm[g];
+            lin->perm_folded = g == COMET_GROUP_DOWN ? perm[g] : NULL;
             lin->block = Bg;
             lin->n8 = n8[g];
             lin->a_bits = p->a_bits;
@@ -274,7 +274,7 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     if (!qc)
         return comet_set_error(COMET_ERR_NOMEM, "quantize: out of memory");
     for (int l = 0; l < m->cfg.n_layer; l++) {
-        int n8[COMET_QGROUP_COUNT];
+        int n8[COMET_GROUP_LAYER_COUNT];
         COMET_TRY(quantize_layer(m, cs, l, B, p, n8));
         char suffix[96];
         snprintf(suffix, sizeof suffix, "INT8 blocks qkv %d o %d gate_up %d down %d", n8[0], n8[1],

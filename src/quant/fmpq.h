@@ -10,14 +10,14 @@
 
 #include "comet/model.h"
 #include "comet/quantize.h"
-#include "numerics/qgroup.h"
+#include "numerics/group.h"
 
 /* Calibration statistics of every layer and group. */
 typedef struct comet_calib_stats {
     int n_layer;
-    int width[COMET_QGROUP_COUNT];  /* K of each group */
-    float *sal[COMET_QGROUP_COUNT]; /* [n_layer, K] max |x| per channel */
-    float *xtx[COMET_QGROUP_COUNT]; /* [n_layer, K, K] Σ xᵀx, or NULL when not collected */
+    int width[COMET_GROUP_LAYER_COUNT];  /* K of each group */
+    float *sal[COMET_GROUP_LAYER_COUNT]; /* [n_layer, K] max |x| per channel */
+    float *xtx[COMET_GROUP_LAYER_COUNT]; /* [n_layer, K, K] Σ xᵀx, or NULL when not collected */
     long n_tokens;                  /* tokens observed (per layer and group) */
 } comet_calib_stats;
 
@@ -27,7 +27,7 @@ comet_calib_stats *comet_calib_stats_init(const comet_model_config *cfg, int wit
 void comet_calib_stats_free(comet_calib_stats *cs);
 
 /* Record the input x [T, K] of group g in layer `layer`. */
-void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_qgroup g, const float *x,
+void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_group g, const float *x,
                                int T);
 
 /* comet_fmpq_params and comet_fmpq_default_params are public (comet/quantize.h). */

@@ -221,7 +221,7 @@ void comet_rotation_outliers(const comet_model *m, const comet_calib_stats *cs, 
         free(sorted);
         return;
     }
-    const comet_qgroup groups[2] = {COMET_QGROUP_QKV, COMET_QGROUP_GATE_UP};
+    const comet_group groups[2] = {COMET_GROUP_QKV, COMET_GROUP_GATE_UP};
     for (int l = 0; l < m->cfg.n_layer; l++)
         for (int gi = 0; gi < 2; gi++) {
             const float *sal = cs->sal[groups[gi]] + (size_t)l * C;

@@ -42,7 +42,7 @@ static void factors(const float *sal, const float *wmax, int K, float alpha, flo
 
 /* columns j of the linears times s_j, the statistics of their input divided */
 static void apply(comet_linear *const *lins, int n_lins, int K, const float *s,
-                  comet_calib_stats *cs, comet_qgroup g, int layer) {
+                  comet_calib_stats *cs, comet_group g, int layer) {
     for (int i = 0; i < n_lins; i++)
         for (size_t n = 0; n < (size_t)lins[i]->n_out; n++)
             for (int j = 0; j < K; j++)
@@ -90,25 +90,25 @@ comet_status comet_smooth(comet_model *m, comet_calib_stats *cs, float alpha) {
             }
         /* qkv and gate_up: 1/s into the RMSNorm weight */
         col_max((const comet_linear *const *)qkv, 3, C, wmax);
-        factors(cs->sal[COMET_QGROUP_QKV] + (size_t)l * C, wmax, C, alpha, s);
-        apply(qkv, 3, C, s, cs, COMET_QGROUP_QKV, l);
+        factors(cs->sal[COMET_GROUP_QKV] + (size_t)l * C, wmax, C, alpha, s);
+        apply(qkv, 3, C, s, cs, COMET_GROUP_QKV, l);
         for (int j = 0; j < C; j++)
             lw->attn_norm[j] /= s[j];
         col_max((const comet_linear *const *)gu, 2, C, wmax);
-        factors(cs->sal[COMET_QGROUP_GATE_UP] + (size_t)l * C, wmax, C, alpha, s);
-        apply(gu, 2, C, s, cs, COMET_QGROUP_GATE_UP, l);
+        factors(cs->sal[COMET_GROUP_GATE_UP] + (size_t)l * C, wmax, C, alpha, s);
+        apply(gu, 2, C, s, cs, COMET_GROUP_GATE_UP, l);
         for (int j = 0; j < C; j++)
             lw->ffn_norm[j] /= s[j];
         /* down: 1/s into up_proj's output rows */
         col_max((const comet_linear *const *)down, 1, F, wmax);
-        factors(cs->sal[COMET_QGROUP_DOWN] + (size_t)l * F, wmax, F, alpha, s);
-        apply(down, 1, F, s, cs, COMET_QGROUP_DOWN, l);
+        factors(cs->sal[COMET_GROUP_DOWN] + (size_t)l * F, wmax, F, alpha, s);
+        apply(down, 1, F, s, cs, COMET_GROUP_DOWN, l);
         for (int j = 0; j < F; j++)
             for (int k = 0; k < C; k++)
                 lw->w_up.w[(size_t)j * C + k] /= s[j];
         /* o: one factor per (KV head, dim), the largest over its query heads */
         col_max((const comet_linear *const *)o, 1, HD, wmax);
-        factors(cs->sal[COMET_QGROUP_O] + (size_t)l * HD, wmax, HD, alpha, s);
+        factors(cs->sal[COMET_GROUP_O] + (size_t)l * HD, wmax, HD, alpha, s);
         const int g = H / Hkv;
         for (int kh = 0; kh < Hkv; kh++)
             for (int d = 0; d < D; d++) {
@@ -120,7 +120,7 @@ comet_status comet_smooth(comet_model *m, comet_calib_stats *cs, float alpha) {
                 for (int k = 0; k < C; k++)
                     lw->wv.w[((size_t)kh * D + d) * C + k] /= v;
             }
-        apply(o, 1, HD, s, cs, COMET_QGROUP_O, l);
+        apply(o, 1, HD, s, cs, COMET_GROUP_O, l);
     }
     free(wmax);
     free(s);

@@ -1,8 +1,9 @@
-/* test_backend_cuda.c — GPU test of the CUDA backend's op table (src/backend/cuda/
- * cuda_backend.c): random plain weights go through w4ax_load, gemm_w4ax runs on the
- * backend's stream, comet_backend_cuda_sync waits, and y is compared with the scalar oracle
- * comet_ref_gemm_w4ax (called directly) within fp32 rounding of the outer sum (the bound of
- * test_gemm_w4ax_cuda.c). Shapes: M in {1, 3, 16, 33, 100, 256} x N in {8, 136, 4096} x
+/* test_backend_cuda.c — GPU test of the CUDA backend's W4Ax path (src/backend/cuda/
+ * cuda_backend.c, the functions weights_load and the step ops use, declared in
+ * cuda_internal.h): random plain weights go through comet_cuda_be_w4ax_load,
+ * comet_cuda_be_gemm_w4ax runs on the backend's stream, comet_backend_cuda_sync waits, and
+ * y is compared with the scalar oracle comet_ref_gemm_w4ax (called directly) within fp32
+ * rounding of the outer sum (the bound of test_gemm_w4ax_cuda.c). Shapes: M in {1, 3, 16, 33, 100, 256} x N in {8, 136, 4096} x
  * K in {64, 576, 4096} x B in {64, 128} (B dividing K) x n8 in {0, 1, all}. Outputs are
  * poisoned before each call (every element must be written) and have guard words on both
  * sides. Also: the error statuses (bad M, n8, NULLs, bad load shapes, a foreign weight,
@@ -31,6 +32,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/ref_gemm_w4ax.h"
+#include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
 #include "numerics/w4_plain.h"
 
@@ -70,7 +72,7 @@ static weight weight_make(comet_backend *be, int N, int K, int B) {
         w.qw[i] = (uint8_t)rnd();
     for (int i = 0; i < N * (K / B); i++) /* fp16 of both signs, magnitude in [2^-9, 2^-2) */
         w.sw[i] = (uint16_t)(((rnd() & 1) << 15) | ((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
-    comet_status st = be->ops->w4ax_load(be, N, K, B, w.qw, w.sw, &w.w);
+    comet_status st = comet_cuda_be_w4ax_load(be, N, K, B, w.qw, w.sw, &w.w);
     if (st != COMET_OK) {
         fprintf(stderr, "w4ax_load N=%d K=%d B=%d failed: %s\n", N, K, B, comet_last_error());
         exit(2);
@@ -79,7 +81,7 @@ static weight weight_make(comet_backend *be, int N, int K, int B) {
 }
 
 static void weight_free(comet_backend *be, weight *w) {
-    be->ops->w4ax_free(be, w->w);
+    comet_cuda_be_w4ax_free(be, w->w);
     free(w->qw);
     free(w->sw);
 }
@@ -155,7 +157,7 @@ static int run_and_compare(comet_backend *be, const weight *w, const acts *a, fl
     /* the setup copies and memsets ran on the legacy default stream, which the backend's
      * non-blocking stream does not wait for */
     CUDA_OK(cudaDeviceSynchronize());
-    comet_status st = be->ops->gemm_w4ax(be, w->w, M, a->n8, a->dqa, a->dsa, g.y);
+    comet_status st = comet_cuda_be_gemm_w4ax(be, w->w, M, a->n8, a->dqa, a->dsa, g.y);
     comet_status st_sync = st == COMET_OK ? comet_backend_cuda_sync(be) : st;
     int ok = st == COMET_OK && st_sync == COMET_OK;
     size_t bad = 0, first = 0;
@@ -269,7 +271,7 @@ static void test_batch_invariant(comet_backend *be, int quick) {
             const int M = Ms[mi][0], first = Ms[mi][1];
             CUDA_OK(cudaMemset(g.y, 0xFF, (size_t)M * N * 4));
             CUDA_OK(cudaDeviceSynchronize());
-            comet_status st = be->ops->gemm_w4ax(be, w.w, M, n8, a.dqa + (size_t)first * K,
+            comet_status st = comet_cuda_be_gemm_w4ax(be, w.w, M, n8, a.dqa + (size_t)first * K,
                                                  a.dsa + (size_t)first * (K / B), g.y);
             if (st == COMET_OK)
                 st = comet_backend_cuda_sync(be);
@@ -337,7 +339,6 @@ static void test_workspace_grow(int device) {
 
 /* Bad arguments come back as statuses naming the problem; nothing is launched. */
 static void test_errors(comet_backend *be, int device) {
-    const comet_backend_ops *op = be->ops;
     weight w = weight_make(be, 136, 576, 64);
     acts a = acts_make(3, 576, 64, 1);
     gout g = gout_make((size_t)3 * 136);
@@ -356,17 +357,18 @@ static void test_errors(comet_backend *be, int device) {
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         comet_clear_error();
-        comet_status st = op->gemm_w4ax(be, bad[i].null_w ? NULL : w.w, bad[i].M, bad[i].n8,
-                                        bad[i].null_qa ? NULL : a.dqa + bad[i].misalign,
-                                        bad[i].null_sa ? NULL : a.dsa, bad[i].null_y ? NULL : g.y);
+        comet_status st = comet_cuda_be_gemm_w4ax(
+            be, bad[i].null_w ? NULL : w.w, bad[i].M, bad[i].n8,
+            bad[i].null_qa ? NULL : a.dqa + bad[i].misalign, bad[i].null_sa ? NULL : a.dsa,
+            bad[i].null_y ? NULL : g.y);
         check(st == COMET_ERR_INVALID_ARG && strstr(comet_last_error(), bad[i].says),
               "error: gemm_w4ax M=%d n8=%d NULL w/qa/sa/y %d%d%d%d misaligned %d -> %s \"%s\"",
               bad[i].M, bad[i].n8, bad[i].null_w, bad[i].null_qa, bad[i].null_sa, bad[i].null_y,
               bad[i].misalign, comet_status_name(st), comet_last_error());
     }
-    uint32_t foreign[32] = {0x34415743u}; /* a CPU backend's tag */
+    uint32_t foreign[32] = {0x34415743u}; /* not the tag of comet_cuda_be_w4ax_load */
     comet_status st =
-        op->gemm_w4ax(be, (const comet_w4ax_weight *)foreign, 3, 1, a.dqa, a.dsa, g.y);
+        comet_cuda_be_gemm_w4ax(be, (const comet_w4ax_weight *)foreign, 3, 1, a.dqa, a.dsa, g.y);
     check(st == COMET_ERR_INVALID_ARG, "error: a weight not made by a CUDA backend -> %s \"%s\"",
           comet_status_name(st), comet_last_error());
 
@@ -380,17 +382,17 @@ static void test_errors(comet_backend *be, int device) {
                     {8, (1 << 20) + 64, 64, "K <= 1048576"}}; /* the CUDA GEMM's K limit */
     for (size_t i = 0; i < sizeof bad_load / sizeof bad_load[0]; i++) {
         comet_w4ax_weight *out = (comet_w4ax_weight *)foreign;
-        st = op->w4ax_load(be, bad_load[i].N, bad_load[i].K, bad_load[i].B, w.qw, w.sw, &out);
+        st = comet_cuda_be_w4ax_load(be, bad_load[i].N, bad_load[i].K, bad_load[i].B, w.qw, w.sw, &out);
         check(st == COMET_ERR_INVALID_ARG && out == NULL &&
                   strstr(comet_last_error(), bad_load[i].says),
               "error: w4ax_load N=%d K=%d B=%d -> %s \"%s\"", bad_load[i].N, bad_load[i].K,
               bad_load[i].B, comet_status_name(st), comet_last_error());
     }
     comet_w4ax_weight *out = NULL;
-    st = op->w4ax_load(be, 8, 128, 64, NULL, w.sw, &out);
+    st = comet_cuda_be_w4ax_load(be, 8, 128, 64, NULL, w.sw, &out);
     check(st == COMET_ERR_INVALID_ARG, "error: w4ax_load with NULL codes -> %s",
           comet_status_name(st));
-    op->w4ax_free(be, NULL);
+    comet_cuda_be_w4ax_free(be, NULL);
     check(gout_guards_ok(&g), "error: nothing was written by the refused calls' y");
     check(comet_backend_cuda_sync(be) == COMET_OK,
           "error: the stream is healthy after the refused calls");
@@ -495,9 +497,8 @@ int main(int argc, char **argv) {
         printf("%d/%d checks passed\n", n_check - n_fail, n_check);
         return 1;
     }
-    check(!strcmp(g_be->ops->name, "cuda") && g_be->ops->gemm_w4ax && g_be->ops->embed_tokens &&
-              !g_be->ops->embed,
-          "the table: name 'cuda', gemm_w4ax and embed_tokens set, the host-array embed absent");
+    check(!strcmp(g_be->ops->name, "cuda") && g_be->ops->embed_tokens && g_be->ops->sample,
+          "the table: name 'cuda', embed_tokens and sample set");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cm_errors),         cmocka_unit_test(cm_caller_context),
         cmocka_unit_test(cm_shapes),         cmocka_unit_test(cm_batch_invariant),

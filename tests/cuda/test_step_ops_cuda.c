@@ -1,8 +1,9 @@
-/* test_step_ops_cuda.c — the step ops of the CUDA backend (comet_backend_cuda_init(0))
- * against the CPU backend (comet_backend_cpu_init(1)), op by op, with the same weights and
- * the same inputs (backend.h "step ops"):
+/* test_step_ops_cuda.c — what the op-test table (tests/test_backend_ops.c: every step op
+ * of every backend against the scalar reference by relative norm error) does not check of
+ * the CUDA backend's step ops: its activation codes and scales, exactly, against the CPU
+ * backend (comet_backend_cpu_init(1)) with the same weights and the same inputs (backend.h
+ * "step ops"):
  *
- * - embed_tokens: bit-exact.
  * - rmsnorm_quant (QKV, GATE_UP, LM_HEAD groups, with and without residual): x keeps the
  *   bit-exact sum; a quantized group's INT8 codes equal the codes comet_quant_act gives for
  *   the CPU's gathered RMSNorm output except where the pre-rounding value x/s lies within
@@ -13,17 +14,13 @@
  * - silu_mul_quant (DOWN): as act_quant, except that codes may differ within 1e-4 of a .5
  *   boundary and scales by 1e-6 relative: the CUDA expf and glibc's expf may differ by an
  *   ulp (the quantizer itself is checked bit-exact by act_quant).
- * - matmul_group (q, k, v; gate, up in one stacked GEMM): each output equal to matmul of
- *   its role (W4Ax bit for bit, FP16 within 1e-6 relative norm error).
- * - matmul, every role of every layer: from one activation (the CPU's codes and scales
- *   uploaded in the CUDA layout) within 1e-4 relative norm error for W4Ax (exact int32
- *   block sums on both sides) and 1e-3 relative per row; from each backend's own
- *   activation within 1e-3 (W4Ax) or 2e-2 (FP16 weights on CUDA against fp32 on the CPU).
- * - lm_head (fp16 on CUDA): each row within 2e-2 relative norm error.
+ * - matmul of the W4Ax variants, every role of every layer, from one activation (the CPU's
+ *   codes and scales uploaded in the CUDA layout): within 1e-4 relative norm error (exact
+ *   int32 block sums on both sides) and 1e-3 relative per row.
  * Layouts assumed here, not asked from the backend: a W4Ax activation buffer holds int8
  * codes [T, K] at byte 0 and fp32 scales [T, K/B] at byte roundup(T*K, 256); an fp16 one
- * holds fp16 [T, K] at byte 0 (model_ops.h). RoPE, the KV append and attention are tested
- * in test_attention_cuda.c.
+ * holds fp16 [T, K] at byte 0 (model_ops.h). The attention ops' own checks are in
+ * test_attention_cuda.c.
  * Every output is poisoned (0xFF bytes: NaN) before the op and framed by guard bytes.
  *
  * Exit 77 (ctest: skipped) when no CUDA device is usable. Models: a random 2-layer LLaMA
@@ -41,6 +38,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_prims.h"
 #include "backend/batch.h"
 #include "backend/cuda/cuda_kv.h"
 #include "comet/model.h"
@@ -52,10 +50,6 @@
 
 static comet_backend *g_cuda, *g_cpu;
 
-enum {
-    PAGE = 16
-};
-
 /* ---- the op table -------------------------------------------------------------------------- */
 
 static void test_op_table(void **state) {
@@ -63,9 +57,9 @@ static void test_op_table(void **state) {
     assert_string_equal(g_cuda->ops->name, "cuda");
     need_all(g_cuda);
     need_all(g_cpu);
-    /* the CPU reference primitives used below */
-    NEED(g_cpu, rmsnorm);
-    NEED(g_cpu, silu_mul);
+    /* the CPU primitives used below as references */
+    assert_non_null(comet_cpu_prims_of(g_cpu)->rmsnorm);
+    assert_non_null(comet_cpu_prims_of(g_cpu)->silu_mul);
 }
 
 /* ---- models on both backends ------------------------------------------------------------- */
@@ -198,7 +192,7 @@ static void norm_case(const pair *p, int l, comet_group g, int T, int with_res) 
     /* the reference: the CPU's own RMSNorm of the CPU's x, gathered */
     float *h = st_malloc(n * 4), *hg = st_malloc(n * 4);
     OP_OK(g_cpu,
-          g_cpu->ops->rmsnorm(g_cpu, xc_h, comet_model_norm(m, l, g), T, C, m->cfg.rms_eps, h),
+          comet_cpu_prims_of(g_cpu)->rmsnorm(g_cpu, xc_h, comet_model_norm(m, l, g), T, C, m->cfg.rms_eps, h),
           "rmsnorm");
     const comet_linear *lin = st_group_linear(m, l, g);
     st_gather(h, T, C, lin && lin->fmt == COMET_WFMT_QSIM ? lin->perm : NULL, hg);
@@ -256,7 +250,7 @@ static void silu_case(const pair *p, int l, int T) {
           what);
     st_sync_ok(g_cuda);
     float *ac_h = sb_fetch(&ac, n * 4);
-    OP_OK(g_cpu, g_cpu->ops->silu_mul(g_cpu, gate, up, T, F, h), "silu_mul");
+    OP_OK(g_cpu, comet_cpu_prims_of(g_cpu)->silu_mul(g_cpu, gate, up, T, F, h), "silu_mul");
     const comet_linear *lin = st_group_linear(m, l, COMET_GROUP_DOWN);
     /* down's permutation is folded into gate / up offline (perm NULL): gathering is a copy */
     st_gather(h, T, F, lin->fmt == COMET_WFMT_QSIM ? lin->perm : NULL, hg);
@@ -289,51 +283,6 @@ static void test_act_ops(void **state) {
 
 /* ---- matmul ---------------------------------------------------------------------------- */
 
-/* act of group g (layer l) made by each backend's own op from the same random input:
- * rmsnorm_quant (QKV, GATE_UP), act_quant (O), silu_mul_quant (DOWN). */
-static void make_acts(const pair *p, int l, comet_group g, int T, sbuf *ac, sbuf *ag) {
-    const int K = comet_group_width(p->m, g);
-    *ac = sb_alloc(g_cpu, comet_act_bytes(T, K));
-    *ag = sb_alloc(g_cuda, comet_act_bytes(T, K));
-    if (g == COMET_GROUP_DOWN) {
-        size_t n = (size_t)T * K;
-        float *gate = st_malloc(n * 4), *up = st_malloc(n * 4);
-        st_fill_act(gate, T, K, 4.0f);
-        st_fill_act(up, T, K, 1.0f);
-        sbuf gc = sb_from(g_cpu, gate, n * 4), uc = sb_from(g_cpu, up, n * 4);
-        sbuf gg = sb_from(g_cuda, gate, n * 4), ug = sb_from(g_cuda, up, n * 4);
-        OP_OK(g_cpu,
-              g_cpu->ops->silu_mul_quant(g_cpu, p->wc, l, sb_f(&gc), sb_f(&uc), T, sb_ptr(ac)),
-              "silu_mul_quant");
-        OP_OK(g_cuda,
-              g_cuda->ops->silu_mul_quant(g_cuda, p->wg, l, sb_f(&gg), sb_f(&ug), T, sb_ptr(ag)),
-              "silu_mul_quant");
-        st_sync_ok(g_cuda);
-        sb_free(&gc), sb_free(&uc), sb_free(&gg), sb_free(&ug);
-        free(gate), free(up);
-        return;
-    }
-    size_t n = (size_t)T * K;
-    float *x = st_malloc(n * 4);
-    st_fill_act(x, T, K, 1.0f);
-    sbuf xc = sb_from(g_cpu, x, n * 4), xg = sb_from(g_cuda, x, n * 4);
-    if (g == COMET_GROUP_O) {
-        OP_OK(g_cpu, g_cpu->ops->act_quant(g_cpu, p->wc, l, g, sb_f(&xc), T, sb_ptr(ac)),
-              "act_quant");
-        OP_OK(g_cuda, g_cuda->ops->act_quant(g_cuda, p->wg, l, g, sb_f(&xg), T, sb_ptr(ag)),
-              "act_quant");
-    } else {
-        OP_OK(g_cpu, g_cpu->ops->rmsnorm_quant(g_cpu, p->wc, l, g, sb_f(&xc), NULL, T, sb_ptr(ac)),
-              "rmsnorm_quant");
-        OP_OK(g_cuda,
-              g_cuda->ops->rmsnorm_quant(g_cuda, p->wg, l, g, sb_f(&xg), NULL, T, sb_ptr(ag)),
-              "rmsnorm_quant");
-    }
-    st_sync_ok(g_cuda);
-    sb_free(&xc), sb_free(&xg);
-    free(x);
-}
-
 /* y [T, N] of role r from acts ac (CPU) and ag (CUDA); returns the CUDA and CPU outputs. */
 static void run_matmul(const pair *p, int l, comet_role r, int T, const sbuf *ac, const sbuf *ag,
                        float **yg_out, float **yc_out, const char *what) {
@@ -359,7 +308,8 @@ static void test_matmul(void **state) {
     static const int Ts[] = {1, 7, 70};
     static const char *const role_name[COMET_ROLE_COUNT] = {"q",    "k",  "v",   "o",
                                                             "gate", "up", "down"};
-    double worst_a = 0, worst_b = 0;
+    double worst = 0;
+    int n_cases = 0;
     for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
         for (int l = 0; l < c->n_layer; l++)
             for (int r = 0; r < COMET_ROLE_COUNT; r++) {
@@ -371,8 +321,8 @@ static void test_matmul(void **state) {
                 char what[128];
                 float *yg, *yc;
                 if (w4ax) {
-                    /* A: one activation for both: the CPU's codes and scales, dequantized for
-                     * the CPU and in the CUDA layout for the GEMM */
+                    /* one activation for both: the CPU's codes and scales, dequantized for the
+                     * CPU and in the CUDA layout for the GEMM */
                     const comet_linear *lin = st_group_linear(p.m, l, g);
                     const int B = lin->block, nb = K / B;
                     snprintf(what, sizeof what, "%s: matmul %s layer %d T %d (one act)", v->name,
@@ -409,212 +359,15 @@ static void test_matmul(void **state) {
                             fail_msg("%s: row %d max |diff| %.3g > 1e-3 * max |y| %.3g", what, t,
                                      md, mb);
                     }
-                    worst_a = fmax(worst_a, e);
+                    worst = fmax(worst, e);
+                    n_cases++;
                     sb_free(&ac), sb_free(&ag);
                     free(x), free(deq), free(q), free(s), free(img), free(yg), free(yc);
                 }
-                /* B: each backend's own activation from the same input */
-                snprintf(what, sizeof what, "%s: matmul %s layer %d T %d (own acts)", v->name,
-                         role_name[r], l, T);
-                sbuf ac, ag;
-                make_acts(&p, l, g, T, &ac, &ag);
-                run_matmul(&p, l, (comet_role)r, T, &ac, &ag, &yg, &yc, what);
-                double tol = w4ax ? 1e-3 : 2e-2;
-                double e = st_nerr(yg, yc, (size_t)T * N);
-                if (!(e <= tol))
-                    fail_msg("%s: relative norm error %.3g > %.3g", what, e, tol);
-                worst_b = fmax(worst_b, e);
-                sb_free(&ac), sb_free(&ag);
-                free(yg), free(yc);
             }
-    print_message("%s: matmul ok, worst relative norm error %.3g (one act), %.3g (own acts)\n",
-                  v->name, worst_a, worst_b);
-    pair_free(&p);
-}
-
-/* matmul_group: each output equal to matmul of its role on the same activation (W4Ax: one
- * stacked GEMM either way, bit for bit; FP16: one cuBLAS call over the stack against one
- * per role, within 1e-6 relative norm error), guards intact. */
-static void test_matmul_group(void **state) {
-    const variant *v = *state;
-    pair p = pair_make(v);
-    const comet_model_config *c = &p.m->cfg;
-    static const int Ts[] = {1, 7, 70};
-    static const comet_group groups[2] = {COMET_GROUP_QKV, COMET_GROUP_GATE_UP};
-    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
-        for (int l = 0; l < c->n_layer; l++)
-            for (int gi = 0; gi < 2; gi++) {
-                const int T = Ts[ti];
-                const comet_group g = groups[gi];
-                const comet_role first = g == COMET_GROUP_QKV ? COMET_ROLE_Q : COMET_ROLE_GATE;
-                const int n_roles = g == COMET_GROUP_QKV ? 3 : 2;
-                const int w4ax = st_group_w4ax(p.m, l, g);
-                char what[128];
-                snprintf(what, sizeof what, "%s: matmul_group %s layer %d T %d", v->name,
-                         g == COMET_GROUP_QKV ? "qkv" : "gate_up", l, T);
-                sbuf ac, ag;
-                make_acts(&p, l, g, T, &ac, &ag);
-                sbuf ys[3], y1[3];
-                float *outs[3] = {NULL, NULL, NULL};
-                for (int i = 0; i < n_roles; i++) {
-                    const size_t n = (size_t)T * comet_model_linear(p.m, l, first + i)->n_out;
-                    ys[i] = sb_alloc(g_cuda, n * 4);
-                    y1[i] = sb_alloc(g_cuda, n * 4);
-                    outs[i] = sb_f(&ys[i]);
-                    OP_OK(g_cuda,
-                          g_cuda->ops->matmul(g_cuda, p.wg, l, first + i, sb_ptr(&ag), T,
-                                              sb_f(&y1[i])),
-                          what);
-                }
-                OP_OK(g_cuda, g_cuda->ops->matmul_group(g_cuda, p.wg, l, g, sb_ptr(&ag), T, outs),
-                      what);
-                st_sync_ok(g_cuda);
-                for (int i = 0; i < n_roles; i++) {
-                    const size_t n = (size_t)T * comet_model_linear(p.m, l, first + i)->n_out;
-                    float *a = sb_fetch(&ys[i], n * 4), *b = sb_fetch(&y1[i], n * 4);
-                    long nan_at = st_first_nan(a, n);
-                    if (nan_at >= 0)
-                        fail_msg("%s: output %d element %ld is NaN (unwritten?)", what, i, nan_at);
-                    if (w4ax) {
-                        if (memcmp(a, b, n * 4))
-                            fail_msg("%s: output %d differs from matmul of its role", what, i);
-                    } else {
-                        double e = st_nerr(a, b, n);
-                        if (!(e <= 1e-6))
-                            fail_msg("%s: output %d relative norm error %.3g > 1e-6", what, i, e);
-                    }
-                    SB_CHECK_GUARDS(&ys[i], what);
-                    free(a), free(b);
-                    sb_free(&ys[i]), sb_free(&y1[i]);
-                }
-                sb_free(&ac), sb_free(&ag);
-            }
-    print_message("%s: matmul_group ok\n", v->name);
-    pair_free(&p);
-}
-
-/* ---- embed_tokens and lm_head ------------------------------------------------------------ */
-
-/* One sequence of T tokens from position 0 in pages 0, 1, ... */
-typedef struct hbatch {
-    comet_batch b;
-    int32_t *tokens, *positions, *token_indptr, *page_indptr, *page_indices, *last_page_len,
-        *logit_rows;
-} hbatch;
-
-static void hbatch_free(hbatch *h) {
-    free(h->tokens), free(h->positions), free(h->token_indptr), free(h->page_indptr);
-    free(h->page_indices), free(h->last_page_len), free(h->logit_rows);
-    memset(h, 0, sizeof *h);
-}
-
-static hbatch hbatch_single(int T, int V, const int32_t *rows, int n_rows) {
-    hbatch h;
-    memset(&h, 0, sizeof h);
-    int np = (T + PAGE - 1) / PAGE;
-    h.tokens = st_malloc((size_t)T * 4);
-    h.positions = st_malloc((size_t)T * 4);
-    h.token_indptr = st_malloc(2 * 4);
-    h.page_indptr = st_malloc(2 * 4);
-    h.page_indices = st_malloc((size_t)np * 4);
-    h.last_page_len = st_malloc(4);
-    h.logit_rows = st_malloc((size_t)(n_rows > 0 ? n_rows : 1) * 4);
-    for (int t = 0; t < T; t++) {
-        h.tokens[t] = t == 0 ? 0 : t == 1 ? V - 1 : (int32_t)(st_next() % (uint64_t)V);
-        h.positions[t] = t;
-    }
-    for (int i = 0; i < np; i++)
-        h.page_indices[i] = i;
-    h.token_indptr[0] = 0, h.token_indptr[1] = T;
-    h.page_indptr[0] = 0, h.page_indptr[1] = np;
-    h.last_page_len[0] = T - (np - 1) * PAGE;
-    memcpy(h.logit_rows, rows, (size_t)n_rows * 4);
-    h.b = (comet_batch){.n_tokens = T,
-                        .n_seqs = 1,
-                        .tokens = h.tokens,
-                        .positions = h.positions,
-                        .token_indptr = h.token_indptr,
-                        .page_indptr = h.page_indptr,
-                        .page_indices = h.page_indices,
-                        .last_page_len = h.last_page_len,
-                        .n_logits = n_rows,
-                        .logit_rows = h.logit_rows};
-    return h;
-}
-
-static void test_embed_lm_head(void **state) {
-    const variant *v = *state;
-    pair p = pair_make(v);
-    const comet_model_config *c = &p.m->cfg;
-    const int C = c->n_embd, V = c->n_vocab;
-    static const int Ts[] = {1, 9, 40};
-    double worst = 0;
-    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++)
-        for (int variant_rows = 0; variant_rows < 3; variant_rows++) {
-            const int T = Ts[ti];
-            int32_t rows[64];
-            int n_rows = 0;
-            if (variant_rows == 0) {
-                rows[n_rows++] = T - 1;
-            } else if (variant_rows == 1) { /* out of order */
-                rows[n_rows++] = T - 1;
-                if (T > 1)
-                    rows[n_rows++] = 0;
-                if (T > 2)
-                    rows[n_rows++] = T / 2;
-            } else {
-                for (int t = T - 1; t >= 0; t--)
-                    rows[n_rows++] = t;
-            }
-            char what[128];
-            snprintf(what, sizeof what, "%s: embed_tokens + lm_head T %d, %d logit rows", v->name,
-                     T, n_rows);
-            hbatch hb = hbatch_single(T, V, rows, n_rows);
-            comet_step sc, sg;
-            OP_OK(g_cpu, g_cpu->ops->step_begin(g_cpu, &hb.b, &sc), "step_begin");
-            OP_OK(g_cuda, g_cuda->ops->step_begin(g_cuda, &hb.b, &sg), "step_begin");
-            const size_t n = (size_t)T * C;
-            sbuf xc = sb_alloc(g_cpu, n * 4), xg = sb_alloc(g_cuda, n * 4);
-            OP_OK(g_cpu, g_cpu->ops->embed_tokens(g_cpu, p.wc, &sc, sb_f(&xc)), what);
-            OP_OK(g_cuda, g_cuda->ops->embed_tokens(g_cuda, p.wg, &sg, sb_f(&xg)), what);
-            st_sync_ok(g_cuda);
-            float *xc_h = sb_fetch(&xc, n * 4), *xg_h = sb_fetch(&xg, n * 4);
-            if (memcmp(xc_h, xg_h, n * 4))
-                fail_msg("%s: embed_tokens differs from the CPU's (must be bit-exact)", what);
-            SB_CHECK_GUARDS(&xg, "embed_tokens");
-
-            sbuf ac = sb_alloc(g_cpu, comet_act_bytes(T, C)),
-                 ag = sb_alloc(g_cuda, comet_act_bytes(T, C));
-            OP_OK(g_cpu,
-                  g_cpu->ops->rmsnorm_quant(g_cpu, p.wc, 0, COMET_GROUP_LM_HEAD, sb_f(&xc), NULL, T,
-                                            sb_ptr(&ac)),
-                  what);
-            OP_OK(g_cuda,
-                  g_cuda->ops->rmsnorm_quant(g_cuda, p.wg, 0, COMET_GROUP_LM_HEAD, sb_f(&xg), NULL,
-                                             T, sb_ptr(&ag)),
-                  what);
-            const size_t nl = (size_t)n_rows * V;
-            sbuf lc = sb_alloc(g_cpu, nl * 4), lg = sb_alloc(g_cuda, nl * 4);
-            OP_OK(g_cpu, g_cpu->ops->lm_head(g_cpu, p.wc, sb_ptr(&ac), &sc, sb_f(&lc)), what);
-            OP_OK(g_cuda, g_cuda->ops->lm_head(g_cuda, p.wg, sb_ptr(&ag), &sg, sb_f(&lg)), what);
-            st_sync_ok(g_cuda);
-            float *lc_h = sb_fetch(&lc, nl * 4), *lg_h = sb_fetch(&lg, nl * 4);
-            long nan_at = st_first_nan(lg_h, nl);
-            if (nan_at >= 0)
-                fail_msg("%s: logit %ld is NaN (unwritten?)", what, nan_at);
-            for (int r = 0; r < n_rows; r++) {
-                double e = st_nerr(lg_h + (size_t)r * V, lc_h + (size_t)r * V, (size_t)V);
-                if (!(e <= 2e-2))
-                    fail_msg("%s: logits row %d (token %d): relative norm error %.3g > 2e-2", what,
-                             r, rows[r], e);
-                worst = fmax(worst, e);
-            }
-            SB_CHECK_GUARDS(&lg, "lm_head");
-            sb_free(&xc), sb_free(&xg), sb_free(&ac), sb_free(&ag), sb_free(&lc), sb_free(&lg);
-            free(xc_h), free(xg_h), free(lc_h), free(lg_h);
-            hbatch_free(&hb);
-        }
-    print_message("%s: embed_tokens bit-exact, lm_head worst row error %.3g\n", v->name, worst);
+    assert_true(n_cases > 0); /* the variant has W4Ax groups */
+    print_message("%s: matmul ok (%d cases), worst relative norm error %.3g\n", v->name, n_cases,
+                  worst);
     pair_free(&p);
 }
 
@@ -638,17 +391,8 @@ int main(void) {
         cmocka_unit_test_prestate(test_act_ops, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_act_ops, (void *)&V_W4A8),
         cmocka_unit_test_prestate(test_act_ops, (void *)&V_W16),
-        cmocka_unit_test_prestate(test_matmul, (void *)&V_FP32),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A8),
-        cmocka_unit_test_prestate(test_matmul, (void *)&V_W16),
-        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_FP32),
-        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W4A4),
-        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W4A8),
-        cmocka_unit_test_prestate(test_matmul_group, (void *)&V_W16),
-        cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_FP32),
-        cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_W4A4),
-        cmocka_unit_test_prestate(test_embed_lm_head, (void *)&V_W16),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
         cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));

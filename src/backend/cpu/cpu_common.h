@@ -1,6 +1,6 @@
 /* cpu_common.h — pieces shared by the CPU reference and fast backends: limits, the KV
- * append and the KV rotation around attention, the W4Ax weights both load the same way,
- * and the step ops made of their primitives. */
+ * append and the KV rotation around attention, and the step ops made of their primitives
+ * (cpu_prims.h). */
 #ifndef COMET_BACKEND_CPU_COMMON_H
 #define COMET_BACKEND_CPU_COMMON_H
 
@@ -17,7 +17,8 @@
 comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                  const comet_batch *b, const float *k, const float *v);
 
-/* A backend's attention over the cache as stored (the backend_ops attention signature). */
+/* A backend's attention over the cache as stored (the signature of comet_cpu_prims's
+ * attention). */
 typedef comet_status (*comet_cpu_attention_fn)(comet_backend *be, const comet_kv_cache *kv,
                                                int layer, const comet_batch *b, const float *q,
                                                int H, float *out);
@@ -31,30 +32,8 @@ comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache
                                          const comet_batch *b, const float *q, int H, float *out,
                                          comet_cpu_attention_fn attend);
 
-/* W4Ax GEMM weights of both CPU backends (backend.h w4ax_load): host copies in the plain
- * layout of quant/w4_plain.h, plus the scales converted to fp32 (exactly) for the fast path. */
-#define COMET_CPU_W4AX_MAGIC 0x34415743u /* "CWA4": made by a CPU backend's w4ax_load */
-struct comet_w4ax_weight {
-    uint32_t magic;
-    int N, K, B;
-    uint8_t *qw;   /* [N, K/2] INT4 codes, plain layout */
-    uint16_t *sw;  /* [N, K/B] fp16 scale bits */
-    float *sw_f32; /* [N, K/B] the same scales as fp32 */
-};
-
-/* The w4ax_load and w4ax_free ops of both CPU backends. */
-comet_status comet_cpu_w4ax_load(comet_backend *be, int N, int K, int B, const uint8_t *qw_plain,
-                                 const uint16_t *sw_plain, comet_w4ax_weight **out);
-void comet_cpu_w4ax_free(comet_backend *be, comet_w4ax_weight *w);
-
-/* The argument checks of a CPU gemm_w4ax: comet_w4ax_check_gemm, w made by a CPU backend,
- * and every code of the INT4 blocks n8..K/B-1 of qa in [-8, 7].
- * COMET_OK or COMET_ERR_INVALID_ARG naming the problem. */
-comet_status comet_cpu_w4ax_check(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
-                                  const int8_t *qa, const float *sa, const float *y);
-
 /* The memory, weight, KV and step ops of both CPU backends (cpu_step.c, backend.h): made
- * of the calling backend's own fp32 primitives. */
+ * of the calling backend's own fp32 primitives (cpu_prims.h). */
 void *comet_cpu_alloc(comet_backend *be, size_t bytes);
 void comet_cpu_free(comet_backend *be, void *p);
 comet_status comet_cpu_copy(comet_backend *be, void *dst, const void *src, size_t bytes);

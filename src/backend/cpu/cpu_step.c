@@ -1,7 +1,7 @@
 /* cpu_step.c — the step ops, memory ops, weights and KV pool of both CPU backends (backend.h),
- * made of each backend's own fp32 primitives (embed, rmsnorm, linear, rope, kv_append,
- * attention, silu_mul, residual_add, logits), so the reference and the fast backend keep
- * their own arithmetic and the layer loop runs the same on both.
+ * made of each backend's own fp32 primitives (cpu_prims.h: embed, rmsnorm, linear, rope,
+ * kv_append, attention, silu_mul, residual_add, logits), so the reference and the fast
+ * backend keep their own arithmetic and the layer loop runs the same on both.
  *
  * Memory is the host's; the weights are the model's own fp32 arrays (borrowed). A quantized
  * group's activation is the fp32 simulation of docs/numerics.md: x gathered by the group's
@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_prims.h"
 #include "backend/kv_cache.h"
 #include "numerics/qlinear.h"
 
@@ -87,7 +88,8 @@ comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w, c
     const comet_model *m = w->m;
     const int C = m->cfg.n_embd;
     if (!m->vocab_total)
-        return be->ops->embed(be, m->tok_embd, C, st->dev.tokens, st->dev.n_tokens, x);
+        return comet_cpu_prims_of(be)->embed(be, m->tok_embd, C, st->dev.tokens, st->dev.n_tokens,
+                                             x);
     for (int t = 0; t < st->dev.n_tokens; t++) { /* a shard: its rows, zeros for the others */
         int row = st->dev.tokens[t] - m->vocab0;
         if (row >= 0 && row < m->cfg.n_vocab)
@@ -133,14 +135,14 @@ comet_status comet_cpu_rmsnorm_quant(comet_backend *be, const comet_weights *cw,
     const float *norm = comet_model_norm(m, layer, g);
     COMET_ASSERT(norm);
     if (residual)
-        COMET_TRY(be->ops->residual_add(be, x, residual, T, C));
+        COMET_TRY(comet_cpu_prims_of(be)->residual_add(be, x, residual, T, C));
     const comet_linear *lin = group_linear(m, layer, g);
     if (!group_quantized(lin))
-        return be->ops->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, act);
+        return comet_cpu_prims_of(be)->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, act);
     float *h = scratch(w, (size_t)T * C);
     if (!h)
         return COMET_ERR_NOMEM;
-    COMET_TRY(be->ops->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, h));
+    COMET_TRY(comet_cpu_prims_of(be)->rmsnorm(be, x, norm, T, C, m->cfg.rms_eps, h));
     comet_qlinear_input(lin, h, T, act);
     return COMET_OK;
 }
@@ -161,11 +163,11 @@ comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *cw
     int F = w->m->cfg.n_ff;
     const comet_linear *lin = group_linear(w->m, layer, COMET_GROUP_DOWN);
     if (!group_quantized(lin))
-        return be->ops->silu_mul(be, gate, up, T, F, act);
+        return comet_cpu_prims_of(be)->silu_mul(be, gate, up, T, F, act);
     float *h = scratch(w, (size_t)T * F);
     if (!h)
         return COMET_ERR_NOMEM;
-    COMET_TRY(be->ops->silu_mul(be, gate, up, T, F, h));
+    COMET_TRY(comet_cpu_prims_of(be)->silu_mul(be, gate, up, T, F, h));
     comet_qlinear_input(lin, h, T, act);
     return COMET_OK;
 }
@@ -177,28 +179,29 @@ comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int lay
                               const void *act, int T, float *y) {
     const comet_linear *orig = comet_model_linear(w->m, layer, r);
     if (orig->fmt != COMET_WFMT_QSIM)
-        return be->ops->linear(be, orig, act, T, y);
+        return comet_cpu_prims_of(be)->linear(be, orig, act, T, y);
     comet_linear lin = *orig;
     lin.perm = NULL;
     lin.a_bits = 16;
-    return be->ops->linear(be, &lin, act, T, y);
+    return comet_cpu_prims_of(be)->linear(be, &lin, act, T, y);
 }
 
 comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                       const comet_step *st, const comet_rope_params *rp, float *q,
                                       int H, float *k, const float *v) {
-    COMET_TRY(be->ops->rope(be, rp, st->dev.positions, st->dev.n_tokens, q, H, k, kv->n_head_kv));
-    return be->ops->kv_append(be, kv, layer, &st->dev, k, v);
+    COMET_TRY(comet_cpu_prims_of(be)->rope(be, rp, st->dev.positions, st->dev.n_tokens, q, H, k,
+                                           kv->n_head_kv));
+    return comet_cpu_prims_of(be)->kv_append(be, kv, layer, &st->dev, k, v);
 }
 
 comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
                                        const comet_step *st, const float *q, int H, float *out) {
-    return be->ops->attention(be, kv, layer, &st->dev, q, H, out);
+    return comet_cpu_prims_of(be)->attention(be, kv, layer, &st->dev, q, H, out);
 }
 
 comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                const comet_step *st, float *logits) {
     const comet_model_config *c = &w->m->cfg;
-    return be->ops->logits(be, act, st->dev.logit_rows, st->dev.n_logits, w->m->lm_head, c->n_embd,
-                           c->n_vocab, logits);
+    return comet_cpu_prims_of(be)->logits(be, act, st->dev.logit_rows, st->dev.n_logits,
+                                          w->m->lm_head, c->n_embd, c->n_vocab, logits);
 }

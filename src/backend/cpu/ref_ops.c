@@ -1,7 +1,7 @@
 /* ref_ops.c — the scalar CPU reference backend: the oracle every fast path is tested
  * against. One screen per op, obvious loops, single-threaded, fp32 storage with double
  * accumulation where a sum runs long (norms, dot products, softmax). Speed is not a goal
- * here; clarity is. The fast backend lives in cpu_ops.c.
+ * here; clarity is. The fast backend lives in cpu_ops.c and cpu_attention.c.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -9,9 +9,8 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
-#include "backend/cpu/ref_gemm_w4ax.h"
+#include "backend/cpu/cpu_prims.h"
 #include "numerics/qlinear.h"
-#include "numerics/quant.h"
 
 static comet_status ref_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
                               int T, float *x) {
@@ -143,25 +142,15 @@ static comet_status ref_logits(comet_backend *be, const float *x, const int32_t 
     return COMET_OK;
 }
 
-/* gemm_w4ax: the scalar oracle itself (ref_gemm_w4ax.c). The INT4 blocks are scanned by the
- * shared check first, so both CPU backends refuse out-of-range codes with the same words. */
-static comet_status ref_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
-                                  const int8_t *qa, const float *sa, float *y) {
-    COMET_TRY(comet_cpu_w4ax_check(be, w, M, n8, qa, sa, y));
-    return comet_ref_gemm_w4ax(M, w->N, w->K, w->B, n8, w->qw, w->sw, qa, sa, y, NULL);
-}
-
 static void ref_destroy(comet_backend *be) { free(be); }
 
-/* attention as the ops table sees it: the KV rotation (if any) around ref_attention_stored */
+/* attention as the primitives table has it: the KV rotation (if any) around ref_attention_stored */
 static comet_status ref_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
                                   const comet_batch *b, const float *q, int H, float *out) {
     return comet_cpu_attention_rotated(be, kv, layer, b, q, H, out, ref_attention_stored);
 }
 
-static const comet_backend_ops ref_ops = {
-    .name = "cpu-ref",
-    COMET_CPU_STEP_OPS,
+static const comet_cpu_prims ref_prims = {
     .embed = ref_embed,
     .rmsnorm = ref_rmsnorm,
     .linear = ref_linear,
@@ -171,11 +160,16 @@ static const comet_backend_ops ref_ops = {
     .silu_mul = ref_silu_mul,
     .residual_add = ref_residual_add,
     .logits = ref_logits,
-    .w4ax_load = comet_cpu_w4ax_load,
-    .w4ax_free = comet_cpu_w4ax_free,
-    .gemm_w4ax = ref_gemm_w4ax,
+};
+
+static const comet_backend_ops ref_ops = {
+    .name = "cpu-ref",
+    COMET_CPU_STEP_OPS,
     .destroy = ref_destroy,
 };
+
+/* The reference backend's whole private state: its primitives (never written). */
+static comet_cpu_state ref_state = {&ref_prims};
 
 comet_backend *comet_backend_cpu_ref_init(void) {
     comet_backend *be = calloc(1, sizeof *be);
@@ -184,6 +178,7 @@ comet_backend *comet_backend_cpu_ref_init(void) {
         return NULL;
     }
     be->ops = &ref_ops;
+    be->impl = &ref_state;
     be->n_threads = 1;
     return be;
 }

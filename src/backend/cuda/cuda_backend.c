@@ -13,17 +13,19 @@
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
  * - Decode steps are recorded as CUDA graphs, one per batch size and attention split
  *   count, and replayed (graph_begin / graph_end; COMET_CUDA_GRAPHS=0 turns them off).
- * The fp32 primitives of the CPU backends (embed ... logits) are NULL here. The step ops
- * read the batch of the backend's latest step_begin (its device copy and attention tiles
- * live in the backend; a step must not be used after the next step_begin). Per-step ops
- * allocate nothing except when a step needs more than any before: the step buffers and
- * attention's split workspace grow (geometrically; growing waits for the stream).
+ * - The W4Ax weights of weights_load and their checked GEMM (comet_cuda_be_w4ax_load,
+ *   comet_cuda_be_gemm_w4ax, cuda_internal.h), which tests drive directly.
+ * The step ops read the batch of the backend's latest step_begin (its device copy and
+ * attention tiles live in the backend; a step must not be used after the next step_begin).
+ * Per-step ops allocate nothing except when a step needs more than any before: the step
+ * buffers and attention's split workspace grow (geometrically; growing waits for the
+ * stream).
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
  * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h and model_ops.h (+ their kernels),
- * gemm_w4ax_pack.c, backend.c, rope.c, core/status.c and core/log.c. Without
- * COMET_HAVE_CUDA this file compiles to stubs that fail with a message, so that callers
- * always link.
+ * gemm_w4ax_pack.c, backend.c, w4ax_check.c, rope.c, numerics/group.c, core/status.c and
+ * core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that fail with a
+ * message, so that callers always link.
  */
 #include "backend/backend.h"
 
@@ -40,6 +42,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
+#include "backend/w4ax_check.h"
 #include "comet/log.h"
 
 static const comet_backend_ops cuda_ops;
@@ -122,7 +125,10 @@ void comet_cuda_be_w4ax_free(comet_backend *be, comet_w4ax_weight *w) {
 comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
                                      const uint8_t *qw_plain, const uint16_t *sw_plain,
                                      comet_w4ax_weight **out) {
-    COMET_TRY(comet_w4ax_check_load(be, N, K, B, qw_plain, sw_plain, out));
+    if (out)
+        *out = NULL;
+    COMET_TRY(
+        comet_w4ax_check_load("w4ax_load (backend 'cuda')", N, K, B, qw_plain, sw_plain, out));
     if (K > COMET_CUDA_W4AX_MAX_K) /* the GEMM would refuse every call with this weight */
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "w4ax_load (backend 'cuda'): K=%d; the CUDA W4Ax GEMM takes K <= %d",
@@ -235,14 +241,15 @@ comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weig
     return comet_cuda_gemm_w4ax(&g, im->stream);
 }
 
-static comet_status cuda_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
-                                   const int8_t *qa, const float *sa, float *y) {
+comet_status comet_cuda_be_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
+                                     const int8_t *qa, const float *sa, float *y) {
     cuda_impl *im = impl_of(be);
     if (w && w->magic != CUDA_W4AX_MAGIC)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend 'cuda'): the weight was not made by a CUDA "
                                "backend's w4ax_load");
-    COMET_TRY(comet_w4ax_check_gemm(be, w, w ? w->K : 0, w ? w->B : 0, M, n8, qa, sa, y));
+    COMET_TRY(comet_w4ax_check_gemm("gemm_w4ax (backend 'cuda')", w, w ? w->K : 0, w ? w->B : 0, M,
+                                    n8, qa, sa, y));
     if (w->device != im->device)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax (backend 'cuda'): the weight lives on device %d, this "
@@ -573,9 +580,6 @@ static const comet_backend_ops cuda_ops = {
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,
     .sample = comet_cuda_be_sample,
-    .w4ax_load = comet_cuda_be_w4ax_load,
-    .w4ax_free = comet_cuda_be_w4ax_free,
-    .gemm_w4ax = cuda_gemm_w4ax,
     .destroy = cuda_destroy,
 };
 

@@ -14,7 +14,7 @@
 #include "backend/cuda/model_ops.h"
 #include "backend/cuda/sample.h"
 
-#define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4"; the CPU backends tag theirs "CWA4" */
+#define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4": made by comet_cuda_be_w4ax_load */
 
 #define ROPE_SLOTS 8                                     /* distinct RoPE tables kept */
 #define ROPE_SLOT_FREQS (COMET_CUDA_KV_MAX_HEAD_DIM / 2) /* doubles per table */
@@ -73,13 +73,15 @@ typedef struct cuda_impl {
     size_t smp_cap;
 } cuda_impl;
 
-struct comet_w4ax_weight {
+/* A W4Ax linear's weight on the device, packed for the GEMM (gemm_w4ax.h): made by
+ * comet_cuda_be_w4ax_load, released by comet_cuda_be_w4ax_free. */
+typedef struct comet_w4ax_weight {
     uint32_t magic;
     int device; /* the GPU holding qw and sw */
     int N, K, B;
     uint8_t *qw;  /* device, comet_cuda_w4ax_packed_qw_bytes(N, K) */
     uint16_t *sw; /* device, comet_cuda_w4ax_packed_sw_bytes(N, K, B) */
-};
+} comet_w4ax_weight;
 
 static inline cuda_impl *impl_of(comet_backend *be) { return be->impl; }
 
@@ -197,10 +199,28 @@ void comet_cuda_be_leave(CUcontext prev);
 comet_status comet_cuda_be_prefix_error(comet_status st, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* backend.h w4ax_load / w4ax_free of the CUDA backend. */
+/* The CUDA backend's W4Ax weights, as weights_load makes them for the step ops, and a checked
+ * GEMM on them; tests/cuda/test_backend_cuda.c drives them directly (cuda_backend.c).
+ *
+ * comet_cuda_be_w4ax_load: copy host weights in the plain layout of numerics/w4_plain.h —
+ * qw_plain [N, K/2] INT4 codes, sw_plain [N, K/B] fp16 scale bits, borrowed for the call —
+ * comet_cuda_w4ax_pack'ed into be's device memory. *out, owned by the caller, is released
+ * with comet_cuda_be_w4ax_free and must not outlive be. COMET_OK; COMET_ERR_INVALID_ARG
+ * (comet_w4ax_check_load's checks, K above COMET_CUDA_W4AX_MAX_K), the problem named;
+ * COMET_ERR_NOMEM; COMET_ERR_CUDA. *out is NULL on failure.
+ * comet_cuda_be_w4ax_free: NULL is a no-op; waits for the whole device first (a GEMM of any
+ * CUDA backend on the device may still read w).
+ * comet_cuda_be_gemm_w4ax: y [M, N] fp32 = the GEMM of w on qa [M, K] int8 codes (16-byte
+ * aligned) and sa [M, K/B] fp32 scales, device memory, asynchronous on be's stream (y is
+ * ready, and a kernel's failure surfaces, at comet_backend_cuda_sync); w may come from any
+ * CUDA backend on the same device. COMET_OK; COMET_ERR_INVALID_ARG (comet_w4ax_check_gemm's
+ * checks, w not made by comet_cuda_be_w4ax_load, w on another device); COMET_ERR_NOMEM /
+ * COMET_ERR_CUDA (growing the workspace or the launch). INT4-block codes are not scanned. */
 comet_status comet_cuda_be_w4ax_load(comet_backend *be, int N, int K, int B,
                                      const uint8_t *qw_plain, const uint16_t *sw_plain,
                                      comet_w4ax_weight **out);
 void comet_cuda_be_w4ax_free(comet_backend *be, comet_w4ax_weight *w);
+comet_status comet_cuda_be_gemm_w4ax(comet_backend *be, const comet_w4ax_weight *w, int M, int n8,
+                                     const int8_t *qa, const float *sa, float *y);
 
 #endif

@@ -1,4 +1,5 @@
-/* step_test_util.h — helpers of test_step_ops_cuda.c (cmocka; include after <cmocka.h>):
+/* step_test_util.h — helpers of the step-op tests (test_backend_ops.c, tests/cuda; cmocka:
+ * include after <cmocka.h>):
  * guarded and poisoned buffers in any backend's memory (through the op table's alloc /
  * upload / download, so the same code serves the CPU and the CUDA backend), a random
  * LLaMA model of chosen shape whose buffers the model owns (so comet_fmpq_quantize can
@@ -7,8 +8,8 @@
  * reference.
  *
  * Header-only (static functions): each test stays one executable. */
-#ifndef COMET_TESTS_CUDA_STEP_TEST_UTIL_H
-#define COMET_TESTS_CUDA_STEP_TEST_UTIL_H
+#ifndef COMET_TESTS_STEP_TEST_UTIL_H
+#define COMET_TESTS_STEP_TEST_UTIL_H
 
 #include <math.h>
 #include <stdint.h>
@@ -245,7 +246,7 @@ static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, in
 static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block) {
     comet_calib_stats *cs = comet_calib_stats_init(&m->cfg, 0);
     assert_non_null(cs);
-    for (int g = 0; g < COMET_QGROUP_COUNT; g++)
+    for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         for (size_t i = 0; i < (size_t)m->cfg.n_layer * cs->width[g]; i++)
             cs->sal[g][i] = (0.5f + 0.5f * st_u()) * (st_next() % 50 == 0 ? 50.0f : 1.0f);
     cs->n_tokens = 1;
