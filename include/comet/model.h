@@ -77,7 +77,7 @@ typedef enum comet_wfmt {
     COMET_WFMT_QSIM, /* FMPQ (docs/numerics.md) run by fp32 simulation: x' = x gathered by perm,
                       * activations quantized->dequantized per token per block (a_bits 4),
                       * y = x' · wᵀ with w the dequantized weights in permuted column order.
-                      * src/quant/qlinear.h implements the input side. */
+                      * src/numerics/qlinear.h implements the input side. */
     COMET_WFMT_COUNT
 } comet_wfmt;
 
@@ -97,7 +97,7 @@ typedef struct comet_linear {
     int a_bits;                 /* 4 (INT4 + n8 INT8 blocks) or 8 (n8 = all blocks): quantize
                                  * activations as above; 16: keep them fp32 */
     int w_bits;                 /* 4 or 8: codes below; 16 / 32: w only (fp16 / fp32) */
-    uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (quant/w4_plain.h);
+    uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (numerics/w4_plain.h);
                                  * 8: [N, K] int8; 16, 32: NULL */
     uint16_t *sw;               /* [N, K/B] fp16 weight scales; NULL for w_bits 16, 32 */
 } comet_linear;

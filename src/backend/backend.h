@@ -294,7 +294,7 @@ typedef struct comet_backend_ops {
      * outer sum runs over b in increasing order (CPU backends: bit for bit the scalar oracle
      * comet_ref_gemm_w4ax; CUDA: equal up to fp32 rounding of the outer sum).
      *
-     * w4ax_load: copy host weights in the plain layout of quant/w4_plain.h — qw_plain
+     * w4ax_load: copy host weights in the plain layout of numerics/w4_plain.h — qw_plain
      * [N, K/2] INT4 codes, sw_plain [N, K/B] fp16 scale bits, both borrowed for the call —
      * into the backend's own layout and memory (CPU: a host copy, plain layout; CUDA:
      * comet_cuda_w4ax_pack'ed, in device memory). *out receives a weight owned by the

@@ -32,7 +32,7 @@ comet_status comet_cpu_attention_rotated(comet_backend *be, const comet_kv_cache
                                          comet_cpu_attention_fn attend);
 
 /* W4Ax GEMM weights of both CPU backends (backend.h w4ax_load): host copies in the plain
- * layout of quant/w4_plain.h, plus the scales converted to fp32 (exactly) for the fast path. */
+ * layout of numerics/w4_plain.h, plus the scales converted to fp32 (exactly) for the fast path. */
 #define COMET_CPU_W4AX_MAGIC 0x34415743u /* "CWA4": made by a CPU backend's w4ax_load */
 struct comet_w4ax_weight {
     uint32_t magic;
