@@ -683,10 +683,10 @@ int main(void) {
         cmocka_unit_test(test_default_qk_order),
     };
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_hf),          cmocka_unit_test(test_tiny_hf_sharded),
-        cmocka_unit_test(test_tiny_gguf),        cmocka_unit_test(test_tiny_llama3_gguf),
-        cmocka_unit_test(test_bad_gguf),         cmocka_unit_test(test_bad_hf),
-        cmocka_unit_test(test_gguf_end_markers), cmocka_unit_test(test_hf_end_markers),
+        cmocka_unit_test(test_tiny_hf),           cmocka_unit_test(test_tiny_hf_sharded),
+        cmocka_unit_test(test_tiny_gguf),         cmocka_unit_test(test_tiny_llama3_gguf),
+        cmocka_unit_test(test_bad_gguf),          cmocka_unit_test(test_bad_hf),
+        cmocka_unit_test(test_gguf_end_markers),  cmocka_unit_test(test_hf_end_markers),
         cmocka_unit_test(test_synthetic_variant),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);

@@ -62,9 +62,9 @@ typedef struct comet_model_config {
     float rope_high_freq_factor; /* LLAMA3 */
     int rope_orig_ctx;           /* LLAMA3: original_max_position_embeddings */
     int tie_embeddings;          /* lm_head shares the token embedding */
-    int qkv_bias; /* q, k and v projections add a bias (Qwen2; HF LLaMA's attention_bias) */
-    int o_bias;   /* o_proj adds a bias (HF LLaMA's attention_bias) */
-    int mlp_bias; /* gate, up and down projections add a bias (HF LLaMA's mlp_bias) */
+    int qkv_bias;                /* q, k, v projections add a bias (Qwen2; HF attention_bias) */
+    int o_bias;                  /* o_proj adds a bias (HF attention_bias) */
+    int mlp_bias;                /* gate, up, down projections add a bias (HF mlp_bias) */
     int32_t bos_id;              /* -1 if none */
     int add_bos;                 /* prepend BOS when tokenizing a prompt */
     int n_eos;
