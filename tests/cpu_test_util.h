@@ -111,7 +111,7 @@ static inline comet_model *tu_shaped_model(uint64_t seed, tu_shape sh) {
     tu_seed(seed);
     comet_model *m = calloc(1, sizeof *m);
     comet_model_config *c = &m->cfg;
-    strcpy(c->arch, "llama");
+    c->arch = COMET_ARCH_LLAMA;
     c->n_layer = sh.n_layer;
     c->n_embd = sh.C;
     c->n_ff = sh.F;

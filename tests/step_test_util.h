@@ -207,7 +207,7 @@ static inline comet_model *st_model(uint64_t seed, int n_layer, int C, int F, in
     comet_model *m = calloc(1, sizeof *m);
     assert_non_null(m);
     comet_model_config *c = &m->cfg;
-    strcpy(c->arch, "llama");
+    c->arch = COMET_ARCH_LLAMA;
     c->n_layer = n_layer;
     c->n_embd = C;
     c->n_ff = F;

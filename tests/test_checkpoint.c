@@ -1,7 +1,8 @@
 /* test_checkpoint.c — the comet quantized checkpoint (src/format/checkpoint.h): a model
  * quantized with GPTQ written, read back (every tensor byte-identical), written again
- * (identical files); corrupt checkpoints (bad JSON, unknown format_version, missing
- * tensor, wrong shape, a permutation that is not one) give clear errors. Uses a small
+ * (identical files); corrupt checkpoints (bad JSON, unknown format_version, an
+ * unsupported architecture or bias flag, missing tensor, wrong shape, a permutation that
+ * is not one) give clear errors. Uses a small
  * synthetic model with the default model's vocabulary (tokenizer.json is written from
  * the default GGUF). */
 #include <math.h>
@@ -49,7 +50,7 @@ static void rand_linear(comet_model *m, comet_linear *l, int N, int K) {
 static comet_model *synthetic_model(void) {
     comet_model *m = calloc(1, sizeof *m);
     comet_model_config *c = &m->cfg;
-    snprintf(c->arch, sizeof c->arch, "llama");
+    c->arch = COMET_ARCH_LLAMA;
     c->n_layer = 2, c->n_embd = 128, c->n_ff = 256, c->n_head = 4, c->n_head_kv = 2;
     c->head_dim = 32, c->n_vocab = 49152, c->n_ctx = 256, c->rms_eps = 1e-5f;
     c->rope_theta = 10000.0f, c->tie_embeddings = 1, c->bos_id = 1, c->n_eos = 1;
@@ -321,6 +322,15 @@ static void test_corrupt_checkpoints(void **st) {
                    "\"model.norm.weight\":{\"dtype\":\"I32\"", COMET_ERR_FORMAT,
                    "model.norm.weight: dtype I32, F32 expected");
     expect_corrupt("n8", "config.json", "\"n8\":\t", "\"n9\":\t", COMET_ERR_FORMAT, "n8");
+    /* the model variant: the architecture and the bias flags are read and refused by name */
+    expect_corrupt("arch", "config.json", "\"LlamaForCausalLM\"", "\"Qwen2ForCausalLM\"",
+                   COMET_ERR_UNSUPPORTED, "architecture 'Qwen2ForCausalLM' is not supported");
+    expect_corrupt("attn_bias", "config.json", "\"attention_bias\":\tfalse",
+                   "\"attention_bias\":\ttrue ", COMET_ERR_UNSUPPORTED, "qkv_bias: llama q/k/v");
+    expect_corrupt("mlp_bias", "config.json", "\"mlp_bias\":\tfalse", "\"mlp_bias\":\ttrue ",
+                   COMET_ERR_UNSUPPORTED, "mlp_bias");
+    expect_corrupt("bias_type", "config.json", "\"mlp_bias\":\tfalse", "\"mlp_bias\":\t\"no\" ",
+                   COMET_ERR_FORMAT, "mlp_bias: true or false expected");
     /* format_version 1 (no kv_rotation key) still loads, with its meaning: no rotation;
      * version 2 without the key is refused */
     char dir[4200];

@@ -2,8 +2,9 @@
  * prefill then decode, and (b) all together in mixed steps with chunked prefill and
  * decode tokens of other sequences, give the same logits at every position (1e-4
  * relative), on the fast backend and against the scalar reference. Also checks the KV
- * page pool's statuses, and that a backend lacking an op of the layer loop is refused
- * (the CUDA backend's state today). A tiny random model stands in for a real one. */
+ * page pool's statuses, that a backend lacking an op of the layer loop is refused (the
+ * CUDA backend's state today), and that a model variant no backend runs (a bias flag, an
+ * unknown architecture) is refused. A tiny random model stands in for a real one. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -301,6 +302,35 @@ static void test_forward_missing_op(void **state) {
     tu_model_free(m);
 }
 
+/* A model variant no backend runs is refused at init, naming the flag: each bias flag and
+ * an architecture outside comet_arch; the same model without them starts. */
+static void test_forward_variant(void **state) {
+    comet_model *m = tu_tiny_model(7);
+    comet_backend *be = comet_backend_cpu_init(1);
+    comet_model_config *c = &m->cfg;
+    int *flags[] = {&c->qkv_bias, &c->o_bias, &c->mlp_bias};
+    const char *names[] = {"forward: qkv_bias: llama q/k/v", "forward: o_bias",
+                           "forward: mlp_bias"};
+    for (int i = 0; i < 3; i++) {
+        *flags[i] = 1;
+        comet_clear_error();
+        assert_null(comet_forward_init(m, be, 4));
+        if (!strstr(comet_last_error(), names[i]))
+            fail_msg("message '%s' lacks '%s'", comet_last_error(), names[i]);
+        assert_non_null(strstr(comet_last_error(), "is not supported"));
+        *flags[i] = 0;
+    }
+    c->arch = COMET_ARCH_COUNT;
+    assert_null(comet_forward_init(m, be, 4));
+    assert_non_null(strstr(comet_last_error(), "is not a comet_arch; supported: llama"));
+    c->arch = COMET_ARCH_LLAMA;
+    comet_forward_ctx *fc = comet_forward_init(m, be, 4);
+    assert_non_null(fc);
+    comet_forward_free(fc);
+    comet_backend_free(be);
+    tu_model_free(m);
+}
+
 /* The CUDA backend: this machine has no GPU (CI) or the build has no CUDA, so init fails
  * with a message; where it does start (a GPU machine running this test), the forward pass
  * takes it (every step op is there). comet_backend_cuda_sync refuses a CPU backend. */
@@ -335,7 +365,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_batch_invariance),   cmocka_unit_test(test_kv_pool_full),
         cmocka_unit_test(test_forward_bad_token),  cmocka_unit_test(test_forward_missing_op),
-        cmocka_unit_test(test_cuda_backend_state),
+        cmocka_unit_test(test_cuda_backend_state), cmocka_unit_test(test_forward_variant),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,8 +5,9 @@
  * - The tiny checkpoints of scripts/make_tiny_fixtures.py: HF BF16 single file, HF F16
  *   sharded + tied, and GGUF (permuted Q/K, mixed types) all load to the formula values
  *   the script wrote, so GGUF and HF loading agree weight for weight.
- * - Bad input: unknown architecture (GGUF and config.json), missing tokenizer, missing
- *   tensor, wrong shape, sliding-window Mistral, quantized checkpoint, missing path.
+ * - Bad input: unknown architecture (GGUF and config.json), bias tensors and bias keys
+ *   (refused naming the variant flag), missing tokenizer, missing tensor, wrong shape,
+ *   sliding-window Mistral, quantized checkpoint, missing path.
  * - The end-of-generation set: the ids the GGUF / config.json / generation_config.json name
  *   plus every control token whose text is an end marker (<|eot_id|>, <|end_of_text|>, ...),
  *   and greedy generation on a built GGUF stopping at once on either Llama-3 marker.
@@ -75,7 +76,9 @@ static void test_default_config(void **state) {
     }
     assert_int_equal(n_meta, 13);
     free(txt);
-    assert_string_equal(c->arch, "llama");
+    assert_int_equal(c->arch, COMET_ARCH_LLAMA);
+    assert_string_equal(comet_arch_name(c->arch), "llama");
+    assert_int_equal(c->qkv_bias + c->o_bias + c->mlp_bias, 0);
     assert_int_equal(c->head_dim, 64);
     /* eos <|im_end|> (2), then the control end marker <|endoftext|> (0), as llama.cpp's
      * end-of-generation set */
@@ -269,12 +272,14 @@ static void expect_load(const char *path, comet_status want, const char *frag1, 
         fail_msg("message '%s' lacks '%s' / '%s'", msg, frag1 ? frag1 : "", frag2 ? frag2 : "");
 }
 
-/* A llama-shaped GGUF header; `arch` and whether to include tokenizer keys vary. */
-static void write_small_gguf(const char *path, const char *arch, int with_tokens) {
+/* A llama-shaped GGUF header; `arch` and whether to include tokenizer keys vary.
+ * with_tokens == 2: no tokens, but a rope_freqs.weight that is not Llama-3 scaling;
+ * `bias` names one more (1-D, 32-value) tensor, with tokens. */
+static void write_small_gguf_bias(const char *path, const char *arch, int with_tokens,
+                                  const char *bias) {
     gbuf b = {0};
     static const char *const toks[] = {"a", "b", "c", "<eos>"};
-    /* with_tokens == 2: no tokens, but a rope_freqs.weight that is not Llama-3 scaling. */
-    gb_header(&b, 3, with_tokens == 2 ? 1 : 0, with_tokens == 1 ? 10 : 8);
+    gb_header(&b, 3, with_tokens == 2 || bias ? 1 : 0, with_tokens == 1 ? 10 : 8);
     kv_str(&b, "general.architecture", arch);
     char k[96];
 #define KEY(s) (snprintf(k, sizeof k, "%s.%s", arch, s), k)
@@ -295,9 +300,18 @@ static void write_small_gguf(const char *path, const char *arch, int with_tokens
         ti(&b, "rope_freqs.weight", 4, 0, 0, 0);
         gb_align(&b, 32);
         gb_put(&b, rf, sizeof rf);
+    } else if (bias) {
+        const float zero[32] = {0};
+        ti(&b, bias, 32, 0, 0, 0);
+        gb_align(&b, 32);
+        gb_put(&b, zero, sizeof zero);
     }
     write_file(path, b.p, b.n);
     free(b.p);
+}
+
+static void write_small_gguf(const char *path, const char *arch, int with_tokens) {
+    write_small_gguf_bias(path, arch, with_tokens, NULL);
 }
 
 static void test_bad_gguf(void **state) {
@@ -310,6 +324,17 @@ static void test_bad_gguf(void **state) {
     expect_load(p, COMET_ERR_FORMAT, "has no tokenizer (tokenizer.ggml.tokens missing)", p);
     write_small_gguf(p, "llama", 2);
     expect_load(p, COMET_ERR_UNSUPPORTED, "rope_freqs.weight[1] = 2", "Llama-3");
+    /* a bias tensor in any layer sets its flag, which the config check refuses by name */
+    write_small_gguf_bias(p, "llama", 1, "blk.0.attn_k.bias");
+    expect_load(p, COMET_ERR_UNSUPPORTED, "qkv_bias: llama q/k/v projections with a bias",
+                "not supported");
+    write_small_gguf_bias(p, "llama", 1, "blk.0.attn_output.bias");
+    expect_load(p, COMET_ERR_UNSUPPORTED, "o_bias", p);
+    write_small_gguf_bias(p, "llama", 1, "blk.0.ffn_down.bias");
+    expect_load(p, COMET_ERR_UNSUPPORTED, "mlp_bias", p);
+    write_small_gguf(p, "qwen2", 1);
+    expect_load(p, COMET_ERR_UNSUPPORTED, "architecture 'qwen2' is not supported",
+                "supported: llama");
     /* The real model cut before its data: refused by the reader, naming the file. */
     const char *cut = tmp_file("cut_model.gguf");
     size_t n = 0;
@@ -387,6 +412,34 @@ static void test_bad_hf(void **state) {
         fail_msg("mistral without sliding window: %s", comet_last_error());
     comet_model_free(m);
     free(cfg);
+    /* the variant flags: transformers' LlamaConfig bias keys are read and refused by name */
+    cfg = config_with("\"tie_word_embeddings\": false",
+                      "\"attention_bias\": true, \"tie_word_embeddings\": false");
+    expect_load(hf_copy("attn_bias", "config.json", cfg), COMET_ERR_UNSUPPORTED,
+                "qkv_bias: llama q/k/v projections with a bias", "config.json");
+    free(cfg);
+    cfg = config_with("\"tie_word_embeddings\": false",
+                      "\"mlp_bias\": true, \"tie_word_embeddings\": false");
+    expect_load(hf_copy("mlp_bias", "config.json", cfg), COMET_ERR_UNSUPPORTED, "mlp_bias",
+                "no backend adds a linear's bias");
+    free(cfg);
+    cfg = config_with("\"tie_word_embeddings\": false",
+                      "\"attention_bias\": 1, \"tie_word_embeddings\": false");
+    expect_load(hf_copy("bias_int", "config.json", cfg), COMET_ERR_FORMAT,
+                "\"attention_bias\" must be a boolean", NULL);
+    free(cfg);
+    cfg = config_with("\"tie_word_embeddings\": false",
+                      "\"attention_bias\": false, \"mlp_bias\": null, "
+                      "\"tie_word_embeddings\": false");
+    {
+        comet_model *nb = NULL;
+        if (comet_model_load(hf_copy("no_bias", "config.json", cfg), &nb) != COMET_OK)
+            fail_msg("attention_bias false: %s", comet_last_error());
+        assert_int_equal(nb->cfg.qkv_bias + nb->cfg.o_bias + nb->cfg.mlp_bias, 0);
+        assert_int_equal(nb->cfg.arch, COMET_ARCH_LLAMA);
+        comet_model_free(nb);
+    }
+    free(cfg);
     cfg = config_with("\"hidden_size\": 32", "\"hidden_size\": 48");
     expect_load(hf_copy("shape", "config.json", cfg), COMET_ERR_FORMAT,
                 "'model.embed_tokens.weight' has shape [300, 32], expected [300, 48]", NULL);
@@ -419,6 +472,26 @@ static void test_bad_hf(void **state) {
                 "config.json", "not a JSON object");
     expect_load(hf_copy("badst", "model.safetensors", "\xff\xff\xff\xff\xff\xff\xff\x7f{}"),
                 COMET_ERR_FORMAT, "model.safetensors", "header length");
+}
+
+/* The synthetic presets set the same variant fields as the readers: LLaMA, no bias,
+ * untied embeddings, Llama-3.1 RoPE scaling; an unknown preset is refused by name. */
+static void test_synthetic_variant(void **state) {
+    (void)state;
+    comet_model *m = NULL;
+    assert_int_equal(comet_model_synthetic("llama3-70b", 1, 0, &m), COMET_OK);
+    const comet_model_config *c = &m->cfg;
+    assert_int_equal(c->arch, COMET_ARCH_LLAMA);
+    assert_int_equal(c->qkv_bias + c->o_bias + c->mlp_bias, 0);
+    assert_int_equal(c->tie_embeddings, 0);
+    assert_int_equal(c->rope_scaling, COMET_ROPE_SCALING_LLAMA3);
+    assert_int_equal(c->n_layer, 80);
+    assert_int_equal(comet_model_variant_check(c, "x"), COMET_OK);
+    comet_model_free(m);
+    m = NULL;
+    assert_int_equal(comet_model_synthetic("qwen2-7b", 0, 0, &m), COMET_ERR_INVALID_ARG);
+    assert_null(m);
+    assert_non_null(strstr(comet_last_error(), "synthetic model 'qwen2-7b'"));
 }
 
 /* ---- the end-of-generation set ------------------------------------------------------ */
@@ -610,10 +683,11 @@ int main(void) {
         cmocka_unit_test(test_default_qk_order),
     };
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_hf),          cmocka_unit_test(test_tiny_hf_sharded),
-        cmocka_unit_test(test_tiny_gguf),        cmocka_unit_test(test_tiny_llama3_gguf),
-        cmocka_unit_test(test_bad_gguf),         cmocka_unit_test(test_bad_hf),
-        cmocka_unit_test(test_gguf_end_markers), cmocka_unit_test(test_hf_end_markers),
+        cmocka_unit_test(test_tiny_hf),           cmocka_unit_test(test_tiny_hf_sharded),
+        cmocka_unit_test(test_tiny_gguf),         cmocka_unit_test(test_tiny_llama3_gguf),
+        cmocka_unit_test(test_bad_gguf),          cmocka_unit_test(test_bad_hf),
+        cmocka_unit_test(test_gguf_end_markers),  cmocka_unit_test(test_hf_end_markers),
+        cmocka_unit_test(test_synthetic_variant),
     };
     int fails = cmocka_run_group_tests(tests, NULL, NULL);
     return fails + cmocka_run_group_tests(smol_tests, load_smol, free_smol);

@@ -19,6 +19,17 @@
 extern "C" {
 #endif
 
+/* The architecture of a model: which layer program forward.c runs. Append-only. */
+typedef enum comet_arch {
+    COMET_ARCH_LLAMA, /* pre-norm decoder, RMSNorm, RoPE, GQA, SwiGLU: Llama-2/3, SmolLM,
+                       * Mistral without sliding window */
+    COMET_ARCH_COUNT
+} comet_arch;
+
+/* The short name of an architecture ("llama", as GGUF's general.architecture spells it);
+ * NULL for a value outside comet_arch. */
+const char *comet_arch_name(int arch);
+
 typedef enum comet_rope_scaling {
     COMET_ROPE_SCALING_NONE,
     COMET_ROPE_SCALING_LINEAR, /* positions divided by factor */
@@ -29,8 +40,12 @@ typedef enum comet_rope_scaling {
 #define COMET_MAX_EOS 16
 #define COMET_MAX_TENSOR_PARALLEL 64 /* ranks a model is split over at most */
 
+/* What a model is. The variant fields (arch, the bias flags, rope_scaling, tie_embeddings)
+ * are set by every loader from its source (GGUF metadata and tensors, config.json, the comet
+ * checkpoint, the synthetic presets) and checked by comet_model_variant_check; forward.c
+ * reads them where they change the layer program. */
 typedef struct comet_model_config {
-    char arch[32]; /* "llama" */
+    comet_arch arch;
     int n_layer;
     int n_embd;    /* C */
     int n_ff;      /* F */
@@ -47,6 +62,9 @@ typedef struct comet_model_config {
     float rope_high_freq_factor; /* LLAMA3 */
     int rope_orig_ctx;           /* LLAMA3: original_max_position_embeddings */
     int tie_embeddings;          /* lm_head shares the token embedding */
+    int qkv_bias;                /* q, k, v projections add a bias (Qwen2; HF attention_bias) */
+    int o_bias;                  /* o_proj adds a bias (HF attention_bias) */
+    int mlp_bias;                /* gate, up, down projections add a bias (HF mlp_bias) */
     int32_t bos_id;              /* -1 if none */
     int add_bos;                 /* prepend BOS when tokenizing a prompt */
     int n_eos;
@@ -59,7 +77,7 @@ typedef enum comet_wfmt {
     COMET_WFMT_QSIM, /* FMPQ (docs/numerics.md) run by fp32 simulation: x' = x gathered by perm,
                       * activations quantized->dequantized per token per block (a_bits 4),
                       * y = x' · wᵀ with w the dequantized weights in permuted column order.
-                      * src/quant/qlinear.h implements the input side. */
+                      * src/numerics/qlinear.h implements the input side. */
     COMET_WFMT_COUNT
 } comet_wfmt;
 
@@ -79,7 +97,7 @@ typedef struct comet_linear {
     int a_bits;                 /* 4 (INT4 + n8 INT8 blocks) or 8 (n8 = all blocks): quantize
                                  * activations as above; 16: keep them fp32 */
     int w_bits;                 /* 4 or 8: codes below; 16 / 32: w only (fp16 / fp32) */
-    uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (quant/w4_plain.h);
+    uint8_t *qw;                /* w_bits 4: [N, K/2] plain INT4 (numerics/w4_plain.h);
                                  * 8: [N, K] int8; 16, 32: NULL */
     uint16_t *sw;               /* [N, K/B] fp16 weight scales; NULL for w_bits 16, 32 */
 } comet_linear;
@@ -225,9 +243,16 @@ void comet_model_free(comet_model *m);
  * p) when the registry cannot grow. Used by loaders. */
 void *comet_model_own(comet_model *m, void *p);
 
-/* Validate the config (positive sizes, H divisible by Hkv, D*H consistent, ...).
- * Returns COMET_OK or COMET_ERR_FORMAT naming the field. */
+/* Validate the config (positive sizes, H divisible by Hkv, D*H consistent, ...), then the
+ * variant (comet_model_variant_check). Returns COMET_OK, COMET_ERR_FORMAT naming the field,
+ * or the variant check's COMET_ERR_UNSUPPORTED; messages start with `src`. */
 comet_status comet_model_config_check(const comet_model_config *cfg, const char *src);
+
+/* Whether comet runs this model variant: arch one of comet_arch and no bias flag set (no
+ * backend adds a linear's bias: a model with one is refused, naming the flag, rather than
+ * run without it). COMET_OK, or COMET_ERR_UNSUPPORTED "<src>: <flag> ..." naming the
+ * architecture or the first flag set. */
+comet_status comet_model_variant_check(const comet_model_config *cfg, const char *src);
 
 #ifdef __cplusplus
 }

@@ -130,14 +130,29 @@ static comet_status get_float(const ctx *c, const cJSON *obj, const char *where,
     return COMET_OK;
 }
 
+/* A boolean field; 0 when absent or null. */
+static comet_status get_bool(const ctx *c, const cJSON *obj, const char *key, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v))
+        return comet_set_error(COMET_ERR_FORMAT, "%s: %s: true or false expected", c->cfg_path,
+                               key);
+    *out = cJSON_IsTrue(v);
+    return COMET_OK;
+}
+
 static comet_status parse_model_config(const ctx *c, const cJSON *j, comet_model_config *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    snprintf(cfg->arch, sizeof cfg->arch, "llama");
     const cJSON *arch = cJSON_GetObjectItemCaseSensitive(j, "architectures");
     const cJSON *a0 = cJSON_IsArray(arch) ? cJSON_GetArrayItem(arch, 0) : NULL;
-    if (!cJSON_IsString(a0) || strcmp(a0->valuestring, "LlamaForCausalLM"))
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
+    if (!cJSON_IsString(a0))
+        return comet_set_error(COMET_ERR_FORMAT,
                                "%s: architectures: [\"LlamaForCausalLM\"] expected", c->cfg_path);
+    COMET_TRY(comet_arch_parse(a0->valuestring, strlen(a0->valuestring), COMET_WNAMES_HF,
+                               c->cfg_path, &cfg->arch));
+    /* the bias flags as HF's LlamaConfig spells them; the config check refuses them */
+    COMET_TRY(get_bool(c, j, "attention_bias", &cfg->qkv_bias));
+    cfg->o_bias = cfg->qkv_bias;
+    COMET_TRY(get_bool(c, j, "mlp_bias", &cfg->mlp_bias));
     COMET_TRY(get_int(c, j, "", "hidden_size", 0, 0, &cfg->n_embd));
     COMET_TRY(get_int(c, j, "", "intermediate_size", 0, 0, &cfg->n_ff));
     COMET_TRY(get_int(c, j, "", "num_hidden_layers", 0, 0, &cfg->n_layer));

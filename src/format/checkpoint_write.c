@@ -209,7 +209,7 @@ static cJSON *config_json(const comet_model *m) {
     cJSON *j = cJSON_CreateObject();
     cJSON *arch = cJSON_AddArrayToObject(j, "architectures");
     cJSON_AddItemToArray(arch, cJSON_CreateString("LlamaForCausalLM"));
-    cJSON_AddStringToObject(j, "model_type", "llama");
+    cJSON_AddStringToObject(j, "model_type", comet_arch_name(c->arch));
     if (m->name)
         cJSON_AddStringToObject(j, "_name_or_path", m->name);
     cJSON_AddNumberToObject(j, "hidden_size", c->n_embd);

@@ -1,4 +1,5 @@
-/* gguf.h — GGUF v3 reader (internal): metadata, tensor infos, dequantization to fp32.
+/* gguf.h — GGUF v3 reader (internal): metadata, tensor infos (gguf.c), dequantization to
+ * fp32 (gguf_dequant.c).
  *
  * The reader parses a whole GGUF file held in memory (normally a read-only mmap) and
  * validates everything before handing anything out: every string and array lies inside

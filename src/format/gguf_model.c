@@ -2,7 +2,8 @@
  * to comet_model_config, the tokenizer from tokenizer.ggml.*, and the tensors converted to
  * fp32 through the shared weight walk (loader.c), which undoes the Q/K row permutation
  * llama.cpp's converter applies (model.h: weights are held in HF order).
- * What this does not do: architectures other than llama, partial rotary, biases.
+ * Bias tensors set the config's bias flags (comet_model_variant_check refuses them).
+ * What this does not do: architectures other than llama, partial rotary.
  */
 #include "format/loader.h"
 
@@ -109,15 +110,35 @@ static comet_status gguf_rope_freqs(const comet_gguf *g, comet_model_config *c) 
     return COMET_OK;
 }
 
+/* GGUF has no bias keys: llama.cpp's llama graph adds a bias wherever a layer holds the
+ * tensor (blk.N.attn_q.bias, ...), so the flags say whether any layer holds one. */
+static void gguf_bias_flags(const comet_gguf *g, comet_model_config *c) {
+    const struct {
+        const char *suffix;
+        int *flag;
+    } bias[] = {
+        {".attn_q.bias", &c->qkv_bias},   {".attn_k.bias", &c->qkv_bias},
+        {".attn_v.bias", &c->qkv_bias},   {".attn_output.bias", &c->o_bias},
+        {".ffn_gate.bias", &c->mlp_bias}, {".ffn_up.bias", &c->mlp_bias},
+        {".ffn_down.bias", &c->mlp_bias},
+    };
+    for (size_t t = 0; t < g->n_tensors; t++) {
+        const char *name = g->tensors[t].name;
+        size_t n = strlen(name);
+        if (strncmp(name, "blk.", 4) != 0)
+            continue;
+        for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++) {
+            size_t k = strlen(bias[i].suffix);
+            if (n > k && !strcmp(name + n - k, bias[i].suffix))
+                *bias[i].flag = 1;
+        }
+    }
+}
+
 static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
     comet_gguf_str arch;
     COMET_TRY(comet_gguf_get_str(g, "general.architecture", &arch));
-    if (arch.len != 5 || memcmp(arch.s, "llama", 5) != 0)
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "%s: architecture '%.*s' is not supported; "
-                               "supported: llama",
-                               g->name, (int)(arch.len > 64 ? 64 : arch.len), arch.s);
-    snprintf(c->arch, sizeof c->arch, "llama");
+    COMET_TRY(comet_arch_parse(arch.s, arch.len, COMET_WNAMES_GGUF, g->name, &c->arch));
     COMET_TRY(req_int(g, "llama.block_count", &c->n_layer));
     COMET_TRY(req_int(g, "llama.embedding_length", &c->n_embd));
     COMET_TRY(req_int(g, "llama.feed_forward_length", &c->n_ff));
@@ -196,6 +217,7 @@ static comet_status gguf_config(const comet_gguf *g, comet_model_config *c) {
         COMET_TRY(gguf_rope_freqs(g, c));
     }
     c->tie_embeddings = comet_gguf_find_tensor(g, "output.weight") == NULL;
+    gguf_bias_flags(g, c);
     return COMET_OK;
 }
 

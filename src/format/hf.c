@@ -1,6 +1,7 @@
 /* hf.c — HF checkpoint directory loader: config.json, safetensors weights, tokenizer.
  *
- * Reads config.json (LlamaForCausalLM; MistralForCausalLM without sliding window),
+ * Reads config.json (LlamaForCausalLM; MistralForCausalLM without sliding window; the bias
+ * flags from attention_bias and mlp_bias, which the config check refuses),
  * model.safetensors or the shards listed in model.safetensors.index.json (F32/F16/BF16),
  * tokenizer.json (through comet_tokenizer_from_hf_json), the chat template from
  * tokenizer_config.json or chat_template.jinja, extra EOS ids (an id or a list) and the
@@ -101,6 +102,15 @@ static comet_status json_float(const cJSON *o, const char *key, int required, co
     return COMET_OK;
 }
 
+/* Boolean field: absent or null gives 0. */
+static comet_status json_bool(const cJSON *o, const char *key, const char *file, int *out) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (v && !cJSON_IsBool(v) && !cJSON_IsNull(v))
+        return comet_set_error(COMET_ERR_FORMAT, "%s: \"%s\" must be a boolean", file, key);
+    *out = cJSON_IsTrue(v);
+    return COMET_OK;
+}
+
 /* bos/eos ids: an integer, a list of integers, or null. Each id goes to add(). */
 static comet_status json_ids(const cJSON *o, const char *key, const char *file,
                              comet_model_config *c, int is_bos) {
@@ -180,6 +190,7 @@ static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_co
                                "[\"LlamaForCausalLM\"])",
                                file);
     const char *arch = a0->valuestring;
+    COMET_TRY(comet_arch_parse(arch, strlen(arch), COMET_WNAMES_HF, file, &c->arch));
     if (strcmp(arch, "MistralForCausalLM") == 0) {
         const cJSON *sw = cJSON_GetObjectItemCaseSensitive(cfg, "sliding_window");
         if (sw && !cJSON_IsNull(sw))
@@ -187,20 +198,12 @@ static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_co
                                    "%s: MistralForCausalLM with "
                                    "sliding_window is not supported (only full attention)",
                                    file);
-    } else if (strcmp(arch, "LlamaForCausalLM") != 0) {
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "%s: architecture '%.64s' is not supported; "
-                               "supported: LlamaForCausalLM, MistralForCausalLM (without "
-                               "sliding window)",
-                               file, arch);
     }
-    snprintf(c->arch, sizeof c->arch, "llama");
-    if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "attention_bias")) ||
-        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(cfg, "mlp_bias")))
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "%s: attention_bias/mlp_bias true is not "
-                               "supported (LLaMA linears have no bias)",
-                               file);
+    /* transformers' LlamaConfig: attention_bias biases q, k, v and o; mlp_bias gate, up
+     * and down. comet_model_config_check refuses them, naming the flag. */
+    COMET_TRY(json_bool(cfg, "attention_bias", file, &c->qkv_bias));
+    c->o_bias = c->qkv_bias;
+    COMET_TRY(json_bool(cfg, "mlp_bias", file, &c->mlp_bias));
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(cfg, "hidden_act");
     if (cJSON_IsString(act) && strcmp(act->valuestring, "silu") != 0)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
@@ -233,11 +236,7 @@ static comet_status hf_config(const cJSON *cfg, const char *file, comet_model_co
         COMET_TRY(hf_rope_scaling(cJSON_GetObjectItemCaseSensitive(cfg, "rope_scaling"),
                                   "rope_scaling", file, c));
     }
-    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(cfg, "tie_word_embeddings");
-    if (tie && !cJSON_IsBool(tie) && !cJSON_IsNull(tie))
-        return comet_set_error(COMET_ERR_FORMAT, "%s: \"tie_word_embeddings\" must be a boolean",
-                               file);
-    c->tie_embeddings = cJSON_IsTrue(tie);
+    COMET_TRY(json_bool(cfg, "tie_word_embeddings", file, &c->tie_embeddings));
     c->bos_id = -1;
     c->n_eos = 0;
     COMET_TRY(json_ids(cfg, "bos_token_id", file, c, 1));

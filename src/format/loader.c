@@ -1,5 +1,6 @@
 /* loader.c — comet_model_load: which reader a path takes, and what the readers share (the
- * weight walk that checks and converts every LLaMA tensor, the end-of-turn ids).
+ * architectures each source names, the weight walk that checks and converts every LLaMA
+ * tensor, the end-of-turn ids).
  *
  * Dispatch: a path ending in .gguf or starting with the GGUF magic is a GGUF file
  * (gguf_model.c); a directory with config.json is an HF checkpoint (hf.c), or the comet
@@ -16,6 +17,38 @@
 #include "comet/log.h"
 #include "comet/tokenizer.h"
 #include "format/checkpoint.h"
+
+/* ---- architecture names --------------------------------------------------------- */
+
+/* Each source's spelling of the architectures comet runs. */
+static const struct {
+    comet_wnames names;
+    const char *name;
+    comet_arch arch;
+} arch_names[] = {
+    {COMET_WNAMES_GGUF, "llama", COMET_ARCH_LLAMA},
+    {COMET_WNAMES_HF, "LlamaForCausalLM", COMET_ARCH_LLAMA},
+    {COMET_WNAMES_HF, "MistralForCausalLM", COMET_ARCH_LLAMA},
+};
+
+comet_status comet_arch_parse(const char *name, size_t len, comet_wnames names, const char *src,
+                              comet_arch *out) {
+    char supported[256] = "";
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++) {
+        if (arch_names[i].names != names)
+            continue;
+        if (strlen(arch_names[i].name) == len && !memcmp(arch_names[i].name, name, len)) {
+            *out = arch_names[i].arch;
+            return COMET_OK;
+        }
+        n += (size_t)snprintf(supported + n, sizeof supported - n, "%s%s", n ? ", " : "",
+                              arch_names[i].name);
+    }
+    return comet_set_error(COMET_ERR_UNSUPPORTED,
+                           "%s: architecture '%.*s' is not supported; supported: %s", src,
+                           (int)(len > 64 ? 64 : len), name, supported);
+}
 
 /* ---- the shared weight walk -------------------------------------------------------- */
 

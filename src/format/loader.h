@@ -8,6 +8,7 @@
 #ifndef COMET_FORMAT_LOADER_H
 #define COMET_FORMAT_LOADER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comet/model.h"
@@ -29,6 +30,14 @@ typedef struct comet_wsource {
                           float *dst);
     void *impl;
 } comet_wsource;
+
+/* The comet_arch a model file names: GGUF's general.architecture ("llama") with names
+ * COMET_WNAMES_GGUF, config.json's architectures[0] ("LlamaForCausalLM",
+ * "MistralForCausalLM", whose sliding window hf.c refuses) with COMET_WNAMES_HF. `name` is
+ * `len` bytes, not necessarily NUL-terminated. COMET_OK and *out, or COMET_ERR_UNSUPPORTED
+ * "<src>: architecture '<name>' is not supported; supported: <that source's names>". */
+comet_status comet_arch_parse(const char *name, size_t len, comet_wnames names, const char *src,
+                              comet_arch *out);
 
 /* Allocate and fill every weight of `m` (m->cfg filled and checked) from `src`. GGUF names
  * imply llama.cpp's Q/K row order, which is undone. Logs "loading tensors" progress. */

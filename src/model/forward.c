@@ -17,6 +17,12 @@
  * sequences they belong to; only rope_kv_append and paged_attention look at the batch's
  * sequence structure. The host sends the batch in one upload (step_begin) and receives
  * the logits rows it asked for.
+ *
+ * Model variants (comet_model_config: arch, the bias flags, rope_scaling, tie_embeddings):
+ * the architecture is LLaMA's (the only comet_arch); RoPE scaling goes to rope_kv_append in
+ * the rope parameters and a tied lm_head is the backend's weights' business. A linear's
+ * bias would be an op after its matmul here: no backend has one, so comet_forward_init
+ * refuses a model with a bias flag (as the loaders do) and the layer loop asserts it.
  */
 #include "model/forward.h"
 
@@ -114,7 +120,7 @@ static void *ws_alloc(comet_forward_ctx *fc, size_t bytes, comet_status *st) {
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
                                       int max_batch_tokens) {
     const comet_model_config *c = &m->cfg;
-    if (check_ops(be) < 0)
+    if (check_ops(be) < 0 || comet_model_variant_check(c, "forward") < 0)
         return NULL;
     if (max_batch_tokens <= 0) {
         comet_set_error(COMET_ERR_INVALID_ARG, "forward: max_batch_tokens must be positive");
@@ -355,6 +361,7 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         OBSERVE(l, COMET_GROUP_QKV);
         float *const qkv[3] = {fc->q, fc->k, fc->v};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_QKV, T, qkv));
+        COMET_ASSERT(!c->qkv_bias); /* a q/k/v bias (Qwen2) is added here, before RoPE */
         PROF("rope_kv_append");
         COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
         PROF("paged_attention");
@@ -372,12 +379,14 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));
         if (!fc->att_cols) /* a split o_proj's partial sums over the ranks' heads */
             COMET_TRY(sum_over_ranks(fc, fc->tmp, T));
+        COMET_ASSERT(!c->o_bias); /* an o bias is added here, once, after the ranks' sum */
 
         PROF("rmsnorm_quant");
         COMET_TRY(op->rmsnorm_quant(be, w, l, COMET_GROUP_GATE_UP, fc->x, fc->tmp, T, fc->act));
         OBSERVE(l, COMET_GROUP_GATE_UP);
         float *const gate_up[2] = {fc->gate, fc->up};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_GATE_UP, T, gate_up));
+        COMET_ASSERT(!c->mlp_bias); /* gate/up biases here, down's after its ranks' sum */
         PROF("silu_mul_quant");
         COMET_TRY(op->silu_mul_quant(be, w, l, fc->gate, fc->up, T, fc->act));
         OBSERVE(l, COMET_GROUP_DOWN);

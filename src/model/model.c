@@ -1,5 +1,5 @@
-/* model.c — comet_model lifetime (free, owned-buffer registry), config validation and the
- * KV rotation names.
+/* model.c — comet_model lifetime (free, owned-buffer registry), config and variant
+ * validation, the architecture and KV rotation names.
  *
  * Loaders (src/format/) fill a comet_model; this file only knows the struct. Weight
  * buffers are registered with comet_model_own and released together; the layer array,
@@ -41,6 +41,37 @@ void *comet_model_own(comet_model *m, void *p) {
     }
     m->owned[m->n_owned++] = p;
     return p;
+}
+
+const char *comet_arch_name(int arch) {
+    switch (arch) {
+    case COMET_ARCH_LLAMA: return "llama";
+    }
+    return NULL;
+}
+
+comet_status comet_model_variant_check(const comet_model_config *c, const char *src) {
+    if (!comet_arch_name((int)c->arch))
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: arch %d is not a comet_arch; supported: llama", src,
+                               (int)c->arch);
+    /* A bias would be one more op after its linear in forward.c on every backend; until one
+     * exists, a model that has biases is refused rather than run without them. */
+    const struct {
+        int set;
+        const char *flag, *what;
+    } bias[] = {
+        {c->qkv_bias, "qkv_bias", "q/k/v projections with a bias (Qwen2, attention_bias)"},
+        {c->o_bias, "o_bias", "an o_proj bias (attention_bias)"},
+        {c->mlp_bias, "mlp_bias", "gate/up/down projections with a bias (mlp_bias)"},
+    };
+    for (size_t i = 0; i < sizeof bias / sizeof bias[0]; i++)
+        if (bias[i].set)
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: %s: %s %s is not supported; no backend adds a "
+                                   "linear's bias (supported: LLaMA linears without bias)",
+                                   src, bias[i].flag, comet_arch_name((int)c->arch), bias[i].what);
+    return COMET_OK;
 }
 
 comet_status comet_model_config_check(const comet_model_config *c, const char *src) {
@@ -95,7 +126,7 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
     CHECK((int64_t)c->n_head * c->head_dim * c->n_embd < ((int64_t)1 << 40), "n_head",
           "%d x head_dim %d x n_embd %d is too large", c->n_head, c->head_dim, c->n_embd);
 #undef CHECK
-    return COMET_OK;
+    return comet_model_variant_check(c, src);
 }
 
 const char *comet_kv_rotation_name(int rotation) {

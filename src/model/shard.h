@@ -1,6 +1,6 @@
 /* shard.h — one rank's part of a model under tensor parallelism (engine/tp.h).
  *
- * The split (ARCHITECTURE.md "Scale-out", Megatron-style, adapted to FMPQ):
+ * The split (docs/architecture.md "Scale-out", Megatron-style, adapted to FMPQ):
  *   - q, k, v by heads: rank r takes KV heads [r*Hkv/N, (r+1)*Hkv/N) and their query heads
  *     (GQA groups stay whole; ranks may differ by one KV head). Their rows of Wq, Wk, Wv
  *     share the full input's permutation and INT8 blocks, so each rank quantizes the same

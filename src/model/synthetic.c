@@ -1,7 +1,6 @@
 /* synthetic.c — models of a known shape without weight files, for benchmarks
  * (comet_model_synthetic in comet/model.h). The backend that runs one generates its random
  * weights in its own memory; nothing here touches weight data. */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +49,7 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
     if (!m)
         return comet_set_error(COMET_ERR_NOMEM, "synthetic model: out of memory");
     comet_model_config *c = &m->cfg;
-    snprintf(c->arch, sizeof c->arch, "llama");
+    c->arch = COMET_ARCH_LLAMA; /* no biases, untied embeddings, Llama-3.1 RoPE scaling */
     c->n_layer = p->n_layer;
     c->n_embd = p->n_embd;
     c->n_ff = p->n_ff;
@@ -90,6 +89,11 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
     if (quantized) {
         m->kv.bits = 4;
         m->kv.rotation = COMET_KV_ROTATION_HADAMARD;
+    }
+    comet_status st = comet_model_config_check(c, m->name);
+    if (st < 0) {
+        comet_model_free(m);
+        return st;
     }
     *out = m;
     return COMET_OK;

@@ -1,4 +1,4 @@
-/* fuzz_gguf.c — libFuzzer target for the GGUF reader (format/gguf.c).
+/* fuzz_gguf.c — libFuzzer target for the GGUF reader (format/gguf.c, gguf_dequant.c).
  * The work per input is fuzz_exercise_gguf; any crash, sanitizer report or leak is a bug.
  */
 #include "fuzz_exercise.h"

@@ -130,7 +130,7 @@ static void gemm_parallel(comet_backend *be, const float *x, const float *w, int
 
 /* COMET_WFMT_QSIM (a quantized checkpoint, simulated in fp32): the activation is gathered by
  * the group's permutation and quantized->dequantized per token per block
- * (src/quant/qlinear.h), then multiplied by the dequantized weights on the thread pool like
+ * (src/numerics/qlinear.h), then multiplied by the dequantized weights on the thread pool like
  * an fp32 linear. */
 static comet_status cpu_linear(comet_backend *be, const comet_linear *lin, const float *x, int T,
                                float *y) {

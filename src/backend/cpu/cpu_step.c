@@ -5,7 +5,7 @@
  *
  * Memory is the host's; the weights are the model's own fp32 arrays (borrowed). A quantized
  * group's activation is the fp32 simulation of docs/numerics.md: x gathered by the group's
- * permutation and quantized->dequantized per token per block (quant/qlinear.h), which the
+ * permutation and quantized->dequantized per token per block (numerics/qlinear.h), which the
  * group's linears then multiply by their dequantized weights.
  */
 #include <stdlib.h>

@@ -4,7 +4,7 @@
  *   y[t, n] = sum_b  sa[t, b] * sw[n, b] * S[t, n, b],
  *   S[t, n, b] = sum_{k in block b} qa[t, k] * qw[n, k]      (exact, int32)
  *
- * Plain layouts only (quant/w4_plain.h); fast paths are tested against this.
+ * Plain layouts only (numerics/w4_plain.h); fast paths are tested against this.
  */
 #ifndef COMET_BACKEND_CPU_REF_GEMM_W4AX_H
 #define COMET_BACKEND_CPU_REF_GEMM_W4AX_H

@@ -3,7 +3,7 @@
  *   y[t, n] = sum_b sa[t, b] * sw[n, b] * S[t, n, b],  S = int32 block sum of qa · qw
  *
  * Weights are INT4 in a CUDA-private packed layout (made from the plain layout of
- * quant/w4_plain.h by comet_cuda_w4ax_pack, host side, tested by round trip). Activation
+ * numerics/w4_plain.h by comet_cuda_w4ax_pack, host side, tested by round trip). Activation
  * codes are one int8 byte per element for both INT8 and INT4 blocks: on Hopper both kinds
  * of block run on the INT8 tensor cores at the same rate (docs/hopper.md), so the kernel treats
  * them alike and n8 only selects which blocks the caller promises to hold INT4-range codes.

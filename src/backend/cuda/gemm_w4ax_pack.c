@@ -1,4 +1,4 @@
-/* gemm_w4ax_pack.c — host-side packing of plain INT4 weights (quant/w4_plain.h) into the
+/* gemm_w4ax_pack.c — host-side packing of plain INT4 weights (numerics/w4_plain.h) into the
  * layout the CUDA W4Ax kernels read (see gemm_w4ax.h and docs/gemm.md). Plain C, built with
  * or without CUDA so that the round-trip test runs in CI. */
 #include "backend/cuda/gemm_w4ax.h"

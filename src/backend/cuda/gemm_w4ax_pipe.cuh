@@ -28,10 +28,10 @@ namespace {
  * occupancy), which more tiles per item relieve (fewer instructions per weight byte); with one
  * tile per item it won at M = 9-16 only up to 3 tiles per SM, with 2-4 on every
  * LLaMA-3 shape.
- * Measured and dropped (bench/results/2026-12-01-h200-gemm-s4.md): a producer warp issuing
+ * Measured and dropped (bench/results/gemm-history.md, step 4): a producer warp issuing
  * 1-D bulk copies (TMA) into a CTA-wide ring on mbarriers (slower than the stream kernel on
  * every LLaMA-3 shape at M = 1 but one), 4 warps per CTA (8 are 3-5 % faster at M = 1-8); and
- * (bench/results/2026-12-02-h200-gemm-s14.md) a CTA keeping its token group's rows
+ * (bench/results/gemm-history.md, step 14) a CTA keeping its token group's rows
  * resident in shared memory for all its items, the rings carrying weights only (1.03-1.26x
  * the time at M = 1-16: the one-time copy and barrier sit on the critical path). */
 constexpr int PP_WARPS = 8, PP_RS = 128 + 16, PP_MAX_DEPTH = 8, PP_MAX_TILES = 4;
@@ -50,7 +50,7 @@ __host__ __device__ constexpr int pp_sa_off(int pt) { return pp_sw_off(pt) + pt 
 __host__ __device__ constexpr int pp_a_off(int pt) { return pp_sa_off(pt) + 2 * 16 * 4; }
 /* Slots start on 128-byte boundaries: with 16- or 32-byte ones (token rows 2, 3, 5, 7) the kernel
  * ran 5-19 % slower (same-run A/B, 11 LLaMA shapes x M = 2-16: 0.81-1.00x the time, 0.955x
- * geomean, no case slower; bench/results/2026-12-01-h200-gemm-s6.md). */
+ * geomean, no case slower; bench/results/gemm-history.md, step 6). */
 constexpr int PP_SLOT_ALIGN = 128;
 __host__ __device__ constexpr int pp_slot_bytes(int rows, int pt) {
     return (pp_a_off(pt) + rows * PP_RS + PP_SLOT_ALIGN - 1) / PP_SLOT_ALIGN * PP_SLOT_ALIGN;

@@ -48,7 +48,7 @@ constexpr int WS_ROWS = 128, WS_THREADS = 384;
 /* Consumers of 32-token tiles, and of 16-token tiles at B = 128: block x + 1's stage wait,
  * fragments and wgmma (committed and waited for one by one) before block x is promoted and
  * released. Same-run A/B in CUDA graphs with pdl, 8 LLaMA-3 shapes, M = 9-32 (
- * bench/results/2026-12-02-h200-gemm-s11.md): 0.974x the time of one block at a time, in the
+ * bench/results/gemm-history.md, step 11): 0.974x the time of one block at a time, in the
  * exact form of the loop below. Why is not understood. These measured no gain:
  *  - the order alone, with one wait per block: 1.004x;
  *  - the one-by-one waits alone: 1.00x at M = 16-64, 1.04-1.06x at M >= 256;

@@ -4,7 +4,7 @@
  * per op) and RoPE is fused with the KV append. Attention over the pages is in
  * attention.cu; the helpers both files use are in paged_kv.cuh.
  *
- * Numerics follow the CPU reference (src/backend/cpu, src/quant/act.c): wherever the CPU
+ * Numerics follow the CPU reference (src/backend/cpu, src/numerics/quant.c): wherever the CPU
  * rounds a value that becomes a code (activation block scales and codes, KV scales, zeros
  * and codes, the Hadamard butterflies) the kernels use the _rn intrinsics, so nvcc does not
  * contract them into FMAs and the same fp32 inputs give the same codes. RoPE's products are
