@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* penalty pairs the runner holds room for at first, per sequence: llama.cpp's default
- * repeat_last_n (64) */
-#define PEN_PAIRS_PER_SEQ 64
+/* listed ids (comet_sample_adj) the runner holds room for at first, per sequence:
+ * llama.cpp's default repeat_last_n (64); grown on demand */
+#define ADJ_PER_SEQ 64
 
 comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_backend *be,
                                const comet_runner_params *p) {
@@ -44,8 +44,8 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
             goto fail;
         }
     }
-    if ((st = comet_sampling_init(&r->sampling, p->max_batch_tokens,
-                                  p->max_seqs * PEN_PAIRS_PER_SEQ)) < 0)
+    st = comet_sampling_init(&r->sampling, p->max_batch_tokens, p->max_seqs * ADJ_PER_SEQ);
+    if (st < 0)
         goto fail;
     return COMET_OK;
 fail:

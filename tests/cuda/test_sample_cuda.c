@@ -147,7 +147,7 @@ static void run_case(int V, enum shape sh) {
             hist[i * H + t] = (int32_t)(uniform() * (t % 3 ? 24 : V));
     }
     comet_sampling smp;
-    assert_int_equal(comet_sampling_init(&smp, n, 4), COMET_OK); /* pen pairs grow */
+    assert_int_equal(comet_sampling_init(&smp, n, 4), COMET_OK); /* listed ids grow */
     int32_t ids[N_CFGS];
     int mismatches = 0;
     for (int round = 0; round < rounds; round++) {
