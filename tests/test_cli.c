@@ -193,6 +193,53 @@ static void test_seed_logged(void **state) {
     assert_null(strstr(b.err, "seed: ")); /* greedy: no seed in play */
 }
 
+/* The sampling options (cli_sampling_*): one range for generate and serve, checked by
+ * comet_sampler_params_check; temperatures too small to matter give the temperature-0
+ * text; --logit-bias -100 bans a token, and a bad one is named. */
+static void test_sampling_options(void **state) {
+    result r;
+    run("generate --prompt hi --temperature 2.5", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "generate", "--temperature: temperature must be in [0, 2]");
+    run("serve --temperature 2.5", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "--temperature: temperature must be in [0, 2]");
+    run("generate --prompt hi --presence-penalty 3", &r);
+    assert_one_line_error(&r, "generate", "--presence-penalty: presence_penalty must be in");
+    run("generate --prompt hi --logit-bias abc", &r);
+    assert_one_line_error(&r, "generate", "--logit-bias expects ID=BIAS");
+    run("serve --logit-bias 5=101", &r);
+    assert_one_line_error(&r, "serve", "the bias of token 5 must be in [-100, 100], got 101");
+
+    char base[4200], args[4400];
+    snprintf(base, sizeof base,
+             "generate --model '%s' --raw --prompt 'The capital of France is' --max-tokens 8",
+             model_path());
+    snprintf(args, sizeof args, "%s --temperature 0", base);
+    result greedy;
+    run(args, &greedy);
+    assert_int_equal(greedy.rc, 0);
+    assert_true(!strncmp(greedy.out, " Paris", 6));
+    const char *tiny[] = {"1e-38", "1e-40", "1e-45"};
+    for (int t = 0; t < 3; t++)
+        for (int seed = 1; seed <= 3; seed++) {
+            snprintf(args, sizeof args, "%s --temperature %s --top-k 0 --seed %d", base, tiny[t],
+                     seed);
+            run(args, &r);
+            assert_int_equal(r.rc, 0);
+            if (strcmp(r.out, greedy.out))
+                fail_msg("--temperature %s --seed %d: '%s', not the greedy '%s'", tiny[t], seed,
+                         r.out, greedy.out);
+        }
+    snprintf(args, sizeof args, "%s --temperature 0 --logit-bias 7042=-100", base);
+    run(args, &r); /* 7042: " Paris" */
+    assert_int_equal(r.rc, 0);
+    assert_null(strstr(r.out, " Paris"));
+    snprintf(args, sizeof args, "%s --logit-bias 49152=1", base);
+    run(args, &r);
+    assert_one_line_error(&r, "generate", "token id 49152 is outside the vocabulary [0, 49152)");
+}
+
 static void test_help(void **state) {
     result r;
     run("generate --help", &r);
@@ -221,15 +268,11 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_prompt),
-        cmocka_unit_test(test_busy_port),
-        cmocka_unit_test(test_seed_logged),
-        cmocka_unit_test(test_missing_model),
-        cmocka_unit_test(test_unreadable_text),
-        cmocka_unit_test(test_cuda_device),
-        cmocka_unit_test(test_bad_option_values),
-        cmocka_unit_test(test_prompt_over_context),
-        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_empty_prompt),      cmocka_unit_test(test_busy_port),
+        cmocka_unit_test(test_seed_logged),       cmocka_unit_test(test_missing_model),
+        cmocka_unit_test(test_unreadable_text),   cmocka_unit_test(test_cuda_device),
+        cmocka_unit_test(test_bad_option_values), cmocka_unit_test(test_prompt_over_context),
+        cmocka_unit_test(test_sampling_options),  cmocka_unit_test(test_help),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -2,7 +2,8 @@
  * of different lengths each produce exactly the tokens of the same request run alone (no
  * loss, no duplication, all pages free at the end); a tiny page pool forces preemption
  * and every request still completes with the same tokens; cancel frees pages; the queue
- * limit, the context limit and prompt logprobs. */
+ * limit, the context limit and prompt logprobs; the sampling parameters (tiny
+ * temperatures, logit_bias, penalties) through a request. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -98,7 +99,7 @@ static comet_request_params greedy(const int32_t *ids, int n, int max_tokens) {
     rp.prompt = ids;
     rp.n_prompt = n;
     rp.max_tokens = max_tokens;
-    rp.temperature = 0;
+    rp.sampling.temperature = 0;
     rp.ignore_eos = 1;
     return rp;
 }
@@ -347,10 +348,127 @@ static void test_nonfinite_fails_only_its_request(void **state) {
     free(bad_ids);
 }
 
+/* Run one request alone on engine e and collect it. */
+static void run_one(comet_engine *e, const comet_request_params *rp, collect *c) {
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->mu, NULL);
+    assert_int_equal(comet_engine_submit(e, rp, on_event, c, NULL), COMET_OK);
+    assert_true(comet_engine_wait_idle(e, 600));
+    assert_true(c->finished);
+    assert_int_equal(c->error[0], 0);
+}
+
+static int count_of(const collect *c, int32_t id) {
+    int n = 0;
+    for (int i = 0; i < c->n_toks; i++)
+        n += c->toks[i] == id;
+    return n;
+}
+
+/* The sampling parameters reach the sampler through the request (comet/sampling.h), on the
+ * CPU backend: tiny temperatures are greedy; logit_bias -100 bans the greedy answer, +100
+ * forces a token; each penalty changes a greedy continuation that repeats itself; bad
+ * parameters are refused at submit, named. */
+static void test_sampling_params(void **state) {
+    (void)state;
+    comet_engine_params ep = comet_engine_default_params();
+    ep.max_seqs = 4;
+    ep.n_pages = 64;
+    comet_engine *e = comet_engine_init(model, &ep);
+    assert_non_null(e);
+    const char *text = "The capital of France is";
+    int32_t *ids;
+    size_t n;
+    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 0, &ids, &n), COMET_OK);
+    const int32_t paris = 7042; /* " Paris" in the default model's vocabulary */
+    char piece[32];
+    int len = comet_tokenizer_token_bytes(model->tok, paris, 0, piece, sizeof piece);
+    assert_true(len == 6 && !memcmp(piece, " Paris", 6));
+
+    collect ref, c;
+    comet_request_params rp = greedy(ids, (int)n, 24);
+    run_one(e, &rp, &ref);
+    assert_int_equal(ref.toks[0], paris);
+
+    const float tiny[] = {1e-38f, 1e-40f, 1e-45f};
+    for (int t = 0; t < 3; t++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            rp = greedy(ids, (int)n, 24);
+            rp.sampling.temperature = tiny[t];
+            rp.sampling.top_k = 0; /* no filter hides the overflow */
+            rp.sampling.seed = seed;
+            rp.has_seed = 1;
+            run_one(e, &rp, &c);
+            assert_int_equal(c.n_toks, ref.n_toks);
+            assert_memory_equal(c.toks, ref.toks, (size_t)ref.n_toks * sizeof(int32_t));
+        }
+
+    comet_logit_bias ban[] = {{paris, -100.0f}};
+    rp = greedy(ids, (int)n, 24);
+    rp.sampling.logit_bias = ban;
+    rp.sampling.n_logit_bias = 1;
+    run_one(e, &rp, &c);
+    assert_true(c.toks[0] != paris);
+    assert_int_equal(count_of(&c, paris), 0);
+    rp.sampling.temperature = 1.0f; /* sampled: never either */
+    rp.sampling.seed = 5;
+    rp.has_seed = 1;
+    run_one(e, &rp, &c);
+    assert_int_equal(count_of(&c, paris), 0);
+
+    comet_logit_bias force[] = {{42, 100.0f}};
+    rp = greedy(ids, (int)n, 8);
+    rp.sampling.temperature = 0.7f;
+    rp.sampling.logit_bias = force;
+    rp.sampling.n_logit_bias = 1;
+    run_one(e, &rp, &c);
+    assert_int_equal(count_of(&c, 42), 8);
+
+    /* penalties: greedy over 24 tokens repeats " Paris" and the like; each penalty alone
+     * changes the text */
+    for (int k = 0; k < 3; k++) {
+        rp = greedy(ids, (int)n, 24);
+        if (k == 0)
+            rp.sampling.repeat_penalty = 1.8f;
+        else if (k == 1)
+            rp.sampling.presence_penalty = 2.0f;
+        else
+            rp.sampling.frequency_penalty = 2.0f;
+        run_one(e, &rp, &c);
+        assert_int_equal(c.n_toks, 24);
+        if (!memcmp(c.toks, ref.toks, 24 * sizeof(int32_t)))
+            fail_msg("penalty %d left the greedy text unchanged", k);
+        int most_ref = 0, most = 0; /* the most repeated token repeats less */
+        for (int i = 0; i < 24; i++) {
+            if (count_of(&ref, ref.toks[i]) > most_ref)
+                most_ref = count_of(&ref, ref.toks[i]);
+            if (count_of(&c, c.toks[i]) > most)
+                most = count_of(&c, c.toks[i]);
+        }
+        if (!(most < most_ref))
+            fail_msg("penalty %d: the most repeated token comes %d times (without: %d)", k, most,
+                     most_ref);
+    }
+
+    rp = greedy(ids, (int)n, 4);
+    comet_logit_bias oov[] = {{49152, 1.0f}};
+    rp.sampling.logit_bias = oov;
+    rp.sampling.n_logit_bias = 1;
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "token id 49152 is outside the vocabulary"));
+    rp = greedy(ids, (int)n, 4);
+    rp.sampling.temperature = 3.0f;
+    assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "temperature must be in [0, 2]"));
+    comet_engine_free(e);
+    free(ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_and_limits),
         cmocka_unit_test(test_prompt_logprobs),
+        cmocka_unit_test(test_sampling_params),
         cmocka_unit_test(test_nonfinite_fails_only_its_request),
         cmocka_unit_test(test_tiny_pool_preemption),
         cmocka_unit_test(test_concurrent_equals_alone),

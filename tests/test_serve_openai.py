@@ -3,7 +3,9 @@
 
 Starts the server on 127.0.0.1 (a free port) with the default model and checks:
 completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
-prompt logprobs) for structure and content (greedy output equal to `comet generate` for the
+prompt logprobs) for structure and content; the sampling parameters on both routes (tiny
+temperatures are greedy, logit_bias bans and forces tokens and refuses bad maps, each
+penalty changes a greedy text) (greedy output equal to `comet generate` for the
 same prompt); 64 concurrent streams each equal to the same request alone; the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
@@ -256,6 +258,97 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertNotIn(" 9", r.choices[0].text)
         self.assertIn("8", r.choices[0].text)
+
+    # ---- sampling parameters (comet/sampling.h), on both routes ----
+
+    FRANCE = "The capital of France is"
+    FRANCE_CHAT = [{"role": "user", "content": "What is the capital of France?"}]
+
+    def cmpl_tokens(self, **kw):
+        r = self.client.completions.create(model=MODEL_ID, prompt=self.FRANCE, logprobs=1, **kw)
+        return r.choices[0].text, r.choices[0].logprobs.tokens
+
+    def chat_tokens(self, **kw):
+        r = self.client.chat.completions.create(model=MODEL_ID, messages=self.FRANCE_CHAT,
+                                                logprobs=True, **kw)
+        return r.choices[0].message.content, [t.token for t in r.choices[0].logprobs.content]
+
+    def test_tiny_temperature_is_greedy(self):
+        """Temperatures too small to matter give the temperature-0 text, not NaN garbage."""
+        ref, _ = self.cmpl_tokens(max_tokens=8, temperature=0)
+        self.assertTrue(ref.startswith(" Paris"), ref)
+        ref_chat, _ = self.chat_tokens(max_tokens=12, temperature=0)
+        for t in (1e-38, 1e-40, 1e-45):
+            for seed in (1, 2, 3):
+                text, _ = self.cmpl_tokens(max_tokens=8, temperature=t, seed=seed,
+                                           extra_body={"top_k": -1, "min_p": 0})
+                self.assertEqual(text, ref, f"temperature {t}, seed {seed}")
+            text, _ = self.chat_tokens(max_tokens=12, temperature=t, seed=1)
+            self.assertEqual(text, ref_chat, f"chat, temperature {t}")
+
+    def test_logit_bias(self):
+        """-100 bans " Paris" (id 7042), greedy or sampled; +100 forces a token; bad maps are
+        refused with 400 naming logit_bias, on both routes."""
+        _, toks = self.cmpl_tokens(max_tokens=8, temperature=0)
+        self.assertEqual(toks[0], " Paris")
+        _, toks = self.cmpl_tokens(max_tokens=8, temperature=0, logit_bias={"7042": -100})
+        self.assertNotIn(" Paris", toks)
+        _, toks = self.cmpl_tokens(max_tokens=16, temperature=1.0, seed=3,
+                                   logit_bias={"7042": -100})
+        self.assertNotIn(" Paris", toks)
+        _, toks = self.chat_tokens(max_tokens=16, temperature=0)
+        self.assertIn(" Paris", toks)
+        _, toks = self.chat_tokens(max_tokens=16, temperature=0, logit_bias={"7042": -100})
+        self.assertNotIn(" Paris", toks)
+        _, toks = self.cmpl_tokens(max_tokens=4, temperature=0.7, logit_bias={"42": 100})
+        self.assertEqual(len(toks), 4)
+        self.assertEqual(len(set(toks)), 1, toks)
+        _, chat_toks = self.chat_tokens(max_tokens=4, temperature=0.7, logit_bias={"42": 100})
+        self.assertEqual(chat_toks, toks)
+
+        chat = {"model": MODEL_ID, "messages": self.FRANCE_CHAT, "max_tokens": 2}
+        cmpl = {"model": MODEL_ID, "prompt": self.FRANCE, "max_tokens": 2}
+        for bias, says in (({"999999999": 5}, "outside the vocabulary"),
+                           ({"abc": 1}, "not a token id"),
+                           ({"5": 100.5}, "[-100, 100]"),
+                           ({"5": "x"}, "must be a number"),
+                           ([7042], "must be an object")):
+            for path, body in (("/v1/completions", cmpl), ("/v1/chat/completions", chat)):
+                with self.subTest(path=path, bias=bias):
+                    st, resp = raw("POST", path, json.dumps(dict(body, logit_bias=bias)))
+                    self.assertEqual(st, 400, resp[:300])
+                    err = self.error_of(st, resp)
+                    self.assertEqual(err["param"], "logit_bias")
+                    self.assertIn(says, err["message"])
+        self.assert_alive()
+
+    def test_penalties(self):
+        """repetition_penalty (vLLM's extension), presence_penalty and frequency_penalty each
+        change a greedy continuation of 32 tokens, on both routes."""
+        prompt, msgs = self.FRANCE, self.FRANCE_CHAT
+
+        def cmpl(**kw):
+            extra = kw.pop("extra_body", {})
+            return self.client.completions.create(
+                model=MODEL_ID, prompt=prompt, max_tokens=32, temperature=0,
+                extra_body=dict(extra, ignore_eos=True), **kw).choices[0].text
+
+        def chat(**kw):
+            extra = kw.pop("extra_body", {})
+            return self.client.chat.completions.create(
+                model=MODEL_ID, messages=msgs, max_tokens=32, temperature=0,
+                extra_body=dict(extra, ignore_eos=True), **kw).choices[0].message.content
+
+        ref, ref_chat = cmpl(), chat()
+        for kw in ({"presence_penalty": 2.0}, {"frequency_penalty": 2.0},
+                   {"extra_body": {"repetition_penalty": 1.8}}):
+            with self.subTest(**{k: str(v) for k, v in kw.items()}):
+                self.assertNotEqual(cmpl(**dict(kw)), ref)
+                self.assertNotEqual(chat(**dict(kw)), ref_chat)
+        st, resp = raw("POST", "/v1/completions",
+                       json.dumps({"model": MODEL_ID, "prompt": "a", "repetition_penalty": 0}))
+        self.assertEqual(st, 400)
+        self.assertEqual(self.error_of(st, resp)["param"], "repetition_penalty")
 
     # ---- bad input: each a clear error, and the server keeps serving ----
 

@@ -65,19 +65,19 @@ static void test_completion_full(void **state) {
     assert_string_equal(r.prompt, "Hello");
     assert_null(r.prompt_ids);
     assert_int_equal(r.max_tokens, 7);
-    assert_float_equal(r.temperature, 0.5f, 1e-7);
-    assert_float_equal(r.top_p, 0.9f, 1e-7);
-    assert_int_equal(r.top_k, 40);
-    assert_float_equal(r.min_p, 0.05f, 1e-7);
-    assert_true(r.has_seed);
-    assert_int_equal(r.seed, 42);
+    assert_float_equal(r.sampling.temperature, 0.5f, 1e-7);
+    assert_float_equal(r.sampling.top_p, 0.9f, 1e-7);
+    assert_int_equal(r.sampling.top_k, 40);
+    assert_float_equal(r.sampling.min_p, 0.05f, 1e-7);
+    assert_true(r.given & COMET_SAMPLER_SEED);
+    assert_int_equal(r.sampling.seed, 42);
     assert_int_equal(r.n_stop, 2);
     assert_string_equal(r.stop[0], "\n");
     assert_string_equal(r.stop[1], "END");
     assert_true(r.stream);
     assert_true(r.include_usage);
-    assert_float_equal(r.presence_penalty, 0.5f, 1e-7);
-    assert_float_equal(r.frequency_penalty, -0.25f, 1e-7);
+    assert_float_equal(r.sampling.presence_penalty, 0.5f, 1e-7);
+    assert_float_equal(r.sampling.frequency_penalty, -0.25f, 1e-7);
     assert_true(r.logprobs);
     assert_int_equal(r.top_logprobs, 3);
     assert_true(r.echo);
@@ -99,11 +99,11 @@ static void test_defaults_and_prompt_forms(void **state) {
     /* no server defaults given: comet generate's sampling, OpenAI's 16 tokens */
     assert_int_equal(r.max_tokens, 16);
     assert_false(r.max_tokens_given);
-    assert_float_equal(r.temperature, 0.8f, 0);
-    assert_float_equal(r.top_p, 0.95f, 0);
-    assert_int_equal(r.top_k, 40);
-    assert_float_equal(r.min_p, 0.05f, 0);
-    assert_false(r.has_seed);
+    assert_float_equal(r.sampling.temperature, 0.8f, 0);
+    assert_float_equal(r.sampling.top_p, 0.95f, 0);
+    assert_int_equal(r.sampling.top_k, 40);
+    assert_float_equal(r.sampling.min_p, 0.05f, 0);
+    assert_false(r.given & COMET_SAMPLER_SEED);
     assert_int_equal(r.n_stop, 0);
     assert_false(r.stream);
     assert_false(r.logprobs);
@@ -121,7 +121,7 @@ static void test_defaults_and_prompt_forms(void **state) {
                      0);
     assert_int_equal(r.n_prompt_ids, 2);
     assert_int_equal(r.n_stop, 1);
-    assert_int_equal(r.top_k, 0);
+    assert_int_equal(r.sampling.top_k, 0);
     comet_oai_request_free(&r);
 }
 
@@ -130,7 +130,9 @@ static void test_defaults_and_prompt_forms(void **state) {
  * temperature 1, top-p 1, no top-k/min-p and chat up to the context). */
 static void test_server_defaults(void **state) {
     (void)state;
-    const comet_oai_defaults d = {0.6f, 0.9f, 20, 0.1f, 300};
+    comet_oai_defaults d = comet_oai_default_defaults();
+    d.sampling.temperature = 0.6f, d.sampling.top_p = 0.9f, d.sampling.top_k = 20;
+    d.sampling.min_p = 0.1f, d.max_tokens = 300;
     const comet_oai_limits lim = {"smol", 2048, 49152, &d};
     comet_oai_request r;
     comet_oai_error e;
@@ -138,27 +140,27 @@ static void test_server_defaults(void **state) {
                          "\"content\":\"What is the capital of France?\"}],"
                          "\"top_k\":null}";
     assert_int_equal(comet_oai_parse(COMET_OAI_CHAT, absent, strlen(absent), &lim, &r, &e), 0);
-    assert_float_equal(r.temperature, 0.6f, 0);
-    assert_float_equal(r.top_p, 0.9f, 0);
-    assert_int_equal(r.top_k, 20);
-    assert_float_equal(r.min_p, 0.1f, 0);
+    assert_float_equal(r.sampling.temperature, 0.6f, 0);
+    assert_float_equal(r.sampling.top_p, 0.9f, 0);
+    assert_int_equal(r.sampling.top_k, 20);
+    assert_float_equal(r.sampling.min_p, 0.1f, 0);
     assert_int_equal(r.max_tokens, 300);
     assert_false(r.max_tokens_given);
     comet_oai_request_free(&r);
     const char *cmpl = "{\"model\":\"smol\",\"prompt\":\"x\"}";
     assert_int_equal(comet_oai_parse(COMET_OAI_COMPLETION, cmpl, strlen(cmpl), &lim, &r, &e), 0);
     assert_int_equal(r.max_tokens, 300);
-    assert_float_equal(r.temperature, 0.6f, 0);
+    assert_float_equal(r.sampling.temperature, 0.6f, 0);
     comet_oai_request_free(&r);
 
     const char *given = "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\","
                         "\"content\":\"hi\"}],\"temperature\":0,\"top_p\":1,\"top_k\":-1,"
                         "\"min_p\":0,\"max_completion_tokens\":7}";
     assert_int_equal(comet_oai_parse(COMET_OAI_CHAT, given, strlen(given), &lim, &r, &e), 0);
-    assert_float_equal(r.temperature, 0.0f, 0);
-    assert_float_equal(r.top_p, 1.0f, 0);
-    assert_int_equal(r.top_k, 0);
-    assert_float_equal(r.min_p, 0.0f, 0);
+    assert_float_equal(r.sampling.temperature, 0.0f, 0);
+    assert_float_equal(r.sampling.top_p, 1.0f, 0);
+    assert_int_equal(r.sampling.top_k, 0);
+    assert_float_equal(r.sampling.min_p, 0.0f, 0);
     assert_int_equal(r.max_tokens, 7);
     assert_true(r.max_tokens_given);
     comet_oai_request_free(&r);
@@ -166,18 +168,108 @@ static void test_server_defaults(void **state) {
     /* built-in defaults (no generation_config.json, no flags): comet generate's sampling;
      * chat stops at 256 tokens, completions at 16; max_tokens 0 lets chat run to the context */
     comet_oai_defaults b = comet_oai_default_defaults();
-    assert_float_equal(b.temperature, 0.8f, 0);
-    assert_float_equal(b.top_p, 0.95f, 0);
-    assert_int_equal(b.top_k, 40);
-    assert_float_equal(b.min_p, 0.05f, 0);
+    assert_float_equal(b.sampling.temperature, 0.8f, 0);
+    assert_float_equal(b.sampling.top_p, 0.95f, 0);
+    assert_int_equal(b.sampling.top_k, 40);
+    assert_float_equal(b.sampling.min_p, 0.05f, 0);
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_CHAT), 256);
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
     b.max_tokens = 0;
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_CHAT), -1);
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
     assert_int_equal(parse(COMET_OAI_CHAT, absent, &r, &e), 0);
-    assert_float_equal(r.temperature, 0.8f, 0);
+    assert_float_equal(r.sampling.temperature, 0.8f, 0);
     assert_int_equal(r.max_tokens, 256);
+    comet_oai_request_free(&r);
+}
+
+/* logit_bias as the OpenAI API defines it: {"<token id>": bias in [-100, 100]}; every bad
+ * key or value is a 400 naming logit_bias and the problem; both routes. */
+static void test_logit_bias(void **state) {
+    (void)state;
+    comet_oai_request r;
+    comet_oai_error e;
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":\"x\","
+                           "\"logit_bias\":{\"7042\":-100,\"13\":2.5,\"0\":100}}",
+                           &r, &e),
+                     0);
+    assert_true(r.given & COMET_SAMPLER_LOGIT_BIAS);
+    assert_int_equal(r.sampling.n_logit_bias, 3);
+    assert_ptr_equal(r.sampling.logit_bias, r.logit_bias);
+    assert_int_equal(r.logit_bias[0].id, 7042);
+    assert_float_equal(r.logit_bias[0].bias, -100.0f, 0);
+    assert_int_equal(r.logit_bias[1].id, 13);
+    assert_float_equal(r.logit_bias[1].bias, 2.5f, 0);
+    assert_int_equal(r.logit_bias[2].id, 0);
+    assert_float_equal(r.logit_bias[2].bias, 100.0f, 0);
+    comet_oai_request_free(&r);
+    assert_null(r.logit_bias);
+    assert_int_equal(parse(COMET_OAI_CHAT,
+                           "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\","
+                           "\"content\":\"hi\"}],\"logit_bias\":{\"49151\":-1}}",
+                           &r, &e),
+                     0);
+    assert_int_equal(r.sampling.n_logit_bias, 1);
+    assert_int_equal(r.logit_bias[0].id, 49151);
+    comet_oai_request_free(&r);
+    /* absent, null or empty: none */
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":{}}", &r, &e),
+                     0);
+    assert_int_equal(r.sampling.n_logit_bias, 0);
+    comet_oai_request_free(&r);
+
+    const struct {
+        const char *bias, *says;
+    } bad[] = {
+        {"{\"999999999\":5}", "outside the vocabulary [0, 49152)"},
+        {"{\"49152\":5}", "token id 49152 is outside the vocabulary"},
+        {"{\"-1\":5}", "token id -1 is outside the vocabulary"},
+        {"{\"abc\":1}", "key 'abc' is not a token id"},
+        {"{\"5.5\":1}", "key '5.5' is not a token id"},
+        {"{\"\":1}", "is not a token id"},
+        {"{\"5\":\"x\"}", "must be a number"},
+        {"{\"5\":null}", "must be a number"},
+        {"{\"5\":100.5}", "must be in [-100, 100], got 100.5"},
+        {"{\"5\":-101}", "must be in [-100, 100], got -101"},
+        {"{\"5\":1,\"05\":2}", "token id 5 is given twice"},
+        {"[1,2]", "must be an object"},
+        {"5", "must be an object"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"model\":\"smol\",\"prompt\":\"x\",\"logit_bias\":%s}",
+                 bad[i].bias);
+        expect_error(COMET_OAI_COMPLETION, body, 400, "logit_bias");
+        assert_int_equal(parse(COMET_OAI_COMPLETION, body, &r, &e), 400);
+        if (!strstr(e.message, bad[i].says))
+            fail_msg("logit_bias %s: message '%s' does not say '%s'", bad[i].bias, e.message,
+                     bad[i].says);
+        snprintf(body, sizeof body,
+                 "{\"model\":\"smol\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}],"
+                 "\"logit_bias\":%s}",
+                 bad[i].bias);
+        expect_error(COMET_OAI_CHAT, body, 400, "logit_bias");
+    }
+}
+
+/* Tiny temperatures are valid (greedy, comet/sampling.h); repetition_penalty (vLLM's
+ * extension) reaches the sampling parameters. */
+static void test_sampling_extras(void **state) {
+    (void)state;
+    comet_oai_request r;
+    comet_oai_error e;
+    assert_int_equal(parse(COMET_OAI_COMPLETION,
+                           "{\"model\":\"smol\",\"prompt\":\"x\",\"temperature\":1e-45,"
+                           "\"repetition_penalty\":1.3}",
+                           &r, &e),
+                     0);
+    assert_true(r.sampling.temperature >= 0 && r.sampling.temperature < 1e-44f);
+    assert_float_equal(r.sampling.repeat_penalty, 1.3f, 0);
+    assert_true(r.given & COMET_SAMPLER_REPEAT_PENALTY);
+    assert_false(r.given & COMET_SAMPLER_PRESENCE_PENALTY);
+    assert_int_equal(r.sampling.repeat_last_n, -1); /* the penalties see every generated token */
     comet_oai_request_free(&r);
 }
 
@@ -277,6 +369,9 @@ static void test_ranges(void **state) {
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"n\":0}", "n"},
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"presence_penalty\":3}", "presence_penalty"},
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"frequency_penalty\":-2.01}", "frequency_penalty"},
+        {"{\"model\":\"smol\",\"prompt\":\"x\",\"repetition_penalty\":0}", "repetition_penalty"},
+        {"{\"model\":\"smol\",\"prompt\":\"x\",\"repetition_penalty\":\"1\"}",
+         "repetition_penalty"},
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"logprobs\":6}", "logprobs"},
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop"},
         {"{\"model\":\"smol\",\"prompt\":\"x\",\"stop\":\"\"}", "stop"},
@@ -475,6 +570,8 @@ int main(void) {
         cmocka_unit_test(test_completion_full),
         cmocka_unit_test(test_defaults_and_prompt_forms),
         cmocka_unit_test(test_server_defaults),
+        cmocka_unit_test(test_logit_bias),
+        cmocka_unit_test(test_sampling_extras),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_bad_json),
         cmocka_unit_test(test_wrong_types),

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "comet/model.h"
+#include "comet/sampling.h"
 #include "comet/status.h"
 
 #ifdef __cplusplus
@@ -52,16 +53,13 @@ comet_engine_params comet_engine_default_params(void);
 typedef struct comet_request_params {
     const int32_t *prompt; /* [n_prompt] ids, BOS/chat template already applied */
     int n_prompt;
-    int max_tokens;    /* new tokens at most; <= 0: up to the context */
-    float temperature; /* 0 = greedy */
-    int top_k;         /* 0 = off */
-    float top_p;       /* 1 = off */
-    float min_p;       /* 0 = off */
-    uint64_t seed;
-    int has_seed;                              /* 0: a seed is drawn from the clock */
-    float presence_penalty, frequency_penalty; /* OpenAI penalties, 0 = off */
-    float repeat_penalty;                      /* 1 (or 0) = off */
-    const char *const *stop;                   /* [n_stop] stop strings, never emitted */
+    int max_tokens;                /* new tokens at most; <= 0: up to the context */
+    comet_sampler_params sampling; /* checked at submit (comet_sampler_params_check); the
+                                    * penalties look at the generated tokens (the window
+                                    * repeat_last_n of them); logit_bias is copied */
+    int has_seed;                  /* 0: sampling.seed is ignored, a seed is drawn from the
+                                    * clock */
+    const char *const *stop;       /* [n_stop] stop strings, never emitted */
     int n_stop;
     int ignore_eos;
     int logprobs;        /* report each generated token's logprob ... */
@@ -69,7 +67,8 @@ typedef struct comet_request_params {
     int prompt_logprobs; /* also report logprobs of the prompt tokens (echo) */
 } comet_request_params;
 
-/* Zeroed params with temperature 1, top_p 1. */
+/* Zeroed params with sampling temperature 1, top_k 0, top_p 1, min_p 0, penalties off
+ * (repeat_last_n -1: all generated tokens), no logit_bias. */
 comet_request_params comet_request_default_params(void);
 
 typedef enum comet_event_kind {

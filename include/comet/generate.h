@@ -8,11 +8,11 @@
  * characters only) and is held back while it could still be the start of a stop string,
  * so a stop string never reaches the callback.
  *
- * Sampling (comet_sampler_params), in the order of HF transformers: penalties
- * (repetition, presence, frequency) on the raw logits, then temperature, then top-k,
- * top-p and min-p on the tempered distribution, then one draw from what remains.
- * Temperature 0 (or top_k 1) is greedy: the argmax of the penalized logits, lowest id on
- * ties, no random number consumed. The RNG is xoshiro256** seeded through splitmix64, so
+ * Sampling (comet_sampler_params, comet/sampling.h), in the order of HF transformers:
+ * logit_bias, then penalties (repetition, presence, frequency) on the raw logits, then
+ * temperature, then top-k, top-p and min-p on the tempered distribution, then one draw from
+ * what remains. A temperature below COMET_SAMPLER_GREEDY_BELOW (0 included) or top_k 1 is
+ * greedy: the argmax of the adjusted logits, lowest id on ties, no random number consumed. The RNG is xoshiro256** seeded through splitmix64, so
  * a seed gives the same draws on every machine.
  */
 #ifndef COMET_GENERATE_H
@@ -23,27 +23,14 @@
 
 #include "comet/backend.h"
 #include "comet/model.h"
+#include "comet/sampling.h"
 #include "comet/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-typedef struct comet_sampler_params {
-    float temperature; /* 0 = greedy */
-    int top_k;         /* keep the k most likely; 0 = off */
-    float top_p;       /* keep the smallest set with mass >= top_p; 1 = off */
-    float min_p;       /* drop tokens with p < min_p * p_max; 0 = off */
-    uint64_t seed;
-    float repeat_penalty;    /* 1 = off; logit > 0 divided by it, logit < 0 multiplied (CTRL) */
-    int repeat_last_n;       /* history window the penalties look at; -1 = all of it */
-    float presence_penalty;  /* subtracted once from every token seen (OpenAI); 0 = off */
-    float frequency_penalty; /* subtracted per occurrence (OpenAI); 0 = off */
-} comet_sampler_params;
-
-/* temperature 0.8, top_k 40, top_p 0.95, min_p 0.05, seed 0, penalties off,
- * repeat_last_n 64. */
-comet_sampler_params comet_sampler_default_params(void);
+/* comet_sampler_params, its defaults, check and merge: comet/sampling.h. */
 
 typedef struct comet_gen_params {
     int max_tokens; /* new tokens at most (> 0) */

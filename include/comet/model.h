@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comet/sampling.h"
 #include "comet/status.h"
 
 #ifdef __cplusplus
@@ -169,22 +170,12 @@ typedef struct comet_quant_config {
 } comet_quant_config;
 
 /* Sampling defaults the checkpoint recommends (HF generation_config.json: temperature,
- * top_p, top_k, min_p, max_new_tokens); `set` says which fields were given. */
-enum {
-    COMET_GEN_TEMPERATURE = 1,
-    COMET_GEN_TOP_P = 2,
-    COMET_GEN_TOP_K = 4,
-    COMET_GEN_MIN_P = 8,
-    COMET_GEN_MAX_NEW_TOKENS = 16
-};
-
+ * top_p, top_k, min_p, max_new_tokens). */
 typedef struct comet_gen_config {
-    unsigned set; /* COMET_GEN_* bits; 0: the checkpoint recommends nothing */
-    float temperature;
-    float top_p;
-    int top_k;
-    float min_p;
-    int max_new_tokens;
+    unsigned given;                /* COMET_SAMPLER_* bits of the fields of `sampling` given;
+                                    * 0: the checkpoint recommends no sampling */
+    comet_sampler_params sampling; /* the given fields; the others are the defaults */
+    int max_new_tokens;            /* > 0 when given, else 0 */
 } comet_gen_config;
 
 typedef struct comet_model {

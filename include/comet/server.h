@@ -6,7 +6,8 @@
  * the model wants, as comet_chat_tokenize builds it) and submitted to the engine; the
  * server runs on background threads, one per connection. The fields a request leaves out
  * take the server's defaults: `comet generate`'s sampling, then the model's
- * generation_config.json (comet_model.gen), then the overrides in the params.
+ * generation_config.json (comet_model.gen), then the overrides in the params, each merged
+ * by its "given" mask (comet_sampler_params_merge).
  */
 #ifndef COMET_SERVER_H
 #define COMET_SERVER_H
@@ -40,11 +41,13 @@ typedef struct comet_openai_server_params {
     int kv_tokens;                 /* tokens the engine's KV pool holds (n_pages * page_size of
                                     * its comet_engine_params): a default max_tokens is cut to
                                     * it; 0 (default): not known */
-    /* Request defaults that override the model's generation_config.json; < 0 (the
-     * default): not given. */
-    float temperature, top_p, min_p;
-    int top_k;
-    int max_tokens; /* 0: chat up to the context, completions 16 */
+    /* Request defaults that override the model's generation_config.json: the fields of
+     * `sampling` whose COMET_SAMPLER_* bits are in sampling_given (default 0: none);
+     * checked at start (comet_sampler_params_check). sampling.logit_bias is borrowed: it
+     * must outlive the server. */
+    comet_sampler_params sampling;
+    unsigned sampling_given;
+    int max_tokens; /* < 0 (default): not given; 0: chat up to the context, completions 16 */
 } comet_openai_server_params;
 
 comet_openai_server_params comet_openai_server_default_params(void);

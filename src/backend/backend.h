@@ -31,6 +31,7 @@
 #include "backend/batch.h"
 #include "comet/backend.h"
 #include "comet/model.h"
+#include "comet/sampling.h"
 #include "numerics/group.h"
 
 typedef struct comet_rope_params {
@@ -58,21 +59,30 @@ typedef struct comet_step {
     int max_q_len;    /* the most tokens one sequence has in this step */
 } comet_step;
 
+/* One listed id of a row (the op `sample`): its logit becomes
+ * comet_sampler_adjust(p, logit, count, bias): bias added (logit_bias; -100: -infinity),
+ * then, when count > 0 (its occurrences in the penalty window), the penalties. */
+typedef struct comet_sample_adj {
+    int32_t id;
+    int32_t count;
+    float bias;
+} comet_sample_adj;
+
 /* One logits row to sample where the logits are (the op `sample`): the chain of
- * engine/sampler.h with the host's numbers, so that both sides compute the same floats.
- * Penalties: pen_ids / pen_counts [n_pen] from pen_offset (comet_sampler_penalty_list),
- * each logit replaced by comet_sampler_penalize's value; then greedy rows take the argmax
- * (lowest id on ties), the others filter as comet_sampler_pick and draw with u. */
+ * engine/sampler.h with the host's parameters and numbers, so that both sides compute the
+ * same floats (comet_sampler_row fills it). The listed ids adj [n_adj] from adj_offset are
+ * adjusted first (comet_sample_adj); then greedy rows take the argmax (lowest id on ties),
+ * the others filter as comet_sampler_pick and draw with u. */
 typedef struct comet_sample_row {
-    int row;               /* logits row, < the step's n_logits */
-    int greedy;            /* 1: argmax (comet_sampler_greedy) */
-    float inv_temperature; /* 1.0f / temperature, as the host divides it */
-    int top_k;             /* 0 or >= V: off */
-    float top_p;           /* 1: off */
-    float log_min_p;       /* logf(min_p) by the host's libm; -INFINITY: min-p off */
-    float repeat_penalty, presence_penalty, frequency_penalty;
-    int pen_offset, n_pen; /* this row's (id, count) pairs */
-    double u;              /* the draw in [0, 1) */
+    comet_sampler_params p; /* the sequence's parameters (p.logit_bias is a host pointer the
+                             * device does not read: the biases come in the listed ids) */
+    int row;                /* logits row, < the step's n_logits */
+    int greedy;             /* 1: argmax (comet_sampler_greedy) */
+    float inv_temperature;  /* 1.0f / temperature, as the host divides it */
+    float log_min_p;        /* logf(min_p) by the host's libm; -INFINITY: min-p off */
+    int adj_offset, n_adj;  /* this row's listed ids */
+    int has_ban;            /* some listed id has bias -100 (its logit becomes -infinity) */
+    double u;               /* the draw in [0, 1) */
 } comet_sample_row;
 
 /* ids the op `sample` returns instead of a token */
@@ -190,14 +200,14 @@ typedef struct comet_backend_ops {
     /* ---- sampling where the logits are (optional; NULL: the caller samples on the host) --
      * sample: one id per row r < n_rows into host ids[r], for rows[r] over logits
      * [n_logits, V] in the backend's memory (comet_forward_logits; the rows are modified:
-     * penalties applied). pen_ids / pen_counts [n_pen] (host) hold every row's penalty
-     * pairs. ids[r] is the token, COMET_SAMPLE_NONFINITE, or COMET_SAMPLE_ON_HOST (the
-     * row, penalties applied, is to be downloaded and picked by comet_sampler_pick with the
-     * same u). Returns when ids holds the results: COMET_OK, COMET_ERR_INVALID_ARG,
-     * COMET_ERR_NOMEM, COMET_ERR_CUDA. */
+     * listed ids adjusted). adj [n_adj] (host) holds every row's listed ids
+     * (comet_sample_adj, ids in [0, V)). ids[r] is the token, COMET_SAMPLE_NONFINITE, or
+     * COMET_SAMPLE_ON_HOST (the row, adjusted, is to be downloaded and picked by
+     * comet_sampler_pick with the same u). Returns when ids holds the results: COMET_OK,
+     * COMET_ERR_INVALID_ARG, COMET_ERR_NOMEM, COMET_ERR_CUDA. */
     comet_status (*sample)(comet_backend *be, const float *logits, int V,
-                           const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
-                           const int32_t *pen_counts, int n_pen, int32_t *ids);
+                           const comet_sample_row *rows, int n_rows, const comet_sample_adj *adj,
+                           int n_adj, int32_t *ids);
 
     /* Release the backend's private state (be->impl) and be itself. */
     void (*destroy)(comet_backend *be);

@@ -1,6 +1,7 @@
 /* engine.c — the serving engine (see comet/engine.h): request queue, continuous-batching
- * scheduler with chunked prefill and preemption by recomputation, per-request sampling,
- * logprobs, streaming detokenization and stop strings, on one engine thread.
+ * scheduler with chunked prefill and preemption by recomputation and per-request sampling,
+ * on one engine thread. A request's output (detokenization, stop strings, logprobs,
+ * events) is request.c's.
  *
  * A request's tokens are its prompt followed by what it generated; KV holds the first
  * n_computed of them. Each step feeds every scheduled sequence tokens[n_computed ..
@@ -19,37 +20,18 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "backend/backend.h"
 #include "comet/tokenizer.h"
+#include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
 
-#define PIECE_CAP 256
 #define PROMPT_LOGIT_ROWS 128 /* logits rows per step for prompt logprobs (echo) */
-
-typedef struct req {
-    uint64_t id;
-    comet_engine_cb cb;
-    void *user;
-    int32_t *tokens; /* [cap] prompt, then generated */
-    int n_tokens, cap, n_prompt, max_new, n_generated, n_computed;
-    int prompt_lp_sent; /* prompt tokens reported (prompt_logprobs) */
-    int logprobs, top_logprobs, prompt_logprobs, ignore_eos;
-    comet_kv_seq seq;
-    comet_sampler *smp;
-    comet_detok dt;
-    char *stop[COMET_ENGINE_MAX_STOP];
-    int n_stop;
-    char *hold; /* text held while it may start a stop string */
-    char *out;  /* text released by one token [hold_cap] */
-    size_t n_hold, hold_cap;
-    atomic_int cancel;
-    int n_preempt;
-} req;
 
 /* A sequence's part of the step being built. */
 typedef struct plan {
@@ -93,28 +75,18 @@ comet_engine_params comet_engine_default_params(void) {
 comet_request_params comet_request_default_params(void) {
     comet_request_params r;
     memset(&r, 0, sizeof r);
-    r.temperature = 1.0f;
-    r.top_p = 1.0f;
-    r.repeat_penalty = 1.0f;
+    r.sampling = comet_sampler_default_params();
+    r.sampling.temperature = 1.0f;
+    r.sampling.top_k = 0;
+    r.sampling.top_p = 1.0f;
+    r.sampling.min_p = 0.0f;
+    r.sampling.repeat_last_n = -1;
     return r;
 }
 
 const char *comet_finish_reason_name(comet_finish_reason r) {
     static const char *names[] = {"stop", "length", "cancelled", "error"};
     return r >= 0 && r < COMET_FINISH_REASON_COUNT ? names[r] : "?";
-}
-
-static void req_free(req *r) {
-    if (!r)
-        return;
-    free(r->tokens);
-    comet_kv_seq_free(&r->seq);
-    comet_sampler_free(r->smp);
-    for (int i = 0; i < r->n_stop; i++)
-        free(r->stop[i]);
-    free(r->hold);
-    free(r->out);
-    free(r);
 }
 
 /* ---- list helpers (caller holds mu) ---- */
@@ -140,27 +112,6 @@ static void list_insert_sorted(req **list, int *n, req *r) {
     (*n)++;
 }
 
-/* ---- events ---- */
-
-static void emit_token(comet_engine *e, req *r, comet_event_kind kind, int32_t tok, int has_lp,
-                       float lp, int n_top, const int32_t *top_ids, const float *top_lps,
-                       const char *text, size_t len) {
-    comet_engine_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = kind;
-    ev.request_id = r->id;
-    ev.token = tok;
-    ev.has_logprob = has_lp;
-    ev.logprob = lp;
-    ev.n_top = n_top;
-    ev.top_ids = top_ids;
-    ev.top_logprobs = top_lps;
-    ev.text = text ? text : "";
-    ev.text_len = len;
-    (void)e;
-    r->cb(r->user, &ev);
-}
-
 /* Release pages, drop from its list, send FINISHED, free. */
 static void finish(comet_engine *e, req *r, comet_finish_reason why, const char *error,
                    const char *text, size_t len) {
@@ -174,18 +125,7 @@ static void finish(comet_engine *e, req *r, comet_finish_reason why, const char 
     else
         list_remove(e->waiting, &e->n_waiting, r);
     pthread_mutex_unlock(&e->mu);
-    comet_engine_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.kind = COMET_EVENT_FINISHED;
-    ev.request_id = r->id;
-    ev.finish = why;
-    ev.text = text ? text : "";
-    ev.text_len = len;
-    ev.n_prompt = r->n_prompt;
-    ev.n_generated = r->n_generated;
-    ev.n_preemptions = r->n_preempt;
-    ev.error = error;
-    r->cb(r->user, &ev);
+    req_emit_finished(r, why, error, text, len);
     req_free(r);
 }
 
@@ -201,91 +141,12 @@ static void preempt(comet_engine *e, req *r) {
     pthread_mutex_unlock(&e->mu);
 }
 
-/* ---- text: stop strings ---- */
-
-/* Append a decoded piece to the held text; release into out[*n_out] what can no longer
- * start a stop string. Returns 1 when a stop string appeared (the text before it is
- * released, the rest dropped). */
-static int hold_push(req *r, const char *piece, size_t len, char *out, size_t *n_out) {
-    COMET_ASSERT(r->n_hold + len <= r->hold_cap);
-    memcpy(r->hold + r->n_hold, piece, len);
-    r->n_hold += len;
-    *n_out = 0;
-    size_t first = r->n_hold;
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t sl = strlen(r->stop[i]);
-        for (size_t at = 0; at + sl <= r->n_hold && at < first; at++)
-            if (!memcmp(r->hold + at, r->stop[i], sl)) {
-                first = at;
-                break;
-            }
-    }
-    if (first < r->n_hold) {
-        memcpy(out, r->hold, first);
-        *n_out = first;
-        r->n_hold = 0;
-        return 1;
-    }
-    size_t keep = 0; /* longest tail that is a proper prefix of a stop string */
-    for (int i = 0; i < r->n_stop; i++) {
-        size_t sl = strlen(r->stop[i]);
-        for (size_t k = sl - 1; k > keep; k--)
-            if (k <= r->n_hold && !memcmp(r->hold + r->n_hold - k, r->stop[i], k)) {
-                keep = k;
-                break;
-            }
-    }
-    *n_out = r->n_hold - keep;
-    memcpy(out, r->hold, *n_out);
-    memmove(r->hold, r->hold + *n_out, keep);
-    r->n_hold = keep;
-    return 0;
-}
-
 /* Finish r, sending the text still held (detokenizer tail and stop-string hold): at the
  * end it can no longer start a stop string. */
 static void finish_flush(comet_engine *e, req *r, comet_finish_reason why) {
-    char piece[PIECE_CAP];
-    size_t n = 0;
-    int len = comet_detok_flush(&r->dt, piece, sizeof piece);
-    if (len > 0 && hold_push(r, piece, (size_t)len, r->out, &n)) {
-        finish(e, r, COMET_FINISH_STOP, NULL, r->out, n);
-        return;
-    }
-    memcpy(r->out + n, r->hold, r->n_hold);
-    n += r->n_hold;
-    r->n_hold = 0;
-    finish(e, r, why, NULL, r->out, n);
-}
-
-/* ---- logprobs ---- */
-
-static float log_sum_exp(const float *x, int n) {
-    float mx = x[0];
-    for (int i = 1; i < n; i++)
-        if (x[i] > mx)
-            mx = x[i];
-    double s = 0;
-    for (int i = 0; i < n; i++)
-        s += exp((double)(x[i] - mx));
-    return mx + (float)log(s);
-}
-
-/* The n best ids of x (descending, lowest id first on ties). */
-static void top_n(const float *x, int V, int n, int32_t *ids, float *vals) {
-    int have = 0;
-    for (int i = 0; i < V; i++) {
-        if (have == n && x[i] <= vals[n - 1])
-            continue;
-        int j = have < n ? have++ : n - 1;
-        while (j > 0 && vals[j - 1] < x[i]) {
-            vals[j] = vals[j - 1];
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        vals[j] = x[i];
-        ids[j] = i;
-    }
+    int stopped;
+    size_t n = req_output_flush(r, &stopped);
+    finish(e, r, stopped ? COMET_FINISH_STOP : why, NULL, r->out, n);
 }
 
 static int is_eos(const comet_model_config *c, int32_t id) {
@@ -296,32 +157,6 @@ static int is_eos(const comet_model_config *c, int32_t id) {
 }
 
 /* ---- the step ---- */
-
-/* Report prompt-token logprobs from the logits rows of a chunk starting at position p0. */
-static void report_prompt_logprobs(comet_engine *e, req *r, int p0, int k, const float *rows) {
-    int V = e->m->cfg.n_vocab;
-    int32_t ids[COMET_ENGINE_MAX_TOP];
-    float vals[COMET_ENGINE_MAX_TOP];
-    if (r->prompt_lp_sent == 0 && p0 == 0) {
-        emit_token(e, r, COMET_EVENT_PROMPT_TOKEN, r->tokens[0], 0, 0, 0, NULL, NULL, NULL, 0);
-        r->prompt_lp_sent = 1;
-    }
-    for (int j = 0; j < k; j++) {
-        int t = p0 + j + 1; /* the token row j predicts */
-        if (t >= r->n_prompt || t != r->prompt_lp_sent)
-            continue;
-        const float *x = rows + (size_t)j * V;
-        float lse = log_sum_exp(x, V);
-        int n = r->top_logprobs;
-        if (n > 0)
-            top_n(x, V, n, ids, vals);
-        for (int i = 0; i < n; i++)
-            vals[i] -= lse;
-        emit_token(e, r, COMET_EVENT_PROMPT_TOKEN, r->tokens[t], 1, x[r->tokens[t]] - lse, n, ids,
-                   vals, NULL, 0);
-        r->prompt_lp_sent++;
-    }
-}
 
 /* Sample the next token of r from its logits row x [V] (modified), or take `picked` (the
  * step sampled it where the logits are) when x is NULL, and report it.
@@ -339,10 +174,10 @@ static int advance(comet_engine *e, req *r, float *x, int32_t picked) {
     int n_top = 0;
     if (x && r->logprobs) {
         memcpy(e->raw, x, (size_t)V * sizeof(float));
-        lse = log_sum_exp(x, V);
+        lse = req_log_sum_exp(x, V);
         n_top = r->top_logprobs;
         if (n_top > 0)
-            top_n(x, V, n_top, ids, vals);
+            req_top_n(x, V, n_top, ids, vals);
         for (int i = 0; i < n_top; i++)
             vals[i] -= lse;
     }
@@ -358,14 +193,8 @@ static int advance(comet_engine *e, req *r, float *x, int32_t picked) {
         return 1;
     }
     r->n_generated++;
-    char piece[PIECE_CAP];
-    size_t n_out = 0;
-    int len = comet_detok_push(&r->dt, id, piece, sizeof piece);
-    int stopped = len > 0 && hold_push(r, piece, (size_t)len, r->out, &n_out);
     int lp = x && r->logprobs;
-    emit_token(e, r, COMET_EVENT_TOKEN, id, lp, lp ? e->raw[id] - lse : 0, n_top, ids, vals, r->out,
-               n_out);
-    if (stopped) {
+    if (req_output_token(r, id, lp, lp ? e->raw[id] - lse : 0, n_top, ids, vals)) {
         finish(e, r, COMET_FINISH_STOP, NULL, NULL, 0);
         return 1;
     }
@@ -546,7 +375,7 @@ static int step(comet_engine *e) {
         int p0 = r->n_computed;
         r->n_computed += pl->k;
         if (pl->all_rows)
-            report_prompt_logprobs(e, r, p0, pl->k, e->logits + (size_t)pl->row * V);
+            req_report_prompt_logprobs(r, V, p0, pl->k, e->logits + (size_t)pl->row * V);
         if (r->n_computed == r->n_tokens) {
             int row = pl->all_rows ? pl->row + pl->k - 1 : pl->row;
             if (r->max_new == 0) { /* echo-only scoring: no token wanted */
@@ -670,14 +499,7 @@ void comet_engine_free(comet_engine *e) {
         /* submissions that raced with the stop never reached the engine thread */
         for (int i = 0; i < e->n_incoming; i++) {
             req *r = e->incoming[i];
-            comet_engine_event ev;
-            memset(&ev, 0, sizeof ev);
-            ev.kind = COMET_EVENT_FINISHED;
-            ev.request_id = r->id;
-            ev.finish = COMET_FINISH_CANCELLED;
-            ev.text = "";
-            ev.n_prompt = r->n_prompt;
-            r->cb(r->user, &ev);
+            req_emit_finished(r, COMET_FINISH_CANCELLED, NULL, NULL, 0);
             req_free(r);
         }
     }
@@ -735,6 +557,11 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "request: at most %d stop strings and %d top logprobs",
                                COMET_ENGINE_MAX_STOP, COMET_ENGINE_MAX_TOP);
+    if (comet_sampler_params_check(&rp->sampling, c->n_vocab, NULL) < 0) {
+        char why[256]; /* the message, copied: comet_set_error writes over it */
+        snprintf(why, sizeof why, "%s", comet_last_error());
+        return comet_set_error(COMET_ERR_INVALID_ARG, "request: %s", why);
+    }
     int room = c->n_ctx - rp->n_prompt;
     int max_new = rp->max_tokens > 0 && rp->max_tokens < room ? rp->max_tokens : room;
     if (rp->max_tokens == 0 && rp->prompt_logprobs)
@@ -753,7 +580,6 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
     r->prompt_logprobs = rp->prompt_logprobs;
     r->ignore_eos = rp->ignore_eos;
     atomic_init(&r->cancel, 0);
-    size_t max_stop = 0;
     comet_status st = COMET_OK;
     r->tokens = malloc((size_t)r->cap * sizeof(int32_t));
     if (!r->tokens) {
@@ -761,41 +587,10 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
         goto fail;
     }
     memcpy(r->tokens, rp->prompt, (size_t)rp->n_prompt * sizeof(int32_t));
-    for (int i = 0; i < rp->n_stop; i++) {
-        if (!rp->stop[i] || !rp->stop[i][0]) {
-            st = comet_set_error(COMET_ERR_INVALID_ARG, "request: stop strings must not be empty");
-            goto fail;
-        }
-        r->stop[i] = strdup(rp->stop[i]);
-        if (!r->stop[i]) {
-            st = comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
-            goto fail;
-        }
-        r->n_stop = i + 1;
-        if (strlen(rp->stop[i]) > max_stop)
-            max_stop = strlen(rp->stop[i]);
-    }
-    r->hold_cap = max_stop + 2 * PIECE_CAP;
-    r->hold = malloc(r->hold_cap);
-    r->out = malloc(r->hold_cap);
-    if (!r->hold || !r->out) {
-        st = comet_set_error(COMET_ERR_NOMEM, "request: out of memory");
+    if ((st = req_output_init(r, e->m->tok, rp)) < 0 ||
+        (st = comet_kv_seq_init(&r->seq, r->cap, e->p.page_size)) < 0)
         goto fail;
-    }
-    if ((st = comet_kv_seq_init(&r->seq, r->cap, e->p.page_size)) < 0)
-        goto fail;
-    comet_sampler_params sp = comet_sampler_default_params();
-    sp.temperature = rp->temperature;
-    sp.top_k = rp->top_k;
-    sp.top_p = rp->top_p;
-    sp.min_p = rp->min_p;
-    sp.presence_penalty = rp->presence_penalty;
-    sp.frequency_penalty = rp->frequency_penalty;
-    sp.repeat_penalty = rp->repeat_penalty > 0 ? rp->repeat_penalty : 1.0f;
-    sp.repeat_last_n = -1;
-    comet_detok_init(&r->dt, e->m->tok);
-    if ((st = comet_detok_prime(&r->dt, r->tokens, (size_t)r->n_prompt)) < 0) /* continued */
-        goto fail;
+    comet_sampler_params sp = rp->sampling;
 
     pthread_mutex_lock(&e->mu);
     if (e->stopping || e->n_incoming + e->n_waiting >= e->p.max_waiting) {
@@ -806,7 +601,7 @@ comet_status comet_engine_submit(comet_engine *e, const comet_request_params *rp
     }
     r->id = e->next_id++;
     pthread_mutex_unlock(&e->mu);
-    sp.seed = rp->has_seed ? rp->seed : clock_seed(r->id);
+    sp.seed = rp->has_seed ? rp->sampling.seed : clock_seed(r->id);
     r->smp = comet_sampler_init(&sp, c->n_vocab);
     if (!r->smp) {
         st = comet_last_status(); /* named by the sampler: bad parameters, or no memory */

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* penalty pairs the runner holds room for at first, per sequence: llama.cpp's default
- * repeat_last_n (64) */
-#define PEN_PAIRS_PER_SEQ 64
+/* listed ids (comet_sample_adj) the runner holds room for at first, per sequence:
+ * llama.cpp's default repeat_last_n (64); grown on demand */
+#define ADJ_PER_SEQ 64
 
 comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_backend *be,
                                const comet_runner_params *p) {
@@ -44,8 +44,8 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
             goto fail;
         }
     }
-    if ((st = comet_sampling_init(&r->sampling, p->max_batch_tokens,
-                                  p->max_seqs * PEN_PAIRS_PER_SEQ)) < 0)
+    st = comet_sampling_init(&r->sampling, p->max_batch_tokens, p->max_seqs * ADJ_PER_SEQ);
+    if (st < 0)
         goto fail;
     return COMET_OK;
 fail:
@@ -76,41 +76,35 @@ comet_status comet_runner_step(comet_runner *r, float *logits) {
     return forward(r, &r->bb.batch, logits);
 }
 
-comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int pen_cap) {
+comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int adj_cap) {
     memset(s, 0, sizeof *s);
     s->rows = malloc((size_t)(rows_cap > 0 ? rows_cap : 1) * sizeof *s->rows);
-    s->pen_ids = malloc((size_t)(pen_cap > 0 ? pen_cap : 1) * sizeof *s->pen_ids);
-    s->pen_counts = malloc((size_t)(pen_cap > 0 ? pen_cap : 1) * sizeof *s->pen_counts);
-    if (!s->rows || !s->pen_ids || !s->pen_counts) {
+    s->adj = malloc((size_t)(adj_cap > 0 ? adj_cap : 1) * sizeof *s->adj);
+    if (!s->rows || !s->adj) {
         comet_sampling_free(s);
         return comet_set_error(COMET_ERR_NOMEM, "sampling: out of memory");
     }
     s->rows_cap = rows_cap;
-    s->pen_cap = pen_cap;
+    s->adj_cap = adj_cap;
     return COMET_OK;
 }
 
 void comet_sampling_free(comet_sampling *s) {
     free(s->rows);
-    free(s->pen_ids);
-    free(s->pen_counts);
+    free(s->adj);
     memset(s, 0, sizeof *s);
 }
 
-/* Room for `need` penalty pairs. */
-static comet_status pen_reserve(comet_sampling *s, int need) {
-    if (need <= s->pen_cap)
+/* Room for `need` listed ids. */
+static comet_status adj_reserve(comet_sampling *s, int need) {
+    if (need <= s->adj_cap)
         return COMET_OK;
-    int cap = need > 2 * s->pen_cap ? need : 2 * s->pen_cap;
-    int32_t *ids = realloc(s->pen_ids, (size_t)cap * sizeof *ids);
-    if (ids)
-        s->pen_ids = ids;
-    int32_t *counts = ids ? realloc(s->pen_counts, (size_t)cap * sizeof *counts) : NULL;
-    if (!counts)
-        return comet_set_error(COMET_ERR_NOMEM, "sampling: out of memory for %d penalty pairs",
-                               need);
-    s->pen_counts = counts;
-    s->pen_cap = cap;
+    int cap = need > 2 * s->adj_cap ? need : 2 * s->adj_cap;
+    comet_sample_adj *adj = realloc(s->adj, (size_t)cap * sizeof *adj);
+    if (!adj)
+        return comet_set_error(COMET_ERR_NOMEM, "sampling: out of memory for %d listed ids", need);
+    s->adj = adj;
+    s->adj_cap = cap;
     return COMET_OK;
 }
 
@@ -125,40 +119,23 @@ comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const floa
                                "for %d; op sample %s)",
                                n, be->ops->name, s->rows_cap,
                                be->ops->sample ? "present" : "missing");
-    int n_pen = 0;
+    int n_adj = 0;
     for (int i = 0; i < n; i++) {
         comet_sampler *smp = draws[i].smp;
-        const comet_sampler_params *p = comet_sampler_get_params(smp);
-        int window = draws[i].n_history < V ? draws[i].n_history : V;
-        COMET_TRY(pen_reserve(s, n_pen + window));
-        int k = comet_sampler_penalty_list(smp, draws[i].history, draws[i].n_history,
-                                           s->pen_ids + n_pen, s->pen_counts + n_pen);
-        int greedy = comet_sampler_greedy(smp);
-        s->rows[i] = (comet_sample_row){
-            .row = i,
-            .greedy = greedy,
-            .inv_temperature = greedy ? 1.0f : 1.0f / p->temperature,
-            .top_k = p->top_k,
-            .top_p = p->top_p,
-            .log_min_p = p->min_p > 0.0f ? logf(p->min_p) : -INFINITY,
-            .repeat_penalty = p->repeat_penalty,
-            .presence_penalty = p->presence_penalty,
-            .frequency_penalty = p->frequency_penalty,
-            .pen_offset = n_pen,
-            .n_pen = k,
-            .u = greedy ? 0.0 : comet_sampler_uniform(smp),
-        };
-        n_pen += k;
+        COMET_TRY(adj_reserve(s, n_adj + comet_sampler_adjust_cap(smp, draws[i].n_history)));
+        int k =
+            comet_sampler_adjust_list(smp, draws[i].history, draws[i].n_history, s->adj + n_adj);
+        s->rows[i] = comet_sampler_row(smp, i, n_adj, k);
+        n_adj += k;
     }
-    COMET_TRY(
-        be->ops->sample(be, dev_logits, V, s->rows, n, s->pen_ids, s->pen_counts, n_pen, ids));
+    COMET_TRY(be->ops->sample(be, dev_logits, V, s->rows, n, s->adj, n_adj, ids));
     for (int i = 0; i < n; i++) {
         if (ids[i] >= 0)
             continue;
         float *row = logits + (size_t)i * V;
         COMET_TRY(
             be->ops->download(be, row, dev_logits + (size_t)i * V, (size_t)V * sizeof(float)));
-        if (ids[i] == COMET_SAMPLE_ON_HOST) /* penalties are applied there already */
+        if (ids[i] == COMET_SAMPLE_ON_HOST) /* the listed ids are adjusted there already */
             ids[i] = comet_sampler_pick(draws[i].smp, row, s->rows[i].u);
     }
     return COMET_OK;

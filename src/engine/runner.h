@@ -22,22 +22,23 @@ typedef struct comet_runner_draw {
 } comet_runner_draw;
 
 /* Host scratch for sampling where the logits are: a comet_sample_row per logits row (up to
- * rows_cap) and the penalty pairs (grown when a step's histories need more). */
+ * rows_cap) and the rows' listed ids (backend.h comet_sample_adj; grown when a step's
+ * histories and logit biases need more). */
 typedef struct comet_sampling {
     comet_sample_row *rows;
     int rows_cap;
-    int32_t *pen_ids, *pen_counts;
-    int pen_cap;
+    comet_sample_adj *adj;
+    int adj_cap;
 } comet_sampling;
 
 /* COMET_OK or COMET_ERR_NOMEM (s zeroed). comet_sampling_free of a zeroed s: no-op. */
-comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int pen_cap);
+comet_status comet_sampling_init(comet_sampling *s, int rows_cap, int adj_cap);
 void comet_sampling_free(comet_sampling *s);
 
 /* Pick ids[i] for the rows i < n (<= rows_cap) of dev_logits [n, V], in the memory of be,
  * whose op `sample` must exist, by draws[i] (see comet_runner_step_sample; logits: host
  * [n, V] scratch for the rows picked on the host or not finite). The rows are modified
- * (penalties applied). COMET_OK, COMET_ERR_NOMEM, or the backend's failure. */
+ * (logit_bias and penalties applied). COMET_OK, COMET_ERR_NOMEM, or the backend's failure. */
 comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const float *dev_logits,
                                 int V, const comet_runner_draw *draws, int n, float *logits,
                                 int32_t *ids);
@@ -88,7 +89,7 @@ comet_status comet_runner_step(comet_runner *r, float *logits);
  * logits: host [n_logits, V] scratch. ids[i] == COMET_SAMPLE_NONFINITE when row i holds a
  * NaN or an infinity; row i of `logits` then holds it, and comet_logits_check names it;
  * the other rows are picked. Returns COMET_OK or the step's failure (comet_runner_step);
- * COMET_ERR_NOMEM when the penalty pairs do not fit. */
+ * COMET_ERR_NOMEM when the listed ids do not fit. */
 comet_status comet_runner_step_sample(comet_runner *r, const comet_runner_draw *draws,
                                       float *logits, int32_t *ids);
 

@@ -431,38 +431,51 @@ static comet_status hf_tokenizer(const char *dir, comet_model *m) {
 }
 
 /* The sampling defaults generation_config.json recommends; a field that is missing, not a
- * number or out of range is left unset (a warning for the last two). */
+ * number or out of its range (comet_sampler_params_check) is left out (a warning for the
+ * last two). */
 static void hf_gen_config(const cJSON *g, const char *path, comet_gen_config *out) {
     static const struct {
         const char *key;
-        unsigned bit;
-        double lo, hi;
+        unsigned bit; /* COMET_SAMPLER_*; 0: max_new_tokens */
     } f[] = {
-        {"temperature", COMET_GEN_TEMPERATURE, 0, 100},
-        {"top_p", COMET_GEN_TOP_P, 1e-6, 1},
-        {"top_k", COMET_GEN_TOP_K, 0, 1 << 30},
-        {"min_p", COMET_GEN_MIN_P, 0, 1},
-        {"max_new_tokens", COMET_GEN_MAX_NEW_TOKENS, 1, 1 << 30},
+        {"temperature", COMET_SAMPLER_TEMPERATURE},
+        {"top_p", COMET_SAMPLER_TOP_P},
+        {"top_k", COMET_SAMPLER_TOP_K},
+        {"min_p", COMET_SAMPLER_MIN_P},
+        {"max_new_tokens", 0},
     };
     memset(out, 0, sizeof *out);
+    out->sampling = comet_sampler_default_params();
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         const cJSON *it = cJSON_GetObjectItemCaseSensitive(g, f[i].key);
         if (!it || cJSON_IsNull(it))
             continue;
         double v = cJSON_IsNumber(it) ? it->valuedouble : NAN;
-        if (!(v >= f[i].lo && v <= f[i].hi)) {
-            comet_log(COMET_LOG_WARN, "%s: ignoring %s (not a number in [%g, %g])", path, f[i].key,
-                      f[i].lo, f[i].hi);
+        if (!f[i].bit) {
+            if (!(v >= 1 && v <= 1 << 30))
+                comet_log(COMET_LOG_WARN, "%s: ignoring max_new_tokens (not a number in [1, %d])",
+                          path, 1 << 30);
+            else
+                out->max_new_tokens = (int)v;
             continue;
         }
-        out->set |= f[i].bit;
+        comet_sampler_params s = out->sampling;
+        int is_int = f[i].bit == COMET_SAMPLER_TOP_K;
+        if (is_int && !(v >= 0 && v <= 1 << 30)) /* before the conversion to int */
+            v = -1;
         switch (f[i].bit) {
-        case COMET_GEN_TEMPERATURE: out->temperature = (float)v; break;
-        case COMET_GEN_TOP_P: out->top_p = (float)v; break;
-        case COMET_GEN_TOP_K: out->top_k = (int)v; break;
-        case COMET_GEN_MIN_P: out->min_p = (float)v; break;
-        default: out->max_new_tokens = (int)v; break;
+        case COMET_SAMPLER_TEMPERATURE: s.temperature = (float)v; break;
+        case COMET_SAMPLER_TOP_P: s.top_p = (float)v; break;
+        case COMET_SAMPLER_TOP_K: s.top_k = (int)v; break;
+        default: s.min_p = (float)v; break;
         }
+        if (comet_sampler_params_check(&s, 0, NULL) < 0) {
+            comet_log(COMET_LOG_WARN, "%s: ignoring %s (%s)", path, f[i].key, comet_last_error());
+            comet_clear_error();
+            continue;
+        }
+        out->sampling = s;
+        out->given |= f[i].bit;
     }
 }
 

@@ -726,14 +726,8 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
     rp.prompt = ids;
     rp.n_prompt = n_ids;
     rp.max_tokens = q->max_tokens >= 0 ? q->max_tokens : 0; /* -1: up to the context */
-    rp.temperature = q->temperature;
-    rp.top_k = q->top_k;
-    rp.top_p = q->top_p;
-    rp.min_p = q->min_p;
-    rp.seed = q->seed;
-    rp.has_seed = q->has_seed;
-    rp.presence_penalty = q->presence_penalty;
-    rp.frequency_penalty = q->frequency_penalty;
+    rp.sampling = q->sampling; /* logit_bias: borrowed, the engine copies it */
+    rp.has_seed = (q->given & COMET_SAMPLER_SEED) != 0;
     rp.stop = (const char *const *)q->stop;
     rp.n_stop = q->n_stop;
     rp.logprobs = q->logprobs;

@@ -359,7 +359,7 @@ comet_server *comet_server_start(const comet_server_params *p) {
         s->p.max_body_bytes = 4u << 20;
     if (s->p.max_connections <= 0)
         s->p.max_connections = 512;
-    if (!(s->p.defaults.top_p > 0 && s->p.defaults.top_p <= 1)) /* zeroed params */
+    if (!(s->p.defaults.sampling.top_p > 0 && s->p.defaults.sampling.top_p <= 1)) /* zeroed */
         s->p.defaults = comet_oai_default_defaults();
     s->created = (long)time(NULL);
     comet_server_metrics_init(&s->metrics);

@@ -37,8 +37,9 @@ int comet_oai_fail(comet_oai_error *e, int http_status, const char *type, const 
 }
 
 comet_oai_defaults comet_oai_default_defaults(void) {
-    comet_sampler_params sp = comet_sampler_default_params();
-    return (comet_oai_defaults){sp.temperature, sp.top_p, sp.top_k, sp.min_p, -1};
+    comet_oai_defaults d = {comet_sampler_default_params(), -1};
+    d.sampling.repeat_last_n = -1;
+    return d;
 }
 
 int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind) {
@@ -64,20 +65,6 @@ static int get_string(const cJSON *it, const char *param, char **out, comet_oai_
     *out = strdup(it->valuestring);
     if (!*out)
         return comet_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
-    return 0;
-}
-
-static int get_number(const cJSON *it, const char *param, double lo, double hi, float *out,
-                      comet_oai_error *err) {
-    if (is_absent(it))
-        return 0;
-    if (!cJSON_IsNumber(it))
-        return comet_oai_fail(err, 400, NULL, param, NULL, "'%s' must be a number", param);
-    double v = it->valuedouble;
-    if (!isfinite(v) || v < lo || v > hi)
-        return comet_oai_fail(err, 400, NULL, param, NULL, "'%s' must be in [%g, %g], got %g",
-                              param, lo, hi, v);
-    *out = (float)v;
     return 0;
 }
 
@@ -270,6 +257,105 @@ static int parse_stop(const cJSON *s, comet_oai_request *req, comet_oai_error *e
     return 0;
 }
 
+/* logit_bias: {"<token id>": bias, ...} into req->logit_bias; the ids and biases are
+ * checked against their ranges with the other sampling parameters. */
+static int parse_logit_bias(const cJSON *o, comet_oai_request *req, comet_oai_error *err) {
+    if (!cJSON_IsObject(o))
+        return comet_oai_fail(err, 400, NULL, "logit_bias", NULL,
+                              "'logit_bias' must be an object mapping token ids (as strings) to "
+                              "biases in [-100, 100]");
+    int n = cJSON_GetArraySize(o);
+    if (n > COMET_SAMPLER_MAX_BIASED)
+        return comet_oai_fail(err, 400, NULL, "logit_bias", NULL,
+                              "'logit_bias' holds %d entries; at most %d are allowed", n,
+                              COMET_SAMPLER_MAX_BIASED);
+    if (n == 0)
+        return 0;
+    req->logit_bias = malloc((size_t)n * sizeof *req->logit_bias);
+    if (!req->logit_bias)
+        return comet_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+    int k = 0;
+    for (const cJSON *it = o->child; it; it = it->next) {
+        const char *key = it->string ? it->string : "";
+        char *end = NULL;
+        long id = strtol(key, &end, 10);
+        if (!key[0] || *end || (key[0] != '-' && (key[0] < '0' || key[0] > '9')) ||
+            id > INT32_MAX || id < INT32_MIN)
+            return comet_oai_fail(err, 400, NULL, "logit_bias", NULL,
+                                  "'logit_bias' key '%.40s' is not a token id (an integer)", key);
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+            return comet_oai_fail(err, 400, NULL, "logit_bias", NULL,
+                                  "'logit_bias' value of token %ld must be a number in [-100, "
+                                  "100]",
+                                  id);
+        double b = it->valuedouble;
+        /* out of range stays out of range as a float (100.5 -> 100.5, 1e300 -> inf) */
+        req->logit_bias[k++] = (comet_logit_bias){(int32_t)id, (float)b};
+    }
+    req->sampling.logit_bias = req->logit_bias;
+    req->sampling.n_logit_bias = k;
+    req->given |= COMET_SAMPLER_LOGIT_BIAS;
+    return 0;
+}
+
+/* The sampling parameters: each one's type here, then every range in one place
+ * (comet_sampler_params_check, the one the CLI and the engine use), against the
+ * vocabulary for logit_bias. repetition_penalty is vLLM's extension. */
+static int parse_sampling(const cJSON *root, const comet_oai_limits *lim, comet_oai_request *req,
+                          comet_oai_error *err) {
+    comet_sampler_params *sp = &req->sampling;
+    const struct {
+        const char *key;
+        unsigned bit;
+        float *field;
+    } nums[] = {
+        {"temperature", COMET_SAMPLER_TEMPERATURE, &sp->temperature},
+        {"top_p", COMET_SAMPLER_TOP_P, &sp->top_p},
+        {"min_p", COMET_SAMPLER_MIN_P, &sp->min_p},
+        {"presence_penalty", COMET_SAMPLER_PRESENCE_PENALTY, &sp->presence_penalty},
+        {"frequency_penalty", COMET_SAMPLER_FREQUENCY_PENALTY, &sp->frequency_penalty},
+        {"repetition_penalty", COMET_SAMPLER_REPEAT_PENALTY, &sp->repeat_penalty},
+    };
+    int st;
+    double v;
+    for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
+        const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, nums[i].key);
+        if (is_absent(it))
+            continue;
+        if (!cJSON_IsNumber(it) || !isfinite(it->valuedouble))
+            return comet_oai_fail(err, 400, NULL, nums[i].key, NULL, "'%s' must be a number",
+                                  nums[i].key);
+        *nums[i].field = (float)it->valuedouble;
+        req->given |= nums[i].bit;
+    }
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, "top_k");
+    if (!is_absent(it)) {
+        if ((st = get_int(it, "top_k", -1, 1 << 30, &v, err)))
+            return st;
+        sp->top_k = v < 0 ? 0 : (int)v; /* -1: off, as vLLM */
+        req->given |= COMET_SAMPLER_TOP_K;
+    }
+    it = cJSON_GetObjectItemCaseSensitive(root, "seed");
+    if (!is_absent(it)) {
+        if ((st = get_int(it, "seed", -9223372036854775808.0, 9223372036854775807.0, &v, err)))
+            return st;
+        sp->seed = v >= 9223372036854775807.0 ? (uint64_t)INT64_MAX : (uint64_t)(int64_t)v;
+        req->given |= COMET_SAMPLER_SEED;
+    }
+    it = cJSON_GetObjectItemCaseSensitive(root, "logit_bias");
+    if (!is_absent(it) && (st = parse_logit_bias(it, req, err)))
+        return st;
+    unsigned bad;
+    if (comet_sampler_params_check(sp, lim->n_vocab, &bad) < 0) {
+        const char *name = comet_sampler_field_name(bad), *msg = comet_last_error();
+        size_t n = strlen(name);
+        if (!strncmp(msg, name, n)) /* "top_p must be ..." -> "'top_p' must be ..." */
+            return comet_oai_fail(err, 400, NULL, name, NULL, "'%s'%s", name, msg + n);
+        return comet_oai_fail(err, 400, NULL, name, NULL, "%s", msg);
+    }
+    return 0;
+}
+
 static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_limits *lim,
                         comet_oai_request *req, comet_oai_error *err) {
     int st;
@@ -321,30 +407,8 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
         req->max_tokens_given = 1;
     }
 
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "temperature"), "temperature", 0, 2,
-                         &req->temperature, err)))
+    if ((st = parse_sampling(root, lim, req, err)))
         return st;
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "top_p"), "top_p", 0, 1,
-                         &req->top_p, err)))
-        return st;
-    if (req->top_p <= 0)
-        return comet_oai_fail(err, 400, NULL, "top_p", NULL, "'top_p' must be in (0, 1], got 0");
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "min_p"), "min_p", 0, 1,
-                         &req->min_p, err)))
-        return st;
-    it = cJSON_GetObjectItemCaseSensitive(root, "top_k");
-    if (!is_absent(it)) {
-        if ((st = get_int(it, "top_k", -1, 1 << 30, &v, err)))
-            return st;
-        req->top_k = v < 0 ? 0 : (int)v;
-    }
-    it = cJSON_GetObjectItemCaseSensitive(root, "seed");
-    if (!is_absent(it)) {
-        if ((st = get_int(it, "seed", -9223372036854775808.0, 9223372036854775807.0, &v, err)))
-            return st;
-        req->has_seed = 1;
-        req->seed = v >= 9223372036854775807.0 ? (uint64_t)INT64_MAX : (uint64_t)(int64_t)v;
-    }
     if ((st = parse_stop(cJSON_GetObjectItemCaseSensitive(root, "stop"), req, err)))
         return st;
     it = cJSON_GetObjectItemCaseSensitive(root, "n");
@@ -373,13 +437,6 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
     if ((st = get_bool(cJSON_GetObjectItemCaseSensitive(root, "ignore_eos"), "ignore_eos",
                        &req->ignore_eos, err)))
         return st;
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "presence_penalty"),
-                         "presence_penalty", -2, 2, &req->presence_penalty, err)))
-        return st;
-    if ((st = get_number(cJSON_GetObjectItemCaseSensitive(root, "frequency_penalty"),
-                         "frequency_penalty", -2, 2, &req->frequency_penalty, err)))
-        return st;
-
     it = cJSON_GetObjectItemCaseSensitive(root, "logprobs");
     if (kind == COMET_OAI_COMPLETION) {
         if (!is_absent(it)) {
@@ -444,10 +501,7 @@ int comet_oai_parse(comet_oai_kind kind, const char *body, size_t len, const com
     comet_oai_defaults dd = comet_oai_default_defaults();
     const comet_oai_defaults *d = lim->defaults ? lim->defaults : &dd;
     req->max_tokens = comet_oai_default_max_tokens(d, kind);
-    req->temperature = d->temperature;
-    req->top_p = d->top_p;
-    req->top_k = d->top_k;
-    req->min_p = d->min_p;
+    req->sampling = d->sampling;
     size_t ok = comet_utf8_valid_prefix(body, len);
     if (ok != len)
         return comet_oai_fail(err, 400, NULL, NULL, NULL,
@@ -498,6 +552,7 @@ void comet_oai_request_free(comet_oai_request *req) {
     free(req->messages);
     for (int i = 0; i < req->n_stop; i++)
         free(req->stop[i]);
+    free(req->logit_bias);
     comet_oai_kind kind = req->kind;
     memset(req, 0, sizeof *req);
     req->kind = kind;

@@ -14,9 +14,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "comet/utf8.h"
-
+#include "comet/sampling.h"
 #include "comet/tokenizer.h"
+#include "comet/utf8.h"
 
 typedef enum comet_oai_kind {
     COMET_OAI_COMPLETION, /* /v1/completions */
@@ -55,38 +55,32 @@ typedef struct comet_oai_request {
     /* chat: messages with owned role/content strings */
     comet_chat_message *messages; /* [n_messages] */
     int n_messages;
-    /* max_tokens and the four sampling numbers: the request's value, or when the request
+    /* max_tokens and the sampling parameters: the request's value, or when the request
      * leaves the field out (or null) the server's default (comet_oai_defaults) */
-    int max_tokens;       /* -1: up to the context (server default 0) */
-    int max_tokens_given; /* 1: max_tokens came from the request (too large is refused);
+    int max_tokens;                 /* -1: up to the context (server default 0) */
+    int max_tokens_given;           /* 1: max_tokens came from the request (too large is refused);
                             * 0: it is the server's default (cut to what the context leaves) */
-    float temperature;    /* 0 = greedy */
-    float top_p;
-    int top_k;   /* 0 = off (-1 accepted as off) */
-    float min_p; /* 0 = off */
-    int has_seed;
-    uint64_t seed;
+    comet_sampler_params sampling;  /* checked (comet_sampler_params_check against n_vocab);
+                                    * sampling.logit_bias points at `logit_bias` */
+    unsigned given;                 /* COMET_SAMPLER_* bits of the fields the request set
+                                    * (COMET_SAMPLER_SEED: a seed was given) */
+    comet_logit_bias *logit_bias;   /* owned [sampling.n_logit_bias], or NULL */
     char *stop[COMET_OAI_MAX_STOP]; /* owned, non-empty strings */
     int n_stop;
     int stream;
-    int include_usage;       /* stream_options.include_usage */
-    float presence_penalty;  /* 0, in [-2, 2] */
-    float frequency_penalty; /* 0, in [-2, 2] */
-    int logprobs;     /* completions: logprobs given (0..5 top entries); chat: logprobs=true */
-    int top_logprobs; /* top entries per token: completions `logprobs` N, chat `top_logprobs` */
-    int echo;         /* completions: prompt prepended, with prompt logprobs when logprobs */
-    int ignore_eos;   /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
+    int include_usage; /* stream_options.include_usage */
+    int logprobs;      /* completions: logprobs given (0..5 top entries); chat: logprobs=true */
+    int top_logprobs;  /* top entries per token: completions `logprobs` N, chat `top_logprobs` */
+    int echo;          /* completions: prompt prepended, with prompt logprobs when logprobs */
+    int ignore_eos;    /* vLLM's extension: keep generating past EOS (benchmarks, tests) */
 } comet_oai_request;
 
 /* The server's defaults for the fields a request leaves out (a request's own fields always
- * win). `comet serve` takes them from the model's generation_config.json, else `comet
- * generate`'s defaults, and from its --temperature/--top-p/--top-k/--min-p/--max-tokens. */
+ * win). `comet serve` takes them from `comet generate`'s defaults, then the model's
+ * generation_config.json, then its command-line options (comet_sampler_params_merge). */
 typedef struct comet_oai_defaults {
-    float temperature;
-    float top_p;    /* (0, 1] */
-    int top_k;      /* 0 = off */
-    float min_p;    /* 0 = off */
-    int max_tokens; /* > 0: both routes; 0: chat up to the context, completions 16;
+    comet_sampler_params sampling; /* checked; logit_bias borrowed (outlives the server) */
+    int max_tokens;                /* > 0: both routes; 0: chat up to the context, completions 16;
                       * -1: chat COMET_OAI_CHAT_MAX_TOKENS, completions 16 */
 } comet_oai_defaults;
 
@@ -94,7 +88,8 @@ typedef struct comet_oai_defaults {
 #define COMET_OAI_COMPLETION_MAX_TOKENS 16 /* OpenAI's completions default */
 
 /* `comet generate`'s sampling (comet_sampler_default_params: temperature 0.8, top-k 40,
- * top-p 0.95, min-p 0.05) and max_tokens -1. */
+ * top-p 0.95, min-p 0.05) with the penalties over every generated token (repeat_last_n -1,
+ * as OpenAI's), and max_tokens -1. */
 comet_oai_defaults comet_oai_default_defaults(void);
 
 /* The default max_tokens of a route under `d` (-1: up to the context). */

@@ -21,10 +21,8 @@ comet_openai_server_params comet_openai_server_default_params(void) {
                                         .port = sp.port,
                                         .max_body_bytes = sp.max_body_bytes,
                                         .model_id = sp.model_id,
-                                        .temperature = -1.0f,
-                                        .top_p = -1.0f,
-                                        .min_p = -1.0f,
-                                        .top_k = -1,
+                                        .sampling = comet_sampler_default_params(),
+                                        .sampling_given = 0,
                                         .max_tokens = -1};
 }
 
@@ -34,24 +32,10 @@ static comet_oai_defaults request_defaults(const comet_model *m,
                                            const comet_openai_server_params *p) {
     comet_oai_defaults d = comet_oai_default_defaults();
     const comet_gen_config *gc = &m->gen;
-    if (gc->set & COMET_GEN_TEMPERATURE)
-        d.temperature = gc->temperature;
-    if (gc->set & COMET_GEN_TOP_P)
-        d.top_p = gc->top_p;
-    if (gc->set & COMET_GEN_TOP_K)
-        d.top_k = gc->top_k;
-    if (gc->set & COMET_GEN_MIN_P)
-        d.min_p = gc->min_p;
-    if (gc->set & COMET_GEN_MAX_NEW_TOKENS)
+    comet_sampler_params_merge(&d.sampling, &gc->sampling, gc->given);
+    if (gc->max_new_tokens > 0)
         d.max_tokens = gc->max_new_tokens;
-    if (p->temperature >= 0)
-        d.temperature = p->temperature;
-    if (p->top_p >= 0)
-        d.top_p = p->top_p;
-    if (p->top_k >= 0)
-        d.top_k = p->top_k;
-    if (p->min_p >= 0)
-        d.min_p = p->min_p;
+    comet_sampler_params_merge(&d.sampling, &p->sampling, p->sampling_given);
     if (p->max_tokens >= 0)
         d.max_tokens = p->max_tokens;
     char mt_chat[32], mt_cmpl[32];
@@ -64,12 +48,10 @@ static comet_oai_defaults request_defaults(const comet_model *m,
     comet_log(COMET_LOG_INFO,
               "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
               "max_tokens %s (chat) / %s (completions)%s%s",
-              d.temperature, d.top_p, d.top_k, d.min_p, mt_chat, mt_cmpl,
-              gc->set ? "; model generation_config.json read" : "",
-              p->temperature >= 0 || p->top_p >= 0 || p->top_k >= 0 || p->min_p >= 0 ||
-                      p->max_tokens >= 0
-                  ? "; command-line overrides"
-                  : "");
+              d.sampling.temperature, d.sampling.top_p, d.sampling.top_k, d.sampling.min_p, mt_chat,
+              mt_cmpl,
+              gc->given || gc->max_new_tokens > 0 ? "; model generation_config.json read" : "",
+              p->sampling_given || p->max_tokens >= 0 ? "; command-line overrides" : "");
     return d;
 }
 
@@ -84,6 +66,14 @@ comet_status comet_openai_server_start(comet_engine *e, const comet_model *m,
     if (!s || !(s->model_id = strdup(p->model_id))) {
         free(s);
         return comet_set_error(COMET_ERR_NOMEM, "server: out of memory");
+    }
+    comet_sampler_params given = comet_sampler_default_params();
+    comet_sampler_params_merge(&given, &p->sampling, p->sampling_given);
+    if (comet_sampler_params_check(&given, m->cfg.n_vocab, NULL) < 0) {
+        char why[256]; /* the message, copied: comet_set_error writes over it */
+        snprintf(why, sizeof why, "%s", comet_last_error());
+        comet_openai_server_stop(s);
+        return comet_set_error(COMET_ERR_INVALID_ARG, "server: request defaults: %s", why);
     }
     comet_status st = comet_api_init(&s->api, e, m, s->model_id, p->chat_template);
     if (st < 0) {

@@ -18,7 +18,9 @@
  *     and a prompt's 64 greedy tokens the same alone and beside two other prompts;
  *   - decode steps replayed from CUDA graphs give the same logits as op-by-op launches, on a
  *     short prompt and on one long enough (1400 tokens) that a recording is replayed while
- *     the page tables grow under it.
+ *     the page tables grow under it;
+ *   - the sampling parameters through comet_generate on the GPU's sample op: tiny
+ *     temperatures are greedy, logit_bias -100 bans a token, each penalty changes the text.
  * Exits 77 (ctest: skipped) when no CUDA device is usable or the model / text is missing.
  */
 #include <math.h>
@@ -34,6 +36,7 @@
 #include "../test_util.h"
 #include "step_test_util.h"
 #include "backend/backend.h"
+#include "comet/generate.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
 #include "engine/perplexity.h"
@@ -356,6 +359,87 @@ static void test_perplexity_parity(void **state) {
     }
 }
 
+typedef struct text_buf {
+    char s[2048];
+    size_t n;
+} text_buf;
+
+static int collect_text(const char *t, size_t len, void *user) {
+    text_buf *b = user;
+    if (b->n + len < sizeof b->s) {
+        memcpy(b->s + b->n, t, len);
+        b->n += len;
+        b->s[b->n] = 0;
+    }
+    return 0;
+}
+
+/* comet_generate on the GPU with sampling parameters `sp`, max_tokens n: the text. The
+ * tokens are picked where the logits are (the op `sample`, comet_runner_step_sample). */
+static void gpu_generate(const comet_model *m, const int32_t *ids, int n_ids,
+                         const comet_sampler_params *sp, int n, text_buf *out) {
+    comet_gen_params gp = comet_gen_default_params();
+    gp.max_tokens = n;
+    gp.sampling = *sp;
+    gp.ignore_eos = 1;
+    memset(out, 0, sizeof *out);
+    assert_int_equal(comet_generate(m, gpu, ids, n_ids, &gp, collect_text, out, NULL), COMET_OK);
+}
+
+/* The sampling parameters on the GPU's sample op, end to end (the FP model): temperatures
+ * too small to matter (1e-38, 1e-40, 1e-45, seeds 1-3) give the temperature-0 text;
+ * logit_bias -100 on " Paris" (7042) takes it out of the greedy answer; each penalty
+ * (repetition, presence, frequency) changes a greedy text of 32 tokens. */
+static void test_sampling_on_gpu(void **state) {
+    (void)state;
+    const comet_model *m = cases[0].m;
+    const char *prompt = "The capital of France is";
+    size_t n;
+    int32_t *ids = encode(m, prompt, strlen(prompt), 0, &n);
+    comet_sampler_params greedy_p = comet_sampler_default_params();
+    greedy_p.temperature = 0.0f;
+    text_buf ref, got;
+    gpu_generate(m, ids, (int)n, &greedy_p, 8, &ref);
+    printf("greedy on the GPU: '%s'\n", ref.s);
+    assert_true(!strncmp(ref.s, " Paris", 6));
+    const float tiny[] = {1e-38f, 1e-40f, 1e-45f};
+    for (int t = 0; t < 3; t++)
+        for (uint64_t seed = 1; seed <= 3; seed++) {
+            comet_sampler_params p = comet_sampler_default_params();
+            p.temperature = tiny[t];
+            p.top_k = 0;
+            p.min_p = 0.0f;
+            p.seed = seed;
+            gpu_generate(m, ids, (int)n, &p, 8, &got);
+            if (strcmp(got.s, ref.s))
+                fail_msg("temperature %g, seed %d: '%s', not the greedy '%s'", (double)tiny[t],
+                         (int)seed, got.s, ref.s);
+        }
+    comet_logit_bias ban[] = {{7042, -100.0f}};
+    comet_sampler_params p = greedy_p;
+    p.logit_bias = ban;
+    p.n_logit_bias = 1;
+    gpu_generate(m, ids, (int)n, &p, 8, &got);
+    printf("greedy, \" Paris\" banned: '%s'\n", got.s);
+    assert_true(strncmp(got.s, " Paris", 6) != 0);
+
+    gpu_generate(m, ids, (int)n, &greedy_p, 32, &ref);
+    for (int k = 0; k < 3; k++) {
+        p = greedy_p;
+        p.repeat_last_n = -1;
+        if (k == 0)
+            p.repeat_penalty = 1.8f;
+        else if (k == 1)
+            p.presence_penalty = 2.0f;
+        else
+            p.frequency_penalty = 2.0f;
+        gpu_generate(m, ids, (int)n, &p, 32, &got);
+        if (!strcmp(got.s, ref.s))
+            fail_msg("penalty %d left the greedy text unchanged: '%s'", k, got.s);
+    }
+    free(ids);
+}
+
 int main(void) {
     gpu = comet_backend_cuda_init(0);
     if (!gpu) {
@@ -375,10 +459,9 @@ int main(void) {
     cpu = comet_backend_cpu_init(0);
     assert_non_null(cpu);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_parity),
-        cmocka_unit_test(test_graphs_identical),
-        cmocka_unit_test(test_perplexity_parity),
-        cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_greedy_parity),     cmocka_unit_test(test_graphs_identical),
+        cmocka_unit_test(test_perplexity_parity), cmocka_unit_test(test_batch_invariance),
+        cmocka_unit_test(test_sampling_on_gpu),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name, e.g. test_batch_invariance */
         cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));

@@ -11,7 +11,7 @@
  *   COMET_SAMPLE_ON_HOST from the op and are still equal through comet_sampling_run; the
  *   default chain never does;
  * - a row holding a NaN or an infinity gives COMET_SAMPLE_NONFINITE and its values in the
- *   host scratch, the other rows of the call their tokens.
+ *   host scratch, the other rows of the call their tokens; a ban's -infinity does not.
  *
  * Exit 77 (ctest: skipped) when no CUDA device is usable.
  */
@@ -72,24 +72,40 @@ typedef struct cfg {
     int top_k;
     float top_p, min_p;
     float repeat_penalty, presence_penalty, frequency_penalty;
+    int bias; /* 1: BIAS below as logit_bias */
 } cfg;
 
+/* Bans ids 0..11 (the history's ids, which the rows favour), and shifts 12..23 both ways:
+ * the winner changes, and biased ids meet the penalty window's. */
+static comet_logit_bias BIAS[24];
+static void init_bias(void) {
+    for (int i = 0; i < 24; i++)
+        BIAS[i] = (comet_logit_bias){i, i < 12 ? -100.0f : i < 18 ? 3.5f : -2.25f};
+}
+
 static const cfg CFGS[] = {
-    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_k 1", 0.9f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"temperature only", 0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"temperature 1.7", 1.7f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"default chain", 0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f},
-    {"top_k 40", 1.0f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_k 2048", 1.0f, 2048, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_k 3000 (host)", 1.0f, 3000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_k 40 + top_p 0.5", 1.2f, 40, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_p 0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"top_p 0.99", 1.5f, 0, 0.99f, 0.0f, 1.0f, 0.0f, 0.0f},
-    {"min_p 0.1", 1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f},
-    {"top_p 0.9 + min_p 0.02", 1.0f, 0, 0.9f, 0.02f, 1.0f, 0.0f, 0.0f},
-    {"penalties, greedy", 0.0f, 0, 1.0f, 0.0f, 1.3f, 0.5f, 0.25f},
-    {"penalties, default chain", 0.8f, 40, 0.95f, 0.05f, 1.1f, 0.2f, 0.1f},
+    {"greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_k 1", 0.9f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"temperature only", 0.8f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"temperature 1.7", 1.7f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"default chain", 0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_k 40", 1.0f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_k 2048", 1.0f, 2048, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_k 3000 (host)", 1.0f, 3000, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_k 40 + top_p 0.5", 1.2f, 40, 0.5f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_p 0.9", 1.0f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_p 0.99", 1.5f, 0, 0.99f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"min_p 0.1", 1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f, 0},
+    {"top_p 0.9 + min_p 0.02", 1.0f, 0, 0.9f, 0.02f, 1.0f, 0.0f, 0.0f, 0},
+    {"penalties, greedy", 0.0f, 0, 1.0f, 0.0f, 1.3f, 0.5f, 0.25f, 0},
+    {"penalties, default chain", 0.8f, 40, 0.95f, 0.05f, 1.1f, 0.2f, 0.1f, 0},
+    {"temperature 1e-40 (greedy)", 1e-40f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 0},
+    {"temperature 1e-45, default filters (greedy)", 1e-45f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 0},
+    {"temperature 1e-38 + penalties (greedy)", 1e-38f, 0, 1.0f, 0.0f, 1.3f, 0.5f, 0.25f, 0},
+    {"logit_bias, greedy", 0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},
+    {"logit_bias, temperature only", 1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, 1},
+    {"logit_bias, default chain", 0.8f, 40, 0.95f, 0.05f, 1.0f, 0.0f, 0.0f, 1},
+    {"logit_bias + penalties, top_p 0.9", 1.0f, 0, 0.9f, 0.0f, 1.2f, 0.3f, 0.2f, 1},
 };
 #define N_CFGS ((int)(sizeof CFGS / sizeof CFGS[0]))
 
@@ -104,6 +120,10 @@ static comet_sampler *make_sampler(const cfg *c, int V, uint64_t seed) {
     p.frequency_penalty = c->frequency_penalty;
     p.repeat_last_n = 48;
     p.seed = seed;
+    if (c->bias) {
+        p.logit_bias = BIAS;
+        p.n_logit_bias = 24;
+    }
     comet_sampler *s = comet_sampler_init(&p, V);
     assert_non_null(s);
     return s;
@@ -127,7 +147,7 @@ static void run_case(int V, enum shape sh) {
             hist[i * H + t] = (int32_t)(uniform() * (t % 3 ? 24 : V));
     }
     comet_sampling smp;
-    assert_int_equal(comet_sampling_init(&smp, n, 4), COMET_OK); /* pen pairs grow */
+    assert_int_equal(comet_sampling_init(&smp, n, 4), COMET_OK); /* listed ids grow */
     int32_t ids[N_CFGS];
     int mismatches = 0;
     for (int round = 0; round < rounds; round++) {
@@ -145,6 +165,10 @@ static void run_case(int V, enum shape sh) {
         for (int i = 0; i < n; i++) {
             float *row = host + (size_t)i * V;
             int32_t want = comet_sampler_sample(cpu[i], row, hist + i * H, H);
+            if (CFGS[i].bias && want >= 0 && want < 12) {
+                mismatches++;
+                printf("%s: the host picked banned id %d\n", CFGS[i].name, want);
+            }
             if (ids[i] != want) {
                 mismatches++;
                 printf("V %d shape %d round %d %s: device %d, host %d\n", V, (int)sh, round,
@@ -201,18 +225,17 @@ static void test_op_results(void **state) {
     assert_int_equal(g_cuda->ops->upload(g_cuda, dev, host, (size_t)n * V * sizeof(float)),
                      COMET_OK);
     comet_sample_row rows[4];
-    for (int i = 0; i < n; i++)
-        rows[i] = (comet_sample_row){.row = i,
+    for (int i = 0; i < n; i++) {
+        rows[i] = (comet_sample_row){.p = comet_sampler_default_params(),
+                                     .row = i,
                                      .inv_temperature = 1.0f / 0.8f,
-                                     .top_k = 40,
-                                     .top_p = 0.95f,
                                      .log_min_p = logf(0.05f),
-                                     .repeat_penalty = 1.0f,
                                      .u = 0.5};
-    rows[1].top_k = 3000; /* more than the device sorts */
+    }
+    rows[1].p.top_k = 3000; /* more than the device sorts */
     rows[1].log_min_p = -INFINITY;
     int32_t ids[4];
-    assert_int_equal(g_cuda->ops->sample(g_cuda, dev, V, rows, n, NULL, NULL, 0, ids), COMET_OK);
+    assert_int_equal(g_cuda->ops->sample(g_cuda, dev, V, rows, n, NULL, 0, ids), COMET_OK);
     assert_true(ids[0] >= 0 && ids[0] < V);
     assert_int_equal(ids[1], COMET_SAMPLE_ON_HOST);
     assert_int_equal(ids[2], COMET_SAMPLE_NONFINITE);
@@ -237,9 +260,32 @@ static void test_op_results(void **state) {
     assert_true(isnan(scratch[2 * (size_t)V + 777]));
     assert_int_equal(comet_logits_check(scratch + 3 * (size_t)V, V), COMET_ERR_NUMERIC);
 
+    /* a ban's -infinity is not a fault: the greedy row 0 with its argmax banned gives the
+     * runner-up, not COMET_SAMPLE_NONFINITE; a raw NaN under a listed id still is one */
+    assert_int_equal(g_cuda->ops->upload(g_cuda, dev, host, (size_t)n * V * sizeof(float)),
+                     COMET_OK);
+    int32_t best = 0, second = -1;
+    for (int i = 1; i < V; i++)
+        if (host[i] > host[best])
+            best = i;
+    for (int i = 0; i < V; i++)
+        if (i != best && (second < 0 || host[i] > host[second]))
+            second = i;
+    comet_sample_adj adj[2] = {{best, 0, -100.0f}, {777, 0, 1.0f}};
+    rows[0].greedy = 1;
+    rows[0].has_ban = 1;
+    rows[0].adj_offset = 0;
+    rows[0].n_adj = 1;
+    rows[2].has_ban = 1;
+    rows[2].adj_offset = 1;
+    rows[2].n_adj = 1;
+    assert_int_equal(g_cuda->ops->sample(g_cuda, dev, V, rows, 3, adj, 2, ids), COMET_OK);
+    assert_int_equal(ids[0], second);
+    assert_int_equal(ids[2], COMET_SAMPLE_NONFINITE);
+
     /* bad arguments are named, not run */
-    rows[0].n_pen = 3;
-    assert_int_equal(g_cuda->ops->sample(g_cuda, dev, V, rows, 1, NULL, NULL, 0, ids),
+    rows[0].n_adj = 3;
+    assert_int_equal(g_cuda->ops->sample(g_cuda, dev, V, rows, 1, NULL, 0, ids),
                      COMET_ERR_INVALID_ARG);
     for (int i = 0; i < n; i++)
         comet_sampler_free(s[i]);
@@ -251,6 +297,7 @@ static void test_op_results(void **state) {
 
 int main(void) {
     cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
+    init_bias();
     g_cuda = comet_backend_cuda_init(0);
     if (!g_cuda) {
         fprintf(stderr, "comet_backend_cuda_init(0) failed: %s\n", comet_last_error());

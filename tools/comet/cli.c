@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -134,6 +135,112 @@ int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo
     }
     *out = v;
     return 0;
+}
+
+void cli_sampling_init(cli_sampling *s, const comet_sampler_params *defaults) {
+    s->p = *defaults;
+    s->p.logit_bias = s->bias;
+    s->p.n_logit_bias = 0;
+    s->given = 0;
+}
+
+static const struct {
+    const char *opt;
+    unsigned bit;
+} SAMPLING_OPTS[] = {
+    {"--temperature", COMET_SAMPLER_TEMPERATURE},
+    {"--top-k", COMET_SAMPLER_TOP_K},
+    {"--top-p", COMET_SAMPLER_TOP_P},
+    {"--min-p", COMET_SAMPLER_MIN_P},
+    {"--repeat-penalty", COMET_SAMPLER_REPEAT_PENALTY},
+    {"--repeat-last-n", COMET_SAMPLER_REPEAT_LAST_N},
+    {"--presence-penalty", COMET_SAMPLER_PRESENCE_PENALTY},
+    {"--frequency-penalty", COMET_SAMPLER_FREQUENCY_PENALTY},
+    {"--logit-bias", COMET_SAMPLER_LOGIT_BIAS},
+};
+
+int cli_sampling_option(const char *cmd, cli_sampling *s, const char *opt, const char *val) {
+    unsigned bit = 0;
+    for (size_t i = 0; i < sizeof SAMPLING_OPTS / sizeof SAMPLING_OPTS[0] && !bit; i++)
+        if (!strcmp(opt, SAMPLING_OPTS[i].opt))
+            bit = SAMPLING_OPTS[i].bit;
+    if (!bit)
+        return 0;
+    comet_sampler_params *p = &s->p;
+    long lv;
+    double dv;
+    if (bit == COMET_SAMPLER_TOP_K || bit == COMET_SAMPLER_REPEAT_LAST_N) {
+        if (cli_parse_int(cmd, opt, val, -(1L << 30), 1L << 30, &lv)) /* ranges: below */
+            return -1;
+        *(bit == COMET_SAMPLER_TOP_K ? &p->top_k : &p->repeat_last_n) = (int)lv;
+    } else if (bit == COMET_SAMPLER_LOGIT_BIAS) {
+        char *eq = NULL, *end = NULL;
+        long id = val ? strtol(val, &eq, 10) : 0;
+        if (!val || eq == val || *eq != '=' || id < INT32_MIN || id > INT32_MAX ||
+            (dv = strtod(eq + 1, &end), end == eq + 1 || *end)) {
+            fprintf(stderr, "comet %s: %s expects ID=BIAS (a token id and a number), got '%s'\n",
+                    cmd, opt, val ? val : "");
+            return -1;
+        }
+        if (p->n_logit_bias == COMET_SAMPLER_MAX_BIASED) {
+            fprintf(stderr, "comet %s: at most %d %s options\n", cmd, COMET_SAMPLER_MAX_BIASED,
+                    opt);
+            return -1;
+        }
+        s->bias[p->n_logit_bias++] = (comet_logit_bias){(int32_t)id, (float)dv};
+    } else {
+        char *end = NULL;
+        dv = val ? strtod(val, &end) : 0;
+        if (!val || end == val || *end || !isfinite(dv)) {
+            fprintf(stderr, "comet %s: %s expects a number, got '%s'\n", cmd, opt, val ? val : "");
+            return -1;
+        }
+        float *f = bit == COMET_SAMPLER_TEMPERATURE        ? &p->temperature
+                   : bit == COMET_SAMPLER_TOP_P            ? &p->top_p
+                   : bit == COMET_SAMPLER_MIN_P            ? &p->min_p
+                   : bit == COMET_SAMPLER_REPEAT_PENALTY   ? &p->repeat_penalty
+                   : bit == COMET_SAMPLER_PRESENCE_PENALTY ? &p->presence_penalty
+                                                           : &p->frequency_penalty;
+        *f = (float)dv;
+    }
+    s->given |= bit;
+    return 1;
+}
+
+void cli_sampling_usage(FILE *f, int width, const char *last_n_default) {
+    char last_n[128];
+    snprintf(last_n, sizeof last_n, "tokens the penalties look back over, -1 = all (default %s)",
+             last_n_default);
+    const char *const lines[][2] = {
+        {"--temperature T", "0 = greedy, up to 2 (default 0.8)"},
+        {"--top-k K", "0 = off (default 40)"},
+        {"--top-p P", "nucleus sampling, in (0, 1]; 1 = off (default 0.95)"},
+        {"--min-p P", "in [0, 1]; 0 = off (default 0.05)"},
+        {"--repeat-penalty R", "> 0; 1 = off (default 1)"},
+        {"--repeat-last-n N", last_n},
+        {"--presence-penalty P", "OpenAI-style, in [-2, 2]; 0 = off"},
+        {"--frequency-penalty P", "OpenAI-style, in [-2, 2]; 0 = off"},
+        {"--logit-bias ID=B", "add B in [-100, 100] to token ID's logit (-100 bans it);"},
+        {"", "may repeat"},
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
+        if ((int)strlen(lines[i][0]) < width - 3)
+            fprintf(f, "  %-*s%s\n", width - 2, lines[i][0], lines[i][1]);
+        else /* the description on a line of its own */
+            fprintf(f, "  %s\n%*s%s\n", lines[i][0], width, "", lines[i][1]);
+    }
+}
+
+int cli_sampling_check(const char *cmd, const cli_sampling *s, int n_vocab) {
+    unsigned bad;
+    if (comet_sampler_params_check(&s->p, n_vocab, &bad) >= 0)
+        return 0;
+    const char *opt = "?";
+    for (size_t i = 0; i < sizeof SAMPLING_OPTS / sizeof SAMPLING_OPTS[0]; i++)
+        if (SAMPLING_OPTS[i].bit == bad)
+            opt = SAMPLING_OPTS[i].opt;
+    fprintf(stderr, "comet %s: %s: %s\n", cmd, opt, comet_last_error());
+    return 1;
 }
 
 char *cli_read_file(const char *path, size_t *len) {

@@ -18,23 +18,17 @@
 #define MAX_STOP 8
 
 static void usage(FILE *f) {
+    fprintf(f, "usage: comet generate [--model M] --prompt P [options]\n"
+               "\n"
+               "Generate text from a prompt; only the generated text goes to stdout.\n"
+               "\n"
+               "  --model M            .gguf file or HF directory (default: the bundled model)\n"
+               "  --prompt P           the prompt (user message unless --raw; special-token\n"
+               "                       text in it, like <|im_start|>, stays plain text)\n"
+               "  --max-tokens N       new tokens at most (default 256)\n");
+    cli_sampling_usage(f, 23, "64");
     fprintf(f,
-            "usage: comet generate [--model M] --prompt P [options]\n"
-            "\n"
-            "Generate text from a prompt; only the generated text goes to stdout.\n"
-            "\n"
-            "  --model M            .gguf file or HF directory (default: the bundled model)\n"
-            "  --prompt P           the prompt (user message unless --raw; special-token\n"
-            "                       text in it, like <|im_start|>, stays plain text)\n"
-            "  --max-tokens N       new tokens at most (default 256)\n"
-            "  --temperature T      0 = greedy (default 0.8)\n"
-            "  --top-k K            0 = off (default 40)\n"
-            "  --top-p P            1 = off (default 0.95)\n"
-            "  --min-p P            0 = off (default 0.05)\n"
             "  --seed S             random seed (default: from the clock, logged)\n"
-            "  --repeat-penalty R   1 = off (default 1)\n"
-            "  --repeat-last-n N    tokens the penalty looks back over (default 64, -1 = all)\n"
-            "  --presence-penalty P, --frequency-penalty P   OpenAI-style, 0 = off\n"
             "  --stop S             stop when S appears (not printed); may repeat, up to %d\n"
             "  --raw                no chat template: the prompt is tokenized as given\n"
             "                       (special-token text like <|im_start|> becomes that token)\n"
@@ -133,13 +127,21 @@ int cmd_generate(int argc, char **argv) {
     int raw = 0, stats = 0, verbose = 0, seed_given = 0, batch_invariant = 0;
     long threads = 0;
     comet_gen_params gp = comet_gen_default_params();
-    comet_sampler_params *sp = &gp.sampling;
+    cli_sampling smp;
+    cli_sampling_init(&smp, &gp.sampling);
+    comet_sampler_params *sp = &smp.p;
     gp.stop = stop;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         long lv;
-        double dv;
+        int got = cli_sampling_option("generate", &smp, a, val);
+        if (got < 0)
+            return 2;
+        if (got > 0) {
+            i++;
+            continue;
+        }
 #define NEED_VALUE()                                                                               \
     do {                                                                                           \
         if (!val) {                                                                                \
@@ -181,14 +183,6 @@ int cmd_generate(int argc, char **argv) {
             if (cli_parse_int("generate", a, val, 1, 1 << 24, &lv))
                 return 2;
             gp.max_tokens = (int)lv, i++;
-        } else if (!strcmp(a, "--top-k")) {
-            if (cli_parse_int("generate", a, val, 0, 1 << 24, &lv))
-                return 2;
-            sp->top_k = (int)lv, i++;
-        } else if (!strcmp(a, "--repeat-last-n")) {
-            if (cli_parse_int("generate", a, val, -1, 1 << 24, &lv))
-                return 2;
-            sp->repeat_last_n = (int)lv, i++;
         } else if (!strcmp(a, "--tensor-parallel")) {
             if (cli_parse_int("generate", a, val, 1, COMET_MAX_TENSOR_PARALLEL, &lv))
                 return 2;
@@ -204,30 +198,6 @@ int cmd_generate(int argc, char **argv) {
                 return 2;
             }
             seed_given = 1, i++;
-        } else if (!strcmp(a, "--temperature")) {
-            if (cli_parse_float("generate", a, val, 0, 100, &dv))
-                return 2;
-            sp->temperature = (float)dv, i++;
-        } else if (!strcmp(a, "--top-p")) {
-            if (cli_parse_float("generate", a, val, 1e-6, 1, &dv))
-                return 2;
-            sp->top_p = (float)dv, i++;
-        } else if (!strcmp(a, "--min-p")) {
-            if (cli_parse_float("generate", a, val, 0, 1, &dv))
-                return 2;
-            sp->min_p = (float)dv, i++;
-        } else if (!strcmp(a, "--repeat-penalty")) {
-            if (cli_parse_float("generate", a, val, 1e-3, 100, &dv))
-                return 2;
-            sp->repeat_penalty = (float)dv, i++;
-        } else if (!strcmp(a, "--presence-penalty")) {
-            if (cli_parse_float("generate", a, val, -2, 2, &dv))
-                return 2;
-            sp->presence_penalty = (float)dv, i++;
-        } else if (!strcmp(a, "--frequency-penalty")) {
-            if (cli_parse_float("generate", a, val, -2, 2, &dv))
-                return 2;
-            sp->frequency_penalty = (float)dv, i++;
         } else if (!strcmp(a, "--raw")) {
             raw = 1;
         } else if (!strcmp(a, "--ignore-eos")) {
@@ -253,7 +223,7 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "comet generate: the prompt is empty; give --prompt some text\n");
         return 1;
     }
-    if (cli_device_ok("generate", device))
+    if (cli_device_ok("generate", device) || cli_sampling_check("generate", &smp, 0))
         return 2;
     if (!seed_given)
         sp->seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -275,6 +245,11 @@ int cmd_generate(int argc, char **argv) {
     int32_t *ids = NULL;
     int n_ids = 0, rc = 1;
     comet_backend *be = NULL;
+    gp.sampling = smp.p; /* logit_bias: smp's, alive until the end */
+    if (cli_sampling_check("generate", &smp, m->cfg.n_vocab)) { /* logit_bias ids */
+        rc = 2;
+        goto out;
+    }
     if (build_prompt(m, prompt, system, raw, template_name, &ids, &n_ids))
         goto out;
     if (n_ids >= m->cfg.n_ctx) {
@@ -288,7 +263,8 @@ int cmd_generate(int argc, char **argv) {
         goto out;
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               comet_backend_n_threads(be), (unsigned long long)sp->seed);
-    if (!seed_given && sp->temperature > 0.0f) /* the help promises it: the run can be repeated */
+    /* the help promises it: a sampled run can be repeated */
+    if (!seed_given && sp->temperature >= COMET_SAMPLER_GREEDY_BELOW && sp->top_k != 1)
         fprintf(stderr, "seed: %llu (from the clock; --seed %llu samples this text again)\n",
                 (unsigned long long)sp->seed, (unsigned long long)sp->seed);
     int ends_nl = 1;

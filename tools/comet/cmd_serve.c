@@ -51,12 +51,9 @@ static void usage(FILE *f) {
                "  --verbose              debug logs on stderr\n"
                "\n"
                "Defaults for the fields a request leaves out (the request's own values win;\n"
-               "default: the model's generation_config.json, else comet generate's):\n"
-               "  --temperature T        0 = greedy (default 0.8)\n"
-               "  --top-p P              nucleus sampling, in (0, 1] (default 0.95)\n"
-               "  --top-k K              0 = off (default 40)\n"
-               "  --min-p P              0 = off (default 0.05)\n"
-               "  --max-tokens N         completion length, both routes (default: chat 256,\n"
+               "default: the model's generation_config.json, else comet generate's):\n");
+    cli_sampling_usage(f, 25, "-1");
+    fprintf(f, "  --max-tokens N         completion length, both routes (default: chat 256,\n"
                "                         completions 16; 0: chat runs up to the context)\n");
 }
 
@@ -87,12 +84,21 @@ int cmd_serve(int argc, char **argv) {
     long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
     long max_body = 4L << 20, threads = 0, drain = 30, tensor_parallel = 0;
     int verbose = 0, allow_special_in_messages = 0, batch_invariant = 0;
-    /* request defaults given on the command line (-1: not given) */
-    double opt_temp = -1, opt_top_p = -1, opt_min_p = -1;
-    long opt_top_k = -1, opt_max_tokens = -1;
+    /* request defaults given on the command line */
+    comet_sampler_params dflt = comet_sampler_default_params();
+    cli_sampling smp;
+    cli_sampling_init(&smp, &dflt);
+    long opt_max_tokens = -1; /* -1: not given */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int got = cli_sampling_option("serve", &smp, a, val);
+        if (got < 0)
+            return 2;
+        if (got > 0) {
+            i++;
+            continue;
+        }
 #define INT_OPT(name, var, lo, hi)                                                                 \
     if (!strcmp(a, name)) {                                                                        \
         if (cli_parse_int("serve", name, val, lo, hi, &var))                                       \
@@ -129,19 +135,7 @@ int cmd_serve(int argc, char **argv) {
         INT_OPT("--threads", threads, 0, 1024)
         INT_OPT("--tensor-parallel", tensor_parallel, 1, COMET_MAX_TENSOR_PARALLEL)
         INT_OPT("--drain-timeout", drain, 0, 3600)
-        INT_OPT("--top-k", opt_top_k, 0, 1 << 30)
         INT_OPT("--max-tokens", opt_max_tokens, 0, 1 << 30)
-#define FLOAT_OPT(name, var, lo, hi)                                                               \
-    if (!strcmp(a, name)) {                                                                        \
-        if (cli_parse_float("serve", name, val, lo, hi, &var))                                     \
-            return 2;                                                                              \
-        i++;                                                                                       \
-        continue;                                                                                  \
-    }
-        FLOAT_OPT("--temperature", opt_temp, 0, 2)
-        FLOAT_OPT("--top-p", opt_top_p, 1e-6, 1)
-        FLOAT_OPT("--min-p", opt_min_p, 0, 1)
-#undef FLOAT_OPT
         if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
             continue;
@@ -160,7 +154,7 @@ int cmd_serve(int argc, char **argv) {
 #undef STR_OPT
     }
     cli_log_to_stderr(verbose);
-    if (cli_device_ok("serve", device))
+    if (cli_device_ok("serve", device) || cli_sampling_check("serve", &smp, 0))
         return 2;
     if (cli_port_free("serve", host, (int)port))
         return 1;
@@ -201,8 +195,9 @@ int cmd_serve(int argc, char **argv) {
     sp.chat_template = template_name;
     sp.allow_special_in_messages = allow_special_in_messages;
     sp.kv_tokens = ep.n_pages * ep.page_size;
-    sp.temperature = (float)opt_temp, sp.top_p = (float)opt_top_p, sp.min_p = (float)opt_min_p;
-    sp.top_k = (int)opt_top_k, sp.max_tokens = (int)opt_max_tokens;
+    sp.sampling = smp.p; /* logit_bias: smp's, alive while the server runs */
+    sp.sampling_given = smp.given;
+    sp.max_tokens = (int)opt_max_tokens;
 
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

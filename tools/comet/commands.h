@@ -4,6 +4,9 @@
 #define COMET_TOOLS_COMMANDS_H
 
 #include <stddef.h>
+#include <stdio.h>
+
+#include "comet/sampling.h"
 
 /* Each subcommand gets argv with argv[0] = the subcommand name; returns the exit code. */
 int cmd_generate(int argc, char **argv);
@@ -29,6 +32,32 @@ void cli_report_error(const char *cmd, const char *what);
 int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, long hi, long *out);
 int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
                     double *out);
+
+/* The sampling options generate and serve share, into a comet_sampler_params with a
+ * "given" mask: --temperature, --top-k, --top-p, --min-p, --repeat-penalty,
+ * --repeat-last-n, --presence-penalty, --frequency-penalty and --logit-bias ID=BIAS
+ * (repeatable). The ranges are comet_sampler_params_check's, checked once all options are
+ * read (cli_sampling_check). */
+typedef struct cli_sampling {
+    comet_sampler_params p; /* p.logit_bias points at `bias` */
+    unsigned given;         /* COMET_SAMPLER_* bits of the options given */
+    comet_logit_bias bias[COMET_SAMPLER_MAX_BIASED];
+} cli_sampling;
+
+/* s->p = defaults, nothing given. */
+void cli_sampling_init(cli_sampling *s, const comet_sampler_params *defaults);
+
+/* 1 when `opt` is a sampling option, read with its value `val` (the caller skips val);
+ * 0 when it is not one; -1 when its value is malformed (printed, naming the option). */
+int cli_sampling_option(const char *cmd, cli_sampling *s, const char *opt, const char *val);
+
+/* 0 when s->p is in range (logit_bias ids against n_vocab, 0: not known yet), else prints
+ * "comet <cmd>: --<option>: <what is wrong>" and returns 1. */
+int cli_sampling_check(const char *cmd, const cli_sampling *s, int n_vocab);
+
+/* Print the sampling options' --help lines, their descriptions starting at column
+ * `width` (generate's 23, serve's 25); last_n_default: --repeat-last-n's default, in words. */
+void cli_sampling_usage(FILE *f, int width, const char *last_n_default);
 
 /* Read a whole file into a malloc'd buffer (not NUL-terminated) owned by the caller; its
  * size in *len. NULL with errno set when it cannot be opened or read. */

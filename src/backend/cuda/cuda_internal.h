@@ -67,7 +67,7 @@ typedef struct cuda_impl {
     cuda_graph graphs[GRAPH_SLOTS];
     int graph_next; /* the slot the next new shape takes */
     int capturing;  /* the slot being recorded, or -1 */
-    /* sampling (op sample): the rows, penalty pairs and ids, pinned and on the device,
+    /* sampling (op sample): the rows, listed ids and ids, pinned and on the device,
      * smp_cap bytes each, grown on demand */
     void *smp_host, *smp_dev;
     size_t smp_cap;
@@ -163,8 +163,8 @@ comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cac
 comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                    const comet_step *st, float *logits);
 comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
-                                  const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
-                                  const int32_t *pen_counts, int n_pen, int32_t *ids);
+                                  const comet_sample_row *rows, int n_rows,
+                                  const comet_sample_adj *adj, int n_adj, int32_t *ids);
 /* *v = the device view of step st, the latest step_begin's; INVALID_ARG naming op when st
  * is not that step. */
 comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, const char *op,

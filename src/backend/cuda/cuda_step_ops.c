@@ -446,38 +446,36 @@ comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, co
 }
 
 /* ---- sampling ----
- * One upload (rows, penalty ids, penalty counts), the kernel of sample.cu, one download
- * of the ids: a step's sampling costs one round trip of a few hundred bytes, not the
- * logits rows (V fp32 each). */
+ * One upload (rows, listed ids), the kernel of sample.cu, one download of the ids: a
+ * step's sampling costs one round trip of a few hundred bytes, not the logits rows (V fp32
+ * each). */
 
 static size_t align8(size_t n) { return (n + 7) & ~(size_t)7; }
 
 comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
-                                  const comet_sample_row *rows, int n_rows, const int32_t *pen_ids,
-                                  const int32_t *pen_counts, int n_pen, int32_t *ids) {
+                                  const comet_sample_row *rows, int n_rows,
+                                  const comet_sample_adj *adj, int n_adj, int32_t *ids) {
     cuda_impl *im = impl_of(be);
-    if (n_rows < 1 || V < 1 || n_pen < 0 || (n_pen > 0 && (!pen_ids || !pen_counts)))
+    if (n_rows < 1 || V < 1 || n_adj < 0 || (n_adj > 0 && !adj))
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "cuda backend: sample: %d rows, V = %d, "
-                               "%d penalty pairs",
-                               n_rows, V, n_pen);
+                               "cuda backend: sample: %d rows, V = %d, %d listed ids", n_rows, V,
+                               n_adj);
     for (int r = 0; r < n_rows; r++)
-        if (rows[r].row < 0 || rows[r].n_pen < 0 || rows[r].pen_offset < 0 ||
-            rows[r].pen_offset + rows[r].n_pen > n_pen)
+        if (rows[r].row < 0 || rows[r].n_adj < 0 || rows[r].adj_offset < 0 ||
+            rows[r].adj_offset + rows[r].n_adj > n_adj)
             return comet_set_error(COMET_ERR_INVALID_ARG,
                                    "cuda backend: sample: row %d names "
-                                   "logits row %d and penalty pairs %d..%d of %d",
-                                   r, rows[r].row, rows[r].pen_offset,
-                                   rows[r].pen_offset + rows[r].n_pen, n_pen);
-    for (int i = 0; i < n_pen; i++)
-        if (pen_ids[i] < 0 || pen_ids[i] >= V)
+                                   "logits row %d and listed ids %d..%d of %d",
+                                   r, rows[r].row, rows[r].adj_offset,
+                                   rows[r].adj_offset + rows[r].n_adj, n_adj);
+    for (int i = 0; i < n_adj; i++)
+        if (adj[i].id < 0 || adj[i].id >= V)
             return comet_set_error(COMET_ERR_INVALID_ARG,
-                                   "cuda backend: sample: penalty id %d "
+                                   "cuda backend: sample: listed id %d "
                                    "outside the vocabulary of %d",
-                                   pen_ids[i], V);
-    const size_t o_pid = align8((size_t)n_rows * sizeof *rows);
-    const size_t o_pcnt = o_pid + align8((size_t)n_pen * sizeof(int32_t));
-    const size_t o_ids = o_pcnt + align8((size_t)n_pen * sizeof(int32_t));
+                                   adj[i].id, V);
+    const size_t o_adj = align8((size_t)n_rows * sizeof *rows);
+    const size_t o_ids = o_adj + align8((size_t)n_adj * sizeof *adj);
     const size_t need = o_ids + align8((size_t)n_rows * sizeof(int32_t));
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "sample: cudaSetDevice");
@@ -502,15 +500,13 @@ comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,
     if (e == cudaSuccess) {
         char *h = im->smp_host, *d = im->smp_dev;
         memcpy(h, rows, (size_t)n_rows * sizeof *rows);
-        if (n_pen) {
-            memcpy(h + o_pid, pen_ids, (size_t)n_pen * sizeof(int32_t));
-            memcpy(h + o_pcnt, pen_counts, (size_t)n_pen * sizeof(int32_t));
-        }
+        if (n_adj)
+            memcpy(h + o_adj, adj, (size_t)n_adj * sizeof *adj);
         e = cudaMemcpyAsync(d, h, o_ids, cudaMemcpyHostToDevice, im->stream);
         if (e == cudaSuccess) {
             r = comet_cuda_sample((const comet_sample_row *)d, n_rows, (float *)logits, V,
-                                  (const int32_t *)(d + o_pid), (const int32_t *)(d + o_pcnt),
-                                  (int32_t *)(d + o_ids), im->stream);
+                                  (const comet_sample_adj *)(d + o_adj), (int32_t *)(d + o_ids),
+                                  im->stream);
             if (r >= 0 &&
                 (e = cudaMemcpyAsync(h + o_ids, d + o_ids, (size_t)n_rows * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, im->stream)) == cudaSuccess &&

@@ -1,9 +1,11 @@
 /* sample.cu — next-token sampling where the logits are (sample.h), one CTA per row.
  *
- * The chain is engine/sampler.c's, with the host's floats (1 / temperature, logf(min_p))
- * passed in, so that every filter decision is taken on the same fp32 values:
+ * The chain is engine/sampler.c's, on the row's parameters (comet_sample_row.p, the host's
+ * comet_sampler_params) with the host's floats (1 / temperature, logf(min_p)) passed in, so
+ * that every filter decision is taken on the same fp32 values:
  *
- *   1. penalties on the listed ids (the host's comet_sampler_penalize, unfused ops);
+ *   1. the listed ids (comet_sample_adj): logit_bias added (-100: -infinity, a ban), then
+ *      the penalties (the host's comet_sampler_adjust, unfused ops);
  *   2. one pass: val = logit (greedy) or logit * (1 / temperature), its maximum and argmax
  *      (lowest id on ties), and whether any logit is not finite (then the row reports
  *      COMET_SAMPLE_NONFINITE). Greedy rows end here.
@@ -184,8 +186,8 @@ __device__ int draw_in_id_order(sample_smem &sm, const float *x, int V, const co
 __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_sample_row &R,
                            float zmax, float floor_z) {
     const int tid = threadIdx.x;
-    const bool topk = R.top_k > 0 && R.top_k < V;
-    const bool topp = R.top_p < 1.0f;
+    const bool topk = R.p.top_k > 0 && R.p.top_k < V;
+    const bool topp = R.p.top_p < 1.0f;
     /* the whole row's mass: top-p's normalizer when no top-k comes first */
     const double z_all = !topk && topp ? mass_from(sm, x, V, R, 0u, zmax) : 0.0;
 
@@ -200,7 +202,7 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
         int n_hi = count_from(sm, x, V, R, hi);
         if (n_hi > SMP_CAP)
             return COMET_SAMPLE_ON_HOST; /* more than SMP_CAP ties at the maximum */
-        while (hi - lo > 1 && !(topk && n_hi >= R.top_k)) {
+        while (hi - lo > 1 && !(topk && n_hi >= R.p.top_k)) {
             const uint32_t mid = lo + (hi - lo) / 2;
             const int n = count_from(sm, x, V, R, mid);
             if (n > SMP_CAP) {
@@ -210,14 +212,14 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
                 n_hi = n;
                 /* enough mass for top-p: a lower threshold only adds candidates */
                 if (!topk && topp &&
-                    mass_from(sm, x, V, R, hi, zmax) >= (double)R.top_p * z_all * (1.0 + 1e-9))
+                    mass_from(sm, x, V, R, hi, zmax) >= (double)R.p.top_p * z_all * (1.0 + 1e-9))
                     break;
             }
         }
         key = hi;
-        if (topk ? n_hi < R.top_k
+        if (topk ? n_hi < R.p.top_k
                  : !(topp &&
-                     mass_from(sm, x, V, R, key, zmax) >= (double)R.top_p * z_all * (1.0 + 1e-9)))
+                     mass_from(sm, x, V, R, key, zmax) >= (double)R.p.top_p * z_all * (1.0 + 1e-9)))
             return COMET_SAMPLE_ON_HOST;
     }
     const bool whole = key == lo; /* the set holds every id from lo up */
@@ -252,7 +254,7 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
         v[j] = float_of((uint32_t)(k[j] >> 32));
         id[j] = (int)(0xffffffffu - (uint32_t)k[j]);
     }
-    int n = topk && R.top_k < nc ? R.top_k : nc;
+    int n = topk && R.p.top_k < nc ? R.p.top_k : nc;
 
     double w[SMP_ITEMS], cum[SMP_ITEMS];
     if (topp) {
@@ -273,7 +275,7 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
         int cut = INT_MAX;
 #pragma unroll
         for (int j = 0; j < SMP_ITEMS; j++)
-            if (tid * SMP_ITEMS + j < n && cum[j] >= (double)R.top_p && cut == INT_MAX)
+            if (tid * SMP_ITEMS + j < n && cum[j] >= (double)R.p.top_p && cut == INT_MAX)
                 cut = tid * SMP_ITEMS + j;
         cut = all_reduce(sm, cut, min_op());
         if (cut != INT_MAX)
@@ -319,27 +321,40 @@ __device__ int draw_sorted(sample_smem &sm, const float *x, int V, const comet_s
 
 __global__ void __launch_bounds__(SMP_THREADS)
     sample_kernel(const comet_sample_row *__restrict__ rows, float *__restrict__ logits, int V,
-                  const int32_t *__restrict__ pen_ids, const int32_t *__restrict__ pen_counts,
-                  int32_t *__restrict__ ids) {
+                  const comet_sample_adj *__restrict__ adj, int32_t *__restrict__ ids) {
     __shared__ sample_smem sm;
     const comet_sample_row R = rows[blockIdx.x];
     float *x = logits + (size_t)R.row * V;
     const int tid = threadIdx.x;
 
-    for (int i = tid; i < R.n_pen; i += SMP_THREADS) {
-        const int id = pen_ids[R.pen_offset + i];
-        float l = x[id];
-        l = l > 0.0f ? __fdiv_rn(l, R.repeat_penalty) : __fmul_rn(l, R.repeat_penalty);
-        x[id] = __fsub_rn(l, __fmaf_rn(R.frequency_penalty, (float)pen_counts[R.pen_offset + i],
-                                       R.presence_penalty));
+    /* step 1: the listed ids, as comet_sampler_adjust; their raw logits are checked here,
+     * as a ban's -infinity is not a fault */
+    int bad = 0;
+    for (int i = tid; i < R.n_adj; i += SMP_THREADS) {
+        const comet_sample_adj a = adj[R.adj_offset + i];
+        float l = x[a.id];
+        bad |= !isfinite(l);
+        if (a.bias == -COMET_SAMPLER_MAX_LOGIT_BIAS) {
+            l = -INFINITY;
+        } else {
+            if (a.bias != 0.0f)
+                l = __fadd_rn(l, a.bias);
+            if (a.count > 0) {
+                l = l > 0.0f ? __fdiv_rn(l, R.p.repeat_penalty) : __fmul_rn(l, R.p.repeat_penalty);
+                l = __fsub_rn(
+                    l, __fmaf_rn(R.p.frequency_penalty, (float)a.count, R.p.presence_penalty));
+            }
+        }
+        x[a.id] = l;
     }
     __syncthreads();
 
     arg_max best = {-INFINITY, INT_MAX};
-    int bad = 0;
     for (int i = tid; i < V; i += SMP_THREADS) {
         const float l = x[i];
-        bad |= !isfinite(l);
+        /* -infinity is a ban in a row that has one (a raw -infinity elsewhere in such a row
+         * then counts as a zero probability, not as a fault) */
+        bad |= isnan(l) || l == INFINITY || (l == -INFINITY && !R.has_ban);
         const arg_max c = {R.greedy ? l : __fmul_rn(l, R.inv_temperature), i};
         best = arg_max_op()(best, c);
     }
@@ -356,7 +371,7 @@ __global__ void __launch_bounds__(SMP_THREADS)
     }
     const float zmax = best.v;
     const float floor_z = R.log_min_p == -INFINITY ? -INFINITY : __fadd_rn(zmax, R.log_min_p);
-    const int out = R.top_p < 1.0f || (R.top_k > 0 && R.top_k < V)
+    const int out = R.p.top_p < 1.0f || (R.p.top_k > 0 && R.p.top_k < V)
                         ? draw_sorted(sm, x, V, R, zmax, floor_z)
                         : draw_in_id_order(sm, x, V, R, zmax, floor_z);
     if (tid == 0)
@@ -366,13 +381,13 @@ __global__ void __launch_bounds__(SMP_THREADS)
 } /* namespace */
 
 extern "C" comet_status comet_cuda_sample(const comet_sample_row *rows, int n_rows, float *logits,
-                                          int V, const int32_t *pen_ids, const int32_t *pen_counts,
-                                          int32_t *ids, void *stream) {
+                                          int V, const comet_sample_adj *adj, int32_t *ids,
+                                          void *stream) {
     if (V < 1 || n_rows < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: sample: V = %d, %d rows", V,
                                n_rows);
-    sample_kernel<<<n_rows, SMP_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(
-        rows, logits, V, pen_ids, pen_counts, ids);
+    sample_kernel<<<n_rows, SMP_THREADS, 0, static_cast<cudaStream_t>(stream)>>>(rows, logits, V,
+                                                                                 adj, ids);
     const cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "cuda backend: sample: launch failed: %s",

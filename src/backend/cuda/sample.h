@@ -15,14 +15,13 @@ extern "C" {
 #endif
 
 /* Sample rows[r] (device array [n_rows]) from logits [*, V] (device; each sampled row is
- * modified: penalties applied) into ids[r] (device [n_rows]): the token,
- * COMET_SAMPLE_NONFINITE or COMET_SAMPLE_ON_HOST. pen_ids / pen_counts (device) hold the
- * rows' penalty pairs (comet_sample_row pen_offset, n_pen). Queued on `stream` (a
- * cudaStream_t); no allocation, no synchronization. COMET_OK, or COMET_ERR_CUDA when the
- * launch failed; COMET_ERR_INVALID_ARG for V < 1 or n_rows < 1. */
+ * modified: its listed ids adjusted) into ids[r] (device [n_rows]): the token,
+ * COMET_SAMPLE_NONFINITE or COMET_SAMPLE_ON_HOST. adj (device) holds the rows' listed ids
+ * (comet_sample_row adj_offset, n_adj; ids in [0, V)). Queued on `stream` (a cudaStream_t);
+ * no allocation, no synchronization. COMET_OK, or COMET_ERR_CUDA when the launch failed;
+ * COMET_ERR_INVALID_ARG for V < 1 or n_rows < 1. */
 comet_status comet_cuda_sample(const comet_sample_row *rows, int n_rows, float *logits, int V,
-                               const int32_t *pen_ids, const int32_t *pen_counts, int32_t *ids,
-                               void *stream);
+                               const comet_sample_adj *adj, int32_t *ids, void *stream);
 
 #ifdef __cplusplus
 }
