@@ -57,6 +57,7 @@ static jv items_of(jctx *c, const jdict *d) {
     jv l = jv_list(c, d->n);
     for (size_t i = 0; i < d->n; i++) {
         jv pair = jv_list(c, 2);
+        pair.u.l->tuple = 1;
         pair.u.l->v[0] = d->k[i];
         pair.u.l->v[1] = d->v[i];
         l.u.l->v[i] = pair;
@@ -530,6 +531,8 @@ jv jgetitem(jctx *c, int line, jv x, jv key) {
     }
     case JV_LIST:
     case JV_STR: {
+        if (x.t == JV_LIST && x.u.l->generator)
+            FAIL(line, "'generator' object is not subscriptable (add |list)");
         if (key.t != JV_INT && key.t != JV_BOOL) {
             if (key.t == JV_STR)
                 return jgetattr(c, line, x, key.u.s->s);
@@ -552,6 +555,20 @@ jv jgetitem(jctx *c, int line, jv x, jv key) {
 }
 
 /* ---- tests ---- */
+
+/* Jinja2's builtin tests: another name fails at parse time, as in Jinja2's compiler. */
+int jtest_known(const char *name) {
+    static const char *const names[] = {
+        "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped", "even",
+        "false", "filter", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le",
+        "lessthan", "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas",
+        "sequence", "string", "test", "true", "undefined", "upper", "==", "!=", "<", "<=", ">",
+        ">=", NULL};
+    for (int i = 0; names[i]; i++)
+        if (!strcmp(names[i], name))
+            return 1;
+    return 0;
+}
 
 int jtest(jctx *c, int line, const char *name, jv x, const jargs *a) {
     jv y = arg(a, 0, NULL, jv_undef(NULL));
@@ -618,6 +635,8 @@ int jtest(jctx *c, int line, const char *name, jv x, const jargs *a) {
             FAIL(line, "divisibleby needs a non-zero integer");
         return x.u.i % y.u.i == 0;
     }
+    if (!strcmp(name, "filter") || !strcmp(name, "test"))
+        return x.t == JV_STR && (name[0] == 'f' ? jfilter_known(x.u.s->s) : jtest_known(x.u.s->s));
     if (!strcmp(name, "lower") || !strcmp(name, "upper")) {
         if (x.t != JV_STR)
             return 0;

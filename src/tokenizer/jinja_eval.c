@@ -94,12 +94,37 @@ static double as_f(const jv *v) {
 }
 static int64_t as_i(const jv *v) { return v->t == JV_INT ? v->u.i : v->u.b; }
 
+/* markupsafe.escape: & < > " ' as HTML entities (each keeps its character's taint). */
+static jstr *html_escape(jctx *c, const jstr *s) {
+    jbuf b = {0};
+    for (size_t i = 0; i < s->n; i++) {
+        const char *e = s->s[i] == '&'    ? "&amp;"
+                        : s->s[i] == '<'  ? "&lt;"
+                        : s->s[i] == '>'  ? "&gt;"
+                        : s->s[i] == '"'  ? "&#34;"
+                        : s->s[i] == '\'' ? "&#39;"
+                                          : NULL;
+        int t = s->taint ? s->taint[i] : 0;
+        if (e)
+            jb_put(c, &b, e, strlen(e), NULL, t);
+        else
+            jb_put(c, &b, s->s + i, 1, NULL, t);
+    }
+    return jb_take(c, &b);
+}
+
 static jv arith(jctx *c, int line, int op, jv a, jv b) {
     static const char *names[] = {"+", "-", "*", "/", "//", "%", "**"};
     undefined_check(c, line, &a);
     undefined_check(c, line, &b);
-    if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR)
-        return jv_str(js_cat(c, a.u.s, b.u.s));
+    if (op == OP_ADD && a.t == JV_STR && b.t == JV_STR) {
+        if (!a.u.s->markup && !b.u.s->markup)
+            return jv_str(js_cat(c, a.u.s, b.u.s));
+        jstr *r = js_cat(c, a.u.s->markup ? a.u.s : html_escape(c, a.u.s),
+                         b.u.s->markup ? b.u.s : html_escape(c, b.u.s));
+        r->markup = 1;
+        return jv_str(r);
+    }
     if (op == OP_ADD && a.t == JV_LIST && b.t == JV_LIST) {
         jv r = jv_list(c, a.u.l->n + b.u.l->n);
         if (a.u.l->n)

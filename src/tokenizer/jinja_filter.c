@@ -71,7 +71,9 @@ static jv select_items(jctx *c, int line, jv x, const jargs *a, int attr_mode, i
         if (r == keep)
             kept[k++] = l->v[i];
     }
-    return list_from(c, kept, k);
+    jv out = list_from(c, kept, k);
+    out.u.l->generator = 1;
+    return out;
 }
 
 static void sort_values(jctx *c, int line, jv *v, size_t n, jv attr, int reverse, int ci) {
@@ -125,10 +127,34 @@ static jstr *indent(jctx *c, int line, const jstr *s, jv width, int first, int b
     return jb_take(c, &b);
 }
 
+/* Jinja2's builtin filters plus transformers' tojson: a name outside this list fails at
+ * parse time, as Jinja2 fails at compile time. */
+static const char *const filter_names[] = {
+    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e",
+    "escape", "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent",
+    "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "pprint",
+    "random", "reject", "rejectattr", "replace", "reverse", "round", "safe", "select",
+    "selectattr", "slice", "sort", "string", "striptags", "sum", "title", "tojson", "trim",
+    "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap", "xmlattr",
+    NULL};
+
+int jfilter_known(const char *name) {
+    for (int i = 0; filter_names[i]; i++)
+        if (!strcmp(filter_names[i], name))
+            return 1;
+    return 0;
+}
+
 jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
     jv none = jv_none(), undef = jv_undef(NULL);
-    if (!strcmp(name, "safe") || (!strcmp(name, "list") && x.t == JV_LIST))
-        return x;
+    if (!strcmp(name, "safe")) {
+        jstr *s = jv_to_str(c, line, &x);
+        jstr *r = js_sub(c, s, 0, s->n);
+        r->markup = 1;
+        return jv_str(r);
+    }
+    if (!strcmp(name, "list") && x.t == JV_LIST)
+        return list_from(c, x.u.l->v, x.u.l->n);
     if (!strcmp(name, "tojson")) {
         jv ind = arg(a, 0, "indent", none), sep = arg(a, -1, "separators", none),
            sk = arg(a, -1, "sort_keys", jv_bool(0));
@@ -154,7 +180,10 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         switch (x.t) {
         case JV_UNDEF: return jv_int(0);
         case JV_STR: return jv_int((int64_t)utf8_len(x.u.s->s, x.u.s->n));
-        case JV_LIST: return jv_int((int64_t)x.u.l->n);
+        case JV_LIST:
+            if (x.u.l->generator)
+                FAIL(line, "object of type 'generator' has no len() (add |list)");
+            return jv_int((int64_t)x.u.l->n);
         case JV_DICT: return jv_int((int64_t)x.u.d->n);
         default: FAIL(line, "object of type '%s' has no len()", jv_type_name(&x));
         }
@@ -196,6 +225,8 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
     }
     if (!strcmp(name, "first") || !strcmp(name, "last")) {
         jlist *l = jiter(c, line, x);
+        if (name[0] == 'l' && x.t == JV_LIST && x.u.l->generator)
+            FAIL(line, "last: 'generator' object is not reversible (add |list)");
         if (!l->n)
             return jv_undef(name);
         return name[0] == 'f' ? l->v[0] : l->v[l->n - 1];
@@ -242,6 +273,7 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
                 out.u.l->v[i] = jfilter(c, line, a->v[0].u.s->s, l->v[i], &fa);
             }
         }
+        out.u.l->generator = 1;
         return out;
     }
     if (!strcmp(name, "indent")) {

@@ -57,6 +57,7 @@ typedef enum jv_type {
 typedef struct jstr {
     size_t n;
     uint8_t *taint;
+    int markup; /* a |safe string (markupsafe.Markup): `+` HTML-escapes a plain operand */
     char s[];
 } jstr;
 
@@ -64,6 +65,9 @@ struct jv;
 typedef struct jlist {
     size_t n;
     struct jv *v; /* [n] */
+    int tuple;    /* prints as a Python tuple: (a, b) (items() pairs, dictsort) */
+    int generator; /* the lazy result of map/select/reject in Jinja2: always true, no len(),
+                    * no subscript, not JSON-serializable (|list makes a list) */
 } jlist;
 
 /* Insertion-ordered map; `ns` marks a namespace() (the only mutable value). */
@@ -275,6 +279,8 @@ typedef struct jargs {
 } jargs;
 
 jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a);
+int jfilter_known(const char *name); /* a Jinja2 filter name (parse-time check) */
+int jtest_known(const char *name);   /* a Jinja2 test name (parse-time check) */
 int jtest(jctx *c, int line, const char *name, jv x, const jargs *a);
 jv jcall_builtin(jctx *c, int line, const jfunc *f, const jargs *a);
 /* x.name as Jinja's sandboxed getattr: a bound method, a dict item, or undefined. */

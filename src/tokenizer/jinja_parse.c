@@ -14,13 +14,30 @@
 
 #define MAX_PARSE_DEPTH 200
 
+/* Jinja2 fails at compile time on an unknown filter or test unless it sits in an if
+ * statement or a conditional expression ("soft" code, where only calling it fails): each
+ * unknown name is kept here and judged at the end of the parse. */
+#define MAX_UNKNOWN 64
+
 typedef struct parser {
     jarena *a;
     jerr *e;
     const jtok *t;
     size_t n, i;
     int depth;
+    int soft; /* inside an if statement (not in a loop, macro or block set within it) */
+    const jnode *unknown[MAX_UNKNOWN];
+    int unknown_soft[MAX_UNKNOWN];
+    int n_unknown;
 } parser;
+
+static void note_unknown(parser *P, const jnode *n) {
+    if (P->n_unknown == MAX_UNKNOWN)
+        jfail(P->e, COMET_ERR_INVALID_ARG, n->line, "more than %d unknown filters or tests",
+              MAX_UNKNOWN);
+    P->unknown[P->n_unknown] = n;
+    P->unknown_soft[P->n_unknown++] = P->soft;
+}
 
 static const jtok *cur(parser *P) { return &P->t[P->i]; }
 static int line(parser *P) { return cur(P)->line; }
@@ -290,10 +307,10 @@ static jnode *parse_filter_chain(parser *P, jnode *n) {
         if (accept_op(P, "|")) {
             jnode *f = node(P, E_FILTER, ln);
             f->name = expect_ident(P);
-            while (accept_op(P, ".")) { /* dotted filter names are not Jinja builtins */
-                expect_ident(P);
-                jfail(P->e, COMET_ERR_INVALID_ARG, ln, "no filter named with a dot");
-            }
+            if (is_op(P, "."))
+                jfail(P->e, COMET_ERR_INVALID_ARG, ln, "no filter named '%s.'", f->name);
+            if (!jfilter_known(f->name))
+                note_unknown(P, f);
             f->a = n;
             if (accept_op(P, "(")) {
                 kidvec k = {0};
@@ -307,6 +324,8 @@ static jnode *parse_filter_chain(parser *P, jnode *n) {
             jnode *t = node(P, E_TEST, ln);
             t->op = accept_name(P, "not");
             t->name = expect_ident(P);
+            if (!jtest_known(t->name))
+                note_unknown(P, t);
             t->a = n;
             kidvec k = {0};
             if (accept_op(P, "(")) {
@@ -479,8 +498,13 @@ static jnode *parse_or(parser *P) {
 
 static jnode *parse_expr(parser *P, int with_cond) {
     enter(P);
+    int first_unknown = P->n_unknown;
     jnode *n = parse_or(P);
     while (with_cond && is_name(P, "if")) {
+        int outer = P->soft;
+        P->soft = 1;
+        for (int k = first_unknown; k < P->n_unknown; k++)
+            P->unknown_soft[k] = 1;
         jnode *c = node(P, E_COND, line(P));
         P->i++;
         c->b = n;
@@ -488,6 +512,7 @@ static jnode *parse_expr(parser *P, int with_cond) {
         if (accept_name(P, "else"))
             c->c = parse_expr(P, 1);
         n = c;
+        P->soft = outer;
     }
     P->depth--;
     return n;
@@ -498,22 +523,25 @@ static jnode *parse_expr(parser *P, int with_cond) {
 static jnode *parse_body(parser *P, const char *const *ends, const char **which);
 
 static jnode *parse_if(parser *P, int ln) {
+    int outer = P->soft;
+    P->soft = 1;
     jnode *n = node(P, N_IF, ln);
     n->a = parse_expr(P, 1);
     expect_block_end(P);
     static const char *const ends[] = {"elif", "else", "endif", NULL};
     const char *which;
     n->b = parse_body(P, ends, &which);
-    if (!strcmp(which, "elif")) {
+    if (!strcmp(which, "elif"))
         n->c = parse_if(P, line(P));
-        return n;
-    }
-    if (!strcmp(which, "else")) {
+    else {
+        if (!strcmp(which, "else")) {
+            expect_block_end(P);
+            static const char *const end[] = {"endif", NULL};
+            n->c = parse_body(P, end, &which);
+        }
         expect_block_end(P);
-        static const char *const end[] = {"endif", NULL};
-        n->c = parse_body(P, end, &which);
     }
-    expect_block_end(P);
+    P->soft = outer;
     return n;
 }
 
@@ -542,12 +570,15 @@ static jnode *parse_for(parser *P, int ln) {
     expect_block_end(P);
     static const char *const ends[] = {"else", "endfor", NULL};
     const char *which;
+    int outer = P->soft;
+    P->soft = 0;
     n->b = parse_body(P, ends, &which);
     if (!strcmp(which, "else")) {
         expect_block_end(P);
         static const char *const end[] = {"endfor", NULL};
         n->c = parse_body(P, end, &which);
     }
+    P->soft = outer;
     expect_block_end(P);
     return n;
 }
@@ -568,7 +599,10 @@ static jnode *parse_set(parser *P, int ln) {
         n->name = name;
         static const char *const end[] = {"endset", NULL};
         const char *which;
+        int outer = P->soft;
+        P->soft = 0;
         n->b = parse_body(P, end, &which);
+        P->soft = outer;
         expect_block_end(P);
         return n;
     }
@@ -609,7 +643,10 @@ static jnode *parse_macro(parser *P, int ln) {
     n->n_kids = defs.n;
     static const char *const end[] = {"endmacro", NULL};
     const char *which;
+    int outer = P->soft;
+    P->soft = 0;
     n->b = parse_body(P, end, &which);
+    P->soft = outer;
     if (cur(P)->type == T_NAME)
         P->i++; /* {% endmacro name %} */
     expect_block_end(P);
@@ -622,6 +659,8 @@ static jnode *parse_filter_block(parser *P, int ln) {
     body->name = "__body__";
     jnode *f = node(P, E_FILTER, ln);
     f->name = expect_ident(P);
+    if (!jfilter_known(f->name))
+        note_unknown(P, f);
     f->a = body;
     if (accept_op(P, "(")) {
         kidvec k = {0};
@@ -724,5 +763,10 @@ static jnode *parse_body(parser *P, const char *const *ends, const char **which)
 jnode *jparse(jarena *a, jerr *e, const jtok *toks, size_t n_toks) {
     parser P = {.a = a, .e = e, .t = toks, .n = n_toks};
     const char *which;
-    return parse_body(&P, NULL, &which);
+    jnode *root = parse_body(&P, NULL, &which);
+    for (int k = 0; k < P.n_unknown; k++)
+        if (!P.unknown_soft[k])
+            jfail(e, COMET_ERR_INVALID_ARG, P.unknown[k]->line, "no %s named '%s'",
+                  P.unknown[k]->kind == E_FILTER ? "filter" : "test", P.unknown[k]->name);
+    return root;
 }

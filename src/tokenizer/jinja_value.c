@@ -130,10 +130,11 @@ int py_isspace(uint32_t c) {
 
 /* ---- strings ---- */
 
+/* s may be NULL: n bytes left zeroed for the caller to fill. */
 jstr *js_new(jctx *c, const char *s, size_t n, int tainted) {
     jstr *x = ja_alloc(&c->arena, &c->err, sizeof *x + n + 1);
     x->n = n;
-    if (n)
+    if (n && s)
         memcpy(x->s, s, n);
     x->s[n] = '\0';
     if (tainted && n) {
@@ -153,7 +154,8 @@ int js_tainted(const jstr *x) {
 }
 
 jstr *js_cat(jctx *c, const jstr *x, const jstr *y) {
-    jstr *r = js_new(c, x->s, x->n + y->n, 0);
+    jstr *r = js_new(c, NULL, x->n + y->n, 0);
+    memcpy(r->s, x->s, x->n);
     memcpy(r->s + x->n, y->s, y->n);
     if (x->taint || y->taint) {
         r->taint = ja_alloc(&c->arena, &c->err, r->n + 1);
@@ -272,7 +274,7 @@ int jv_truthy(const jv *v) {
     case JV_INT: return v->u.i != 0;
     case JV_FLOAT: return v->u.f != 0.0;
     case JV_STR: return v->u.s->n != 0;
-    case JV_LIST: return v->u.l->n != 0;
+    case JV_LIST: return v->u.l->n != 0 || v->u.l->generator;
     case JV_DICT: return v->u.d->n != 0 || v->u.d->ns;
     default: return 1;
     }
@@ -513,13 +515,13 @@ static void put_str_form(jctx *c, int line, jbuf *b, const jv *v, int depth) {
     case JV_FLOAT: put_num(c, b, v); break;
     case JV_STR: jb_str(c, b, v->u.s); break;
     case JV_LIST:
-        jb_cstr(c, b, "[");
+        jb_cstr(c, b, v->u.l->tuple ? "(" : "[");
         for (size_t i = 0; i < v->u.l->n; i++) {
             if (i)
                 jb_cstr(c, b, ", ");
             put_repr(c, line, b, &v->u.l->v[i], depth);
         }
-        jb_cstr(c, b, "]");
+        jb_cstr(c, b, v->u.l->tuple ? (v->u.l->n == 1 ? ",)" : ")") : "]");
         break;
     case JV_DICT:
         if (v->u.d->ns) {
@@ -619,6 +621,9 @@ static void put_json(jctx *c, int line, jbuf *b, const jv *v, const json_opts *o
         break;
     case JV_STR: put_json_str(c, b, v->u.s); break;
     case JV_LIST:
+        if (v->u.l->generator)
+            jfail(&c->err, COMET_ERR_INVALID_ARG, line, "tojson: Object of type generator is not "
+                  "JSON serializable (add |list)");
         if (v->u.l->n == 0) {
             jb_cstr(c, b, "[]");
             break;

@@ -21,12 +21,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # Templates that jinja2 renders but comet does not reproduce, with the reason (also in
 # docs/tokenizer.md).
 EXCEPTIONS = {
-    "llama-cpp-deepseek-r1.jinja":
-        "jinja2 fails on the tool-call conversation (map() gives a generator that tojson "
-        "cannot serialize); comet's map gives a list and renders it",
-    "meetkai-functionary-medium-v3.1.jinja":
-        "adds a string to a |safe (Markup) string, which jinja2 HTML-escapes (&#34;); comet "
-        "has no Markup type and does not escape",
 }
 
 
