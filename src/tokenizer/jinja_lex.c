@@ -277,8 +277,11 @@ static void lex_tag(lexer *L, int var) {
                       c >= 0x20 && c < 0x7f ? c : '?');
             if (c == '(' || c == '[' || c == '{')
                 depth++;
-            else if ((c == ')' || c == ']' || c == '}') && depth > 0)
+            else if (c == ')' || c == ']' || c == '}') {
+                if (depth == 0)
+                    jfail(L->e, COMET_ERR_INVALID_ARG, L->line, "unexpected '%c'", c);
                 depth--;
+            }
             push(L, (jtok){.type = T_OP, .line = L->line, .s = dup(L, s, k), .n = k});
             L->pos += k;
         }
