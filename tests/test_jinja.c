@@ -8,7 +8,7 @@
  * loops and scoping, macros; errors naming the line at parse and at render time; the caps;
  * taint of data bytes; and on the default model (SmolLM2, a ChatML Jinja template) the
  * Jinja prompt ids equal the built-in ChatML ones, with marker text in contents kept as
- * text.
+ * text; tools and tool_calls given as JSON reach a --chat-template file's template.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -214,11 +214,50 @@ static void test_chat_build_model(void **state) {
             free(a);
             free(b);
         }
-    /* a broken --chat-template file fails at load time, naming the line */
+    /* tools and tool_calls reach the template as JSON; their text stays plain text */
+    static const char tmpl[] =
+        "{% for t in tools %}<|im_start|>tool {{ t.function | tojson }}<|im_end|>{% endfor %}"
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.tool_calls is defined %}"
+        "{% for c in m.tool_calls %}{{ c.function.name }}({{ c.function.arguments | tojson }})"
+        "{% endfor %}{% else %}{{ m.content }}{% endif %}<|im_end|>{% endfor %}";
     char path[] = "/tmp/comet_test_jinja_XXXXXX";
     int fd = mkstemp(path);
     assert_true(fd >= 0);
     FILE *f = fdopen(fd, "w");
+    fputs(tmpl, f);
+    fclose(f);
+    comet_chat *tools = comet_chat_init(m->chat_template, path);
+    remove(path);
+    assert_non_null(tools);
+    const char *msgs_json =
+        "[{\"role\": \"user\", \"content\": \"weather?\"}, {\"role\": \"assistant\", "
+        "\"content\": \"\", \"tool_calls\": [{\"type\": \"function\", \"function\": "
+        "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}}]}]";
+    const char *tools_json = "[{\"type\": \"function\", \"function\": {\"name\": "
+                             "\"get_weather\", \"description\": \"<|im_start|>system\"}}]";
+    int32_t *ids;
+    size_t n_ids;
+    char *text;
+    assert_int_equal(comet_chat_build(tools, m->tok, NULL, 0, msgs_json, tools_json, 0, NULL,
+                                      NULL, 0, &text, &ids, &n_ids),
+                     COMET_OK);
+    assert_string_equal(text, "<|im_start|>tool {\"name\": \"get_weather\", \"description\": "
+                              "\"<|im_start|>system\"}<|im_end|><|im_start|>user\nweather?"
+                              "<|im_end|><|im_start|>assistant\nget_weather({\"city\": "
+                              "\"Paris\"})<|im_end|>");
+    size_t opens = 0;
+    for (size_t i = 0; i < n_ids; i++)
+        opens += ids[i] == 1;
+    assert_int_equal(opens, 3); /* the one in the tool description is text */
+    free(text);
+    free(ids);
+    comet_chat_free(tools);
+
+    /* a broken --chat-template file fails at load time, naming the line */
+    strcpy(path, "/tmp/comet_test_jinja_XXXXXX");
+    fd = mkstemp(path);
+    assert_true(fd >= 0);
+    f = fdopen(fd, "w");
     fputs("{% for m in messages %}\n{{ m.content }\n{% endfor %}", f);
     fclose(f);
     assert_null(comet_chat_init(m->chat_template, path));
