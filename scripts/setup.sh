@@ -31,9 +31,11 @@ DEFAULT_PROMPT="What are three good reasons to learn a second language? Answer b
 
 # Debian 12 packages: build tools, libraries the build links, python3 + pip for the model
 # download and the text extraction, ca-certificates for HTTPS, clang for the fuzz targets
-# (ctest's fuzz_targets_build builds them; without clang it is skipped).
+# (ctest's fuzz_targets_build builds them; without clang it is skipped), python3-jinja2 for
+# the chat-template goldens (ctest's jinja_golden renders them with Python's jinja2).
 PACKAGES=(cmake make gcc pkg-config libpcre2-dev libopenblas-dev liblapacke-dev libcjson-dev
-          libmicrohttpd-dev libcmocka-dev python3 python3-pip ca-certificates clang)
+          libmicrohttpd-dev libcmocka-dev python3 python3-pip python3-jinja2 ca-certificates
+          clang)
 
 STEP="start"
 trap 'echo "setup.sh: FAILED in step: $STEP (see the messages above)" >&2' ERR

@@ -222,6 +222,39 @@ comet_status comet_chat_tokenize(const comet_tokenizer *tok, comet_chat_template
                                  int add_generation_prompt, const char *bos,
                                  int allow_special_in_content, int32_t **ids, size_t *n_ids);
 
+/* The chat prompt of a model: its own Jinja chat template (rendered as transformers'
+ * apply_chat_template does, src/tokenizer/jinja.h), a Jinja file given by the user, or
+ * one of the built-in renderers (ChatML, Llama-3, Llama-2) for models without a template. */
+typedef struct comet_chat comet_chat;
+
+/* Choose and load the chat template. `override` is NULL (the model's template), a
+ * built-in name ("chatml", "llama3", "llama2") or the path of a Jinja file;
+ * `model_template` is the model's Jinja string or NULL. Jinja is parsed here, so a broken
+ * template fails at load time with the line named. Returns NULL with comet_last_error():
+ * COMET_ERR_UNSUPPORTED when there is no template at all (the model has none and no
+ * override), COMET_ERR_INVALID_ARG for a parse error or an unknown name, COMET_ERR_IO for
+ * an unreadable file. Free with comet_chat_free. */
+comet_chat *comet_chat_init(const char *model_template, const char *override);
+void comet_chat_free(comet_chat *c);
+/* One line saying which template is in use ("the model's Jinja template", ...). */
+const char *comet_chat_describe(const comet_chat *c);
+
+/* Render a conversation with `c` and tokenize it. Messages come as `msgs` [n] or, when
+ * `messages_json` is non-NULL, as that JSON array of message objects (role, content,
+ * tool_calls, tool_call_id, name, ...: what a Jinja template may read; the built-in
+ * renderers use role and content). `tools_json` is a JSON array of tool definitions or
+ * NULL (the template sees tools = none). `bos`/`eos` are the texts of the model's BOS/EOS
+ * tokens or NULL. As in comet_chat_tokenize, only the template's own text can become
+ * control tokens; message contents and tool definitions stay plain text unless
+ * `allow_special_in_content`. On success *ids [*n_ids] and, when `text` is non-NULL,
+ * *text (the rendered prompt) are malloc'd and owned by the caller. Errors: a raised
+ * template exception or a bad message (COMET_ERR_INVALID_ARG, named), COMET_ERR_NOMEM. */
+comet_status comet_chat_build(const comet_chat *c, const comet_tokenizer *tok,
+                              const comet_chat_message *msgs, size_t n, const char *messages_json,
+                              const char *tools_json, int add_generation_prompt, const char *bos,
+                              const char *eos, int allow_special_in_content, char **text,
+                              int32_t **ids, size_t *n_ids);
+
 #ifdef __cplusplus
 }
 #endif

@@ -78,16 +78,27 @@ comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
     a->engine = e;
     a->model = m;
     a->model_id = model_id;
-    comet_status st = template_name ? comet_chat_template_from_name(template_name, &a->tmpl)
-                                    : comet_chat_template_detect(m->chat_template, &a->tmpl);
-    if (st < 0 && template_name)
-        return st;
-    a->has_tmpl = st == COMET_OK;
+    a->chat = comet_chat_init(m->chat_template, template_name);
+    if (!a->chat && (template_name || (m->chat_template && *m->chat_template)))
+        return comet_last_status();
+    a->has_tmpl = a->chat != NULL;
+    if (a->chat)
+        comet_log(COMET_LOG_INFO, "chat template: %s", comet_chat_describe(a->chat));
     if (m->cfg.bos_id >= 0) {
         int n = comet_tokenizer_token_bytes(m->tok, m->cfg.bos_id, 1, a->bos, sizeof a->bos - 1);
         a->bos[n > 0 && n < (int)sizeof a->bos ? n : 0] = '\0';
     }
+    if (m->cfg.n_eos > 0) {
+        int n = comet_tokenizer_token_bytes(m->tok, m->cfg.eos_ids[0], 1, a->eos, sizeof a->eos - 1);
+        a->eos[n > 0 && n < (int)sizeof a->eos ? n : 0] = '\0';
+    }
     return COMET_OK;
+}
+
+void comet_api_free(comet_api *a) {
+    comet_chat_free(a->chat);
+    a->chat = NULL;
+    a->has_tmpl = 0;
 }
 
 void comet_api_gauges(void *user, comet_metrics_gauges *g) {
@@ -217,15 +228,22 @@ static comet_status tokenize(const comet_model *m, const char *text, int32_t **i
     return with_bos(m, tok, n, ids, n_ids);
 }
 
-comet_status comet_api_chat_prompt(const comet_api *a, const comet_chat_message *msgs,
-                                   size_t n_msgs, int32_t **ids, int *n_ids) {
+/* The chat prompt of messages (and, for Jinja templates, their JSON and the tools). */
+static comet_status chat_prompt(const comet_api *a, const comet_chat_message *msgs,
+                                size_t n_msgs, const char *messages_json, const char *tools_json,
+                                int32_t **ids, int *n_ids) {
     const comet_model *m = a->model;
     size_t n = 0;
     int32_t *tok = NULL;
-    COMET_TRY(comet_chat_tokenize(m->tok, a->tmpl, m->chat_template, msgs, n_msgs, 1,
-                                  a->bos[0] ? a->bos : NULL, a->allow_special_in_messages, &tok,
-                                  &n));
+    COMET_TRY(comet_chat_build(a->chat, m->tok, msgs, n_msgs, messages_json, tools_json, 1,
+                               a->bos[0] ? a->bos : NULL, a->eos[0] ? a->eos : NULL,
+                               a->allow_special_in_messages, NULL, &tok, &n));
     return with_bos(m, tok, n, ids, n_ids);
+}
+
+comet_status comet_api_chat_prompt(const comet_api *a, const comet_chat_message *msgs,
+                                   size_t n_msgs, int32_t **ids, int *n_ids) {
+    return chat_prompt(a, msgs, n_msgs, NULL, NULL, ids, n_ids);
 }
 
 /* Text of a token as it appears in output at the point `d` of the text (special tokens
@@ -638,8 +656,10 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
             comet_oai_request_free(req);
             return;
         }
-        if (comet_api_chat_prompt(a, req->messages, (size_t)req->n_messages, &ids, &n_ids) < 0) {
-            reply_error(reply, srv, 500, NULL, NULL, "cannot tokenize the messages");
+        if (chat_prompt(a, req->messages, (size_t)req->n_messages, req->messages_json,
+                        req->tools_json, &ids, &n_ids) < 0) {
+            /* the template refused the conversation (raise_exception) or a bad message */
+            reply_error(reply, srv, 400, "messages", NULL, comet_last_error());
             comet_oai_request_free(req);
             return;
         }

@@ -20,9 +20,10 @@ typedef struct comet_api {
     comet_engine *engine;     /* borrowed */
     const comet_model *model; /* borrowed */
     const char *model_id;     /* borrowed; the id clients send as "model" */
-    comet_chat_template tmpl;
-    int has_tmpl;                  /* 0: the chat route answers 400 (no template known) */
+    comet_chat *chat;              /* owned; NULL: the chat route answers 400 (no template) */
+    int has_tmpl;                  /* chat != NULL */
     char bos[128];                 /* BOS text for templates that start with it, or "" */
+    char eos[128];                 /* EOS text (Jinja templates' eos_token), or "" */
     int kv_tokens;                 /* tokens the engine's KV pool holds (a default max_tokens is cut
                                * to it, as to the context); 0: not known */
     int allow_special_in_messages; /* 0 (default): special-token text in a message's content
@@ -30,11 +31,14 @@ typedef struct comet_api {
                                     * trusted clients only): it becomes the control token */
 } comet_api;
 
-/* Bind the routes to an engine and model. `template_name` overrides the model's chat
- * template ("chatml", "llama3", "llama2") or is NULL. Returns COMET_OK, or
- * COMET_ERR_INVALID_ARG for an unknown template name. */
+/* Bind the routes to an engine and model. `template_name` overrides the model's Jinja
+ * chat template (a built-in name "chatml", "llama3", "llama2", or a Jinja file) or is
+ * NULL (comet_chat_init). Logs which template is used. Returns COMET_OK (without any
+ * template the chat route answers 400), or the error of a bad override or of a model
+ * template that does not parse. Release with comet_api_free. */
 comet_status comet_api_init(comet_api *a, comet_engine *e, const comet_model *m,
                             const char *model_id, const char *template_name);
+void comet_api_free(comet_api *a);
 
 /* The chat route's prompt ids: the messages rendered with the chat template, only the
  * template's own markers as control tokens (comet_chat_tokenize; message contents are

@@ -167,17 +167,21 @@ static int parse_messages(const cJSON *m, comet_oai_request *req, comet_oai_erro
         req->messages[i].role = r;
         req->n_messages = i + 1;
         if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") &&
-            strcmp(r, "developer"))
+            strcmp(r, "developer") && strcmp(r, "tool"))
             return comet_oai_fail(err, 400, NULL, param, NULL,
-                                  "'%s' must be one of system, developer, user, assistant; got "
-                                  "'%.64s'",
+                                  "'%s' must be one of system, developer, user, assistant, tool; "
+                                  "got '%.64s'",
                                   param, r);
         snprintf(param, sizeof param, "messages[%d].content", i);
         const cJSON *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
         char *c = NULL;
-        if (is_absent(content))
+        int tool_call = cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(msg, "tool_calls"));
+        if (is_absent(content) && !tool_call)
             return comet_oai_fail(err, 400, NULL, param, NULL, "'%s' is required", param);
-        if (cJSON_IsString(content)) {
+        if (is_absent(content)) { /* an assistant turn of tool calls only */
+            if (!(c = strdup("")))
+                return comet_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
+        } else if (cJSON_IsString(content)) {
             if ((st = get_string(content, param, &c, err)))
                 return st;
         } else if (cJSON_IsArray(content)) {
@@ -222,6 +226,22 @@ static int parse_messages(const cJSON *m, comet_oai_request *req, comet_oai_erro
         req->messages[i].content = c;
         i++;
     }
+    /* The messages as JSON for Jinja templates (tool_calls, tool_call_id, name, ...), each
+     * content replaced by the text parsed above. */
+    cJSON *copy = cJSON_Duplicate(m, 1);
+    cJSON *cm;
+    i = 0;
+    cJSON_ArrayForEach(cm, copy) {
+        cJSON *text = cJSON_CreateString(req->messages[i++].content);
+        if (!text || !cJSON_ReplaceItemInObjectCaseSensitive(cm, "content", text)) {
+            if (text && !cJSON_AddItemToObject(cm, "content", text))
+                cJSON_Delete(text);
+        }
+    }
+    req->messages_json = copy ? cJSON_PrintUnformatted(copy) : NULL;
+    cJSON_Delete(copy);
+    if (!req->messages_json)
+        return comet_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     return 0;
 }
 
@@ -381,6 +401,12 @@ static int parse_object(comet_oai_kind kind, const cJSON *root, const comet_oai_
     } else {
         if ((st = parse_messages(cJSON_GetObjectItemCaseSensitive(root, "messages"), req, err)))
             return st;
+        const cJSON *tools = cJSON_GetObjectItemCaseSensitive(root, "tools");
+        if (!is_absent(tools) && !cJSON_IsArray(tools))
+            return comet_oai_fail(err, 400, NULL, "tools", NULL,
+                                  "'tools' must be an array of tool definitions");
+        if (cJSON_IsArray(tools) && !(req->tools_json = cJSON_PrintUnformatted(tools)))
+            return comet_oai_fail(err, 500, "server_error", NULL, NULL, "out of memory");
     }
 
     /* max_tokens (chat also takes max_completion_tokens) */
@@ -550,6 +576,8 @@ void comet_oai_request_free(comet_oai_request *req) {
         free((char *)req->messages[i].content);
     }
     free(req->messages);
+    free(req->messages_json);
+    free(req->tools_json);
     for (int i = 0; i < req->n_stop; i++)
         free(req->stop[i]);
     free(req->logit_bias);

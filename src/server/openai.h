@@ -55,6 +55,9 @@ typedef struct comet_oai_request {
     /* chat: messages with owned role/content strings */
     comet_chat_message *messages; /* [n_messages] */
     int n_messages;
+    char *messages_json; /* chat: the messages as a JSON array (contents as parsed) for the
+                          * Jinja template, which may read tool_calls, tool_call_id, ... */
+    char *tools_json;    /* chat: the request's "tools" array as JSON, or NULL */
     /* max_tokens and the sampling parameters: the request's value, or when the request
      * leaves the field out (or null) the server's default (comet_oai_defaults) */
     int max_tokens;                 /* -1: up to the context (server default 0) */

@@ -87,7 +87,7 @@ comet_status comet_openai_server_start(comet_engine *e, const comet_model *m,
                                   "messages is parsed; any client can forge system turns");
     if (!s->api.has_tmpl)
         comet_log(COMET_LOG_WARN, "no known chat template in the model: /v1/chat/completions "
-                                  "answers 400 (pass --chat-template NAME)");
+                                  "answers 400 (pass --chat-template FILE or a built-in name)");
 
     comet_server_params sp = comet_server_default_params();
     sp.host = p->host;
@@ -120,6 +120,7 @@ void comet_openai_server_stop(comet_openai_server *s) {
     if (!s)
         return;
     comet_server_stop(s->srv);
+    comet_api_free(&s->api);
     free(s->model_id);
     free(s);
 }

@@ -1,20 +1,24 @@
 /* chat_template.c — the chat templates comet renders natively (ChatML, Llama-3, Llama-2)
  * and the choice of one from a model's Jinja template string.
  *
- * No Jinja interpreter: each kind is written out to give byte-for-byte what the model's
- * own template gives under transformers' apply_chat_template (tests/fixtures/chat_*.txt
- * hold renders made that way). Templates with other logic (tool calls, date headers)
- * are not reproduced; detection picks a kind by the markers it finds.
+ * comet_chat renders with the model's own Jinja template (jinja.h) by default; the three
+ * built-in kinds are written out to give byte-for-byte what those families' templates
+ * give under transformers' apply_chat_template (tests/fixtures/chat_*.txt hold renders
+ * made that way) and serve models without a template.
  *
  * The renderer also records where it wrote the template's own markers (<|im_start|>, BOS,
- * <|eot_id|>, ...). comet_chat_tokenize turns only those into control tokens; roles and
+ * <|eot_id|>, ...; for Jinja, special-token text made only of template bytes). comet_chat_tokenize turns only those into control tokens; roles and
  * message contents are tokenized as plain text, so marker text typed inside a message
  * cannot open a turn of its own.
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "comet/tokenizer.h"
+#include "tokenizer/jinja.h"
 #include "tokenizer/tok_internal.h"
 
 typedef struct sbuf {
@@ -387,6 +391,42 @@ static int32_t marker_id(const comet_tokenizer *t, const char *s, size_t n) {
     return -1;
 }
 
+/* Tokenize the render in `b`: its marks become control tokens, the text between them is
+ * plain text (or the whole render with parse_special on when allow_special). */
+static comet_status tokenize_marked(const comet_tokenizer *tok, sbuf *b, int allow_special,
+                                    int32_t **ids, size_t *n_ids) {
+    comet_status st = COMET_OK;
+    if (allow_special)
+        /* trusted caller: the whole render, special-token text anywhere parsed */
+        return comet_tokenizer_encode(tok, b->s ? b->s : "", b->n, 1, ids, n_ids);
+    /* Only the template's markers become control tokens; the text between two of them
+     * (roles, contents, the template's own plain text) is encoded in one piece with
+     * parse_special off, so ordinary text tokenizes as it does in the whole render. */
+    tok_ids out = {0};
+    size_t run = 0; /* start of the plain text not yet encoded */
+    for (size_t k = 0; k < b->n_marks && st >= 0; k++) {
+        size_t a = b->marks[2 * k], e = b->marks[2 * k + 1];
+        int32_t id = marker_id(tok, b->s + a, e - a);
+        if (id < 0)
+            continue;
+        st = encode_plain(tok, b->s + run, a - run, run == 0, &out);
+        if (st >= 0 && tok_ids_push(&out, id) < 0)
+            st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        run = e;
+    }
+    if (st >= 0)
+        st = encode_plain(tok, b->s + run, b->n - run, run == 0, &out);
+    if (st >= 0 && !out.v && !(out.v = malloc(sizeof *out.v)))
+        st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+    if (st < 0) {
+        free(out.v);
+        return st;
+    }
+    *ids = out.v;
+    *n_ids = out.n;
+    return COMET_OK;
+}
+
 comet_status comet_chat_tokenize(const comet_tokenizer *tok, comet_chat_template kind,
                                  const char *jinja, const comet_chat_message *msgs, size_t n,
                                  int add_generation_prompt, const char *bos,
@@ -405,37 +445,249 @@ comet_status comet_chat_tokenize(const comet_tokenizer *tok, comet_chat_template
         sb_free(&b);
         return st;
     }
-    if (allow_special_in_content) {
-        /* trusted caller: the whole render, special-token text anywhere parsed */
-        st = comet_tokenizer_encode(tok, b.s, b.n, 1, ids, n_ids);
-        sb_free(&b);
-        return st;
-    }
-    /* Only the template's markers become control tokens; the text between two of them
-     * (roles, contents, the template's own plain text) is encoded in one piece with
-     * parse_special off, so ordinary text tokenizes as it does in the whole render. */
-    tok_ids out = {0};
-    size_t run = 0; /* start of the plain text not yet encoded */
-    for (size_t k = 0; k < b.n_marks && st >= 0; k++) {
-        size_t a = b.marks[2 * k], e = b.marks[2 * k + 1];
-        int32_t id = marker_id(tok, b.s + a, e - a);
-        if (id < 0)
-            continue;
-        st = encode_plain(tok, b.s + run, a - run, run == 0, &out);
-        if (st >= 0 && tok_ids_push(&out, id) < 0)
-            st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
-        run = e;
-    }
-    if (st >= 0)
-        st = encode_plain(tok, b.s + run, b.n - run, run == 0, &out);
+    st = tokenize_marked(tok, &b, allow_special_in_content, ids, n_ids);
     sb_free(&b);
-    if (st >= 0 && !out.v && !(out.v = malloc(sizeof *out.v)))
+    return st;
+}
+
+/* ---- the model's chat template: Jinja or a built-in renderer -------------------------- */
+
+struct comet_chat {
+    comet_jinja *jinja;        /* NULL: the built-in `kind` */
+    comet_chat_template kind;
+    char *model_template;      /* owned copy (the built-ins read its default system message) */
+    char describe[320];
+};
+
+static char *read_template_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        comet_set_error(COMET_ERR_IO, "--chat-template %s: cannot open (give chatml, llama3, "
+                        "llama2 or the path of a Jinja file)", path);
+        return NULL;
+    }
+    char *s = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 4096 + 1 > cap) {
+            cap = cap ? 2 * cap : 8192;
+            char *p = cap <= ((size_t)16 << 20) ? realloc(s, cap) : NULL;
+            if (!p) {
+                free(s);
+                fclose(f);
+                comet_set_error(COMET_ERR_INVALID_ARG, "--chat-template %s: too large or out of "
+                                "memory", path);
+                return NULL;
+            }
+            s = p;
+        }
+        size_t k = fread(s + n, 1, 4096, f);
+        n += k;
+        if (k < 4096)
+            break;
+    }
+    fclose(f);
+    s[n] = '\0';
+    return s;
+}
+
+comet_chat *comet_chat_init(const char *model_template, const char *override) {
+    comet_chat *c = calloc(1, sizeof *c);
+    if (!c) {
+        comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        return NULL;
+    }
+    if (model_template && !(c->model_template = strdup(model_template))) {
+        free(c);
+        comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+        return NULL;
+    }
+    comet_chat_template kind;
+    const char *src = NULL;
+    char *file = NULL;
+    if (override && comet_chat_template_from_name(override, &kind) == COMET_OK) {
+        c->kind = kind;
+        snprintf(c->describe, sizeof c->describe, "the built-in %s renderer (--chat-template)",
+                 override);
+        return c;
+    }
+    if (override) {
+        if (!(file = read_template_file(override))) {
+            comet_chat_free(c);
+            return NULL;
+        }
+        src = file;
+        snprintf(c->describe, sizeof c->describe, "the Jinja template of %.250s", override);
+    } else if (model_template && *model_template) {
+        src = model_template;
+        snprintf(c->describe, sizeof c->describe, "the model's own Jinja chat template");
+    } else {
+        comet_chat_free(c);
+        comet_set_error(COMET_ERR_UNSUPPORTED,
+                        "chat template: the model has none; pass --chat-template FILE.jinja (or "
+                        "a built-in: chatml, llama3, llama2) or use --raw");
+        return NULL;
+    }
+    c->jinja = comet_jinja_parse(src, strlen(src));
+    free(file);
+    if (!c->jinja) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "%s", comet_last_error());
+        comet_chat_free(c);
+        comet_set_error(COMET_ERR_INVALID_ARG, "%s (in %s)", msg,
+                        override ? override : "the model's chat template");
+        return NULL;
+    }
+    return c;
+}
+
+void comet_chat_free(comet_chat *c) {
+    if (!c)
+        return;
+    comet_jinja_free(c->jinja);
+    free(c->model_template);
+    free(c);
+}
+
+const char *comet_chat_describe(const comet_chat *c) { return c->describe; }
+
+/* Marks for the Jinja render: every special token whose text lies wholly in bytes from the
+ * template itself (taint 0), longest first at each position, as comet_tokenizer_encode
+ * with parse_special finds them. */
+static comet_status mark_template_tokens(const comet_tokenizer *t, sbuf *b, const uint8_t *taint) {
+    for (size_t i = 0; i < b->n;) {
+        if (taint[i]) {
+            i++;
+            continue;
+        }
+        uint8_t c = (uint8_t)b->s[i];
+        int32_t hit = -1;
+        for (int j = t->special_start[c]; j < t->special_start[c + 1] && hit < 0; j++) {
+            int32_t id = t->special_ids[j];
+            size_t len = t->text_len[id];
+            if (len == 0 || len > b->n - i || memcmp(b->s + i, t->text[id], len) != 0)
+                continue;
+            size_t k = 0;
+            while (k < len && !taint[i + k])
+                k++;
+            if (k == len)
+                hit = id;
+        }
+        if (hit < 0) {
+            i++;
+            continue;
+        }
+        if (b->n_marks == b->cap_marks) {
+            size_t cap = b->cap_marks ? 2 * b->cap_marks : 32;
+            size_t *p = realloc(b->marks, 2 * cap * sizeof *p);
+            if (!p)
+                return comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
+            b->marks = p;
+            b->cap_marks = cap;
+        }
+        b->marks[2 * b->n_marks] = i;
+        b->marks[2 * b->n_marks + 1] = i + t->text_len[hit];
+        b->n_marks++;
+        i += t->text_len[hit];
+    }
+    return COMET_OK;
+}
+
+static comet_status build_jinja(const comet_chat *c, const comet_tokenizer *tok,
+                                const comet_chat_message *msgs, size_t n,
+                                const char *messages_json, const char *tools_json, int gen,
+                                const char *bos, const char *eos, sbuf *b, uint8_t **taint) {
+    cJSON *data = cJSON_CreateObject(), *trusted = cJSON_CreateObject();
+    cJSON *messages = NULL, *tools = NULL;
+    comet_status st = COMET_OK;
+    if (!data || !trusted) {
         st = comet_set_error(COMET_ERR_NOMEM, "chat template: out of memory");
-    if (st < 0) {
-        free(out.v);
+        goto done;
+    }
+    if (messages_json) {
+        messages = cJSON_Parse(messages_json);
+        if (!cJSON_IsArray(messages)) {
+            cJSON_Delete(messages);
+            st = comet_set_error(COMET_ERR_INVALID_ARG, "chat template: messages are not a JSON "
+                                 "array");
+            goto done;
+        }
+    } else {
+        messages = cJSON_CreateArray();
+        for (size_t i = 0; messages && i < n; i++) {
+            if (!msgs[i].role || !msgs[i].content) {
+                cJSON_Delete(messages);
+                st = comet_set_error(COMET_ERR_INVALID_ARG, "chat template: message %zu lacks %s",
+                                     i, msgs[i].role ? "content" : "a role");
+                goto done;
+            }
+            cJSON *m = cJSON_CreateObject();
+            cJSON_AddStringToObject(m, "role", msgs[i].role);
+            cJSON_AddStringToObject(m, "content", msgs[i].content);
+            cJSON_AddItemToArray(messages, m);
+        }
+    }
+    cJSON_AddItemToObject(data, "messages", messages);
+    tools = tools_json ? cJSON_Parse(tools_json) : cJSON_CreateNull();
+    if (!tools) {
+        st = comet_set_error(COMET_ERR_INVALID_ARG, "chat template: tools are not valid JSON");
+        goto done;
+    }
+    cJSON_AddItemToObject(data, "tools", tools);
+    cJSON_AddNullToObject(data, "documents");
+    cJSON_AddBoolToObject(trusted, "add_generation_prompt", gen);
+    if (bos)
+        cJSON_AddStringToObject(trusted, "bos_token", bos);
+    if (eos)
+        cJSON_AddStringToObject(trusted, "eos_token", eos);
+    char *out;
+    size_t n_out;
+    st = comet_jinja_render(c->jinja, data, trusted, NULL, &out, &n_out, taint);
+    if (st >= 0) {
+        b->s = out;
+        b->n = n_out;
+        b->cap = n_out + 1;
+        st = mark_template_tokens(tok, b, *taint);
+    }
+done:
+    cJSON_Delete(data);
+    cJSON_Delete(trusted);
+    return st;
+}
+
+comet_status comet_chat_build(const comet_chat *c, const comet_tokenizer *tok,
+                              const comet_chat_message *msgs, size_t n, const char *messages_json,
+                              const char *tools_json, int add_generation_prompt, const char *bos,
+                              const char *eos, int allow_special_in_content, char **text,
+                              int32_t **ids, size_t *n_ids) {
+    *ids = NULL;
+    *n_ids = 0;
+    if (text)
+        *text = NULL;
+    if (!c->jinja) {
+        if (text && !(*text = comet_chat_apply_model(c->kind, c->model_template, msgs, n,
+                                                     add_generation_prompt, bos)))
+            return COMET_ERR_INVALID_ARG;
+        comet_status st = comet_chat_tokenize(tok, c->kind, c->model_template, msgs, n,
+                                              add_generation_prompt, bos,
+                                              allow_special_in_content, ids, n_ids);
+        if (st < 0 && text) {
+            free(*text);
+            *text = NULL;
+        }
         return st;
     }
-    *ids = out.v;
-    *n_ids = out.n;
-    return COMET_OK;
+    sbuf b = {0};
+    uint8_t *taint = NULL;
+    comet_status st = build_jinja(c, tok, msgs, n, messages_json, tools_json,
+                                  add_generation_prompt, bos, eos, &b, &taint);
+    free(taint);
+    if (st >= 0)
+        st = tokenize_marked(tok, &b, allow_special_in_content, ids, n_ids);
+    if (st >= 0 && text) {
+        *text = b.s;
+        b.s = NULL;
+    }
+    sb_free(&b);
+    return st;
 }

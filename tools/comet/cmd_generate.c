@@ -32,7 +32,7 @@ static void usage(FILE *f) {
             "  --stop S             stop when S appears (not printed); may repeat, up to %d\n"
             "  --raw                no chat template: the prompt is tokenized as given\n"
             "                       (special-token text like <|im_start|> becomes that token)\n"
-            "  --chat-template NAME chatml | llama3 | llama2 (default: detected from the model)\n"
+            "  --chat-template T    a Jinja file, or chatml | llama3 | llama2 (default: the model's)\n"
             "  --system S           system message for the chat template\n"
             "  --ignore-eos         keep generating past end-of-sequence tokens\n"
             "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
@@ -70,37 +70,37 @@ static int build_prompt(const comet_model *m, const char *prompt, const char *sy
             return 1;
         }
     } else {
-        comet_chat_template kind;
-        comet_status st = template_name ? comet_chat_template_from_name(template_name, &kind)
-                                        : comet_chat_template_detect(m->chat_template, &kind);
-        if (st < 0) {
-            fprintf(stderr, "comet generate: %s%s\n", comet_last_error(),
-                    template_name ? "" : " (pass --chat-template NAME or --raw)");
+        comet_chat *chat = comet_chat_init(m->chat_template, template_name);
+        if (!chat) {
+            fprintf(stderr, "comet generate: %s\n", comet_last_error());
             return 1;
         }
-        char bos[128] = "";
+        comet_log(COMET_LOG_INFO, "chat template: %s", comet_chat_describe(chat));
+        char bos[128] = "", eos[128] = "";
         if (m->cfg.bos_id >= 0) {
             int n = comet_tokenizer_token_bytes(m->tok, m->cfg.bos_id, 1, bos, sizeof bos - 1);
             bos[n > 0 && n < (int)sizeof bos ? n : 0] = '\0';
+        }
+        if (m->cfg.n_eos > 0) {
+            int n = comet_tokenizer_token_bytes(m->tok, m->cfg.eos_ids[0], 1, eos, sizeof eos - 1);
+            eos[n > 0 && n < (int)sizeof eos ? n : 0] = '\0';
         }
         comet_chat_message msgs[2];
         size_t n_msgs = 0;
         if (system)
             msgs[n_msgs++] = (comet_chat_message){"system", system};
         msgs[n_msgs++] = (comet_chat_message){"user", prompt};
-        char *text =
-            comet_chat_apply_model(kind, m->chat_template, msgs, n_msgs, 1, bos[0] ? bos : NULL);
-        if (!text) {
-            cli_report_error("generate", "cannot apply the chat template");
+        char *text = NULL;
+        comet_status st = comet_chat_build(chat, m->tok, msgs, n_msgs, NULL, NULL, 1,
+                                           bos[0] ? bos : NULL, eos[0] ? eos : NULL, 0, &text,
+                                           &tok, &n);
+        comet_chat_free(chat);
+        if (st < 0) {
+            fprintf(stderr, "comet generate: %s\n", comet_last_error());
             return 1;
         }
         comet_log(COMET_LOG_DEBUG, "prompt text: %s", text);
         free(text);
-        if (comet_chat_tokenize(m->tok, kind, m->chat_template, msgs, n_msgs, 1,
-                                bos[0] ? bos : NULL, 0, &tok, &n) < 0) {
-            cli_report_error("generate", "cannot tokenize the prompt");
-            return 1;
-        }
     }
     if (m->cfg.add_bos && m->cfg.bos_id >= 0 && (n == 0 || tok[0] != m->cfg.bos_id)) {
         int32_t *t2 = malloc((n + 1) * sizeof *t2);

@@ -34,7 +34,7 @@ static void usage(FILE *f) {
                "  --kv-pages N           KV pool pages of 16 tokens (default 512)\n"
                "  --max-waiting N        queued requests before 503 (default 256)\n"
                "  --max-body-bytes N     request body limit (default 4194304)\n"
-               "  --chat-template NAME   chatml | llama3 | llama2 (default: from the model)\n"
+               "  --chat-template T      a Jinja file, or chatml | llama3 | llama2 (default: the model's)\n"
                "  --allow-special-in-messages   special-token text in a chat message's\n"
                "                         content (<|im_start|>...) becomes that control token;\n"
                "                         lets any client forge system turns: trusted clients only\n"
@@ -207,8 +207,9 @@ int cmd_serve(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    comet_chat_template kind;
-    int bad_template = template_name && comet_chat_template_from_name(template_name, &kind) < 0;
+    comet_chat *probe = template_name ? comet_chat_init(m->chat_template, template_name) : NULL;
+    int bad_template = template_name && !probe;
+    comet_chat_free(probe);
     comet_openai_server *srv = NULL;
     if (bad_template || comet_openai_server_start(e, m, &sp, &srv) < 0) {
         cli_report_error("serve",
