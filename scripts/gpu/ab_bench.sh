@@ -4,8 +4,8 @@
 # prefill and decode speed is read from one machine in one run (a kept change needs a
 # same-run A/B).
 #
-#   here:   git archive -o .gpu-carry/base.tar <baseline commit>      (a few MiB)
-#   there:  bash scripts/gpu/ab_bench.sh .gpu-carry/base.tar [bench args ...]
+#   here:   git archive --format=tar.gz -o .gpu-carry/base.tar.gz <baseline commit>  (~1 MiB)
+#   there:  bash scripts/gpu/ab_bench.sh .gpu-carry/base.tar.gz [bench args ...]
 #
 # Builds the baseline's `comet` into /tmp/comet-base/build-gpu and this tree's into build-gpu
 # (scripts/gpu/build.sh, incremental where build-gpu exists), then runs
