@@ -164,7 +164,8 @@ static void test_server_defaults(void **state) {
     comet_oai_request_free(&r);
 
     /* built-in defaults (no generation_config.json, no flags): comet generate's sampling;
-     * chat stops at 256 tokens, completions at 16; max_tokens 0 lets chat run to the context */
+     * chat stops at 256 tokens, completions at 16; max_tokens 0 lets both run to the context,
+     * as `comet generate --max-tokens 0` does */
     comet_oai_defaults b = comet_oai_default_defaults();
     assert_float_equal(b.temperature, 0.8f, 0);
     assert_float_equal(b.top_p, 0.95f, 0);

@@ -44,7 +44,7 @@ typedef struct comet_openai_server_params {
      * default): not given. */
     float temperature, top_p, min_p;
     int top_k;
-    int max_tokens; /* 0: chat up to the context, completions 16 */
+    int max_tokens; /* 0: both routes up to the context (as comet generate's 0) */
 } comet_openai_server_params;
 
 comet_openai_server_params comet_openai_server_default_params(void);

@@ -97,7 +97,8 @@ typedef struct comet_oai_defaults {
  * top-p 0.95, min-p 0.05) and max_tokens -1. */
 comet_oai_defaults comet_oai_default_defaults(void);
 
-/* The default max_tokens of a route under `d` (-1: up to the context). */
+/* The default max_tokens of a route under `d`: d->max_tokens when > 0; -1 (up to the
+ * context) when it is 0; when unset (< 0) 16 for completions, 256 for chat. */
 int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind);
 
 /* Limits the parser checks against. */

@@ -57,7 +57,7 @@ static void usage(FILE *f) {
                "  --top-k K              0 = off (default 40)\n"
                "  --min-p P              0 = off (default 0.05)\n"
                "  --max-tokens N         completion length, both routes (default: chat 256,\n"
-               "                         completions 16; 0: chat runs up to the context)\n");
+               "                         completions 16; 0: up to the context)\n");
 }
 
 static volatile sig_atomic_t stop_requested;
