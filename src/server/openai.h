@@ -145,7 +145,8 @@ typedef struct comet_oai_token_lp {
     float logprob;
     int n_top;
     const comet_oai_top *top; /* [n_top] best first */
-    int text_offset;          /* completions: byte offset of the token in the choice text */
+    int text_offset;          /* completions: offset of the token in the choice text, in
+                               * characters (code points), as the OpenAI API counts */
 } comet_oai_token_lp;
 
 typedef struct comet_oai_usage {
