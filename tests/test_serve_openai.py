@@ -3,7 +3,8 @@
 
 Starts the server on 127.0.0.1 (a free port) with the default model and checks:
 completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
-prompt logprobs) for structure and content (greedy output equal to `comet generate` for the
+prompt logprobs, text_offset in characters on the whole and the streamed route) for
+structure and content (greedy output equal to `comet generate` for the
 same prompt); 64 concurrent streams each equal to the same request alone; the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
