@@ -1,15 +1,19 @@
 /* test_cli.c — the comet binary ($COMET_BIN) on bad input: empty prompt, a prompt longer
- * than the context, a missing model, an unreadable text file, an unknown device, each a
+ * than the context, a missing model, an unreadable text file, an unknown device, a
+ * quantize --out that cannot be written (refused before the model loads), each a
  * one-line error on stderr naming the problem (after at most some loading progress),
- * nothing on stdout, non-zero exit; and
- * --help on each subcommand. Cases that need the default model load it from
- * $COMET_SOURCE_DIR/models (fetched by the setup script). */
+ * nothing on stdout, non-zero exit; the no-GPU message of a CUDA build on a machine
+ * without a GPU; one default device (cpu) for every command; --max-tokens 0; the
+ * llama.cpp perplexity protocol on one window; bench's table; the model line of a
+ * checkpoint directory; --version; and --help on each subcommand. Cases that need the
+ * default model load it from $COMET_SOURCE_DIR/models (fetched by the setup script). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <glob.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,7 +22,10 @@
 
 #include <cmocka.h>
 
+#include "test_util.h"
+
 #define MODEL_FILE "models/SmolLM2-135M-Instruct.Q4_1.gguf"
+#define CHECKPOINT_DIR "models/smollm2-w4axkv4" /* made by the setup script */
 
 static char tmpdir[256];
 
@@ -249,6 +256,225 @@ static void test_help(void **state) {
     run("perplexity --help", &r);
     assert_int_equal(r.rc, 0);
     assert_non_null(strstr(r.out, "--max-windows"));
+    /* the llama.cpp protocol needs a text of two windows, not two windows scored */
+    assert_non_null(strstr(r.out, "the text must hold\n"));
+    assert_null(strstr(r.out, "two windows at least"));
+    /* one default device, said in every --help that takes --device */
+    const char *const with_device[] = {"generate", "perplexity", "serve", "bench"};
+    for (int i = 0; i < 4; i++) {
+        char args[64];
+        snprintf(args, sizeof args, "%s --help", with_device[i]);
+        run(args, &r);
+        assert_int_equal(r.rc, 0);
+        if (!strstr(r.out, "cpu, cuda or cuda:N (GPU N) (default cpu)"))
+            fail_msg("%s --help does not say the default device is cpu:\n%s", with_device[i],
+                     r.out);
+    }
+    run("--help", &r);
+    assert_non_null(strstr(r.out, "on the CPU unless --device"));
+}
+
+/* `comet --version`: "comet <version> (commit <12 hex digits or unknown>), CUDA backend:
+ * yes|no". */
+static void test_version(void **state) {
+    result r;
+    run("--version", &r);
+    assert_int_equal(r.rc, 0);
+    char version[32], commit[64], cuda[8];
+    if (sscanf(r.out, "comet %31s (commit %63[^)]), CUDA backend: %7s", version, commit, cuda) !=
+        3)
+        fail_msg("unexpected --version output '%s'", r.out);
+    assert_string_equal(version, "0.1.0");
+    assert_true(!strcmp(cuda, "yes") || !strcmp(cuda, "no"));
+    assert_true(!strcmp(commit, "unknown") ||
+                (strlen(commit) == 12 && strspn(commit, "0123456789abcdef") == 12));
+}
+
+/* Without --device, bench runs on the CPU (the default of every command), reports "n/a"
+ * for the host enqueue time there (a CPU backend computes each op as it is called) and a
+ * load time that includes reading the model file. */
+static void test_bench_defaults_to_cpu(void **state) {
+    char args[4300];
+    snprintf(args, sizeof args,
+             "bench --model '%s' --prompt-tokens 4 --decode-tokens 2 --reps 1 --threads 1",
+             model_path());
+    result r;
+    run(args, &r);
+    if (r.rc != 0)
+        fail_msg("rc %d, stderr '%s'", r.rc, r.err);
+    /* the speed table's row: | model | weights | device | prefill | decode | ms | enqueue |
+     * load | */
+    const char *row = strstr(r.out, "\n|---|---|---|---|---|---|---|---|\n");
+    assert_non_null(row);
+    row += strlen("\n|---|---|---|---|---|---|---|---|\n");
+    char cols[9][64];
+    int n = 0;
+    for (const char *p = row + 1; n < 9 && *p && *p != '\n'; n++) {
+        const char *e = strchr(p, '|');
+        assert_non_null(e);
+        while (*p == ' ')
+            p++;
+        size_t len = (size_t)(e - p);
+        while (len && p[len - 1] == ' ')
+            len--;
+        snprintf(cols[n], sizeof cols[n], "%.*s", (int)len, p);
+        p = e + 1;
+    }
+    assert_int_equal(n, 8);
+    assert_string_equal(cols[2], "cpu");
+    assert_string_equal(cols[6], "n/a");
+    assert_true(atof(cols[7]) > 0.0); /* the model's file was read within the timing */
+}
+
+/* A CUDA build on a machine without an NVIDIA driver (no /dev/nvidia*) says so and how to
+ * run on the CPU, instead of the runtime's "driver version is insufficient". Runs only
+ * where that is the situation (`comet --version` says CUDA is built in, no device nodes). */
+static void test_no_gpu_message(void **state) {
+    result r;
+    run("--version", &r);
+    if (!strstr(r.out, "CUDA backend: yes"))
+        skip(); /* a CPU-only build: test_cuda_device covers its message */
+    glob_t g;
+    int nodes = glob("/dev/nvidia*", 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    if (nodes) {
+        globfree(&g);
+        skip(); /* a driver is there */
+    }
+    char args[4300];
+    snprintf(args, sizeof args, "generate --model '%s' --prompt hi --device cuda", model_path());
+    run(args, &r);
+    assert_one_line_error(&r, "generate", "no NVIDIA GPU/driver found");
+    assert_non_null(strstr(r.err, "run with --device cpu"));
+    assert_null(strstr(r.err, "insufficient"));
+    snprintf(args, sizeof args, "bench --model '%s' --device cuda:0 --prompt-tokens 4",
+             model_path());
+    run(args, &r);
+    assert_one_line_error(&r, "bench", "no NVIDIA GPU/driver found");
+}
+
+/* quantize checks --out before it loads the model (here a missing one: an error about the
+ * output proves the order, as test_busy_port does for serve). */
+static void test_quantize_out_checked_first(void **state) {
+    const char *file = tmp_file("a_file");
+    write_file(file, "x", 1);
+    char args[1200];
+    result r;
+    snprintf(args, sizeof args,
+             "quantize --model /nonexistent/model.gguf --calib-windows 1 --out '%s'", file);
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "is not a directory");
+    assert_non_null(strstr(r.err, file));
+    assert_null(strstr(r.err, "nonexistent"));
+
+    snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s/sub'",
+             tmp_file("no_dir"));
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "does not exist");
+    assert_null(strstr(r.err, "nonexistent/model"));
+
+    /* a non-empty directory that is not a comet checkpoint: refused unless --force */
+    const char *full = tmp_file("full");
+    assert_int_equal(mkdir(full, 0755), 0);
+    char inside[600];
+    snprintf(inside, sizeof inside, "%s/notes.txt", full);
+    write_file(inside, "keep me", 7);
+    snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s'", full);
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "not a comet checkpoint");
+    assert_non_null(strstr(r.err, "--force"));
+    snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --force --out '%s'",
+             full);
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "/nonexistent/model.gguf"); /* got to the model */
+
+    /* an empty directory and an earlier checkpoint (its files are replaced) pass */
+    const char *empty = tmp_file("empty");
+    assert_int_equal(mkdir(empty, 0755), 0);
+    snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s'", empty);
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "/nonexistent/model.gguf");
+    const char *ck = tmp_file("ck");
+    assert_int_equal(mkdir(ck, 0755), 0);
+    snprintf(inside, sizeof inside, "%s/config.json", ck);
+    const char *cfg = "{\"quantization_config\": {\"quant_method\": \"comet-fmpq\"}}";
+    write_file(inside, cfg, strlen(cfg));
+    snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s'", ck);
+    run(args, &r);
+    assert_one_line_error(&r, "quantize", "/nonexistent/model.gguf");
+}
+
+/* --max-tokens 0 means "up to the context" for generate as for serve: greedy, the answer
+ * to "hi" ends at EOS long before, so it equals a run with a limit it never reaches. */
+static void test_max_tokens_zero(void **state) {
+    char args[4300];
+    result a, b;
+    snprintf(args, sizeof args, "generate --model '%s' --prompt hi --temperature 0 --max-tokens 0",
+             model_path());
+    run(args, &a);
+    if (a.rc != 0)
+        fail_msg("--max-tokens 0: rc %d, stderr '%s'", a.rc, a.err);
+    assert_true(strlen(a.out) > 0);
+    assert_null(strstr(a.err, "warning"));
+    snprintf(args, sizeof args,
+             "generate --model '%s' --prompt hi --temperature 0 --max-tokens 4096", model_path());
+    run(args, &b);
+    assert_int_equal(b.rc, 0);
+    assert_string_equal(a.out, b.out);
+    run("generate --prompt hi --max-tokens -1", &a);
+    assert_one_line_error(&a, "generate", "--max-tokens expects an integer in [0,");
+}
+
+/* perplexity --protocol llama.cpp needs a text of two windows but scores as many windows as
+ * --max-windows asks, one included. */
+static void test_llama_cpp_protocol_one_window(void **state) {
+    const char *text = tmp_file("text.txt");
+    const char *words = "It is a truth universally acknowledged, that a single man in possession "
+                        "of a good fortune, must be in want of a wife. However little known the "
+                        "feelings or views of such a man may be on his first entering a "
+                        "neighbourhood, this truth is so well fixed in the minds of the "
+                        "surrounding families.\n";
+    write_file(text, words, strlen(words));
+    char args[4600];
+    result r;
+    snprintf(args, sizeof args,
+             "perplexity --model '%s' --text '%s' --protocol llama.cpp --ctx 16 --max-windows 1",
+             model_path(), text);
+    run(args, &r);
+    if (r.rc != 0)
+        fail_msg("rc %d, stderr '%s'", r.rc, r.err);
+    assert_non_null(strstr(r.out, " ctx 16 windows 1\n"));
+    /* 7 tokens scored: the second half of the one window, less its last position */
+    assert_non_null(strstr(r.out, " tokens 7 ctx"));
+    snprintf(args, sizeof args,
+             "perplexity --model '%s' --text '%s' --protocol llama.cpp --ctx 64", model_path(),
+             text);
+    run(args, &r);
+    assert_one_line_error(&r, "perplexity", "two windows");
+}
+
+/* A comet checkpoint directory prints the model line on stderr, as a GGUF file does. */
+static void test_checkpoint_model_line(void **state) {
+    char dir[4096], cfg[4200];
+    const char *src = getenv("COMET_SOURCE_DIR");
+    snprintf(dir, sizeof dir, "%s/%s", src ? src : ".", CHECKPOINT_DIR);
+    snprintf(cfg, sizeof cfg, "%s/config.json", dir);
+    if (access(cfg, R_OK) != 0)
+        skip(); /* the set-up has not quantized the default model yet */
+    char args[8400];
+    snprintf(args, sizeof args,
+             "generate --model '%s' --prompt hi --max-tokens 1 --temperature 0", dir);
+    result r;
+    run(args, &r);
+    if (r.rc != 0)
+        fail_msg("rc %d, stderr '%s'", r.rc, r.err);
+    char line[4200];
+    snprintf(line, sizeof line, "%s: llama, 30 layers, C=576, F=1536, H=9/3, D=64, V=49152, "
+             "comet checkpoint W4A4 KV4\n", dir);
+    if (!strstr(r.err, line))
+        fail_msg("no model line '%s' in stderr '%s'", line, r.err);
+    snprintf(args, sizeof args, "generate --model '%s' --prompt hi --max-tokens 1", model_path());
+    run(args, &r);
+    assert_non_null(strstr(r.err, ": llama, 30 layers, C=576, F=1536, H=9/3, D=64, V=49152\n"));
 }
 
 static int setup(void **state) {
@@ -268,11 +494,23 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_empty_prompt),      cmocka_unit_test(test_busy_port),
-        cmocka_unit_test(test_seed_logged),       cmocka_unit_test(test_missing_model),
-        cmocka_unit_test(test_unreadable_text),   cmocka_unit_test(test_cuda_device),
-        cmocka_unit_test(test_bad_option_values), cmocka_unit_test(test_prompt_over_context),
-        cmocka_unit_test(test_sampling_options),  cmocka_unit_test(test_help),
+        cmocka_unit_test(test_empty_prompt),
+        cmocka_unit_test(test_busy_port),
+        cmocka_unit_test(test_seed_logged),
+        cmocka_unit_test(test_missing_model),
+        cmocka_unit_test(test_unreadable_text),
+        cmocka_unit_test(test_cuda_device),
+        cmocka_unit_test(test_bad_option_values),
+        cmocka_unit_test(test_prompt_over_context),
+        cmocka_unit_test(test_sampling_options),
+        cmocka_unit_test(test_help),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_bench_defaults_to_cpu),
+        cmocka_unit_test(test_no_gpu_message),
+        cmocka_unit_test(test_quantize_out_checked_first),
+        cmocka_unit_test(test_max_tokens_zero),
+        cmocka_unit_test(test_llama_cpp_protocol_one_window),
+        cmocka_unit_test(test_checkpoint_model_line),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -3,9 +3,10 @@
 
 Starts the server on 127.0.0.1 (a free port) with the default model and checks:
 completion, chat, streaming chat with usage, logprobs (chat and completions, echo with
-prompt logprobs) for structure and content; the sampling parameters on both routes (tiny
-temperatures are greedy, logit_bias bans and forces tokens and refuses bad maps, each
-penalty changes a greedy text) (greedy output equal to `comet generate` for the
+prompt logprobs, text_offset in characters on the whole and the streamed route) for
+structure and content; the sampling parameters on both routes (tiny temperatures are greedy,
+logit_bias bans and forces tokens and refuses bad maps, each penalty changes a greedy text)
+(greedy output equal to `comet generate` for the
 same prompt); 64 concurrent streams each equal to the same request alone; the bad-input list (malformed JSON, wrong types, negative/huge max_tokens,
 invalid UTF-8, unknown model, missing messages, 10 MB body, prompt over the context, n=2,
 wrong API key) each answered with the right status and error object while the server keeps
@@ -241,7 +242,7 @@ class ServeTest(unittest.TestCase):
         self.assertIsNone(lp.top_logprobs[0])
         self.assertTrue(all(x <= 0 for x in lp.token_logprobs[1:]))
         self.assertEqual("".join(lp.tokens), c.text)
-        self.assertEqual(lp.text_offset[1], len(lp.tokens[0].encode()))
+        self.assertEqual(lp.text_offset[1], len(lp.tokens[0]))
         # ", five" is far more likely after the count than a typical prompt token
         self.assertGreater(lp.token_logprobs[-1], -3.0)
         # scoring only: max_tokens 0 gives the same prompt logprobs
@@ -251,6 +252,39 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(len(lp0), r.usage.prompt_tokens)
         for a, b in zip(lp0[1:], lp.token_logprobs[1:]):
             self.assertAlmostEqual(a, b, places=3)
+
+    def test_text_offsets_echo_logprobs(self):
+        """text_offset is the token's position in the choice text in characters (code
+        points), as the OpenAI API returns it: with echo the first generated token starts
+        at the prompt's length, on the streamed route as on the whole one, for an ASCII
+        and a non-ASCII prompt."""
+        for prompt in ("The capital of France is", "Crème brûlée, café, naïveté — the"):
+            with self.subTest(prompt=prompt):
+                body = {"model": MODEL_ID, "prompt": prompt, "max_tokens": 4, "temperature": 0,
+                        "echo": True, "logprobs": 1}
+                st, data = raw("POST", "/v1/completions", json.dumps(body))
+                self.assertEqual(st, 200, data[:300])
+                choice = json.loads(data)["choices"][0]
+                lp = choice["logprobs"]
+                self.assertEqual("".join(lp["tokens"]), choice["text"])
+                want = [len("".join(lp["tokens"][:i])) for i in range(len(lp["tokens"]))]
+                self.assertEqual(lp["text_offset"], want)
+                n_prompt = json.loads(data)["usage"]["prompt_tokens"]
+                self.assertEqual(lp["text_offset"][n_prompt], len(prompt))
+                st, data = raw("POST", "/v1/completions", json.dumps(dict(body, stream=True)))
+                self.assertEqual(st, 200)
+                chunks = [json.loads(ln[6:]) for ln in data.decode().split("\n")
+                          if ln.startswith("data: {")]
+                tokens, offsets, text = [], [], ""
+                for ch in chunks:
+                    c = ch["choices"][0]
+                    text += c["text"]
+                    if c.get("logprobs"):
+                        tokens += c["logprobs"]["tokens"]
+                        offsets += c["logprobs"]["text_offset"]
+                self.assertEqual(text, choice["text"])
+                self.assertEqual(tokens, lp["tokens"])
+                self.assertEqual(offsets, lp["text_offset"])
 
     def test_stop_string(self):
         r = self.client.completions.create(model=MODEL_ID, prompt="1, 2, 3, 4, 5, 6,",

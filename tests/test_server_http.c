@@ -1,7 +1,8 @@
 /* test_server_http.c — the HTTP plumbing over a real loopback socket: routes, 404/405,
  * Bearer auth, 413 before the body is read (Content-Length) and while a chunked body
- * streams in, 400 on bad JSON, 503 without a generate hook, /metrics text, and that the
- * server keeps serving after each refusal. Generation itself is tested with the engine
+ * streams in, 400 on bad JSON, 503 without a generate hook, /metrics text, that the
+ * server keeps serving after each refusal, and that each refusal is logged (method, path,
+ * status, reason) and counted in /metrics by status class. Generation itself is tested with the engine
  * (tests/test_serve_openai.py). */
 #define _GNU_SOURCE
 #include <setjmp.h>
@@ -12,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -21,9 +23,29 @@
 #include <cmocka.h>
 #include <cjson/cJSON.h>
 
+#include "comet/log.h"
 #include "server/server.h"
 
 static comet_server *srv;
+
+/* Log lines the server wrote (its connection threads call the sink), newline-separated. */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_text[1 << 16];
+
+static void log_sink(comet_log_level level, int progress, const char *msg, void *user) {
+    (void)level, (void)progress, (void)user;
+    pthread_mutex_lock(&log_mu);
+    size_t n = strlen(log_text);
+    snprintf(log_text + n, sizeof log_text - n, "%s\n", msg);
+    pthread_mutex_unlock(&log_mu);
+}
+
+static int logged(const char *needle) {
+    pthread_mutex_lock(&log_mu);
+    int yes = strstr(log_text, needle) != NULL;
+    pthread_mutex_unlock(&log_mu);
+    return yes;
+}
 
 /* Send `req` (all of it, unless `send_n` < its length), read the answer until the server
  * closes or 10 s pass. Returns the status code; *body_out gets a malloc'd copy of the body. */
@@ -107,6 +129,7 @@ static int setup(void **state) {
     p.model_id = "smol";
     p.n_vocab = 49152;
     p.max_body_bytes = 4000;
+    comet_log_set(log_sink, NULL, COMET_LOG_INFO);
     srv = comet_server_start(&p);
     return srv ? 0 : -1;
 }
@@ -186,6 +209,55 @@ static void test_bad_requests(void **state) {
     free(b);
 }
 
+/* The value of the sample `series` (name with labels) in a /metrics text; -1 if absent. */
+static double sample(const char *text, const char *series) {
+    size_t n = strlen(series);
+    for (const char *p = text; (p = strstr(p, series)); p += n)
+        if ((p == text || p[-1] == '\n') && p[n] == ' ')
+            return strtod(p + n + 1, NULL);
+    return -1;
+}
+
+static void metrics_now(double *c2, double *c4, double *errors) {
+    char *b;
+    assert_int_equal(get("/metrics", &b), 200);
+    *c2 = sample(b, "comet_http_responses_total{class=\"2xx\"}");
+    *c4 = sample(b, "comet_http_responses_total{class=\"4xx\"}");
+    *errors = sample(b, "comet_requests_total{outcome=\"error\"}");
+    free(b);
+}
+
+/* Each refusal gets an INFO log line naming method, path, status and reason, and counts in
+ * comet_http_responses_total by class; a refused generation request also counts as a
+ * failed one (comet_requests_total{outcome="error"}), whether refused before its body is
+ * parsed (401) or after (400). */
+static void test_refusals_logged_and_counted(void **state) {
+    (void)state;
+    char *b;
+    double c2, c4, errors, c2b, c4b, errors_b;
+    metrics_now(&c2, &c4, &errors);
+    assert_true(c2 >= 0 && c4 >= 0 && errors >= 0);
+    assert_int_equal(post("/v1/completions", "wrong", "{\"model\":\"smol\",\"prompt\":\"a\"}", &b),
+                     401);
+    free(b);
+    assert_int_equal(get("/no/such/route", &b), 404);
+    free(b);
+    assert_int_equal(post("/v1/completions", "sekrit",
+                          "{\"model\":\"smol\",\"prompt\":\"a\",\"temperature\":-1}", &b),
+                     400);
+    free(b);
+    assert_int_equal(get("/health", &b), 200);
+    free(b);
+    metrics_now(&c2b, &c4b, &errors_b);
+    assert_true(c4b == c4 + 3);
+    assert_true(c2b == c2 + 2); /* /health and the first /metrics */
+    assert_true(errors_b == errors + 2);
+    assert_true(logged("http: POST /v1/completions -> 401: missing or wrong API key"));
+    assert_true(logged("http: GET /no/such/route -> 404: no route for this path"));
+    assert_true(logged("http: POST /v1/completions -> 400: 'temperature'"));
+    assert_false(logged("http: GET /health"));
+}
+
 static void test_body_limits(void **state) {
     (void)state;
     char *b;
@@ -218,6 +290,7 @@ int main(void) {
         cmocka_unit_test(test_auth),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_body_limits),
+        cmocka_unit_test(test_refusals_logged_and_counted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -166,7 +166,8 @@ static void test_server_defaults(void **state) {
     comet_oai_request_free(&r);
 
     /* built-in defaults (no generation_config.json, no flags): comet generate's sampling;
-     * chat stops at 256 tokens, completions at 16; max_tokens 0 lets chat run to the context */
+     * chat stops at 256 tokens, completions at 16; max_tokens 0 lets both run to the context,
+     * as `comet generate --max-tokens 0` does */
     comet_oai_defaults b = comet_oai_default_defaults();
     assert_float_equal(b.sampling.temperature, 0.8f, 0);
     assert_float_equal(b.sampling.top_p, 0.95f, 0);
@@ -176,7 +177,7 @@ static void test_server_defaults(void **state) {
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
     b.max_tokens = 0;
     assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_CHAT), -1);
-    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), 16);
+    assert_int_equal(comet_oai_default_max_tokens(&b, COMET_OAI_COMPLETION), -1);
     assert_int_equal(parse(COMET_OAI_CHAT, absent, &r, &e), 0);
     assert_float_equal(r.sampling.temperature, 0.8f, 0);
     assert_int_equal(r.max_tokens, 256);
@@ -544,6 +545,9 @@ static void test_metrics_render(void **state) {
     comet_server_metrics_record(&m, 200, 10, 5, 0.02, 0.06, 0.3);
     comet_server_metrics_record(&m, 200, 4, 1, 2.0, -1, 2.0);
     comet_server_metrics_record(&m, 400, 0, 0, -1, -1, -1);
+    const int statuses[] = {200, 200, 400, 401, 404, 499, 503};
+    for (size_t i = 0; i < sizeof statuses / sizeof statuses[0]; i++)
+        comet_server_metrics_count_response(&m, statuses[i]);
     comet_metrics_gauges g = {3, 2, 40, 24, 1};
     char *t = comet_server_metrics_render(&m, &g);
     assert_non_null(t);
@@ -552,6 +556,10 @@ static void test_metrics_render(void **state) {
     assert_non_null(strstr(t, "comet_requests_total{outcome=\"ok\"} 2\n"));
     assert_non_null(strstr(t, "comet_requests_total{outcome=\"error\"} 1\n"));
     assert_non_null(strstr(t, "comet_generation_tokens_total 6\n"));
+    assert_non_null(strstr(t, "# TYPE comet_http_responses_total counter\n"));
+    assert_non_null(strstr(t, "comet_http_responses_total{class=\"2xx\"} 2\n"));
+    assert_non_null(strstr(t, "comet_http_responses_total{class=\"4xx\"} 4\n"));
+    assert_non_null(strstr(t, "comet_http_responses_total{class=\"5xx\"} 1\n"));
     assert_non_null(strstr(t, "# TYPE comet_time_to_first_token_seconds histogram\n"));
     /* cumulative buckets: 0.02 falls in le=0.025, 2.0 in le=2.5 */
     assert_non_null(strstr(t, "comet_time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n"));

@@ -72,6 +72,8 @@ typedef struct comet_quantize_params {
                               * unrotated model) out of the rotation (default 0) */
     float smooth;            /* >= 0: SmoothQuant alpha; < 0 (default): off */
     int n_threads;           /* CPU threads of calibration; <= 0: all cores */
+    int overwrite;           /* 1: write into a non-empty directory that is not a comet
+                              * checkpoint (default 0: refused before the model loads) */
     comet_quantize_progress_fn progress; /* may be NULL */
     void *progress_user;
 } comet_quantize_params;
@@ -97,8 +99,10 @@ typedef struct comet_quantize_result {
 /* Quantize the floating-point model at `model_path` (.gguf file or HF directory) with
  * `p` and write the checkpoint into directory `out_dir` (created; files replaced; the
  * same inputs give the same bytes). *r (may be NULL) is filled on success. Returns
- * COMET_OK, or a negative status with comet_last_error() naming the problem: the model's
- * load errors; COMET_ERR_INVALID_ARG for an already quantized model, rotate_keep without
+ * COMET_OK, or a negative status with comet_last_error() naming the problem:
+ * COMET_ERR_IO, before anything loads, for an `out_dir` that cannot be created or written
+ * or that is a non-empty directory other than a comet checkpoint (without p->overwrite);
+ * the model's load errors; COMET_ERR_INVALID_ARG for an already quantized model, rotate_keep without
  * rotate or not below the model's width, smoothing without calibration statistics
  * (RTN with neither reordering nor 4-bit activations needs none), a calibration text
  * shorter than one window, bad FMPQ params; COMET_ERR_IO (the text, the checkpoint),

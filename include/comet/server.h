@@ -47,7 +47,8 @@ typedef struct comet_openai_server_params {
      * must outlive the server. */
     comet_sampler_params sampling;
     unsigned sampling_given;
-    int max_tokens; /* < 0 (default): not given; 0: chat up to the context, completions 16 */
+    int max_tokens; /* < 0 (default): not given; 0: both routes up to the context (as comet
+                     * generate's 0) */
 } comet_openai_server_params;
 
 comet_openai_server_params comet_openai_server_default_params(void);

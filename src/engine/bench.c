@@ -113,13 +113,16 @@ static comet_status bench_runs(comet_runner *run, comet_kv_seq *seq, comet_sampl
     }
     r->prefill_tok_s = median(pre, p->reps);
     r->decode_tok_s = median(dec, p->reps);
-    /* two more decode steps: the host's enqueue time (one device only: with tensor
-     * parallelism the ranks' hosts enqueue at once), then op by op on rank 0, whose
-     * collectives' times include waiting for the other ranks */
+    /* two more decode steps: the host's enqueue time (a device-memory backend on one
+     * device only: a host-memory backend computes each op as it is called, so the span
+     * would be one unmedianed step's compute, not an enqueue time; with tensor parallelism
+     * the ranks' hosts enqueue at once), then op by op on rank 0, whose collectives' times
+     * include waiting for the other ranks */
     prof hq = {.be = run->be, .wait = 0, .ops = r->ops};
     prof pf = {.be = run->be, .wait = 1, .ops = r->ops};
     prof *passes[2] = {&hq, &pf};
-    for (int k = p->tensor_parallel ? 1 : 0; k < 2; k++) {
+    int enqueue = !p->tensor_parallel && !run->be->ops->host_memory;
+    for (int k = enqueue ? 0 : 1; k < 2; k++) {
         comet_forward_set_profiler(run->fc, on_op, passes[k]);
         comet_status st = decode_step(run, smp, seq, &id, logits);
         comet_forward_set_profiler(run->fc, NULL, NULL);

@@ -190,6 +190,8 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
     comet_fmpq_params fp = p->fmpq;
     if (fp.w_bits == 16)
         fp.gptq = 0; /* fp16 weights have nothing to round */
+    /* the output is checked first: a bad --out must not cost a calibration run */
+    COMET_TRY(comet_checkpoint_out_check(out_dir, p->overwrite));
     stage(q, COMET_QUANTIZE_LOAD);
     COMET_TRY(comet_model_load(model_path, &q->m));
     comet_model *m = q->m;

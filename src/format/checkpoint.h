@@ -28,6 +28,14 @@
  * COMET_ERR_NOMEM. */
 comet_status comet_checkpoint_write(const comet_model *m, const char *dir);
 
+/* Whether comet_checkpoint_write can write into `dir`, checked before the work that
+ * produces the model: `dir` is an existing writable directory that is empty or a comet
+ * checkpoint (its files are replaced), or does not exist and its parent is a writable
+ * directory. A non-empty directory that is not a checkpoint is refused unless
+ * `overwrite`. Returns COMET_OK or COMET_ERR_IO with a message naming `dir` and the
+ * problem. Creates nothing. */
+comet_status comet_checkpoint_out_check(const char *dir, int overwrite);
+
 /* Write tokenizer.json and tokenizer_config.json into `dir` for the model loaded from
  * `src_path` (a GGUF file or an HF directory), with m's chat template and special ids. */
 comet_status comet_checkpoint_write_tokenizer(const comet_model *m, const char *src_path,

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "comet/log.h"
 #include "comet/tokenizer.h"
 #include "format/checkpoint.h"
 #include "format/loader.h"
@@ -563,6 +564,15 @@ static comet_status load(ctx *c) {
         blk = malloc((size_t)c->m->cfg.n_layer * 4 * sizeof *blk);
         st = n8 && blk ? parse_quant_config(c, qj, n8, blk)
                        : comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", c->cfg_path);
+    }
+    if (st == COMET_OK) { /* the model line a GGUF file and an HF directory print too */
+        const comet_model_config *mc = &c->m->cfg;
+        const comet_quant_config *q = c->m->quant;
+        comet_log(COMET_LOG_INFO,
+                  "%s: llama, %d layers, C=%d, F=%d, H=%d/%d, D=%d, V=%d, comet checkpoint "
+                  "W%dA%d KV%d",
+                  c->dir, mc->n_layer, mc->n_embd, mc->n_ff, mc->n_head, mc->n_head_kv,
+                  mc->head_dim, mc->n_vocab, q->w_bits, q->a_bits, q->kv.bits);
     }
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
     if (st == COMET_OK)

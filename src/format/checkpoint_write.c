@@ -4,12 +4,14 @@
  * 1-byte ones, so every tensor is naturally aligned in a mapped file; the JSON header is
  * padded with spaces to a multiple of 8 bytes. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "format/checkpoint.h"
 #include "numerics/group.h"
@@ -303,6 +305,65 @@ static comet_status write_text(const char *path, const char *text) {
     int bad = fwrite(text, 1, n, f) != n || fputc('\n', f) == EOF;
     if (fclose(f) != 0 || bad)
         return comet_set_error(COMET_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    return COMET_OK;
+}
+
+/* 1 when directory `dir` holds anything besides "." and "..". */
+static int dir_has_entries(const char *dir) {
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int any = 0;
+    while (d && !any && (e = readdir(d)))
+        any = strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    return any;
+}
+
+comet_status comet_checkpoint_out_check(const char *dir, int overwrite) {
+    if (!dir || !dir[0])
+        return comet_set_error(COMET_ERR_IO, "output directory: no path given");
+    struct stat sb;
+    if (stat(dir, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return comet_set_error(COMET_ERR_IO,
+                                   "output directory '%s' exists and is not a directory; "
+                                   "name a new or empty directory",
+                                   dir);
+        if (access(dir, W_OK | X_OK) != 0)
+            return comet_set_error(COMET_ERR_IO, "output directory '%s' is not writable: %s",
+                                   dir, strerror(errno));
+        if (!overwrite && dir_has_entries(dir) && !comet_checkpoint_detect(dir))
+            return comet_set_error(COMET_ERR_IO,
+                                   "output directory '%s' is not empty and not a comet "
+                                   "checkpoint; its files would be replaced: name a new or "
+                                   "empty directory, or force it (comet quantize --force)",
+                                   dir);
+        return COMET_OK;
+    }
+    if (errno != ENOENT)
+        return comet_set_error(COMET_ERR_IO, "output directory '%s': %s", dir, strerror(errno));
+    /* a new directory: its parent must exist and take it */
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    while (n > 0 && dir[n - 1] != '/')
+        n--;
+    char parent[4096];
+    if (n == 0)
+        snprintf(parent, sizeof parent, ".");
+    else
+        snprintf(parent, sizeof parent, "%.*s", (int)(n > 1 ? n - 1 : 1), dir);
+    if (stat(parent, &sb) != 0 || !S_ISDIR(sb.st_mode))
+        return comet_set_error(COMET_ERR_IO,
+                               "output directory '%s' cannot be created: its parent '%s' %s",
+                               dir, parent,
+                               stat(parent, &sb) != 0 ? "does not exist" : "is not a directory");
+    if (access(parent, W_OK | X_OK) != 0)
+        return comet_set_error(COMET_ERR_IO,
+                               "output directory '%s' cannot be created: '%s' is not writable: "
+                               "%s",
+                               dir, parent, strerror(errno));
     return COMET_OK;
 }
 

@@ -68,6 +68,8 @@ typedef struct gen {
     stage st;
     size_t sent_text;
     int sent_recs;
+    int sent_chars; /* streamed logprobs: characters of the choice text before the next
+                     * record (its text_offset) */
     char *out;
     size_t out_len, out_off;
 } gen;
@@ -273,7 +275,17 @@ typedef struct lp_view {
     comet_oai_top *tops;
     char **strs;
     int n, n_strs;
+    int end_offset; /* the text_offset after the last record */
 } lp_view;
+
+/* Unicode code points whose first byte lies in s[0..n): the unit of text_offset, as the
+ * OpenAI API counts positions in `text` (a token that ends inside a character counts it). */
+static int utf8_chars(const char *s, size_t n) {
+    int c = 0;
+    for (size_t i = 0; i < n; i++)
+        c += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return c;
+}
 
 static void lp_view_free(lp_view *v) {
     for (int i = 0; i < v->n_strs; i++)
@@ -284,8 +296,9 @@ static void lp_view_free(lp_view *v) {
     memset(v, 0, sizeof *v);
 }
 
-/* Records a[0..na) then b[0..nb) as builder entries; text offsets start at `offset`. The
- * token strings follow the text from `d`, which moves past the records. */
+/* Records a[0..na) then b[0..nb) as builder entries; text offsets, in characters (code
+ * points), start at `offset`; v->end_offset is the offset after the last. The token
+ * strings follow the text from `d`, which moves past the records. */
 static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na, const tok_rec *b,
                          int nb, int offset) {
     memset(v, 0, sizeof *v);
@@ -310,7 +323,7 @@ static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na, c
         o->has_lp = t->has_lp;
         o->logprob = t->lp;
         o->text_offset = offset;
-        offset += (int)o->len;
+        offset += utf8_chars(s, o->len);
         o->n_top = t->n_top;
         o->top = v->tops + (size_t)i * COMET_ENGINE_MAX_TOP;
         for (int k = 0; k < t->n_top; k++) {
@@ -327,6 +340,7 @@ static int lp_view_build(lp_view *v, comet_detok *d, const tok_rec *a, int na, c
         comet_detok_prime(d, &t->id, 1);
     }
     v->n = n;
+    v->end_offset = offset;
     return 0;
 }
 
@@ -488,6 +502,8 @@ static int stream_fill(gen *g) {
                 pthread_cond_wait(&g->cv, &g->mu);
             int bad = q->logprobs &&
                       lp_view_build(&v, &g->lp_dt, g->prompt_recs.v, g->prompt_recs.n, NULL, 0, 0);
+            /* the generated tokens' offsets continue after the echoed prompt */
+            g->sent_chars = q->logprobs && !bad ? v.end_offset : 0;
             pthread_mutex_unlock(&g->mu);
             k.text = g->prompt_text;
             k.text_len = g->prompt_text_len;
@@ -517,7 +533,9 @@ static int stream_fill(gen *g) {
         int n_new = g->gen_recs.n - g->sent_recs;
         int bad = q->logprobs && n_new > 0 &&
                   lp_view_build(&v, &g->lp_dt, NULL, 0, g->gen_recs.v + g->sent_recs, n_new,
-                                (int)g->sent_text);
+                                g->sent_chars);
+        if (q->logprobs && n_new > 0 && !bad)
+            g->sent_chars = v.end_offset;
         if (g->text_len > g->sent_text || n_new > 0) {
             k.text = g->text ? g->text + g->sent_text : "";
             k.text_len = g->text_len - g->sent_text;

@@ -2,13 +2,16 @@
  * a size limit, JSON and SSE responses, in-flight accounting for a graceful drain.
  *
  * MHD runs one thread per connection (MHD_USE_THREAD_PER_CONNECTION), so a generate
- * hook and an SSE reader may block. MHD's own diagnostics go to comet_log at DEBUG.
+ * hook and an SSE reader may block. MHD's own diagnostics go to comet_log at DEBUG. Every
+ * response counts in /metrics by status class; a refused or failed one (status >= 400)
+ * also gets a log line with its method, path, status and reason.
  * What the routes compute lives elsewhere: openai.c (parsing, JSON), metrics.c, and the
  * generate hook (api.c, over the engine).
  */
 #define _GNU_SOURCE
 #include "server/server.h"
 
+#include <cjson/cJSON.h>
 #include <microhttpd.h>
 #include <netdb.h>
 #include <poll.h>
@@ -45,6 +48,8 @@ typedef enum route {
 
 typedef struct conn_ctx {
     route r;
+    char method[8]; /* for the log line of a refusal: the request's method and path, */
+    char path[96];  /* truncated, control bytes as '?' */
     char *body;
     size_t len, cap;
     int too_large;
@@ -104,9 +109,37 @@ static enum MHD_Result send_json(struct MHD_Connection *c, int status, char *bod
     return send_body(c, status, body, "application/json");
 }
 
-static enum MHD_Result send_error(conn_ctx *cx, struct MHD_Connection *c, int status,
-                                  const char *param, const char *code, const char *msg) {
+/* A response to cx's request is being queued: count it by status class, and log one with
+ * status >= 400 (method, path, status, reason): INFO for 4xx, as vLLM and llama.cpp log
+ * rejected requests, WARN for 5xx. */
+static void note_response(comet_server *s, const conn_ctx *cx, int status, const char *reason) {
+    comet_server_metrics_count_response(&s->metrics, status);
+    if (status >= 400)
+        comet_log(status >= 500 ? COMET_LOG_WARN : COMET_LOG_INFO, "http: %s %s -> %d: %s",
+                  cx->method, cx->path, status, reason && reason[0] ? reason : "(no reason)");
+}
+
+/* The "error"."message" of an OpenAI error body, copied into buf[cap] ("" when absent). */
+static const char *error_message(const char *body, char *buf, size_t cap) {
+    buf[0] = '\0';
+    cJSON *o = body ? cJSON_Parse(body) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "error"),
+                                                      "message");
+    if (cJSON_IsString(m))
+        snprintf(buf, cap, "%s", m->valuestring);
+    cJSON_Delete(o);
+    return buf;
+}
+
+/* Refuse cx's request with an OpenAI error object. A refused generation request counts in
+ * comet_requests_total{outcome="error"} as one refused after parsing does. */
+static enum MHD_Result send_error(comet_server *s, conn_ctx *cx, struct MHD_Connection *c,
+                                  int status, const char *param, const char *code,
+                                  const char *msg) {
     cx->answered = 1;
+    if (cx->r == ROUTE_COMPLETIONS || cx->r == ROUTE_CHAT)
+        comet_server_metrics_record(&s->metrics, status, 0, 0, -1, -1, -1);
+    note_response(s, cx, status, msg);
     return send_json(c, status, comet_server_error_body(status, param, code, "%s", msg));
 }
 
@@ -206,6 +239,8 @@ static int authorized(comet_server *s, struct MHD_Connection *c) {
 
 static enum MHD_Result answer_get(comet_server *s, conn_ctx *cx, struct MHD_Connection *c) {
     cx->answered = 1;
+    if (cx->r == ROUTE_HEALTH || cx->r == ROUTE_MODELS || cx->r == ROUTE_METRICS)
+        note_response(s, cx, 200, NULL);
     switch (cx->r) {
     case ROUTE_HEALTH: return send_json(c, 200, strdup("{\"status\":\"ok\"}"));
     case ROUTE_MODELS:
@@ -218,7 +253,7 @@ static enum MHD_Result answer_get(comet_server *s, conn_ctx *cx, struct MHD_Conn
         return send_body(c, 200, comet_server_metrics_render(&s->metrics, &g),
                          "text/plain; version=0.0.4; charset=utf-8");
     }
-    default: return send_error(cx, c, 500, NULL, NULL, "unrouted request");
+    default: return send_error(s, cx, c, 500, NULL, NULL, "unrouted request");
     }
 }
 
@@ -230,19 +265,25 @@ static enum MHD_Result answer_post(comet_server *s, conn_ctx *cx, struct MHD_Con
     cx->answered = 1;
     if (comet_oai_parse(kind, cx->body ? cx->body : "", cx->len, &lim, &req, &err)) {
         comet_server_metrics_record(&s->metrics, err.http_status, 0, 0, -1, -1, -1);
+        note_response(s, cx, err.http_status, err.message);
         return send_json(c, err.http_status, comet_oai_error_json(&err));
     }
     free(cx->body);
     cx->body = NULL;
     if (!s->p.generate) {
         comet_oai_request_free(&req);
-        return send_error(cx, c, 503, NULL, NULL, "no model is loaded for generation");
+        return send_error(s, cx, c, 503, NULL, NULL, "no model is loaded for generation");
     }
     comet_server_reply rep;
     memset(&rep, 0, sizeof rep);
     rep.client_gone = client_gone;
     rep.client = c;
     s->p.generate(s->p.user, s, &req, &rep);
+    int status = rep.stream.read ? 200 : rep.status ? rep.status : 500;
+    char why[256] = "";
+    if (status >= 400)
+        error_message(rep.body, why, sizeof why);
+    note_response(s, cx, status, why);
     return send_reply(c, &rep);
 }
 
@@ -258,14 +299,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             return MHD_NO;
         *con_cls = cx;
         atomic_fetch_add(&s->in_flight, 1);
+        snprintf(cx->method, sizeof cx->method, "%s", method);
+        snprintf(cx->path, sizeof cx->path, "%s", url);
+        for (char *p = cx->path; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f)
+                *p = '?';
         int method_ok;
         cx->r = find_route(url, method, &method_ok);
         if (cx->r == ROUTE_NONE)
-            return send_error(cx, c, 404, NULL, "not_found", "no route for this path");
+            return send_error(s, cx, c, 404, NULL, "not_found", "no route for this path");
         if (!method_ok)
-            return send_error(cx, c, 405, NULL, NULL, "method not allowed on this path");
+            return send_error(s, cx, c, 405, NULL, NULL, "method not allowed on this path");
         if (!strncmp(url, "/v1/", 4) && !authorized(s, c))
-            return send_error(cx, c, 401, NULL, "invalid_api_key",
+            return send_error(s, cx, c, 401, NULL, "invalid_api_key",
                               "missing or wrong API key (send 'Authorization: Bearer <key>')");
         if (cx->r == ROUTE_COMPLETIONS || cx->r == ROUTE_CHAT) {
             const char *cl =
@@ -274,7 +320,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 char msg[160];
                 snprintf(msg, sizeof msg, "request body of %s bytes is over the limit of %zu bytes",
                          cl, s->p.max_body_bytes);
-                return send_error(cx, c, 413, NULL, "request_too_large", msg);
+                return send_error(s, cx, c, 413, NULL, "request_too_large", msg);
             }
         }
         return MHD_YES;
@@ -314,7 +360,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         char msg[128];
         snprintf(msg, sizeof msg, "request body is over the limit of %zu bytes",
                  s->p.max_body_bytes);
-        return send_error(cx, c, 413, NULL, "request_too_large", msg);
+        return send_error(s, cx, c, 413, NULL, "request_too_large", msg);
     }
     if (cx->r == ROUTE_COMPLETIONS || cx->r == ROUTE_CHAT)
         return answer_post(s, cx, c);

@@ -60,6 +60,13 @@ void comet_server_metrics_record(comet_server_metrics *m, int status, int prompt
     pthread_mutex_unlock(&m->mu);
 }
 
+void comet_server_metrics_count_response(comet_server_metrics *m, int status) {
+    int cls = status >= 100 && status < 600 ? status / 100 : 0;
+    pthread_mutex_lock(&m->mu);
+    m->http_responses[cls]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
 typedef struct sbuf {
     char *p;
     size_t len, cap;
@@ -135,6 +142,12 @@ char *comet_server_metrics_render(comet_server_metrics *m, const comet_metrics_g
               "comet_requests_total{outcome=\"cancelled\"} %llu\n",
               (unsigned long long)m->requests_ok, (unsigned long long)m->requests_failed,
               (unsigned long long)m->requests_cancelled);
+    sb_printf(&b, "# HELP comet_http_responses_total HTTP responses by status class, refused "
+                  "requests (401, 404, 413, 400 ...) included.\n"
+                  "# TYPE comet_http_responses_total counter\n");
+    for (int c = 2; c <= 5; c++)
+        sb_printf(&b, "comet_http_responses_total{class=\"%dxx\"} %llu\n", c,
+                  (unsigned long long)m->http_responses[c]);
     metric(&b, "comet_prompt_tokens_total", "counter", "Prompt tokens processed.",
            (double)m->prompt_tokens);
     metric(&b, "comet_generation_tokens_total", "counter", "Tokens generated.",

@@ -28,6 +28,8 @@ typedef struct comet_server_metrics {
     uint64_t requests_cancelled; /* client went away */
     uint64_t prompt_tokens;
     uint64_t generation_tokens;
+    uint64_t http_responses[6]; /* every HTTP response by status class: [2] 2xx ... [5] 5xx
+                                 * ([0]: other) */
     comet_histogram ttft; /* seconds from arrival to first token */
     comet_histogram tpot; /* seconds per output token after the first */
     comet_histogram e2e;  /* seconds from arrival to the last token */
@@ -51,6 +53,9 @@ void comet_histogram_observe(comet_histogram *h, double v);
  * seconds, < 0 when not applicable (no token produced). */
 void comet_server_metrics_record(comet_server_metrics *m, int status, int prompt_tokens,
                                  int completion_tokens, double ttft_s, double tpot_s, double e2e_s);
+
+/* Count one HTTP response of `status` (any route, refusals included) in its class. */
+void comet_server_metrics_count_response(comet_server_metrics *m, int status);
 
 /* Render the exposition text; malloc'd, caller frees; NULL when out of memory. */
 char *comet_server_metrics_render(comet_server_metrics *m, const comet_metrics_gauges *g);

@@ -43,11 +43,10 @@ comet_oai_defaults comet_oai_default_defaults(void) {
 }
 
 int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind) {
-    if (d->max_tokens > 0)
-        return d->max_tokens;
-    if (kind == COMET_OAI_COMPLETION)
-        return COMET_OAI_COMPLETION_MAX_TOKENS;
-    return d->max_tokens == 0 ? -1 : COMET_OAI_CHAT_MAX_TOKENS;
+    if (d->max_tokens >= 0) /* 0: up to the context on both routes, as generate's 0 */
+        return d->max_tokens > 0 ? d->max_tokens : -1;
+    return kind == COMET_OAI_COMPLETION ? COMET_OAI_COMPLETION_MAX_TOKENS
+                                        : COMET_OAI_CHAT_MAX_TOKENS;
 }
 
 /* ---- parameter readers: each returns 0, or the HTTP status with *err filled ---- */

@@ -95,7 +95,8 @@ typedef struct comet_oai_defaults {
  * as OpenAI's), and max_tokens -1. */
 comet_oai_defaults comet_oai_default_defaults(void);
 
-/* The default max_tokens of a route under `d` (-1: up to the context). */
+/* The default max_tokens of a route under `d`: d->max_tokens when > 0; -1 (up to the
+ * context) when it is 0; when unset (< 0) 16 for completions, 256 for chat. */
 int comet_oai_default_max_tokens(const comet_oai_defaults *d, comet_oai_kind kind);
 
 /* Limits the parser checks against. */
@@ -142,7 +143,8 @@ typedef struct comet_oai_token_lp {
     float logprob;
     int n_top;
     const comet_oai_top *top; /* [n_top] best first */
-    int text_offset;          /* completions: byte offset of the token in the choice text */
+    int text_offset;          /* completions: offset of the token in the choice text, in
+                               * characters (code points), as the OpenAI API counts */
 } comet_oai_token_lp;
 
 typedef struct comet_oai_usage {

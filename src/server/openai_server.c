@@ -40,11 +40,9 @@ static comet_oai_defaults request_defaults(const comet_model *m,
         d.max_tokens = p->max_tokens;
     char mt_chat[32], mt_cmpl[32];
     int mc = comet_oai_default_max_tokens(&d, COMET_OAI_CHAT);
-    if (mc > 0)
-        snprintf(mt_chat, sizeof mt_chat, "%d", mc);
-    else
-        snprintf(mt_chat, sizeof mt_chat, "up to the context");
-    snprintf(mt_cmpl, sizeof mt_cmpl, "%d", comet_oai_default_max_tokens(&d, COMET_OAI_COMPLETION));
+    int mo = comet_oai_default_max_tokens(&d, COMET_OAI_COMPLETION);
+    snprintf(mt_chat, sizeof mt_chat, mc > 0 ? "%d" : "up to the context", mc);
+    snprintf(mt_cmpl, sizeof mt_cmpl, mo > 0 ? "%d" : "up to the context", mo);
     comet_log(COMET_LOG_INFO,
               "request defaults: temperature %g, top_p %g, top_k %d, min_p %g, "
               "max_tokens %s (chat) / %s (completions)%s%s",

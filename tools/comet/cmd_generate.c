@@ -25,7 +25,7 @@ static void usage(FILE *f) {
                "  --model M            .gguf file or HF directory (default: the bundled model)\n"
                "  --prompt P           the prompt (user message unless --raw; special-token\n"
                "                       text in it, like <|im_start|>, stays plain text)\n"
-               "  --max-tokens N       new tokens at most (default 256)\n");
+               "  --max-tokens N       new tokens at most; 0 = up to the context (default 256)\n");
     cli_sampling_usage(f, 23, "64");
     fprintf(f,
             "  --seed S             random seed (default: from the clock, logged)\n"
@@ -180,7 +180,7 @@ int cmd_generate(int argc, char **argv) {
             }
             stop[gp.n_stop++] = val;
         } else if (!strcmp(a, "--max-tokens")) {
-            if (cli_parse_int("generate", a, val, 1, 1 << 24, &lv))
+            if (cli_parse_int("generate", a, val, 0, 1 << 24, &lv))
                 return 2;
             gp.max_tokens = (int)lv, i++;
         } else if (!strcmp(a, "--tensor-parallel")) {
@@ -258,6 +258,9 @@ int cmd_generate(int argc, char **argv) {
                 n_ids, m->cfg.n_ctx);
         goto out;
     }
+    int up_to_context = gp.max_tokens == 0; /* as serve's --max-tokens 0 */
+    if (up_to_context)
+        gp.max_tokens = m->cfg.n_ctx - n_ids;
     if (!(be = cli_open_backend("generate", device, (int)threads, gp.tensor_parallel,
                                 batch_invariant)))
         goto out;
@@ -276,7 +279,7 @@ int cmd_generate(int argc, char **argv) {
     if (!ends_nl && isatty(1))
         fputc('\n', stdout);
     fflush(stdout);
-    if (gs.stop == COMET_STOP_LENGTH && gs.n_generated < gp.max_tokens)
+    if (gs.stop == COMET_STOP_LENGTH && gs.n_generated < gp.max_tokens && !up_to_context)
         fprintf(stderr,
                 "comet generate: warning: stopped at the model's context of %d tokens (%d prompt + "
                 "%d generated), before --max-tokens %d\n",

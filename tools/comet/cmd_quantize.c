@@ -25,7 +25,9 @@ static void usage(FILE *f) {
         "\n"
         "  --model M            .gguf file or HF directory (default: the bundled model)\n"
         "  --calib FILE         calibration text (default data/mobydick.txt)\n"
-        "  --out DIR            output directory (created; files replaced)\n"
+        "  --out DIR            output directory: new, empty or a comet checkpoint (created;\n"
+        "                       files replaced); checked before the model loads\n"
+        "  --force              write into a non-empty --out that is not a checkpoint\n"
         "  --calib-windows N    calibration windows (default 128)\n"
         "  --calib-len N        tokens per calibration window (default 512)\n"
         "  --calib-cache FILE   reuse the calibration statistics saved in FILE when it was\n"
@@ -155,6 +157,8 @@ int cmd_quantize(int argc, char **argv) {
             p.clip_search = 0;
         } else if (!strcmp(a, "--no-reorder")) {
             p.reorder = 0;
+        } else if (!strcmp(a, "--force")) {
+            qp.overwrite = 1;
         } else if (!strcmp(a, "--threads")) {
             bad = cli_parse_int("quantize", a, val, 1, 1024, &threads), i++;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {

@@ -54,7 +54,7 @@ static void usage(FILE *f) {
                "default: the model's generation_config.json, else comet generate's):\n");
     cli_sampling_usage(f, 25, "-1");
     fprintf(f, "  --max-tokens N         completion length, both routes (default: chat 256,\n"
-               "                         completions 16; 0: chat runs up to the context)\n");
+               "                         completions 16; 0: up to the context)\n");
 }
 
 static volatile sig_atomic_t stop_requested;

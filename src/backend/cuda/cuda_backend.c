@@ -31,6 +31,7 @@
 
 #ifdef COMET_HAVE_CUDA
 
+#include <glob.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -583,15 +584,34 @@ static const comet_backend_ops cuda_ops = {
     .destroy = cuda_destroy,
 };
 
+/* 1 when the NVIDIA kernel driver shows no device node (/dev/nvidiactl, /dev/nvidia0, ...):
+ * then the runtime's cudaErrorInsufficientDriver means "no driver", not "an old driver". */
+static int no_nvidia_device_nodes(void) {
+    glob_t g;
+    int found = glob("/dev/nvidia*", 0, NULL, &g) == 0 && g.gl_pathc > 0;
+    if (found)
+        globfree(&g);
+    return !found;
+}
+
 comet_backend *comet_backend_cuda_init(int device) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n == 0) {
-        if (e != cudaSuccess)
-            comet_set_error(COMET_ERR_CUDA, "cuda backend: no usable CUDA device: %s (%s)",
-                            cudaGetErrorString(e), cudaGetErrorName(e));
+        /* The runtime reports a machine without a driver as an insufficient driver; say
+         * what is true and how to go on without a GPU. */
+        if (e == cudaSuccess || e == cudaErrorNoDevice ||
+            (e == cudaErrorInsufficientDriver && no_nvidia_device_nodes()))
+            comet_set_error(COMET_ERR_CUDA,
+                            "cuda backend: no NVIDIA GPU/driver found (%s%s); run with "
+                            "--device cpu",
+                            e == cudaSuccess ? "0 CUDA devices" : cudaGetErrorName(e),
+                            e == cudaErrorInsufficientDriver ? ", no /dev/nvidia*" : "");
         else
-            comet_set_error(COMET_ERR_CUDA, "cuda backend: no CUDA device on this machine");
+            comet_set_error(COMET_ERR_CUDA,
+                            "cuda backend: no usable CUDA device: %s (%s); --device cpu runs "
+                            "on the CPU",
+                            cudaGetErrorString(e), cudaGetErrorName(e));
         cudaGetLastError();
         return NULL;
     }
