@@ -174,9 +174,9 @@ static void round_trip(int w_bits, int gptq) {
     comet_model *r = NULL;
     assert_int_equal(comet_checkpoint_load(d1, &r), COMET_OK);
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
-    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.type, COMET_KV_INT4);
     assert_int_equal(r->kv.group, m->kv.group);
-    assert_int_equal(r->kv.group, 32);                            /* the head dim */
+    assert_int_equal(r->kv.group, 16); /* comet_kv_default_group(32): the default policy */
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
     assert_int_equal(r->quant->kv.rotation, m->quant->kv.rotation);
     assert_non_null(r->quant);
@@ -331,7 +331,7 @@ static void test_corrupt_checkpoints(void **st) {
                 "\"format_version\":\t1", dir);
     assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
     assert_int_equal(r->quant->format_version, 1);
-    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.type, COMET_KV_INT4);
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_NONE);
     comet_model_free(r);
 }

@@ -193,8 +193,6 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
     stage(q, COMET_QUANTIZE_LOAD);
     COMET_TRY(comet_model_load(model_path, &q->m));
     comet_model *m = q->m;
-    if (fp.kv.group == 0 && fp.kv.bits < 16)
-        fp.kv.group = comet_kv_default_group(m->cfg.head_dim);
     if (m->quant)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "%s is already quantized; quantize the floating-point "

@@ -252,7 +252,7 @@ static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block
     comet_fmpq_params p = comet_fmpq_default_params();
     p.w_bits = w_bits;
     p.a_bits = a_bits;
-    p.kv.bits = 4;
+    p.kv.type = COMET_KV_INT4;
     p.block = block;
     p.gptq = 0;
     p.clip_search = 1;
