@@ -279,7 +279,7 @@ static inline int st_group_w4ax(const comet_model *m, int l, comet_group g) {
     return lin && lin->fmt == COMET_WFMT_QSIM && lin->a_bits < 16;
 }
 
-/* The CUDA act layout (model_ops.h, assumed here, not asked from the backend): int8 codes
+/* The CUDA act layout (norm_quant.h, assumed here, not asked from the backend): int8 codes
  * [T, K] at byte 0, fp32 scales [T, K/B] at byte roundup(T*K, 256). */
 static inline size_t st_act_scales_offset(int T, int K) {
     return ((size_t)T * K + 255) & ~(size_t)255;

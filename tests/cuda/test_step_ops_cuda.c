@@ -22,7 +22,7 @@
  * - lm_head (fp16 on CUDA): each row within 2e-2 relative norm error.
  * Layouts assumed here, not asked from the backend: a W4Ax activation buffer holds int8
  * codes [T, K] at byte 0 and fp32 scales [T, K/B] at byte roundup(T*K, 256); an fp16 one
- * holds fp16 [T, K] at byte 0 (model_ops.h). RoPE, the KV append and attention are tested
+ * holds fp16 [T, K] at byte 0 (norm_quant.h). RoPE, the KV append and attention are tested
  * in test_attention_cuda.c.
  * Every output is poisoned (0xFF bytes: NaN) before the op and framed by guard bytes.
  *

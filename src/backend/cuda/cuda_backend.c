@@ -7,7 +7,8 @@
  *   floating-point linears and the lm_head, fp32 norms and embedding, per group its
  *   activation format and permutation).
  * - Step ops and sample: cuda_step_ops.c (the batch in one copy, the kernels of
- *   model_ops.cu, attention.cu and sample.cu, the W4Ax GEMM — comet_cuda_gemm_w4ax, kernel
+ *   convert.cu, norm_quant.cu, rope_kv.cu, attention.cu and sample.cu, the W4Ax GEMM —
+ *   comet_cuda_gemm_w4ax, kernel
  *   AUTO, fp32 output, programmatic dependent launch, through
  *   comet_cuda_be_gemm_w4ax_launch here — and cuBLAS).
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
@@ -20,7 +21,8 @@
  * attention's split workspace grow (geometrically; growing waits for the stream).
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
- * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h and model_ops.h (+ their kernels),
+ * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h, convert.h, norm_quant.h, rope_kv.h and
+ * attention.h (+ their kernels),
  * gemm_w4ax_pack.c, backend.c, rope.c, core/status.c and core/log.c. Without
  * COMET_HAVE_CUDA this file compiles to stubs that fail with a message, so that callers
  * always link.

@@ -1,7 +1,7 @@
-/* paged_kv.cuh — what the CUDA backend's model kernels share (model_ops.cu: RoPE + KV
- * append; attention.cu: paged attention): the launch check, warp reductions, the paged KV
- * pool's layout as kernel arguments (cuda_kv.h) and the in-shared-memory Walsh-Hadamard
- * transform. Internal to those two files: everything is in an anonymous namespace.
+/* paged_kv.cuh — what the kernels of the paged KV cache share (rope_kv.cu: RoPE + KV
+ * append; attention.cu: paged attention): the pool's layout as kernel arguments (cuda_kv.h)
+ * and the in-shared-memory Walsh-Hadamard transform. Internal to those files: everything is in an
+ * anonymous namespace.
  */
 #ifndef COMET_BACKEND_CUDA_PAGED_KV_CUH
 #define COMET_BACKEND_CUDA_PAGED_KV_CUH
@@ -10,29 +10,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/cuda/model_ops.h"
+#include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/kernel_util.cuh"
 
 namespace {
-
-inline comet_status launch_check(const char *op) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: kernel launch failed: %s (%s)",
-                               op, cudaGetErrorString(e), cudaGetErrorName(e));
-    return COMET_OK;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* ---- paged KV ---- */
 
