@@ -6,7 +6,7 @@
  *   attention_combine.cuh  the combine kernel of split keys
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
- * helpers); fp32 throughout.
+ * helpers, the code width dispatched by with_kv_bits); fp32 throughout.
  */
 #include "backend/cuda/attention.h"
 
@@ -108,12 +108,8 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
-        if (L->bits == 4)
-            attn_decode_launch<4>(a, grid, s);
-        else if (L->bits == 8)
-            attn_decode_launch<8>(a, grid, s);
-        else
-            attn_decode_launch<16>(a, grid, s);
+        with_kv_bits(L->bits,
+                     [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {
         dim3 grid((unsigned)st->n_tiles * a.n_sub, L->Hkv, n_splits);

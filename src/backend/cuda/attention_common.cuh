@@ -118,15 +118,14 @@ __device__ __forceinline__ void kv_dequant8(const kv_raw8<BITS> &r, float *o) {
     }
 }
 
-/* Eight dequantized channels c .. c+7 of slot `slot` of a head tile. */
+/* Eight dequantized channels c .. c+7 of slot `slot` of a head tile, at the layout's code
+ * width (with_kv_bits). */
 __device__ __forceinline__ void kv_load8(const kv_args &L, const uint8_t *tile, int slot, int c,
                                          float *o) {
-    if (L.bits == 16)
-        kv_dequant8<16>(kv_fetch8<16>(L, tile, slot, c, 0), o);
-    else if (L.bits == 4)
-        kv_dequant8<4>(kv_fetch8<4>(L, tile, slot, c, 4 * (c / L.G)), o);
-    else
-        kv_dequant8<8>(kv_fetch8<8>(L, tile, slot, c, 4 * (c / L.G)), o);
+    with_kv_bits(L.bits, [&](auto bits) {
+        constexpr int BITS = decltype(bits)::value;
+        kv_dequant8<BITS>(kv_fetch8<BITS>(L, tile, slot, c, BITS == 16 ? 0 : 4 * (c / L.G)), o);
+    });
 }
 
 /* The merge of batch-invariant attention's spans: the running (M, L) of a row takes a span's

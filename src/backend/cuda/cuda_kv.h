@@ -25,7 +25,8 @@
  * read it (comet_cuda_step_view).
  *
  * Plain C (no CUDA types): cuda_backend.c sizes the storage with it, rope_kv.cu writes it
- * and attention.cu reads it.
+ * and attention.cu reads it; the kernels' code width (`bits`) selects their template
+ * instances through paged_kv.cuh's with_kv_bits.
  */
 #ifndef COMET_BACKEND_CUDA_CUDA_KV_H
 #define COMET_BACKEND_CUDA_CUDA_KV_H

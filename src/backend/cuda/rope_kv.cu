@@ -39,7 +39,9 @@ __device__ __forceinline__ int seq_of_token(const int32_t *token_indptr, int n_s
  * y - H of k in place and keep it, with v, in shared memory; with `rotate` both go through
  * the Walsh-Hadamard butterflies there; then one thread per (K or V, group) finds the
  * group's min and max and writes its fp16 scale and zero, and the threads write the codes
- * (two channels per byte at 4 bits) or the fp16 values into the token's page slot. */
+ * (two channels per byte at 4 bits) or the fp16 values into the token's page slot. BITS is
+ * the layout's code width (L.bits, dispatched by with_kv_bits). */
+template <int BITS>
 static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restrict__ positions,
                                              const int32_t *__restrict__ token_indptr, int n_seqs,
                                              const int32_t *__restrict__ page_indptr,
@@ -79,7 +81,7 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
     const int s = seq_of_token(token_indptr, n_seqs, t);
     const int page = page_indices[page_indptr[s] + pos / L.P], slot = pos % L.P;
     uint8_t *tile[2] = {kv_tile(L, page, 0, kvh), kv_tile(L, page, 1, kvh)};
-    if (L.bits == 16) {
+    if constexpr (BITS == 16) {
         for (int i = tid; i < 2 * D; i += blockDim.x) {
             const int which = i / D, c = i % D;
             __half *dst = reinterpret_cast<__half *>(tile[which] + (size_t)slot * L.code_row);
@@ -87,7 +89,7 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
         }
         return;
     }
-    const int n_grp = D / L.G, levels = (1 << L.bits) - 1;
+    const int n_grp = D / L.G, levels = (1 << BITS) - 1;
     for (int i = tid; i < 2 * n_grp; i += blockDim.x) {
         const int which = i / n_grp, g = i % n_grp;
         const float *x = (which ? vs : ks) + g * L.G;
@@ -122,7 +124,7 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
         r = r < 0.0f ? 0.0f : r > (float)levels ? (float)levels : r;
         return (unsigned)r;
     };
-    if (L.bits == 4) {
+    if constexpr (BITS == 4) {
         for (int i = tid; i < D; i += blockDim.x) { /* i: (which, byte) over 2 * D/2 bytes */
             const int which = i / half, b = i % half;
             tile[which][(size_t)slot * L.code_row + b] =
@@ -159,9 +161,12 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
                                st->n_tokens, H, layer, L->n_layer);
     kv_args ka = kv_args_make(L, storage, layer);
     dim3 grid(st->n_tokens, H + L->Hkv);
-    rope_kv_append_kernel<<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(
-        ka, st->positions, st->token_indptr, st->n_seqs, st->page_indptr, st->page_indices,
-        inv_freq, q, H, k, v, rotate);
+    with_kv_bits(L->bits, [&](auto bits) {
+        rope_kv_append_kernel<decltype(bits)::value>
+            <<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(
+                ka, st->positions, st->token_indptr, st->n_seqs, st->page_indptr, st->page_indices,
+                inv_freq, q, H, k, v, rotate);
+    });
     return launch_check("rope_kv_append");
 }
 
