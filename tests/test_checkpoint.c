@@ -310,6 +310,12 @@ static void test_corrupt_checkpoints(void **st) {
     expect_corrupt("rotation", "config.json", "\"kv_rotation\":\t\"hadamard\"",
                    "\"kv_rotation\":\t\"hadamaro\"", COMET_ERR_UNSUPPORTED,
                    "kv_rotation: \"none\" or \"hadamard\" expected");
+    /* the KV format: the type derived from kv_bits, the group through comet_kv_format_check */
+    expect_corrupt("kv_bits", "config.json", "\"kv_bits\":\t4", "\"kv_bits\":\t5",
+                   COMET_ERR_UNSUPPORTED, "kv_bits 5: 4, 8 or 16 expected");
+    expect_corrupt("kv_group", "config.json", "\"kv_group_size\":\t16", "\"kv_group_size\":\t12",
+                   COMET_ERR_FORMAT,
+                   "quantization_config: KV group 12 does not divide the head dim 32");
     expect_corrupt("missing", "model.safetensors", "model.layers.1.self_attn.k_proj.scales",
                    "model.layers.1.self_attn.k_proj.scalez", COMET_ERR_FORMAT,
                    "tensor model.layers.1.self_attn.k_proj.scales is missing");
