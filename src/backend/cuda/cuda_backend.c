@@ -8,9 +8,8 @@
  *   activation format and permutation).
  * - Step ops and sample: cuda_step_ops.c (the batch in one copy, the kernels of
  *   convert.cu, norm_quant.cu, rope_kv.cu, attention.cu and sample.cu, the W4Ax GEMM —
- *   comet_cuda_gemm_w4ax, kernel
- *   AUTO, fp32 output, programmatic dependent launch, through
- *   comet_cuda_be_gemm_w4ax_launch here — and cuBLAS).
+ *   comet_cuda_gemm_w4ax, kernel AUTO, fp32 output, programmatic dependent launch,
+ *   through comet_cuda_be_gemm_w4ax_launch here — and cuBLAS).
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
  * - Decode steps are recorded as CUDA graphs, one per batch size and attention split
  *   count, and replayed (graph_begin / graph_end; COMET_CUDA_GRAPHS=0 turns them off).
@@ -22,10 +21,9 @@
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
  * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h, convert.h, norm_quant.h, rope_kv.h and
- * attention.h (+ their kernels),
- * gemm_w4ax_pack.c, backend.c, rope.c, core/status.c and core/log.c. Without
- * COMET_HAVE_CUDA this file compiles to stubs that fail with a message, so that callers
- * always link.
+ * attention.h (+ their kernels), gemm_w4ax_pack.c, backend.c, rope.c, core/status.c and
+ * core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that fail with a
+ * message, so that callers always link.
  */
 #include "backend/backend.h"
 

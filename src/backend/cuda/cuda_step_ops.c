@@ -2,9 +2,9 @@
  * `sample`: step_begin packs the batch (and the attention tiles) into one pinned buffer
  * and one copy; the embedding, elementwise + quantize, RoPE + KV append and attention ops
  * launch the kernels of convert.cu, norm_quant.cu, rope_kv.cu and attention.cu; matmul
- * runs the W4Ax GEMM or cuBLAS, one GEMM
- * per stacked group for matmul_group; lm_head gathers the wanted rows and runs cuBLAS;
- * sample launches sample.cu's kernel. cuda_backend.c puts them in the op table.
+ * runs the W4Ax GEMM or cuBLAS, one GEMM per stacked group for matmul_group; lm_head
+ * gathers the wanted rows and runs cuBLAS; sample launches sample.cu's kernel.
+ * cuda_backend.c puts them in the op table.
  *
  * Plain C against the CUDA runtime and cuBLAS; without COMET_HAVE_CUDA this file is empty.
  */
