@@ -87,7 +87,7 @@ comet_status comet_kv_format_check(const comet_kv_format *f, int head_dim, const
  * quantized type (D for F16), rotation hadamard for a quantized type at a power-of-two D,
  * else none. The result has group in 1..D; a fully given req is returned as it is.
  * COMET_OK, or comet_kv_format_check's error for the result (message beginning with `who`);
- * *out is written only on success. */
+ * *out (which may be req) is written only on success. */
 comet_status comet_kv_format_resolve(const comet_kv_format *req, const comet_kv_format *base,
                                      int head_dim, const char *who, comet_kv_format *out);
 
