@@ -253,7 +253,7 @@ static inline void st_quantize(comet_model *m, int w_bits, int a_bits, int block
     comet_fmpq_params p = comet_fmpq_default_params();
     p.w_bits = w_bits;
     p.a_bits = a_bits;
-    p.kv.bits = 4;
+    p.kv.type = COMET_KV_INT4;
     p.block = block;
     p.gptq = 0;
     p.clip_search = 1;
@@ -280,7 +280,7 @@ static inline int st_group_w4ax(const comet_model *m, int l, comet_group g) {
     return lin && lin->fmt == COMET_WFMT_QSIM && lin->a_bits < 16;
 }
 
-/* The CUDA act layout (model_ops.h, assumed here, not asked from the backend): int8 codes
+/* The CUDA act layout (norm_quant.h, assumed here, not asked from the backend): int8 codes
  * [T, K] at byte 0, fp32 scales [T, K/B] at byte roundup(T*K, 256). */
 static inline size_t st_act_scales_offset(int T, int K) {
     return ((size_t)T * K + 255) & ~(size_t)255;

@@ -482,7 +482,8 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
         return 0;
     if (r->op == OP_ATTENTION) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
-        const comet_kv_format fmt = {.bits = r->kv_bits, .group = a->G, .rotation = r->kv_rot};
+        const comet_kv_format fmt = {
+            .type = comet_kv_type_from_bits(r->kv_bits), .group = a->G, .rotation = r->kv_rot};
         comet_kv_cache kv;
         OP_OK(be, comet_kv_cache_init_on(be, &kv, N_LAYER, in->n_pages, PAGE, a->Hkv, a->D, fmt),
               "KV pool");
@@ -876,8 +877,6 @@ int main(int argc, char **argv) {
     for (int i = 0; i < g_n_rows; i++)
         tests[i] = (struct CMUnitTest){
             .name = g_rows[i].name, .test_func = test_row, .initial_state = &g_rows[i]};
-    if (getenv("COMET_TEST_FILTER"))
-        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
     int rc = _cmocka_run_group_tests(cuda ? "backend ops (cuda)" : "backend ops (cpu)", tests,
                                      (size_t)g_n_rows, NULL, NULL);
     for (int v = 0; v < N_VARIANTS; v++) {

@@ -175,9 +175,9 @@ static void round_trip(int w_bits, int gptq) {
     comet_model *r = NULL;
     assert_int_equal(comet_checkpoint_load(d1, &r), COMET_OK);
     assert_memory_equal(&r->cfg, &m->cfg, sizeof r->cfg);
-    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.type, COMET_KV_INT4);
     assert_int_equal(r->kv.group, m->kv.group);
-    assert_int_equal(r->kv.group, 32);                            /* the head dim */
+    assert_int_equal(r->kv.group, 16); /* comet_kv_default_group(32): the default policy */
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_HADAMARD); /* KV4, D = 32 */
     assert_int_equal(r->quant->kv.rotation, m->quant->kv.rotation);
     assert_non_null(r->quant);
@@ -311,6 +311,12 @@ static void test_corrupt_checkpoints(void **st) {
     expect_corrupt("rotation", "config.json", "\"kv_rotation\":\t\"hadamard\"",
                    "\"kv_rotation\":\t\"hadamaro\"", COMET_ERR_UNSUPPORTED,
                    "kv_rotation: \"none\" or \"hadamard\" expected");
+    /* the KV format: the type derived from kv_bits, the group through comet_kv_format_check */
+    expect_corrupt("kv_bits", "config.json", "\"kv_bits\":\t4", "\"kv_bits\":\t5",
+                   COMET_ERR_UNSUPPORTED, "kv_bits 5: 4, 8 or 16 expected");
+    expect_corrupt("kv_group", "config.json", "\"kv_group_size\":\t16", "\"kv_group_size\":\t12",
+                   COMET_ERR_FORMAT,
+                   "quantization_config: KV group 12 does not divide the head dim 32");
     expect_corrupt("missing", "model.safetensors", "model.layers.1.self_attn.k_proj.scales",
                    "model.layers.1.self_attn.k_proj.scalez", COMET_ERR_FORMAT,
                    "tensor model.layers.1.self_attn.k_proj.scales is missing");
@@ -341,7 +347,7 @@ static void test_corrupt_checkpoints(void **st) {
                 "\"format_version\":\t1", dir);
     assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
     assert_int_equal(r->quant->format_version, 1);
-    assert_int_equal(r->kv.bits, 4);
+    assert_int_equal(r->kv.type, COMET_KV_INT4);
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_NONE);
     comet_model_free(r);
 }

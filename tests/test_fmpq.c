@@ -53,7 +53,7 @@ static float *run_logits(const comet_model *m, comet_backend *be) {
     assert_int_equal(
         comet_kv_cache_init(&kv, m->cfg.n_layer, n_pages, P, m->cfg.n_head_kv, m->cfg.head_dim),
         COMET_OK);
-    kv.kv.bits = m->kv.bits;
+    kv.kv.type = m->kv.type;
     kv.kv.group = m->kv.group;
     kv.kv.rotation = m->kv.rotation;
     assert_int_equal(comet_kv_pool_init(&pool, n_pages, P), COMET_OK);
@@ -120,7 +120,7 @@ static void test_permutation_round_trip(void **st) {
     assert_int_equal(comet_model_load(model_path, &m1), COMET_OK);
     comet_calib_stats *cs = random_stats(m1);
     comet_fmpq_params p = comet_fmpq_default_params();
-    p.w_bits = 32, p.a_bits = 16, p.kv.bits = 16, p.gptq = 0;
+    p.w_bits = 32, p.a_bits = 16, p.kv.type = COMET_KV_F16, p.gptq = 0;
     assert_int_equal(comet_fmpq_quantize(m1, cs, &p), COMET_OK);
     comet_calib_stats_free(cs);
     /* The permutations moved channels, and down_proj's is folded, not gathered. */
@@ -157,7 +157,7 @@ static void test_kv_rotation_exact_unquantized(void **st) {
     for (int ref = 0; ref < 2; ref++) {
         comet_backend *be = ref ? comet_backend_cpu_ref_init() : comet_backend_cpu_init(0);
         assert_non_null(be);
-        m->kv.bits = 16;
+        m->kv.type = COMET_KV_F16;
         m->kv.rotation = COMET_KV_ROTATION_NONE;
         float *a = run_logits(m, be);
         m->kv.rotation = COMET_KV_ROTATION_HADAMARD;
@@ -166,7 +166,7 @@ static void test_kv_rotation_exact_unquantized(void **st) {
         print_message("%s, KV16: hadamard vs no rotation: max |diff| / max |logit| = %.3g\n",
                       be->ops->name, d);
         assert_true(d < 1e-5);
-        m->kv.bits = 4;
+        m->kv.type = COMET_KV_INT4;
         float *c = run_logits(m, be);
         m->kv.rotation = COMET_KV_ROTATION_NONE;
         float *e = run_logits(m, be);
@@ -224,13 +224,13 @@ static void test_calibrate_quantize_close_to_fp(void **st) {
     comet_calib_stats_free(b);
 
     comet_fmpq_params p = comet_fmpq_default_params();
-    p.gptq = 0, p.a_bits = 16, p.kv.bits = 16, p.reorder = 0;
+    p.gptq = 0, p.a_bits = 16, p.kv.type = COMET_KV_F16, p.reorder = 0;
     assert_int_equal(comet_fmpq_quantize(m1, a, &p), COMET_OK);
     comet_calib_stats_free(a);
     int V = m0->cfg.n_vocab, T = N_TOK;
     memcpy(prompt_ids, ids, sizeof prompt_ids);
     float *l0 = run_logits(m0, be), *l1 = run_logits(m1, be);
-    m0->kv.bits = 4;
+    m0->kv.type = COMET_KV_INT4;
     float *l2 = run_logits(m0, be);
     const float *cmp[2] = {l1, l2};
     const char *what[2] = {"W4A16 RTN", "FP + KV4"};

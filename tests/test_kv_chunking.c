@@ -44,8 +44,9 @@ static const kv_config configs[] = {
 static const int chunks[] = {CTX, 1, 7, 16};
 
 static comet_ppl_result run(comet_model *m, comet_backend *be, const int32_t *tokens, size_t n,
-                            int chunk) {
+                            int chunk, comet_kv_format kv) {
     comet_ppl_params p = comet_ppl_default_params();
+    p.kv = kv; /* perplexity's override: the model itself keeps its unquantized cache */
     p.ctx = CTX;
     p.max_windows = WINDOWS;
     p.chunk = chunk;
@@ -66,18 +67,19 @@ static void check_backend(comet_backend *(*make)(int threads), const int *thread
     for (size_t i = 0; i < n; i++)
         tokens[i] = tu_int(m->cfg.n_vocab);
     int bad = 0;
+    double refs[sizeof configs / sizeof configs[0]];
     for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
-        m->kv.bits = configs[c].bits;
-        m->kv.group = 0; /* one scale/zero per head */
-        m->kv.rotation = configs[c].rotation;
+        const comet_kv_format kv = {.type = comet_kv_type_from_bits(configs[c].bits),
+                                    .group = m->cfg.head_dim, /* one scale/zero per head */
+                                    .rotation = configs[c].rotation};
         double ref = 0;
         for (int ti = 0; ti < n_threads; ti++) {
             comet_backend *be = make(threads[ti]);
             assert_non_null(be);
             for (size_t k = 0; k < sizeof chunks / sizeof chunks[0]; k++) {
-                comet_ppl_result r = run(m, be, tokens, n, chunks[k]);
+                comet_ppl_result r = run(m, be, tokens, n, chunks[k], kv);
                 if (ti == 0 && k == 0) {
-                    ref = r.nll_sum;
+                    ref = refs[c] = r.nll_sum;
                     continue;
                 }
                 if (memcmp(&r.nll_sum, &ref, sizeof ref)) {
@@ -94,8 +96,16 @@ static void check_backend(comet_backend *(*make)(int threads), const int *thread
         }
     }
     free(tokens);
+    const int model_type = m->kv.type;
     tu_model_free(m);
     assert_int_equal(bad, 0);
+    assert_int_equal(model_type, COMET_KV_F16);
+    /* the override took effect: each quantized cache moves the NLL off the unquantized one,
+     * the rotation moves KV4's, and the model's own format was left alone */
+    const size_t last = sizeof configs / sizeof configs[0] - 1; /* KV16 */
+    for (size_t c = 0; c < last; c++)
+        assert_true(refs[c] != refs[last]);
+    assert_true(refs[0] != refs[1]);
 }
 
 static comet_backend *make_fast(int threads) { return comet_backend_cpu_init(threads); }

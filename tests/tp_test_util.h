@@ -49,7 +49,7 @@ static comet_model *tp_small_model_w4a4(void) {
         }
     comet_fmpq_params p = comet_fmpq_default_params();
     p.gptq = 0, p.block = 64, p.tau = 4.0f, p.int8_budget = 0.34f;
-    p.kv = (comet_kv_format){.bits = 4, .group = 16, .rotation = -1};
+    p.kv = (comet_kv_format){.type = COMET_KV_INT4, .group = 16, .rotation = -1};
     assert_int_equal(comet_fmpq_quantize(m, cs, &p), COMET_OK);
     comet_calib_stats_free(cs);
     int any_n8 = 0;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "comet/kv_format.h"
 #include "comet/sampling.h"
 #include "comet/status.h"
 
@@ -123,40 +124,11 @@ struct comet_tokenizer;
  * (their meaning when they were written). */
 #define COMET_QUANT_FORMAT_VERSION 2
 
-/* Rotation of K (after RoPE) and V per KV head before KV quantization (docs/numerics.md
- * "KV cache"): none, or the normalized Walsh–Hadamard matrix H_D (D a power of two);
- * attention then rotates q by H_D and its output back by H_D, so only the quantization
- * error changes. */
-typedef enum comet_kv_rotation {
-    COMET_KV_ROTATION_NONE = 0,
-    COMET_KV_ROTATION_HADAMARD = 1,
-} comet_kv_rotation;
-
-/* "none" / "hadamard" (the checkpoint's and the CLI's spelling); NULL for other values. */
-const char *comet_kv_rotation_name(int rotation);
-
-/* The comet_kv_rotation named `name`, or -1 for a name not listed above. */
-int comet_kv_rotation_parse(const char *name);
-
-/* The KV group a 4- or 8-bit cache takes unless told otherwise (`comet quantize`, and
- * `perplexity --kv-bits` on a model whose cache is not quantized): 16 channels where the head
- * dim is a multiple of 16, else 0 (one group per head). docs/accuracy.md has what it buys. */
-int comet_kv_default_group(int head_dim);
-
-/* How the KV cache stores K and V (docs/numerics.md "KV cache"): the one definition the
- * checkpoint, the model, the quantizer's parameters and the cache itself share. */
-typedef struct comet_kv_format {
-    int bits;     /* 4 or 8: codes with an fp16 scale and zero per token, KV head and group;
-                   * 16 (or 0 where a cache is set up from a model without one): unquantized */
-    int group;    /* G: channels per scale/zero group (divides the head dim D); 0 = D */
-    int rotation; /* comet_kv_rotation applied before quantization (-1 in the quantizer's
-                   * parameters: chosen automatically) */
-} comet_kv_format;
 typedef struct comet_quant_config {
     int format_version; /* COMET_QUANT_FORMAT_VERSION */
     int w_bits;         /* 4, 8, 16 or 32 */
     int a_bits;         /* 4 (FMPQ INT4/INT8 blocks) or 16 (not quantized) */
-    comet_kv_format kv; /* the KV cache: bits 4, 8 or 16, group G, rotation */
+    comet_kv_format kv; /* the KV cache: type (kv_bits on disk), group G, rotation */
     int block;          /* B */
     int reorder;        /* channels sorted by salience (else identity permutations) */
     float tau;          /* INT8 threshold: salience > tau * median */
@@ -192,8 +164,9 @@ typedef struct comet_model {
     /* Quantization: NULL for a floating-point model; set by `comet quantize` and by the
      * comet checkpoint loader (src/format/checkpoint.h). */
     struct comet_quant_config *quant;
-    /* The KV cache the model runs with: bits 0 or 16 = unquantized, 4 or 8 (the CPU backends
-     * simulate them: quantize->dequantize per token per KV head); group 0 = D. */
+    /* The KV cache the model runs with (comet/kv_format.h): F16 = unquantized (zeroed for a
+     * floating-point model), INT8 / INT4 (the CPU backends simulate them: quantize->dequantize
+     * per token per KV head); group 0 = D. */
     comet_kv_format kv;
     /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and
      * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy

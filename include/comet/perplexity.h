@@ -41,9 +41,14 @@ typedef struct comet_ppl_params {
     int tensor_parallel; /* 0 (default): one device; N >= 1: the model split over N devices
                           * of the backend's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
+    comet_kv_format kv;  /* the KV cache to simulate, on top of the model's m->kv
+                          * (comet_kv_format_resolve): type -1 = the model's; group 0 and
+                          * rotation -1 = automatic (the model's, or the default policy where
+                          * a quantized cache is asked of a model without one) */
 } comet_ppl_params;
 
-/* ctx 2048, all windows, chunk 256, comet's protocol, bos_id -1. */
+/* ctx 2048, all windows, chunk 256, comet's protocol, bos_id -1, the model's KV format
+ * (kv {-1, 0, -1}). */
 comet_ppl_params comet_ppl_default_params(void);
 
 typedef struct comet_ppl_result {
@@ -58,10 +63,11 @@ typedef struct comet_ppl_result {
  * BOS: p->bos_id places it per the protocol. (With bos_id -1 and comet's protocol the
  * tokens are windowed as given, so a caller may also pass a stream it made itself.) Only
  * full windows are evaluated; a trailing partial window is dropped. The model runs with
- * its KV format m->kv (a caller may change it first to simulate another cache). Fills
- * *out and returns COMET_OK, or COMET_ERR_INVALID_ARG when the text holds fewer tokens
- * than one window (two for llama.cpp's protocol), ctx exceeds the model's context or
- * tensor_parallel is out of range (the numbers named), or the error of a failed step
+ * the KV format p->kv resolved against m->kv; m is not changed. Fills *out and returns
+ * COMET_OK, or COMET_ERR_INVALID_ARG when the text holds fewer tokens than one window (two
+ * for llama.cpp's protocol), ctx exceeds the model's context, tensor_parallel is out of
+ * range (the numbers named) or p->kv is a format the model's head dim cannot take
+ * (comet_kv_format_check's message), or the error of a failed step
  * (COMET_ERR_NOMEM, COMET_ERR_CUDA, ...). */
 comet_status comet_perplexity(const comet_model *m, comet_backend *be, const int32_t *tokens,
                               size_t n_tokens, const comet_ppl_params *p, comet_ppl_result *out);

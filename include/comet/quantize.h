@@ -22,9 +22,11 @@ typedef struct comet_fmpq_params {
     int w_bits;         /* 4, 8, 16 (weights rounded to fp16) or 32 (weights kept fp32:
                         * permutation and folding only, embeddings not rounded either) */
     int a_bits;         /* 4: FMPQ INT4/INT8 blocks; 8: every block INT8; 16: no activation quant */
-    comet_kv_format kv; /* bits 4, 8 or 16; group 0 = D (docs/numerics.md default);
-                         * rotation -1 = automatic: hadamard when the KV cache is quantized
-                         * (4 or 8 bits) and D is a power of two, else none */
+    comet_kv_format kv; /* the KV cache asked for, resolved by comet_kv_format_resolve
+                         * without a base (comet/kv_format.h): group 0 = automatic
+                         * (comet_kv_default_group for INT4/INT8, D for F16); rotation -1 =
+                         * automatic: hadamard when the cache is quantized and D is a power of
+                         * two, else none */
     int block;          /* B; 0 = one block per row (per-token activations, per-channel
                         * weights); -1 = automatic: 128, or 64 when the model's widths are not
                         * multiples of 128 */
@@ -36,7 +38,7 @@ typedef struct comet_fmpq_params {
     float gptq_damp; /* GPTQ damping, a fraction of the mean Hessian diagonal */
 } comet_fmpq_params;
 
-/* Defaults: W4 A4(mixed) KV4 (automatic KV rotation), automatic block, reorder, tau 2
+/* Defaults: W4 A4(mixed) KV4 (automatic KV group and rotation), automatic block, reorder, tau 2
  * (chosen by docs/accuracy.md), budget 0.25, GPTQ with the
  * clipping search, damping 0.01. */
 comet_fmpq_params comet_fmpq_default_params(void);
@@ -56,7 +58,7 @@ typedef enum comet_quantize_stage {
 typedef void (*comet_quantize_progress_fn)(void *user, comet_quantize_stage stage);
 
 typedef struct comet_quantize_params {
-    comet_fmpq_params fmpq;  /* kv.group 0 with kv.bits < 16: comet_kv_default_group */
+    comet_fmpq_params fmpq;  /* the KV format's automatic fields: comet_kv_format_resolve */
     const char *calib_path;  /* calibration text, UTF-8 (default "data/mobydick.txt") */
     int calib_windows;       /* windows of the calibration run (default 128; fewer when the
                              * text holds fewer, with a warning logged) */

@@ -37,23 +37,10 @@ void comet_kv_cache_free(comet_kv_cache *kv) {
 comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer, int n_pages,
                                     int page_size, int n_head_kv, int head_dim,
                                     comet_kv_format fmt) {
-    const int kv_bits = fmt.bits, kv_group = fmt.group, kv_rotation = fmt.rotation;
     memset(kv, 0, sizeof *kv);
     if (n_layer <= 0 || n_pages <= 0 || page_size <= 0 || n_head_kv <= 0 || head_dim <= 0)
         return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: sizes must be positive");
-    if (kv_bits != 0 && kv_bits != 4 && kv_bits != 8 && kv_bits != 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: kv_bits %d (4, 8 or 16)", kv_bits);
-    if (kv_group < 0 || (kv_group > 0 && head_dim % kv_group))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "kv cache: group %d does not divide head_dim %d", kv_group,
-                               head_dim);
-    if (kv_rotation == COMET_KV_ROTATION_HADAMARD && (head_dim & (head_dim - 1)))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "kv cache: the Hadamard rotation needs a power-of-two head_dim, "
-                               "not %d",
-                               head_dim);
-    if (kv_rotation != COMET_KV_ROTATION_NONE && kv_rotation != COMET_KV_ROTATION_HADAMARD)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "kv cache: unknown rotation %d", kv_rotation);
+    COMET_TRY(comet_kv_format_check(&fmt, head_dim, "kv cache"));
     kv->n_layer = n_layer;
     kv->n_pages = n_pages;
     kv->page_size = page_size;

@@ -16,12 +16,12 @@ comet_status comet_kv_cache_init(comet_kv_cache *kv, int n_layer, int n_pages, i
 void comet_kv_cache_free(comet_kv_cache *kv);
 
 /* The KV pool of backend `be` (backend.h kv_init): n_pages pages of page_size tokens for
- * every layer, stored as `fmt` says (bits 0 / 16 unquantized: fp32 on the CPU, fp16 on
- * CUDA; 4 / 8 quantized per token per KV head in groups of fmt.group channels, 0 = head_dim)
- * after the rotation fmt.rotation (comet_kv_rotation). kv is caller-owned; release with
- * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes,
- * a group that does not divide head_dim, a Hadamard rotation with head_dim not a power of
- * two), COMET_ERR_NOMEM (size named), or the backend's failure. */
+ * every layer, stored as `fmt` says (comet/kv_format.h: F16 unquantized, fp32 on the CPU,
+ * fp16 on CUDA; INT8 / INT4 quantized per token per KV head in groups of fmt.group
+ * channels, 0 = head_dim) after the rotation fmt.rotation. kv is caller-owned; release with
+ * comet_kv_cache_free_on and the same backend. COMET_OK, COMET_ERR_INVALID_ARG (sizes, or
+ * a format comet_kv_format_check refuses), COMET_ERR_UNSUPPORTED (a format the backend does
+ * not store), COMET_ERR_NOMEM (size named), or the backend's failure. */
 comet_status comet_kv_cache_init_on(comet_backend *be, comet_kv_cache *kv, int n_layer, int n_pages,
                                     int page_size, int n_head_kv, int head_dim,
                                     comet_kv_format fmt);

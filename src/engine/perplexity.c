@@ -10,8 +10,12 @@
 #include "engine/runner.h"
 
 comet_ppl_params comet_ppl_default_params(void) {
-    return (comet_ppl_params){
-        .ctx = 2048, .max_windows = 0, .chunk = 256, .protocol = COMET_PPL_COMET, .bos_id = -1};
+    return (comet_ppl_params){.ctx = 2048,
+                              .max_windows = 0,
+                              .chunk = 256,
+                              .protocol = COMET_PPL_COMET,
+                              .bos_id = -1,
+                              .kv = {.type = -1, .group = 0, .rotation = -1}};
 }
 
 /* -log softmax(row)[target], in double */
@@ -54,6 +58,8 @@ comet_status comet_perplexity_observed(const comet_model *m, comet_backend *be,
                                "perplexity: tensor_parallel must be 0 (one device) or 1..%d "
                                "ranks, got %d",
                                COMET_MAX_TENSOR_PARALLEL, p->tensor_parallel);
+    comet_kv_format kv;
+    COMET_TRY(comet_kv_format_resolve(&p->kv, &m->kv, c->head_dim, "perplexity", &kv));
     if (observer && p->tensor_parallel)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "perplexity: observing the linears' inputs needs the model on one "
@@ -89,7 +95,8 @@ comet_status comet_perplexity_observed(const comet_model *m, comet_backend *be,
                               .max_seqs = 1,
                               .n_pages = n_pages,
                               .page_size = P,
-                              .tensor_parallel = p->tensor_parallel};
+                              .tensor_parallel = p->tensor_parallel,
+                              .kv = &kv};
     if ((st = comet_runner_init(&run, m, be, &rp)) < 0 ||
         (st = comet_forward_set_input_observer(run.fc, observer, observer_user)) < 0 ||
         (st = comet_kv_seq_init(&seq, ctx, P)) < 0)

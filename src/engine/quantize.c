@@ -195,8 +195,8 @@ static comet_status quantize(run *q, const char *model_path, const char *out_dir
     stage(q, COMET_QUANTIZE_LOAD);
     COMET_TRY(comet_model_load(model_path, &q->m));
     comet_model *m = q->m;
-    if (fp.kv.group == 0 && fp.kv.bits < 16)
-        fp.kv.group = comet_kv_default_group(m->cfg.head_dim);
+    /* the KV format now, not after calibration: a bad --kv-group fails at once */
+    COMET_TRY(comet_kv_format_resolve(&fp.kv, NULL, m->cfg.head_dim, "quantize", &fp.kv));
     if (m->quant)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "%s is already quantized; quantize the floating-point "

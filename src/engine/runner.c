@@ -20,6 +20,7 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
     r->m = m;
     r->be = be;
     comet_status st;
+    const comet_kv_format kv = p->kv ? *p->kv : m->kv;
     if (p->tensor_parallel < 0)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "runner: tensor_parallel %d; 0 or a rank "
@@ -31,12 +32,12 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
         goto fail;
     if (p->tensor_parallel > 0) { /* the ranks hold the KV pages and the workspace */
         if ((st = comet_tp_init(m, be, p->tensor_parallel, p->max_batch_tokens, p->n_pages,
-                                p->page_size, &r->tp)) < 0)
+                                p->page_size, kv, &r->tp)) < 0)
             goto fail;
         r->fc = comet_tp_rank0(r->tp);
     } else {
         if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
-                                         c->n_head_kv, c->head_dim, m->kv)) < 0)
+                                         c->n_head_kv, c->head_dim, kv)) < 0)
             goto fail;
         r->fc = comet_forward_init(m, be, p->max_batch_tokens);
         if (!r->fc) {

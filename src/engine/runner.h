@@ -44,19 +44,21 @@ comet_status comet_sampling_run(comet_sampling *s, comet_backend *be, const floa
                                 int32_t *ids);
 
 typedef struct comet_runner_params {
-    int max_batch_tokens; /* tokens per step (> 0) */
-    int max_seqs;         /* sequences per step (> 0) */
-    int n_pages;          /* KV pool pages (> 0) */
-    int page_size;        /* P tokens per page (> 0) */
-    int tensor_parallel;  /* 0: the model on `be` alone; N >= 1: split over N ranks
-                           * (engine/tp.h), `be` rank 0 and peers of its kind */
+    int max_batch_tokens;      /* tokens per step (> 0) */
+    int max_seqs;              /* sequences per step (> 0) */
+    int n_pages;               /* KV pool pages (> 0) */
+    int page_size;             /* P tokens per page (> 0) */
+    int tensor_parallel;       /* 0: the model on `be` alone; N >= 1: split over N ranks
+                                * (engine/tp.h), `be` rank 0 and peers of its kind */
+    const comet_kv_format *kv; /* the KV cache's format (checked by the KV pool); NULL: the
+                                * model's m->kv */
 } comet_runner_params;
 
 typedef struct comet_runner {
     const comet_model *m;    /* borrowed */
     comet_backend *be;       /* borrowed */
     comet_forward_ctx *fc;   /* the model on be (with tensor parallelism: rank 0's shard) */
-    comet_kv_cache kv;       /* in be's memory: the model's kv_bits, kv_group, kv_rotation
+    comet_kv_cache kv;       /* in be's memory, in p->kv's format (default: the model's)
                               * (with tensor parallelism: unused, each rank holds its own) */
     comet_tp *tp;            /* the ranks (tensor_parallel > 0), or NULL */
     comet_kv_pool pool;      /* page allocator over kv */
@@ -65,7 +67,7 @@ typedef struct comet_runner {
 } comet_runner;
 
 /* Set up r for model m on backend be (both borrowed; they must outlive r). The KV cache
- * takes the model's KV settings (m->kv.bits, kv_group, kv_rotation). COMET_OK, or the
+ * takes p->kv's format, or the model's (m->kv) when that is NULL. COMET_OK, or the
  * first failure with comet_last_error() naming it (COMET_ERR_INVALID_ARG for sizes,
  * COMET_ERR_NOMEM, COMET_ERR_UNSUPPORTED for a backend that cannot run the model,
  * COMET_ERR_CUDA); r is then zeroed and owns nothing. */

@@ -95,7 +95,8 @@ static void *rank_main(void *arg) {
 
 /* Rank r's shard, backend, KV pool and forward context. */
 static comet_status rank_init(comet_tp *tp, const comet_model *m, comet_backend *be0, int r,
-                              int max_batch_tokens, int n_pages, int page_size) {
+                              int max_batch_tokens, int n_pages, int page_size,
+                              comet_kv_format kv) {
     tp_rank *rk = &tp->ranks[r];
     rk->tp = tp;
     rk->rank = r;
@@ -105,13 +106,13 @@ static comet_status rank_init(comet_tp *tp, const comet_model *m, comet_backend 
         return comet_last_status();
     const comet_model_config *c = &rk->shard.m.cfg;
     COMET_TRY(comet_kv_cache_init_on(rk->be, &rk->kv, c->n_layer, n_pages, page_size, c->n_head_kv,
-                                     c->head_dim, m->kv));
+                                     c->head_dim, kv));
     rk->fc = comet_forward_init(&rk->shard.m, rk->be, max_batch_tokens);
     return rk->fc ? COMET_OK : comet_last_status();
 }
 
 comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int max_batch_tokens,
-                           int n_pages, int page_size, comet_tp **out) {
+                           int n_pages, int page_size, comet_kv_format kv, comet_tp **out) {
     *out = NULL;
     COMET_TRY(comet_shard_check(m, n));
     comet_tp *tp = calloc(1, sizeof *tp);
@@ -133,7 +134,7 @@ comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int 
     comet_shard_vocab_cols(m, n, tp->vocab_cols);
     comet_status st = COMET_OK;
     for (int r = 0; r < n && st >= 0; r++)
-        if ((st = rank_init(tp, m, be0, r, max_batch_tokens, n_pages, page_size)) < 0) {
+        if ((st = rank_init(tp, m, be0, r, max_batch_tokens, n_pages, page_size, kv)) < 0) {
             char why[1024];
             snprintf(why, sizeof why, "%s", comet_last_error());
             st = comet_set_error(st, "tensor parallel %d: rank %d: %s", n, r, why);

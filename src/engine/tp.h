@@ -22,11 +22,12 @@ typedef struct comet_tp comet_tp;
 /* Split m over n ranks, rank 0 on be0 (borrowed; the others are opened here: cuda:(d + r)
  * for be0 on GPU d, else CPU backends like be0, with be0's batch_invariant). Each rank gets
  * workspace for max_batch_tokens tokens and a KV pool of n_pages pages of page_size tokens
- * for its KV heads, in m->kv's format. m and be0 must outlive the group. COMET_OK and *out;
+ * for its KV heads, in format `kv` (the caller's choice, usually m->kv). m and be0 must
+ * outlive the group. COMET_OK and *out;
  * the errors of comet_shard_check, comet_backend_open, comet_forward_init and
  * comet_comm_group_create, named with the rank; COMET_ERR_NOMEM. */
 comet_status comet_tp_init(const comet_model *m, comet_backend *be0, int n, int max_batch_tokens,
-                           int n_pages, int page_size, comet_tp **out);
+                           int n_pages, int page_size, comet_kv_format kv, comet_tp **out);
 
 /* Stop the ranks' threads and release everything the group opened. NULL: no-op. */
 void comet_tp_free(comet_tp *tp);

@@ -227,12 +227,20 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                c->cfg_path, q->format_version, COMET_QUANT_FORMAT_VERSION);
     COMET_TRY(get_int(c, qj, W, "w_bits", 0, 0, &q->w_bits));
     COMET_TRY(get_int(c, qj, W, "a_bits", 0, 0, &q->a_bits));
-    COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &q->kv.bits));
+    /* the KV type is stored as kv_bits and derived here (comet/kv_format.h) */
+    int kv_bits = 0;
+    COMET_TRY(get_int(c, qj, W, "kv_bits", 0, 0, &kv_bits));
+    q->kv.type = comet_kv_type_from_bits(kv_bits);
+    if (q->kv.type < 0)
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s: quantization_config.kv_bits %d: 4, 8 "
+                               "or 16 expected",
+                               c->cfg_path, kv_bits);
     COMET_TRY(get_int(c, qj, W, "kv_group_size", 1, m->cfg.head_dim, &q->kv.group));
-    if (q->kv.group <= 0 || m->cfg.head_dim % q->kv.group)
+    if (q->kv.group <= 0)
         return comet_set_error(COMET_ERR_FORMAT,
-                               "%s: quantization_config.kv_group_size %d "
-                               "does not divide head_dim %d",
+                               "%s: quantization_config.kv_group_size %d: a divisor of head_dim "
+                               "%d expected",
                                c->cfg_path, q->kv.group, m->cfg.head_dim);
     /* version 1 had no KV rotation; from version 2 the key is required */
     q->kv.rotation = COMET_KV_ROTATION_NONE;
@@ -244,11 +252,12 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                    "%s: quantization_config.kv_rotation: "
                                    "\"none\" or \"hadamard\" expected",
                                    c->cfg_path);
-        if (q->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
-            return comet_set_error(COMET_ERR_FORMAT,
-                                   "%s: quantization_config.kv_rotation "
-                                   "\"hadamard\" needs a power-of-two head_dim, not %d",
-                                   c->cfg_path, m->cfg.head_dim);
+    }
+    char who[sizeof c->cfg_path + 32], msg[1024];
+    snprintf(who, sizeof who, "%s: quantization_config", c->cfg_path);
+    if (comet_kv_format_check(&q->kv, m->cfg.head_dim, who) < 0) { /* a bad file: FORMAT */
+        snprintf(msg, sizeof msg, "%s", comet_last_error());
+        return comet_set_error(COMET_ERR_FORMAT, "%s", msg);
     }
     COMET_TRY(get_int(c, qj, W, "block_size", 0, 0, &q->block));
     if (q->w_bits != 4 && q->w_bits != 8 && q->w_bits != 16 && q->w_bits != 32)
@@ -261,11 +270,6 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                "%s: quantization_config.a_bits %d: 4, 8 "
                                "or 16 expected",
                                c->cfg_path, q->a_bits);
-    if (q->kv.bits != 4 && q->kv.bits != 8 && q->kv.bits != 16)
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "%s: quantization_config.kv_bits %d: 4, 8 "
-                               "or 16 expected",
-                               c->cfg_path, q->kv.bits);
     if (q->block < 0)
         return comet_set_error(COMET_ERR_FORMAT,
                                "%s: quantization_config.block_size %d: >= 0 "
@@ -335,9 +339,7 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
         }
     }
     m->quant = q;
-    m->kv.bits = q->kv.bits;
-    m->kv.group = q->kv.group;
-    m->kv.rotation = q->kv.rotation;
+    m->kv = q->kv;
     return COMET_OK;
 }
 
@@ -572,7 +574,8 @@ static comet_status load(ctx *c) {
                   "%s: llama, %d layers, C=%d, F=%d, H=%d/%d, D=%d, V=%d, comet checkpoint "
                   "W%dA%d KV%d",
                   c->dir, mc->n_layer, mc->n_embd, mc->n_ff, mc->n_head, mc->n_head_kv,
-                  mc->head_dim, mc->n_vocab, q->w_bits, q->a_bits, q->kv.bits);
+                  mc->head_dim, mc->n_vocab, q->w_bits, q->a_bits,
+                  comet_kv_type_bits(q->kv.type));
     }
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
     if (st == COMET_OK)

@@ -256,7 +256,7 @@ static cJSON *config_json(const comet_model *m) {
     cJSON_AddNumberToObject(qc, "format_version", COMET_QUANT_FORMAT_VERSION);
     cJSON_AddNumberToObject(qc, "w_bits", q->w_bits);
     cJSON_AddNumberToObject(qc, "a_bits", q->a_bits);
-    cJSON_AddNumberToObject(qc, "kv_bits", q->kv.bits);
+    cJSON_AddNumberToObject(qc, "kv_bits", comet_kv_type_bits(q->kv.type));
     cJSON_AddNumberToObject(qc, "kv_group_size", q->kv.group);
     cJSON_AddStringToObject(qc, "kv_rotation", comet_kv_rotation_name(q->kv.rotation));
     cJSON_AddNumberToObject(qc, "block_size", q->block);

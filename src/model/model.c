@@ -128,23 +128,3 @@ comet_status comet_model_config_check(const comet_model_config *c, const char *s
 #undef CHECK
     return comet_model_variant_check(c, src);
 }
-
-const char *comet_kv_rotation_name(int rotation) {
-    switch (rotation) {
-    case COMET_KV_ROTATION_NONE: return "none";
-    case COMET_KV_ROTATION_HADAMARD: return "hadamard";
-    }
-    return NULL;
-}
-
-int comet_kv_default_group(int head_dim) { return head_dim % 16 == 0 ? 16 : 0; }
-
-int comet_kv_rotation_parse(const char *name) {
-    if (!name)
-        return -1;
-    if (!strcmp(name, "none"))
-        return COMET_KV_ROTATION_NONE;
-    if (!strcmp(name, "hadamard"))
-        return COMET_KV_ROTATION_HADAMARD;
-    return -1;
-}

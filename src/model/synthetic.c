@@ -87,7 +87,7 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
         set_linear(&w->w_down, c->n_embd, c->n_ff, quantized, NULL);
     }
     if (quantized) {
-        m->kv.bits = 4;
+        m->kv.type = COMET_KV_INT4;
         m->kv.rotation = COMET_KV_ROTATION_HADAMARD;
     }
     comet_status st = comet_model_config_check(c, m->name);

@@ -60,7 +60,8 @@ comet_fmpq_params comet_fmpq_default_params(void) {
     comet_fmpq_params p = {
         .w_bits = 4,
         .a_bits = 4,
-        .kv.bits = 4,
+        .kv.type = COMET_KV_INT4,
+        .kv.group = 0,
         .kv.rotation = -1,
         .block = -1,
         .reorder = 1,
@@ -74,7 +75,7 @@ comet_fmpq_params comet_fmpq_default_params(void) {
 }
 
 static comet_status check_params(const comet_model *m, const comet_calib_stats *cs,
-                                 const comet_fmpq_params *p, int *block) {
+                                 const comet_fmpq_params *p, int *block, comet_kv_format *kv) {
     if (p->w_bits != 4 && p->w_bits != 8 && p->w_bits != 16 && p->w_bits != 32)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: %d-bit weights; 4, 8, 16 or 32 would work", p->w_bits);
@@ -83,23 +84,7 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
             COMET_ERR_INVALID_ARG,
             "quantize: %d-bit activations; 4 (INT4 with INT8 outlier blocks), 8 or 16 would work",
             p->a_bits);
-    if (p->kv.group < 0 || (p->kv.group > 0 && m->cfg.head_dim % p->kv.group))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: KV group %d does not divide the head dim %d", p->kv.group,
-                               m->cfg.head_dim);
-    if (p->kv.bits != 4 && p->kv.bits != 8 && p->kv.bits != 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: %d-bit KV cache; 4, 8 or 16 would work", p->kv.bits);
-    if (p->kv.rotation != -1 && !comet_kv_rotation_name(p->kv.rotation))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: KV rotation %d; none, hadamard or automatic (-1) "
-                               "would work",
-                               p->kv.rotation);
-    if (p->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(m->cfg.head_dim))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "quantize: the hadamard KV rotation needs a power-of-two head "
-                               "dim, not %d; --kv-rotation none would work",
-                               m->cfg.head_dim);
+    COMET_TRY(comet_kv_format_resolve(&p->kv, NULL, m->cfg.head_dim, "quantize", kv));
     if (!(p->int8_budget >= 0.0f && p->int8_budget <= 1.0f) || !(p->tau >= 0.0f))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "quantize: INT8 budget %g must be in [0, 1] and tau %g >= 0",
@@ -269,7 +254,8 @@ static comet_status quantize_layer(comet_model *m, const comet_calib_stats *cs, 
 comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
                                  const comet_fmpq_params *p) {
     int B = 0;
-    COMET_TRY(check_params(m, cs, p, &B));
+    comet_kv_format kv;
+    COMET_TRY(check_params(m, cs, p, &B, &kv));
     comet_quant_config *qc = comet_model_own(m, calloc(1, sizeof *qc));
     if (!qc)
         return comet_set_error(COMET_ERR_NOMEM, "quantize: out of memory");
@@ -290,12 +276,7 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->format_version = COMET_QUANT_FORMAT_VERSION;
     qc->w_bits = p->w_bits;
     qc->a_bits = p->a_bits;
-    qc->kv.bits = p->kv.bits;
-    qc->kv.group = p->kv.group > 0 ? p->kv.group : m->cfg.head_dim;
-    qc->kv.rotation = p->kv.rotation >= 0 ? p->kv.rotation
-                      : p->kv.bits < 16 && comet_is_pow2(m->cfg.head_dim)
-                          ? COMET_KV_ROTATION_HADAMARD
-                          : COMET_KV_ROTATION_NONE;
+    qc->kv = kv;
     qc->block = B;
     qc->reorder = p->reorder;
     qc->tau = p->tau;
@@ -307,8 +288,6 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
     qc->clip_search = p->clip_search;
     qc->gptq_damp = p->gptq_damp;
     m->quant = qc;
-    m->kv.bits = p->kv.bits;
-    m->kv.group = qc->kv.group;
-    m->kv.rotation = qc->kv.rotation;
+    m->kv = kv;
     return COMET_OK;
 }

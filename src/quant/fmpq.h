@@ -34,7 +34,8 @@ void comet_calib_stats_observe(comet_calib_stats *cs, int layer, comet_group g, 
 
 /* Quantize `m` (fp32 F32 linears) in place with statistics `cs`. Afterwards every linear
  * is COMET_WFMT_QSIM, the embedding / lm_head are rounded to fp16 (w_bits <= 16), m->quant is set
- * (calibration fields left for the caller) and m->kv.bits = p->kv.bits. Logs one
+ * (calibration fields left for the caller) and m->kv = m->quant->kv, p->kv resolved by
+ * comet_kv_format_resolve (no base: the default policy). Logs one
  * progress line per layer. Returns COMET_ERR_INVALID_ARG (bad params, dims not
  * multiples of the block, GPTQ without XᵀX), COMET_ERR_NOMEM, COMET_ERR_INTERNAL
  * (GPTQ failure); on failure the model is partly converted and must be freed. */

@@ -371,7 +371,8 @@ static void step_out_free(step_out *o) { free(o->q), free(o->k), free(o->out); }
 
 static void kv_make(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg, int n_pages,
                     int bits, int rot) {
-    const comet_kv_format fmt = {.bits = bits, .group = cfg->G, .rotation = rot};
+    const comet_kv_format fmt = {
+        .type = comet_kv_type_from_bits(bits), .group = cfg->G, .rotation = rot};
     if (comet_kv_cache_init_on(be, kv, ATT_LAYERS, n_pages, PAGE, cfg->Hkv, cfg->D, fmt) !=
         COMET_OK)
         fail_msg("%s backend: KV pool (%s, kv_bits %d, rotation %d): %s", be->ops->name, cfg->name,

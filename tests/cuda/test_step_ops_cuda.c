@@ -19,7 +19,7 @@
  *   int32 block sums on both sides) and 1e-3 relative per row.
  * Layouts assumed here, not asked from the backend: a W4Ax activation buffer holds int8
  * codes [T, K] at byte 0 and fp32 scales [T, K/B] at byte roundup(T*K, 256); an fp16 one
- * holds fp16 [T, K] at byte 0 (model_ops.h). The attention ops' own checks are in
+ * holds fp16 [T, K] at byte 0 (norm_quant.h). The attention ops' own checks are in
  * test_attention_cuda.c.
  * Every output is poisoned (0xFF bytes: NaN) before the op and framed by guard bytes.
  *

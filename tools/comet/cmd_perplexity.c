@@ -55,13 +55,13 @@ static void usage(FILE *f) {
             "  --verbose          debug logs on stderr\n");
 }
 
-static int is_pow2(int n) { return n > 0 && (n & (n - 1)) == 0; }
-
 int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     long tensor_parallel = 0;
-    int verbose = 0, kv_rotation = -1, batch_invariant = 0;
+    int verbose = 0, batch_invariant = 0;
+    /* the KV cache asked for: -1 / 0 = the model's or the default policy (kv_format.h) */
+    comet_kv_format kv_req = {.type = -1, .group = 0, .rotation = -1};
     comet_ppl_protocol protocol = COMET_PPL_COMET;
     const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
@@ -103,7 +103,8 @@ int cmd_perplexity(int argc, char **argv) {
         } else if (!strcmp(a, "--kv-bits")) {
             if (cli_parse_int("perplexity", a, val, 4, 16, &kv_bits))
                 return 2;
-            if (kv_bits != 4 && kv_bits != 8 && kv_bits != 16) {
+            kv_req.type = comet_kv_type_from_bits((int)kv_bits);
+            if (kv_req.type < 0) {
                 fprintf(stderr, "comet perplexity: --kv-bits expects 4, 8 or 16, got %ld\n",
                         kv_bits);
                 return 2;
@@ -115,8 +116,8 @@ int cmd_perplexity(int argc, char **argv) {
                 return 2;
             i++;
         } else if (!strcmp(a, "--kv-rotation")) {
-            kv_rotation = comet_kv_rotation_parse(val);
-            if (kv_rotation < 0) {
+            kv_req.rotation = comet_kv_rotation_parse(val);
+            if (kv_req.rotation < 0) {
                 fprintf(stderr, "comet perplexity: --kv-rotation expects none or hadamard\n");
                 return 2;
             }
@@ -166,31 +167,11 @@ int cmd_perplexity(int argc, char **argv) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }
-    int model_kv_quantized = m->kv.bits == 4 || m->kv.bits == 8;
-    if (kv_bits)
-        m->kv.bits = (int)kv_bits;
-    if (kv_rotation < 0 && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8) &&
-        is_pow2(m->cfg.head_dim))
-        kv_rotation = COMET_KV_ROTATION_HADAMARD; /* the default of a quantized KV cache */
-    if (!kv_group && !model_kv_quantized && (kv_bits == 4 || kv_bits == 8))
-        kv_group = comet_kv_default_group(m->cfg.head_dim); /* likewise */
-    if (kv_rotation >= 0) {
-        if (kv_rotation == COMET_KV_ROTATION_HADAMARD && !is_pow2(m->cfg.head_dim)) {
-            fprintf(stderr,
-                    "comet perplexity: --kv-rotation hadamard needs a power-of-two head "
-                    "dim, not %d\n",
-                    m->cfg.head_dim);
-            goto out;
-        }
-        m->kv.rotation = kv_rotation;
-    }
-    if (kv_group) {
-        if (m->cfg.head_dim % kv_group) {
-            fprintf(stderr, "comet perplexity: --kv-group %ld does not divide the head dim %d\n",
-                    kv_group, m->cfg.head_dim);
-            goto out;
-        }
-        m->kv.group = (int)kv_group;
+    kv_req.group = (int)kv_group;
+    comet_kv_format kv; /* what the cache runs with: the request on top of the model's */
+    if (comet_kv_format_resolve(&kv_req, &m->kv, m->cfg.head_dim, "perplexity", &kv) < 0) {
+        cli_report_error("perplexity", "bad KV cache options");
+        goto out;
     }
     size_t n = 0;
     if (comet_tokenizer_encode(m->tok, text, text_len, 0, &ids, &n) < 0) {
@@ -207,6 +188,7 @@ int cmd_perplexity(int argc, char **argv) {
     pp.max_windows = (int)max_windows;
     pp.chunk = (int)chunk;
     pp.tensor_parallel = (int)tensor_parallel;
+    pp.kv = kv;
     if (!(be = cli_open_backend("perplexity", device, (int)threads, (int)tensor_parallel,
                                 batch_invariant)))
         goto out;
@@ -218,14 +200,12 @@ int cmd_perplexity(int argc, char **argv) {
         comet_log(COMET_LOG_INFO,
                   "model: W%d A%d KV%d (group %d, rotation %s) FMPQ, block %d, "
                   "weights %s, calibration %s (%ld tokens)",
-                  q->w_bits, q->a_bits, m->kv.bits ? m->kv.bits : 16,
-                  m->kv.group ? m->kv.group : m->cfg.head_dim,
-                  comet_kv_rotation_name(m->kv.rotation), q->block, q->wmethod,
+                  q->w_bits, q->a_bits, comet_kv_type_bits(kv.type), kv.group,
+                  comet_kv_rotation_name(kv.rotation), q->block, q->wmethod,
                   q->calib_corpus[0] ? q->calib_corpus : "none", q->calib_tokens);
     else
         comet_log(COMET_LOG_INFO, "model: floating point (fp32), KV%d (group %d, rotation %s)",
-                  m->kv.bits ? m->kv.bits : 16, m->kv.group ? m->kv.group : m->cfg.head_dim,
-                  comet_kv_rotation_name(m->kv.rotation));
+                  comet_kv_type_bits(kv.type), kv.group, comet_kv_rotation_name(kv.rotation));
     comet_ppl_result r;
     if (comet_perplexity(m, be, ids, n, &pp, &r) < 0) {
         cli_report_error("perplexity", "perplexity failed");

@@ -175,7 +175,8 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "comet quantize: --out DIR is required (see comet quantize --help)\n");
         return 2;
     }
-    p.w_bits = (int)wbits, p.a_bits = (int)abits, p.kv.bits = (int)kvbits, p.block = (int)block;
+    p.w_bits = (int)wbits, p.a_bits = (int)abits, p.block = (int)block;
+    p.kv.type = comet_kv_type_from_bits((int)kvbits); /* 4, 8 or 16: checked above */
     p.kv.group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;
     qp.fmpq = p;
@@ -200,8 +201,8 @@ int cmd_quantize(int argc, char **argv) {
             p.a_bits == 4   ? "x (INT4 + INT8 blocks)"
             : p.a_bits == 8 ? "8"
                             : "16",
-            p.kv.bits, qc->kv.group, comet_kv_rotation_name(qc->kv.rotation), qc->block,
-            qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
+            comet_kv_type_bits(qc->kv.type), qc->kv.group, comet_kv_rotation_name(qc->kv.rotation),
+            qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
             p.reorder ? "channels reordered" : "channel order kept");
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,

@@ -14,16 +14,14 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
     (void)be;
     int D = kv->head_dim, Hkv = kv->n_head_kv;
     size_t row = (size_t)Hkv * D;
-    int G = kv->kv.group > 0 ? kv->kv.group : D;
-    COMET_ASSERT(D % G == 0);
+    int G = kv->kv.group > 0 ? kv->kv.group : D, bits = comet_kv_type_bits(kv->kv.type);
+    COMET_ASSERT(D % G == 0 && bits > 0);
     if (kv->kv.rotation == COMET_KV_ROTATION_NONE) {
         for (int s = 0; s < b->n_seqs; s++)
             for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++) {
                 size_t off = comet_kv_offset(kv, layer, b, s, b->positions[t], 0);
-                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, kv->kv.bits,
-                                   kv->k + off);
-                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, kv->kv.bits,
-                                   kv->v + off);
+                comet_quant_kv_sim(k + (size_t)t * row, (int)(row / G), G, bits, kv->k + off);
+                comet_quant_kv_sim(v + (size_t)t * row, (int)(row / G), G, bits, kv->v + off);
             }
         return COMET_OK;
     }
@@ -39,7 +37,7 @@ comet_status comet_cpu_kv_append(comet_backend *be, comet_kv_cache *kv, int laye
                     float *dst = (which ? kv->v : kv->k) + off + (size_t)h * D;
                     memcpy(tmp, src, (size_t)D * sizeof *tmp);
                     comet_wht(tmp, D);
-                    comet_quant_kv_sim(tmp, D / G, G, kv->kv.bits, dst);
+                    comet_quant_kv_sim(tmp, D / G, G, bits, dst);
                 }
         }
     return COMET_OK;

@@ -10,7 +10,7 @@
 #define COMET_CPU_MAX_GQA_GROUP 32 /* H / Hkv */
 
 /* The kv_append op of both CPU backends (it is a copy, nothing to speed up): writes this
- * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv.bits 4 or 8 each token's
+ * step's k, v [T, Hkv, D] into the pages of `layer`; with kv->kv.type INT4 or INT8 each token's
  * K and V are quantized->dequantized per KV head group as stored (docs/numerics.md "KV cache",
  * simulated in fp32); with kv->kv.rotation hadamard each head is first multiplied by H_D
  * (comet_wht), so the cache holds the rotated (and quantized) K and V. */

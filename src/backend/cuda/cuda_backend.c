@@ -7,9 +7,9 @@
  *   floating-point linears and the lm_head, fp32 norms and embedding, per group its
  *   activation format and permutation).
  * - Step ops and sample: cuda_step_ops.c (the batch in one copy, the kernels of
- *   model_ops.cu, attention.cu and sample.cu, the W4Ax GEMM — comet_cuda_gemm_w4ax, kernel
- *   AUTO, fp32 output, programmatic dependent launch, through
- *   comet_cuda_be_gemm_w4ax_launch here — and cuBLAS).
+ *   convert.cu, norm_quant.cu, rope_kv.cu, attention.cu and sample.cu, the W4Ax GEMM —
+ *   comet_cuda_gemm_w4ax, kernel AUTO, fp32 output, programmatic dependent launch,
+ *   through comet_cuda_be_gemm_w4ax_launch here — and cuBLAS).
  * - The KV pool: kv_init allocates the layout of cuda_kv.h.
  * - Decode steps are recorded as CUDA graphs, one per batch size and attention split
  *   count, and replayed (graph_begin / graph_end; COMET_CUDA_GRAPHS=0 turns them off).
@@ -22,8 +22,9 @@
  * stream).
  *
  * Plain C against the CUDA runtime and cuBLAS, compiled by the host compiler. It needs
- * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h and model_ops.h (+ their kernels),
- * gemm_w4ax_pack.c, backend.c, w4ax_check.c, rope.c, numerics/group.c, core/status.c and
+ * cuda_step_ops.c, cuda_weights.c, gemm_w4ax.h, convert.h, norm_quant.h, rope_kv.h and
+ * attention.h (+ their kernels), gemm_w4ax_pack.c, backend.c, w4ax_check.c, rope.c,
+ * numerics/group.c, core/status.c and
  * core/log.c. Without COMET_HAVE_CUDA this file compiles to stubs that fail with a
  * message, so that callers always link.
  */
@@ -333,12 +334,12 @@ static comet_status cuda_sync_op(comet_backend *be) { return comet_backend_cuda_
 
 comet_cuda_kv_layout comet_cuda_be_kv_layout(const comet_kv_cache *kv) {
     return comet_cuda_kv_layout_make(kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
-                                     kv->head_dim, kv->kv.bits, kv->kv.group);
+                                     kv->head_dim, comet_kv_type_bits(kv->kv.type), kv->kv.group);
 }
 
 static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
     cuda_impl *im = impl_of(be);
-    int D = kv->head_dim, G = kv->kv.group > 0 ? kv->kv.group : D, bits = kv->kv.bits;
+    int D = kv->head_dim, G = kv->kv.group > 0 ? kv->kv.group : D, type = kv->kv.type;
     kv->k = kv->v = NULL;
     kv->storage = NULL;
     kv->storage_bytes = 0;
@@ -353,20 +354,18 @@ static comet_status cuda_kv_init(comet_backend *be, comet_kv_cache *kv) {
                                "kernels take D <= %d with D %% 8 == 0 and pages of at most %d",
                                D, kv->page_size, COMET_CUDA_KV_MAX_HEAD_DIM,
                                COMET_CUDA_KV_MAX_PAGE_SIZE);
-    if (bits != 0 && bits != 4 && bits != 8 && bits != 16)
+    COMET_TRY(comet_kv_format_check(&kv->kv, D, "cuda backend: kv_init"));
+    /* the types the kernels store (cuda_kv.h; their BITS dispatch: with_kv_bits) */
+    if (type != COMET_KV_F16 && type != COMET_KV_INT8 && type != COMET_KV_INT4)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "cuda backend: kv_init: kv_bits %d; need 0, 4, 8 or 16", bits);
-    if ((bits == 4 || bits == 8) && (D % G || G % 8))
+                               "cuda backend: kv_init: a %s KV cache; the CUDA kernels store "
+                               "f16, int8 and int4",
+                               comet_kv_type_name(type));
+    if (comet_kv_type_quantized(type) && G % 8)
         return comet_set_error(COMET_ERR_UNSUPPORTED,
                                "cuda backend: kv_init: KV group of %d channels at head dim %d; "
                                "need a multiple of 8 dividing D",
                                G, D);
-    if (kv->kv.rotation != COMET_KV_ROTATION_NONE &&
-        (kv->kv.rotation != COMET_KV_ROTATION_HADAMARD || (D & (D - 1))))
-        return comet_set_error(COMET_ERR_UNSUPPORTED,
-                               "cuda backend: kv_init: KV rotation %d at head dim %d; need none, "
-                               "or hadamard with D a power of two",
-                               kv->kv.rotation, D);
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "kv_init: cudaSetDevice");

@@ -10,8 +10,10 @@
 #include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
-#include "backend/cuda/cuda_kv.h"
-#include "backend/cuda/model_ops.h"
+#include "backend/cuda/attention.h"
+#include "backend/cuda/convert.h"
+#include "backend/cuda/norm_quant.h"
+#include "backend/cuda/rope_kv.h"
 #include "backend/cuda/sample.h"
 
 #define CUDA_W4AX_MAGIC 0x34415543u /* "CUA4": made by comet_cuda_be_w4ax_load */

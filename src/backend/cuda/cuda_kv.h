@@ -21,13 +21,18 @@
  * (D % 8 == 0) and scale row is aligned for the kernels' 4, 8 and 16-byte loads. With the
  * hadamard rotation the stored vectors are H_D k and H_D v (after RoPE for k).
  *
- * Plain C (no CUDA types): cuda_backend.c sizes the storage with it, model_ops.cu writes it
- * and attention.cu reads it.
+ * Also here: the step's batch on the device as the RoPE / KV append and attention kernels
+ * read it (comet_cuda_step_view).
+ *
+ * Plain C (no CUDA types): cuda_backend.c sizes the storage with it, rope_kv.cu writes it
+ * and attention.cu reads it; the kernels' code width (`bits`) selects their template
+ * instances through paged_kv.cuh's with_kv_bits.
  */
 #ifndef COMET_BACKEND_CUDA_CUDA_KV_H
 #define COMET_BACKEND_CUDA_CUDA_KV_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* Largest head dim and page size of the CUDA attention and KV kernels. */
 #define COMET_CUDA_KV_MAX_HEAD_DIM 256
@@ -64,5 +69,25 @@ static inline comet_cuda_kv_layout comet_cuda_kv_layout_make(int n_layer, int n_
     L.total_bytes = (size_t)n_layer * L.layer_bytes;
     return L;
 }
+
+/* ---- the step's batch on the device, as the RoPE / KV / attention kernels read it ---- */
+
+/* Tokens per attention tile (a tile never spans two sequences; see tiles below). */
+#define COMET_CUDA_ATTN_TILE 16
+
+typedef struct comet_cuda_step_view {
+    int n_tokens, n_seqs;        /* T, S */
+    const int32_t *positions;    /* [T] */
+    const int32_t *token_indptr; /* [S + 1] */
+    const int32_t *page_indptr;  /* [S + 1] */
+    const int32_t *page_indices; /* [page_indptr[S]] */
+    const int32_t *tiles;        /* [n_tiles, 2]: (first token, sequence) of each run of up
+                                    * to COMET_CUDA_ATTN_TILE consecutive tokens of one
+                                    * sequence, covering every token once */
+    int n_tiles;
+    int max_kv_len;      /* the longest sequence after the append (host value) */
+    int batch_invariant; /* the backend's batch_invariant (backend.h): attention
+                                    * then takes the tile kernel over fixed key spans */
+} comet_cuda_step_view;
 
 #endif

@@ -1,9 +1,10 @@
 /* cuda_step_ops.c — the CUDA backend's step ops (backend.h "step ops") and its op
  * `sample`: step_begin packs the batch (and the attention tiles) into one pinned buffer
- * and one copy; the elementwise + quantize, RoPE + KV append and attention ops launch the
- * kernels of model_ops.cu and attention.cu; matmul runs the W4Ax GEMM or cuBLAS, one GEMM
- * per stacked group for matmul_group; lm_head gathers the wanted rows and runs cuBLAS;
- * sample launches sample.cu's kernel. cuda_backend.c puts them in the op table.
+ * and one copy; the embedding, elementwise + quantize, RoPE + KV append and attention ops
+ * launch the kernels of convert.cu, norm_quant.cu, rope_kv.cu and attention.cu; matmul
+ * runs the W4Ax GEMM or cuBLAS, one GEMM per stacked group for matmul_group; lm_head
+ * gathers the wanted rows and runs cuBLAS; sample launches sample.cu's kernel.
+ * cuda_backend.c puts them in the op table.
  *
  * Plain C against the CUDA runtime and cuBLAS; without COMET_HAVE_CUDA this file is empty.
  */
@@ -40,14 +41,13 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
                                "cuda backend: step_begin: page_indptr runs %d..%d for %d "
                                "sequences",
                                b->page_indptr[0], NP, S);
-    int n_tiles = 0, max_q = 0, max_kv = 0;
+    int max_q = 0, max_kv = 0;
     for (int s = 0; s < S; s++) {
         int n = b->token_indptr[s + 1] - b->token_indptr[s];
         if (n < 0)
             return comet_set_error(COMET_ERR_INVALID_ARG,
                                    "cuda backend: step_begin: token_indptr falls at sequence %d",
                                    s);
-        n_tiles += (n + COMET_CUDA_ATTN_TILE - 1) / COMET_CUDA_ATTN_TILE;
         max_q = n > max_q ? n : max_q;
         /* the sequence's KV length after the append: its last token's position + 1 (the
          * page table's comet_batch_kv_len needs the pool's page size, which the step does
@@ -55,6 +55,7 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
         if (n > 0 && b->positions[b->token_indptr[s + 1] - 1] + 1 > max_kv)
             max_kv = b->positions[b->token_indptr[s + 1] - 1] + 1;
     }
+    const int n_tiles = comet_cuda_attention_tiles(b->token_indptr, S, NULL);
     size_t o_tok = 0, o_pos = o_tok + round4(T), o_tind = o_pos + round4(T);
     size_t o_pind = o_tind + round4(S + 1), o_last = o_pind + round4(S + 1);
     size_t o_rows = o_last + round4(S), o_tiles = o_rows + round4(NL);
@@ -97,11 +98,7 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
         memcpy(h + o_last, b->last_page_len, (size_t)S * sizeof *h);
         if (NL)
             memcpy(h + o_rows, b->logit_rows, (size_t)NL * sizeof *h);
-        int32_t *tiles = h + o_tiles;
-        for (int s = 0, i = 0; s < S; s++)
-            for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1];
-                 t += COMET_CUDA_ATTN_TILE, i++)
-                tiles[2 * i] = t, tiles[2 * i + 1] = s;
+        comet_cuda_attention_tiles(b->token_indptr, S, h + o_tiles);
         if ((e = cudaMemcpyAsync(im->step_dev, h, need * sizeof *h, cudaMemcpyHostToDevice,
                                  im->stream)) != cudaSuccess ||
             (e = cudaEventRecord(im->step_copied, im->stream)) != cudaSuccess)

@@ -1,7 +1,8 @@
-/* paged_kv.cuh — what the CUDA backend's model kernels share (model_ops.cu: RoPE + KV
- * append; attention.cu: paged attention): the launch check, warp reductions, the paged KV
- * pool's layout as kernel arguments (cuda_kv.h) and the in-shared-memory Walsh-Hadamard
- * transform. Internal to those two files: everything is in an anonymous namespace.
+/* paged_kv.cuh — what the kernels of the paged KV cache share (rope_kv.cu: RoPE + KV
+ * append; attention.cu: paged attention): the pool's layout as kernel arguments (cuda_kv.h),
+ * the dispatch of the KV code width to template instances (with_kv_bits) and the
+ * in-shared-memory Walsh-Hadamard transform. Internal to those files: everything is in an
+ * anonymous namespace.
  */
 #ifndef COMET_BACKEND_CUDA_PAGED_KV_CUH
 #define COMET_BACKEND_CUDA_PAGED_KV_CUH
@@ -10,29 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/cuda/model_ops.h"
+#include <type_traits>
+
+#include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/kernel_util.cuh"
 
 namespace {
-
-inline comet_status launch_check(const char *op) {
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA, "cuda backend: %s: kernel launch failed: %s (%s)",
-                               op, cudaGetErrorString(e), cudaGetErrorName(e));
-    return COMET_OK;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* ---- paged KV ---- */
 
@@ -50,6 +34,22 @@ inline kv_args kv_args_make(const comet_cuda_kv_layout *L, const void *storage, 
     k.code_row = L->code_row_bytes, k.sz_row = L->sz_row_bytes;
     k.P = L->P, k.Hkv = L->Hkv, k.D = L->D, k.G = L->G, k.bits = L->bits;
     return k;
+}
+
+/* f(BITS) with the KV code width of a layout (cuda_kv.h `bits`: 16, 4 or 8, the values
+ * comet_cuda_kv_layout_make gives) as a std::integral_constant value: the one place where
+ * the run-time KV format selects the template instances of the KV kernels (the counterpart
+ * of gemm_w4ax.cu's with_ws_config). Host code dispatches a launch with it, device code a
+ * load (tested in that order there: fp16, then INT4). A new KV type adds its case here and
+ * in the kernels' `if constexpr` on BITS. */
+#pragma nv_exec_check_disable
+template <typename F>
+__host__ __device__ __forceinline__ auto with_kv_bits(int bits, F &&f) {
+    if (bits == 16)
+        return f(std::integral_constant<int, 16>{});
+    if (bits == 4)
+        return f(std::integral_constant<int, 4>{});
+    return f(std::integral_constant<int, 8>{});
 }
 
 /* The head tile of (page, kv, h) in the layer. */

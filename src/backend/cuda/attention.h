@@ -1,0 +1,56 @@
+/* attention.h — paged attention over the CUDA KV pool (attention.cu and its kernel
+ * family: attention_plan.cuh, attention_prefill.cuh, attention_decode.cuh,
+ * attention_combine.cuh): the step op paged_attention of backend.h, its plan (the tile
+ * list, the key splits, the workspace) and its launch.
+ *
+ * Plain C header, no CUDA types: streams travel as void * (a cudaStream_t). Every pointer
+ * is device memory owned by the caller unless marked "host". Launchers run on the current
+ * device, queue their kernels on `stream` and return COMET_OK, COMET_ERR_INVALID_ARG /
+ * COMET_ERR_UNSUPPORTED for shapes they do not take, or COMET_ERR_CUDA naming the op when
+ * a launch fails; errors inside a kernel surface at the next synchronizing call.
+ */
+#ifndef COMET_BACKEND_CUDA_ATTENTION_H
+#define COMET_BACKEND_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/cuda/cuda_kv.h"
+#include "comet/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The step's attention tiles (host memory): each run of up to COMET_CUDA_ATTN_TILE
+ * consecutive tokens of one sequence, in sequence order, as (first token, sequence) pairs
+ * into tiles [n_tiles, 2] when tiles is not NULL (comet_cuda_step_view.tiles once on the
+ * device). token_indptr [n_seqs + 1] host, non-decreasing from 0. Returns n_tiles. */
+int comet_cuda_attention_tiles(const int32_t *token_indptr, int n_seqs, int32_t *tiles);
+
+/* Number of key splits the attention launch uses for this step (1 = no split) on a GPU
+ * with n_sm multiprocessors (0: never split), and the bytes of workspace it then needs (0
+ * for 1 split). Batch-invariant steps split only at fixed spans of keys (attention_common.cuh
+ * ATT_SPAN), so any split count gives the same bits. */
+int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                int H, int n_sm);
+size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
+                                            const comet_cuda_step_view *st, int H, int n_splits);
+
+/* Causal GQA attention of q [T, H, D] over the pages of `layer` in storage (layout L):
+ * token t attends to positions 0..positions[t] of its own sequence, scale 1/sqrtf(D),
+ * softmax in fp32, K/V dequantized in registers; out [T, H, D]. With `rotate` the cache
+ * holds H_D k and H_D v: q is rotated by H_D first and each output head rotated back.
+ * n_splits > 1 splits each tile's keys over that many CTAs whose partial max / sum /
+ * output go to workspace (comet_cuda_attention_workspace_bytes) and are combined by a
+ * second kernel. COMET_ERR_UNSUPPORTED: D above 256 or not a multiple of 8, P above 256,
+ * H / Hkv above the tile's rows. */
+comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
+                                        int layer, const comet_cuda_step_view *st, const float *q,
+                                        int H, float *out, int rotate, int n_splits,
+                                        void *workspace, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,103 @@
+/* attention_plan.cuh — paged attention's plan: the tile list a step is cut into (a run of
+ * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
+ * rows over CTAs, the choice between the decode kernel and the general one, the number of
+ * key splits and the workspace they need. The host side of attention.h's plan functions.
+ * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
+ * kernels compile exactly as one file would.
+ */
+#pragma once
+
+#include "backend/cuda/attention_common.cuh"
+
+namespace {
+
+int att_dmax(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
+
+size_t att_smem_bytes(int dmax) {
+    const int R = att_rows(dmax);
+    return sizeof(float) * ((size_t)R * dmax + (size_t)ATT_KC * (dmax + 1) + (size_t)ATT_KC * dmax +
+                            (size_t)R * ATT_KC + 3 * (size_t)R) +
+           sizeof(int) * (size_t)R;
+}
+
+/* Tokens per sub-tile and sub-tiles per tile for GQA group g at head dim D. */
+void att_tiling(int D, int g, int *tt, int *n_sub) {
+    int t = att_rows(att_dmax(D)) / g;
+    if (t > COMET_CUDA_ATTN_TILE)
+        t = COMET_CUDA_ATTN_TILE;
+    if (t < 1)
+        t = 1;
+    *tt = t;
+    *n_sub = (COMET_CUDA_ATTN_TILE + t - 1) / t;
+}
+
+/* Whether the step's attention takes attn_decode_kernel: every tile is one token (tiles
+ * cover the T tokens, each at least one, so n_tiles == T says so; a decode step, one token
+ * a sequence, always is one), the GQA group fits its registers, and the step is not
+ * batch-invariant (its rows take attn_kernel's fixed spans whatever the step). */
+bool att_decode_step(const comet_cuda_step_view *st, int g) {
+    return !st->batch_invariant && st->n_tiles == st->n_tokens && g >= 1 && g <= DEC_MAX_G;
+}
+
+} /* namespace */
+
+extern "C" {
+
+int comet_cuda_attention_tiles(const int32_t *token_indptr, int n_seqs, int32_t *tiles) {
+    int n_tiles = 0;
+    for (int s = 0; s < n_seqs; s++)
+        for (int t = token_indptr[s]; t < token_indptr[s + 1]; t += COMET_CUDA_ATTN_TILE) {
+            if (tiles)
+                tiles[2 * n_tiles] = t, tiles[2 * n_tiles + 1] = s;
+            n_tiles++;
+        }
+    return n_tiles;
+}
+
+int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                int H, int n_sm) {
+    if (L->Hkv < 1 || H % L->Hkv || n_sm <= 0)
+        return 1;
+    const int g = H / L->Hkv;
+    if (st->batch_invariant) {
+        /* one CTA per span (ATT_SPAN) where the tiles leave SMs idle and the spans' partial
+         * rows fit ATT_SPAN_WS_MAX; else each CTA merges its tile's spans itself */
+        int tt, n_sub;
+        att_tiling(L->D, g, &tt, &n_sub);
+        const long blocks = (long)st->n_tiles * n_sub * L->Hkv;
+        const long spans = (st->max_kv_len + ATT_SPAN - 1) / ATT_SPAN;
+        const size_t ws = (size_t)st->n_tokens * H * spans * ((size_t)L->D + 2) * sizeof(float);
+        return spans > 1 && blocks < 2L * (n_sm > 0 ? n_sm : 1) && ws <= ATT_SPAN_WS_MAX
+                   ? (int)spans
+                   : 1;
+    }
+    long blocks, min_keys;
+    if (att_decode_step(st, g)) {
+        blocks = (long)st->n_tokens * L->Hkv;
+        min_keys = DEC_MIN_KEYS;
+    } else {
+        int tt, n_sub;
+        att_tiling(L->D, g, &tt, &n_sub);
+        blocks = (long)st->n_tiles * n_sub * L->Hkv;
+        min_keys = 2 * ATT_KC; /* at least two key chunks a split */
+    }
+    const long target = 2L * (n_sm > 0 ? n_sm : 1);
+    if (blocks >= target)
+        return 1;
+    long splits = (target + blocks - 1) / blocks;
+    const long by_len = st->max_kv_len / min_keys;
+    if (splits > by_len)
+        splits = by_len;
+    if (splits > 64)
+        splits = 64;
+    return splits > 1 ? (int)splits : 1;
+}
+
+size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
+                                            const comet_cuda_step_view *st, int H, int n_splits) {
+    if (n_splits <= 1)
+        return 0;
+    return (size_t)st->n_tokens * H * n_splits * ((size_t)L->D + 2) * sizeof(float);
+}
+
+} /* extern "C" */
