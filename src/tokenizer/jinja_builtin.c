@@ -14,7 +14,7 @@
 
 #define FAIL(line, ...) jfail(&c->err, COMET_ERR_INVALID_ARG, line, __VA_ARGS__)
 
-static jv arg(const jargs *a, int i, const char *kw, jv def) {
+jv jargs_get(const jargs *a, int i, const char *kw, jv def) {
     if (i >= 0 && i < a->n)
         return a->v[i];
     for (int k = 0; kw && k < a->nk; k++)
@@ -278,11 +278,11 @@ static jstr *format(jctx *c, int line, const jstr *s, const jargs *a) {
         field[flen] = '\0';
         jv v;
         if (flen == 0)
-            v = arg(a, auto_idx++, NULL, jv_undef(NULL));
+            v = jargs_get(a, auto_idx++, NULL, jv_undef(NULL));
         else if (field[0] >= '0' && field[0] <= '9')
-            v = arg(a, atoi(field), NULL, jv_undef(NULL));
+            v = jargs_get(a, atoi(field), NULL, jv_undef(NULL));
         else
-            v = arg(a, -1, field, jv_undef(NULL));
+            v = jargs_get(a, -1, field, jv_undef(NULL));
         if (v.t == JV_UNDEF)
             FAIL(line, "format: no argument for field {%s}", field);
         jb_str(c, &b, jv_to_str(c, line, &v));
@@ -296,16 +296,16 @@ static jstr *format(jctx *c, int line, const jstr *s, const jargs *a) {
 static jv str_method(jctx *c, int line, const char *m, const jstr *s, const jargs *a) {
     jv none = jv_none();
     if (!strcmp(m, "strip") || !strcmp(m, "lstrip") || !strcmp(m, "rstrip")) {
-        jv ch = arg(a, 0, "chars", none);
+        jv ch = jargs_get(a, 0, "chars", none);
         const jstr *chars = ch.t == JV_NONE ? NULL : need_str(c, line, ch, m);
         return jv_str(strip(c, s, chars, m[0] != 'r', m[0] != 'l'));
     }
     if (!strcmp(m, "split")) {
-        jv ms = arg(a, 1, "maxsplit", jv_int(-1));
-        return split(c, line, s, arg(a, 0, "sep", none), ms.t == JV_INT ? ms.u.i : -1);
+        jv ms = jargs_get(a, 1, "maxsplit", jv_int(-1));
+        return split(c, line, s, jargs_get(a, 0, "sep", none), ms.t == JV_INT ? ms.u.i : -1);
     }
     if (!strcmp(m, "startswith") || !strcmp(m, "endswith"))
-        return jv_bool(starts_or_ends(c, line, s, arg(a, 0, NULL, jv_undef(NULL)), m[0] == 'e'));
+        return jv_bool(starts_or_ends(c, line, s, jargs_get(a, 0, NULL, jv_undef(NULL)), m[0] == 'e'));
     if (!strcmp(m, "upper"))
         return jv_str(map_case(c, s, 1));
     if (!strcmp(m, "lower"))
@@ -315,15 +315,15 @@ static jv str_method(jctx *c, int line, const char *m, const jstr *s, const jarg
     if (!strcmp(m, "capitalize"))
         return jv_str(map_case(c, map_case(c, s, 0), 3));
     if (!strcmp(m, "replace")) {
-        jv cnt = arg(a, 2, "count", jv_int(-1));
-        return jv_str(replace(c, s, need_str(c, line, arg(a, 0, NULL, none), "replace"),
-                              need_str(c, line, arg(a, 1, NULL, none), "replace"),
+        jv cnt = jargs_get(a, 2, "count", jv_int(-1));
+        return jv_str(replace(c, s, need_str(c, line, jargs_get(a, 0, NULL, none), "replace"),
+                              need_str(c, line, jargs_get(a, 1, NULL, none), "replace"),
                               cnt.t == JV_INT ? cnt.u.i : -1));
     }
     if (!strcmp(m, "find") || !strcmp(m, "rfind"))
-        return jv_int(find(s, need_str(c, line, arg(a, 0, NULL, none), m), m[0] == 'r'));
+        return jv_int(find(s, need_str(c, line, jargs_get(a, 0, NULL, none), m), m[0] == 'r'));
     if (!strcmp(m, "count")) {
-        const jstr *sub = need_str(c, line, arg(a, 0, NULL, none), m);
+        const jstr *sub = need_str(c, line, jargs_get(a, 0, NULL, none), m);
         int64_t k = 0;
         if (sub->n == 0)
             return jv_int((int64_t)utf8_len(s->s, s->n) + 1);
@@ -336,7 +336,7 @@ static jv str_method(jctx *c, int line, const char *m, const jstr *s, const jarg
         return jv_int(k);
     }
     if (!strcmp(m, "join"))
-        return jv_str(join(c, line, jiter(c, line, arg(a, 0, NULL, none)), s, NULL));
+        return jv_str(join(c, line, jiter(c, line, jargs_get(a, 0, NULL, none)), s, NULL));
     if (!strcmp(m, "format"))
         return jv_str(format(c, line, s, a));
     if (!strcmp(m, "splitlines")) {
@@ -375,13 +375,13 @@ jv jcall_builtin(jctx *c, int line, const jfunc *f, const jargs *a) {
                 return l;
             }
             if (!strcmp(m, "get")) {
-                jv *v = jd_get(self.u.d, arg(a, 0, NULL, none));
-                return v ? *v : arg(a, 1, NULL, none);
+                jv *v = jd_get(self.u.d, jargs_get(a, 0, NULL, none));
+                return v ? *v : jargs_get(a, 1, NULL, none);
             }
         }
         if (self.t == JV_LIST) {
             if (!strcmp(m, "index") || !strcmp(m, "count")) {
-                jv x = arg(a, 0, NULL, none);
+                jv x = jargs_get(a, 0, NULL, none);
                 int64_t k = 0;
                 for (size_t i = 0; i < self.u.l->n; i++)
                     if (jv_eq(&self.u.l->v[i], &x)) {
@@ -436,11 +436,11 @@ jv jcall_builtin(jctx *c, int line, const jfunc *f, const jargs *a) {
         return d;
     }
     if (!strcmp(m, "raise_exception")) {
-        jv msg = arg(a, 0, "message", jv_cstr(c, "", 0));
+        jv msg = jargs_get(a, 0, "message", jv_cstr(c, "", 0));
         FAIL(line, "the template raised an exception: %s", jv_to_str(c, line, &msg)->s);
     }
     if (!strcmp(m, "strftime_now")) {
-        const jstr *fmt = need_str(c, line, arg(a, 0, NULL, none), "strftime_now");
+        const jstr *fmt = need_str(c, line, jargs_get(a, 0, NULL, none), "strftime_now");
         time_t now = c->p->now ? c->p->now : time(NULL);
         struct tm tm;
         if (c->p->utc)
@@ -571,7 +571,7 @@ int jtest_known(const char *name) {
 }
 
 int jtest(jctx *c, int line, const char *name, jv x, const jargs *a) {
-    jv y = arg(a, 0, NULL, jv_undef(NULL));
+    jv y = jargs_get(a, 0, NULL, jv_undef(NULL));
     if (!strcmp(name, "defined"))
         return x.t != JV_UNDEF;
     if (!strcmp(name, "undefined"))

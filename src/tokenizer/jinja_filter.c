@@ -12,15 +12,6 @@
 
 #define FAIL(line, ...) jfail(&c->err, COMET_ERR_INVALID_ARG, line, __VA_ARGS__)
 
-static jv arg(const jargs *a, int i, const char *kw, jv def) {
-    if (i >= 0 && i < a->n)
-        return a->v[i];
-    for (int k = 0; kw && k < a->nk; k++)
-        if (!strcmp(a->kn[k], kw))
-            return a->kv[k];
-    return def;
-}
-
 /* attribute="a.b" or an integer index, as Jinja's make_attrgetter. */
 static jv get_path(jctx *c, int line, jv x, jv attr) {
     if (attr.t == JV_INT)
@@ -53,14 +44,14 @@ static jv select_items(jctx *c, int line, jv x, const jargs *a, int attr_mode, i
     jv *kept = l->n ? ja_alloc(&c->arena, &c->err, l->n * sizeof *kept) : NULL;
     size_t k = 0;
     int first = attr_mode ? 1 : 0;
-    jv test = arg(a, first, NULL, jv_undef(NULL));
+    jv test = jargs_get(a, first, NULL, jv_undef(NULL));
     jargs ta = {0};
     if (a->n > first + 1) {
         ta.n = a->n - first - 1;
         ta.v = a->v + first + 1;
     }
     for (size_t i = 0; i < l->n; i++) {
-        jv v = attr_mode ? get_path(c, line, l->v[i], arg(a, 0, NULL, jv_undef(NULL))) : l->v[i];
+        jv v = attr_mode ? get_path(c, line, l->v[i], jargs_get(a, 0, NULL, jv_undef(NULL))) : l->v[i];
         int r;
         if (test.t == JV_UNDEF)
             r = jv_truthy(&v);
@@ -156,8 +147,8 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
     if (!strcmp(name, "list") && x.t == JV_LIST)
         return list_from(c, x.u.l->v, x.u.l->n);
     if (!strcmp(name, "tojson")) {
-        jv ind = arg(a, 0, "indent", none), sep = arg(a, -1, "separators", none),
-           sk = arg(a, -1, "sort_keys", jv_bool(0));
+        jv ind = jargs_get(a, 0, "indent", none), sep = jargs_get(a, -1, "separators", none),
+           sk = jargs_get(a, -1, "sort_keys", jv_bool(0));
         const char *indent_s = NULL;
         if (ind.t == JV_INT) {
             if (ind.u.i < 0 || ind.u.i > 64)
@@ -189,16 +180,16 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         }
     }
     if (!strcmp(name, "default") || !strcmp(name, "d")) {
-        jv b = arg(a, 1, "boolean", jv_bool(0));
+        jv b = jargs_get(a, 1, "boolean", jv_bool(0));
         if (x.t == JV_UNDEF || (jv_truthy(&b) && !jv_truthy(&x)))
-            return arg(a, 0, "default_value", jv_cstr(c, "", 0));
+            return jargs_get(a, 0, "default_value", jv_cstr(c, "", 0));
         return x;
     }
     if (!strcmp(name, "string"))
         return jv_str(jv_to_str(c, line, &x));
     if (!strcmp(name, "trim")) {
         jargs sa = {0};
-        jv chars = arg(a, 0, "chars", none);
+        jv chars = jargs_get(a, 0, "chars", none);
         sa.n = chars.t == JV_NONE ? 0 : 1;
         sa.v = &chars;
         jfunc f = {"strip", jv_str(jv_to_str(c, line, &x)), 1};
@@ -210,8 +201,8 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         return jcall_builtin(c, line, &f, a);
     }
     if (!strcmp(name, "join")) {
-        jv sep = arg(a, 0, "d", jv_cstr(c, "", 0));
-        jv attr = arg(a, 1, "attribute", none);
+        jv sep = jargs_get(a, 0, "d", jv_cstr(c, "", 0));
+        jv attr = jargs_get(a, 1, "attribute", none);
         jlist *l = jiter(c, line, x);
         jbuf b = {0};
         const jstr *s = jv_to_str(c, line, &sep);
@@ -248,8 +239,8 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         jfunc f = {"items", x, 1};
         jargs none_a = {0};
         jv l = jcall_builtin(c, line, &f, &none_a);
-        jv cs = arg(a, 0, "case_sensitive", jv_bool(0)), by = arg(a, 1, "by", jv_cstr(c, "key", 0)),
-           rev = arg(a, 2, "reverse", jv_bool(0));
+        jv cs = jargs_get(a, 0, "case_sensitive", jv_bool(0)), by = jargs_get(a, 1, "by", jv_cstr(c, "key", 0)),
+           rev = jargs_get(a, 2, "reverse", jv_bool(0));
         jv idx = jv_int(by.t == JV_STR && !strcmp(by.u.s->s, "value") ? 1 : 0);
         sort_values(c, line, l.u.l->v, l.u.l->n, idx, jv_truthy(&rev), !jv_truthy(&cs));
         return l;
@@ -261,7 +252,7 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
     if (!strcmp(name, "map")) {
         jlist *l = jv_truthy(&x) ? jiter(c, line, x) : jv_list(c, 0).u.l;
         jv out = jv_list(c, l->n);
-        jv attr = arg(a, -1, "attribute", undef), def = arg(a, -1, "default", undef);
+        jv attr = jargs_get(a, -1, "attribute", undef), def = jargs_get(a, -1, "default", undef);
         for (size_t i = 0; i < l->n; i++) {
             if (attr.t != JV_UNDEF) {
                 jv v = get_path(c, line, l->v[i], attr);
@@ -277,12 +268,12 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         return out;
     }
     if (!strcmp(name, "indent")) {
-        jv first = arg(a, 1, "first", jv_bool(0)), blank = arg(a, 2, "blank", jv_bool(0));
-        return jv_str(indent(c, line, jv_to_str(c, line, &x), arg(a, 0, "width", jv_int(4)),
+        jv first = jargs_get(a, 1, "first", jv_bool(0)), blank = jargs_get(a, 2, "blank", jv_bool(0));
+        return jv_str(indent(c, line, jv_to_str(c, line, &x), jargs_get(a, 0, "width", jv_int(4)),
                              jv_truthy(&first), jv_truthy(&blank)));
     }
     if (!strcmp(name, "int")) {
-        jv def = arg(a, 0, "default", jv_int(0));
+        jv def = jargs_get(a, 0, "default", jv_int(0));
         if (x.t == JV_INT)
             return x;
         if (x.t == JV_BOOL)
@@ -299,7 +290,7 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         return def;
     }
     if (!strcmp(name, "float")) {
-        jv def = arg(a, 0, "default", jv_float(0));
+        jv def = jargs_get(a, 0, "default", jv_float(0));
         if (x.t == JV_INT)
             return jv_float((double)x.u.i);
         if (x.t == JV_FLOAT)
@@ -351,8 +342,8 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
             return out;
         }
         if (!strcmp(name, "sum")) {
-            jv acc = arg(a, 1, "start", jv_int(0));
-            jv attr = arg(a, 0, "attribute", undef);
+            jv acc = jargs_get(a, 1, "start", jv_int(0));
+            jv attr = jargs_get(a, 0, "attribute", undef);
             for (size_t i = 0; i < o->n; i++) {
                 jv v = attr.t != JV_UNDEF ? get_path(c, line, o->v[i], attr) : o->v[i];
                 if ((acc.t != JV_INT && acc.t != JV_FLOAT) || (v.t != JV_INT && v.t != JV_FLOAT))
@@ -364,11 +355,11 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
             }
             return acc;
         }
-        jv rev = arg(a, 0, "reverse", jv_bool(0)), cs = arg(a, 1, "case_sensitive", jv_bool(0)),
-           attr = arg(a, 2, "attribute", undef);
+        jv rev = jargs_get(a, 0, "reverse", jv_bool(0)), cs = jargs_get(a, 1, "case_sensitive", jv_bool(0)),
+           attr = jargs_get(a, 2, "attribute", undef);
         if (name[1] == 'i' || name[1] == 'a') { /* min, max */
-            cs = arg(a, 0, "case_sensitive", jv_bool(0));
-            attr = arg(a, 1, "attribute", undef);
+            cs = jargs_get(a, 0, "case_sensitive", jv_bool(0));
+            attr = jargs_get(a, 1, "attribute", undef);
             rev = jv_bool(name[1] == 'a');
         }
         sort_values(c, line, o->v, o->n, attr, jv_truthy(&rev), !jv_truthy(&cs));
@@ -390,7 +381,7 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
         return jv_int(n);
     }
     if (!strcmp(name, "round")) {
-        jv prec = arg(a, 0, "precision", jv_int(0));
+        jv prec = jargs_get(a, 0, "precision", jv_int(0));
         double v = x.t == JV_INT ? (double)x.u.i : x.t == JV_FLOAT ? x.u.f : NAN;
         if (isnan(v) || prec.t != JV_INT || prec.u.i < 0 || prec.u.i > 15)
             FAIL(line, "round: needs a number and a precision 0..15");

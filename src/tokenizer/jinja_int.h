@@ -278,6 +278,10 @@ typedef struct jargs {
     jv *kv;           /* [nk] */
 } jargs;
 
+/* Argument i of a call (positional), else the keyword argument `kw` (may be NULL), else
+ * `def`. */
+jv jargs_get(const jargs *a, int i, const char *kw, jv def);
+
 jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a);
 int jfilter_known(const char *name); /* a Jinja2 filter name (parse-time check) */
 int jtest_known(const char *name);   /* a Jinja2 test name (parse-time check) */
