@@ -2,8 +2,10 @@
 """ctest driver: comet's Jinja interpreter against Python's jinja2 on llama.cpp's templates.
 
 Finds the llama-cpp-python source package (which vendors llama.cpp's models/templates/) in
-$COMET_LLAMA_CPP_SDIST, /work/cache, ~/.cache/comet or the build directory, else downloads
-it with `pip download --no-deps --no-binary :all: llama-cpp-python` into ~/.cache/comet;
+$COMET_LLAMA_CPP_SDIST, ~/.cache/comet, ~/.cache/comet-llamacpp/sdist (bench/cpu_e2e.sh's copy)
+or the build directory, else downloads
+it with `pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36` into
+~/.cache/comet (pinned: a newer llama.cpp brings new templates, checked when the pin moves);
 extracts the templates into the build directory, renders goldens with jinja2 (golden.py)
 and compares with comet (jinja_golden). Exits 77 (skipped) only when the templates cannot
 be fetched or jinja2 is missing.
@@ -24,22 +26,26 @@ EXCEPTIONS = {
 }
 
 
+# the llama-cpp-python release whose llama.cpp templates the golden set covers (70 templates)
+PINNED = "0.3.36"
+
+
 def find_sdist(work):
-    dirs = [os.environ.get("COMET_LLAMA_CPP_SDIST", ""), "/work/cache",
-            os.path.expanduser("~/.cache/comet"), work]
+    dirs = [os.environ.get("COMET_LLAMA_CPP_SDIST", ""), os.path.expanduser("~/.cache/comet"),
+            os.path.expanduser("~/.cache/comet-llamacpp/sdist"), work]
     for d in dirs:
         if d and os.path.isfile(d):
             return d
-        hits = sorted(glob.glob(os.path.join(d, "llama_cpp_python-*.tar.gz"))) if d else []
+        hits = sorted(glob.glob(os.path.join(d, f"llama_cpp_python-{PINNED}.tar.gz"))) if d else []
         if hits:
             return hits[-1]
     cache = os.path.expanduser("~/.cache/comet")
     os.makedirs(cache, exist_ok=True)
     print("run_golden: downloading the llama-cpp-python source package into", cache, flush=True)
     r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
-                        ":all:", "--no-build-isolation", "llama-cpp-python", "-d", cache],
+                        ":all:", "--no-build-isolation", "llama-cpp-python==" + PINNED, "-d", cache],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    hits = sorted(glob.glob(os.path.join(cache, "llama_cpp_python-*.tar.gz")))
+    hits = sorted(glob.glob(os.path.join(cache, f"llama_cpp_python-{PINNED}.tar.gz")))
     if not hits:
         print(r.stdout[-2000:])
         return None
