@@ -24,6 +24,8 @@ static void usage(FILE *f) {
                "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
                "  --fp16               with --synthetic: the floating-point variant\n"
                "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
+               "  --simulate           CPU: run a quantized checkpoint by its fp32 simulation\n"
+               "                       (the reference) instead of on integer codes\n"
                "  --device D           cpu, cuda or cuda:N (default cuda)\n"
                "  --prompt-tokens N    prefill prompt length (default 512)\n"
                "  --decode-tokens N    decode steps after it (default 128)\n"
@@ -39,7 +41,7 @@ static void usage(FILE *f) {
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *device = "cuda";
     long prompt_n = 512, decode_n = 128, reps = 5, threads = 0, seed = 1, tensor_parallel = 0;
-    int fp16 = 0, batch_invariant = 0;
+    int fp16 = 0, batch_invariant = 0, simulate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -50,6 +52,9 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--batch-invariant")) {
             batch_invariant = 1;
+            continue;
+        } else if (!strcmp(a, "--simulate")) {
+            simulate = 1;
             continue;
         }
         if (!val) {
@@ -117,6 +122,7 @@ int cmd_bench(int argc, char **argv) {
     if (!(be = cli_open_backend("bench", device, (int)threads, (int)tensor_parallel,
                                 batch_invariant)))
         goto out;
+    comet_backend_set_simulate(be, simulate);
     comet_bench_params bp = {.prompt_tokens = (int)prompt_n,
                              .decode_tokens = (int)decode_n,
                              .reps = (int)reps,
@@ -130,7 +136,9 @@ int cmd_bench(int argc, char **argv) {
     const char *name = synthetic ? synthetic : m->name ? m->name : model_path;
     const char *quant = m->quant || (m->synthetic_seed && !fp16) ? "W4AxKV4" : "FP16";
     if (!strcmp(device, "cpu") || !strcmp(device, "cpu-ref"))
-        quant = m->quant ? "W4AxKV4 (simulated)" : "FP32";
+        quant = !m->quant ? "FP32"
+                : simulate || !strcmp(device, "cpu-ref") ? "W4AxKV4 (simulated)"
+                                                          : "W4AxKV4 (integer)";
     printf("| model | weights | device | prefill %ld tok/s | decode tok/s (ctx %ld..%ld) | "
            "ms / decode step | host enqueue ms | load s |\n",
            prompt_n, prompt_n, prompt_n + decode_n);

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "                     (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant  results independent of --chunk, bit for bit, on the GPU too,\n"
             "                     at some speed (docs/numerics.md)\n"
+            "  --simulate         CPU: run a quantized checkpoint by its fp32 simulation (the\n"
+            "                     reference) instead of on integer codes\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
             "  --kv-group G       channels per KV scale/zero group (default: the model's; 16\n"
@@ -60,7 +62,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     long tensor_parallel = 0;
-    int verbose = 0, kv_rotation = -1, batch_invariant = 0;
+    int verbose = 0, kv_rotation = -1, batch_invariant = 0, simulate = 0;
     comet_ppl_protocol protocol = COMET_PPL_COMET;
     const char *device = "cpu";
     for (int i = 1; i < argc; i++) {
@@ -137,6 +139,8 @@ int cmd_perplexity(int argc, char **argv) {
             verbose = 1;
         } else if (!strcmp(a, "--batch-invariant")) {
             batch_invariant = 1;
+        } else if (!strcmp(a, "--simulate")) {
+            simulate = 1;
         } else {
             fprintf(stderr, "comet perplexity: unknown option '%s' (see comet perplexity --help)\n",
                     a);
@@ -209,6 +213,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!(be = cli_open_backend("perplexity", device, (int)threads, (int)tensor_parallel,
                                 batch_invariant)))
         goto out;
+    comet_backend_set_simulate(be, simulate);
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
               text_path, n, pp.ctx, comet_backend_n_threads(be),
               protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");

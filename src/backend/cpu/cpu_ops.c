@@ -36,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_qstep.h"
 #include "backend/cpu/ref_gemm_w4ax.h"
 #include "numerics/qlinear.h"
 #include "numerics/quant.h"
@@ -51,6 +52,12 @@ typedef struct cpu_impl {
 } cpu_impl;
 
 static comet_threadpool *pool(comet_backend *be) { return ((cpu_impl *)be->impl)->tp; }
+
+static const comet_backend_ops cpu_ops;
+
+comet_threadpool *comet_cpu_backend_pool(comet_backend *be) {
+    return be->ops == &cpu_ops ? pool(be) : NULL;
+}
 
 /* ---- vector helpers ---- */
 
