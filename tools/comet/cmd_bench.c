@@ -107,7 +107,7 @@ int cmd_bench(int argc, char **argv) {
     } else {
         if (!model_path)
             model_path = cli_default_model();
-        if (comet_model_load(model_path, &m) < 0) {
+        if (cli_load_model(model_path, device, simulate, (int)tensor_parallel, &m) < 0) {
             cli_report_error("bench", "cannot load the model");
             return 1;
         }

@@ -272,7 +272,7 @@ int cmd_generate(int argc, char **argv) {
     if (!model_path)
         model_path = cli_default_model();
     comet_model *m = NULL;
-    if (comet_model_load(model_path, &m) < 0) {
+    if (cli_load_model(model_path, device, simulate, gp.tensor_parallel, &m) < 0) {
         cli_report_error("generate", "cannot load the model");
         return 1;
     }

@@ -165,7 +165,7 @@ int cmd_perplexity(int argc, char **argv) {
     comet_backend *be = NULL;
     int32_t *ids = NULL;
     int rc = 1;
-    if (comet_model_load(model_path, &m) < 0) {
+    if (cli_load_model(model_path, device, simulate, (int)tensor_parallel, &m) < 0) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }

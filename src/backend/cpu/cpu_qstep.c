@@ -4,6 +4,7 @@
  * the backend's own primitives, as in the simulation, so the codes are the simulation's. */
 #include "backend/cpu/cpu_qstep.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -206,4 +207,77 @@ comet_status comet_cpu_q_matmul(comet_backend *be, comet_cpu_qmodel *q, int laye
                                (const float *)((const char *)act +
                                                comet_cpu_qact_scale_offset(T, K)),
                                ys, NULL);
+}
+
+comet_status comet_cpu_q_embed_f16(comet_backend *be, const comet_model *m, const int32_t *tokens,
+                                   int T, float *x) {
+    (void)be;
+    const int C = m->cfg.n_embd;
+    for (int t = 0; t < T; t++) {
+        const uint16_t *row = m->tok_embd_f16 + (size_t)tokens[t] * C;
+        for (int c = 0; c < C; c++)
+            x[(size_t)t * C + c] = comet_quant_f16_value(row[c]);
+    }
+    return COMET_OK;
+}
+
+#define LM_ROWS 64 /* vocabulary rows per work item */
+
+typedef struct {
+    const uint16_t *w; /* [V, C] fp16 */
+    const float *act;  /* [T, C] */
+    const int32_t *rows;
+    float *logits; /* [n_rows, V] */
+    int n_rows, V, C;
+} lm_job;
+
+/* a · w over n values, w fp16: 16-wide blocks into 16 fp32 fma lanes (lane l takes
+ * elements l, l + 16, ...), the lanes summed in order 0..15, then the tail. The vector and
+ * the scalar code run this same sequence of roundings, so a logit has one value. */
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+static float dot_lm(const float *a, const uint16_t *w, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
+        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), w0, s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), w1, s1);
+    }
+    float lane[16];
+    _mm256_storeu_ps(lane, s0);
+    _mm256_storeu_ps(lane + 8, s1);
+#else
+static float dot_lm(const float *a, const uint16_t *w, int n) {
+    float lane[16] = {0};
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] = fmaf(a[i + l], comet_quant_f16_value(w[i + l]), lane[l]);
+#endif
+    float s = 0.0f;
+    for (int l = 0; l < 16; l++)
+        s += lane[l];
+    for (; i < n; i++)
+        s = fmaf(a[i], comet_quant_f16_value(w[i]), s);
+    return s;
+}
+
+static void lm_task(void *ctx, int item, int tid) {
+    (void)tid;
+    const lm_job *j = ctx;
+    const int v0 = item * LM_ROWS, v1 = v0 + LM_ROWS < j->V ? v0 + LM_ROWS : j->V;
+    for (int v = v0; v < v1; v++)
+        for (int r = 0; r < j->n_rows; r++)
+            j->logits[(size_t)r * j->V + v] =
+                dot_lm(j->act + (size_t)j->rows[r] * j->C, j->w + (size_t)v * j->C, j->C);
+}
+
+comet_status comet_cpu_q_lm_head_f16(comet_backend *be, const comet_model *m, const float *act,
+                                     const int32_t *rows, int n_rows, float *logits) {
+    const int C = m->cfg.n_embd, V = m->cfg.n_vocab;
+    lm_job j = {m->lm_head_f16, act, rows, logits, n_rows, V, C};
+    comet_parallel_for(comet_cpu_backend_pool(be), (V + LM_ROWS - 1) / LM_ROWS, lm_task, &j);
+    return COMET_OK;
 }

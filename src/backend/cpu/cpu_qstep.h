@@ -59,4 +59,15 @@ comet_status comet_cpu_q_matmul_group(comet_backend *be, comet_cpu_qmodel *q, in
 comet_status comet_cpu_q_matmul(comet_backend *be, comet_cpu_qmodel *q, int layer, comet_role r,
                                 const void *act, int T, float *y);
 
+
+
+/* The embedding and lm_head of a model loaded with keep_codes_only (fp16 tok_embd_f16 /
+ * lm_head_f16, comet/model.h): x [T, C] = the rows of tokens [T] (fp16 -> fp32 is exact, so
+ * x equals the fp32 table's rows); logits [n_rows, V] = act[rows[r], :] · lm_headᵀ with act
+ * [T, C] fp32, threaded over the vocabulary, each logit one fixed sequence of fp32 fmas
+ * (independent of the thread count). COMET_OK. */
+comet_status comet_cpu_q_embed_f16(comet_backend *be, const comet_model *m, const int32_t *tokens,
+                                   int T, float *x);
+comet_status comet_cpu_q_lm_head_f16(comet_backend *be, const comet_model *m, const float *act,
+                                     const int32_t *rows, int n_rows, float *logits);
 #endif

@@ -55,6 +55,13 @@ comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, com
     if (!w)
         return comet_set_error(COMET_ERR_NOMEM, "%s backend: out of memory", be->ops->name);
     w->m = m;
+    if (!m->tok_embd && m->vocab_total) {
+        free(w);
+        return comet_set_error(COMET_ERR_UNSUPPORTED,
+                               "%s backend: a vocabulary shard of a model loaded with its codes "
+                               "only; load it without keep_codes_only for tensor parallelism",
+                               be->ops->name);
+    }
     if (!be->simulate && comet_cpu_backend_pool(be) && comet_cpu_qmodel_eligible(m)) {
         comet_status st = comet_cpu_qmodel_init(be, m, COMET_W4AX_ISA_AUTO, &w->q);
         if (st < 0) {
@@ -64,7 +71,7 @@ comet_status comet_cpu_weights_load(comet_backend *be, const comet_model *m, com
     }
     for (int l = 0; !w->q && l < m->cfg.n_layer; l++)
         for (int r = 0; r < COMET_ROLE_COUNT; r++)
-            if (!comet_model_linear(m, l, (comet_role)r)->w) {
+            if (!comet_model_linear(m, l, (comet_role)r)->w || !m->tok_embd) {
                 free(w);
                 return comet_set_error(COMET_ERR_UNSUPPORTED,
                                        "%s backend: model '%s' was loaded with its weight codes "
@@ -108,6 +115,8 @@ comet_status comet_cpu_embed_tokens(comet_backend *be, const comet_weights *w, c
                                     float *x) {
     const comet_model *m = w->m;
     const int C = m->cfg.n_embd;
+    if (!m->tok_embd) /* keep_codes_only: fp16 table, whole vocabulary (weights_load) */
+        return comet_cpu_q_embed_f16(be, m, st->dev.tokens, st->dev.n_tokens, x);
     if (!m->vocab_total)
         return be->ops->embed(be, m->tok_embd, C, st->dev.tokens, st->dev.n_tokens, x);
     for (int t = 0; t < st->dev.n_tokens; t++) { /* a shard: its rows, zeros for the others */
@@ -239,6 +248,9 @@ comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *
 comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                const comet_step *st, float *logits) {
     const comet_model_config *c = &w->m->cfg;
+    if (!w->m->lm_head)
+        return comet_cpu_q_lm_head_f16(be, w->m, act, st->dev.logit_rows, st->dev.n_logits,
+                                       logits);
     return be->ops->logits(be, act, st->dev.logit_rows, st->dev.n_logits, w->m->lm_head, c->n_embd,
                            c->n_vocab, logits);
 }
