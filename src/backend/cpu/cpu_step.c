@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
+#include "backend/cpu/cpu_kv4.h"
 #include "backend/cpu/cpu_qstep.h"
 #include "backend/kv_cache.h"
 #include "numerics/qlinear.h"
@@ -93,6 +94,8 @@ void comet_cpu_weights_free(comet_backend *be, comet_weights *w) {
 }
 
 comet_status comet_cpu_kv_init(comet_backend *be, comet_kv_cache *kv) {
+    if (!be->simulate && comet_cpu_backend_pool(be) && (kv->kv.bits == 4 || kv->kv.bits == 8))
+        return comet_cpu_kv4_init(kv); /* codes in pages (cpu_kv4.h) */
     comet_kv_cache shape;
     COMET_TRY(comet_kv_cache_init(&shape, kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
                                   kv->head_dim));
@@ -101,7 +104,10 @@ comet_status comet_cpu_kv_init(comet_backend *be, comet_kv_cache *kv) {
     return COMET_OK;
 }
 
-void comet_cpu_kv_free(comet_backend *be, comet_kv_cache *kv) { comet_kv_cache_free(kv); }
+void comet_cpu_kv_free(comet_backend *be, comet_kv_cache *kv) {
+    comet_cpu_kv4_free(kv);
+    comet_kv_cache_free(kv);
+}
 
 comet_status comet_cpu_step_begin(comet_backend *be, const comet_batch *b, comet_step *st) {
     st->host = *b;
@@ -237,11 +243,15 @@ comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int
                                       const comet_step *st, const comet_rope_params *rp, float *q,
                                       int H, float *k, const float *v) {
     COMET_TRY(be->ops->rope(be, rp, st->dev.positions, st->dev.n_tokens, q, H, k, kv->n_head_kv));
+    if (kv->storage)
+        return comet_cpu_kv4_append(kv, layer, &st->dev, k, v);
     return be->ops->kv_append(be, kv, layer, &st->dev, k, v);
 }
 
 comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
                                        const comet_step *st, const float *q, int H, float *out) {
+    if (kv->storage)
+        return comet_cpu_kv4_attention(comet_cpu_backend_pool(be), kv, layer, &st->dev, q, H, out);
     return be->ops->attention(be, kv, layer, &st->dev, q, H, out);
 }
 
