@@ -194,8 +194,9 @@ static void test_multi_weight(void **state) {
     comet_threadpool_free(pool);
 }
 
-/* The packed layout holds every code (+8, nibbles j and j + 32) and scale where w4ax_cpu.h
- * says, padded rows code 0 with scale 0; bad shapes and calls are refused. */
+/* The weight borrows the plain codes, copies the last partial group into a code-0-padded
+ * tail and regroups the scales (scale 0 past N), as w4ax_cpu.h says; bad shapes and calls
+ * are refused. */
 static void test_pack_layout_and_errors(void **state) {
     (void)state;
     const int N = 11, K = 256, B = 128, nb = K / B;
@@ -209,16 +210,17 @@ static void test_pack_layout_and_errors(void **state) {
     comet_w4ax_cpu w;
     assert_int_equal(comet_w4ax_cpu_pack(N, K, B, qw, sw, &w), COMET_OK);
     assert_int_equal(w.n_pad, 16);
-    assert_int_equal(comet_w4ax_cpu_bytes(&w), (size_t)16 * K / 2 + (size_t)16 * nb * 2);
+    assert_ptr_equal(w.qw, qw);
+    assert_non_null(w.tail);
+    assert_int_equal(comet_w4ax_cpu_bytes(&w), (size_t)N * K / 2 + (size_t)16 * nb * 2);
+    for (int n = 8; n < w.n_pad; n++)
+        for (int k = 0; k < K; k++)
+            assert_int_equal(comet_w4_plain_get(w.tail, K, n - 8, k),
+                             n < N ? comet_w4_plain_get(qw, K, n, k) : 0);
     for (int n = 0; n < w.n_pad; n++)
-        for (int k = 0; k < K; k++) {
-            int g = n / 8, r = n % 8, b = k / B, c = k % B / 64, j = k % 64 % 32;
-            size_t blk = ((size_t)g * nb + b) * 8 + r;
-            uint8_t byte = w.qw[blk * (B / 2) + 32 * c + j];
-            int code = (k % 64 < 32 ? byte & 15 : byte >> 4) - 8;
-            assert_int_equal(code, n < N ? comet_w4_plain_get(qw, K, n, k) : 0);
-            assert_int_equal(w.sw[blk], n < N ? sw[n * nb + b] : 0);
-        }
+        for (int b = 0; b < nb; b++)
+            assert_int_equal(w.sw[((size_t)(n / 8) * nb + b) * 8 + n % 8],
+                             n < N ? sw[n * nb + b] : 0);
     int8_t qa[256] = {0};
     float sa[2] = {1, 1}, y[11];
     const comet_w4ax_cpu *ws[1] = {&w};

@@ -1,5 +1,5 @@
-/* w4ax_cpu.c — the CPU's integer W4Ax GEMM (see w4ax_cpu.h): the packing into the CPU
- * layout, one kernel per instruction set (w4ax_cpu_kernel.inc, compiled with that set's
+/* w4ax_cpu.c — the CPU's integer W4Ax GEMM (see w4ax_cpu.h): the weight wrapper (regrouped
+ * scales, a padded last group), one kernel per instruction set (w4ax_cpu_kernel.inc, compiled with that set's
  * target attributes so a generic build still carries them), the cpuid choice, and the
  * threaded driver. Decode reads each weight byte once per step, so its cost is the weight
  * bytes (K/2 per row plus 2 bytes of scale per block); prefill keeps a row group's codes in
@@ -65,64 +65,70 @@ comet_status comet_w4ax_cpu_pack(int N, int K, int B, const uint8_t *qw_plain,
                                "w4ax_cpu_pack: bad weight N=%d K=%d B=%d (need N >= 1, B 64 or "
                                "128, K a positive multiple of B, codes and scales given)",
                                N, K, B);
-    const int R = COMET_W4AX_CPU_ROWS, nb = K / B, half = B / 2;
+    const int R = COMET_W4AX_CPU_ROWS, nb = K / B, full = N / R;
     w->N = N, w->K = K, w->B = B;
     w->n_pad = (N + R - 1) / R * R;
-    w->qw = malloc((size_t)w->n_pad * (K / 2));
+    w->qw = qw_plain;
     w->sw = malloc((size_t)w->n_pad * nb * sizeof *w->sw);
-    if (!w->qw || !w->sw) {
+    if (N % R)
+        w->tail = calloc((size_t)R, (size_t)(K / 2)); /* nibble 0: code 0 */
+    if (!w->sw || (N % R && !w->tail)) {
         comet_w4ax_cpu_free(w);
         return comet_set_error(COMET_ERR_NOMEM, "w4ax_cpu_pack: out of memory for an N=%d K=%d "
                                "weight", N, K);
     }
+    if (w->tail)
+        memcpy(w->tail, qw_plain + (size_t)full * R * (K / 2), (size_t)(N % R) * (K / 2));
     for (int g = 0; g < w->n_pad / R; g++)
         for (int b = 0; b < nb; b++)
             for (int r = 0; r < R; r++) {
                 int n = g * R + r;
-                size_t blk = ((size_t)g * nb + b) * R + r;
-                uint8_t *dst = w->qw + blk * half;
-                w->sw[blk] = n < N ? sw_plain[(size_t)n * nb + b] : 0;
-                for (int c = 0; c < B / 64; c++)
-                    for (int j = 0; j < 32; j++) {
-                        int k = b * B + 64 * c + j;
-                        int lo = n < N ? comet_w4_plain_get(qw_plain, K, n, k) : 0;
-                        int hi = n < N ? comet_w4_plain_get(qw_plain, K, n, k + 32) : 0;
-                        dst[32 * c + j] = (uint8_t)((lo + 8) | (hi + 8) << 4);
-                    }
+                w->sw[((size_t)g * nb + b) * R + r] = n < N ? sw_plain[(size_t)n * nb + b] : 0;
             }
     return COMET_OK;
+}
+
+/* The codes of row group g: 8 rows of K/2 bytes, one after the other. */
+static inline const uint8_t *group_codes(const comet_w4ax_cpu *w, int g) {
+    return g < w->N / COMET_W4AX_CPU_ROWS
+               ? w->qw + (size_t)g * COMET_W4AX_CPU_ROWS * (w->K / 2)
+               : w->tail;
 }
 
 void comet_w4ax_cpu_free(comet_w4ax_cpu *w) {
     if (!w)
         return;
-    free(w->qw);
+    free(w->tail);
     free(w->sw);
     w->qw = NULL;
+    w->tail = NULL;
     w->sw = NULL;
 }
 
 size_t comet_w4ax_cpu_bytes(const comet_w4ax_cpu *w) {
-    return (size_t)w->n_pad * (w->K / 2) + (size_t)w->n_pad * (w->K / w->B) * sizeof *w->sw;
+    return (size_t)w->N * (w->K / 2) + (size_t)w->n_pad * (w->K / w->B) * sizeof *w->sw;
 }
 
-/* The scalar kernel: the vector kernels' arithmetic, one row and one code at a time. */
+/* The scalar kernel: the vector kernels' arithmetic, one row and one code at a time. qa here
+ * is the split copy (w4ax_split): per 64 channels, the 32 even ones, then the 32 odd ones. */
 static void w4ax_rows_scalar(const comet_w4ax_cpu *w, int g, int t0, int t1, const int8_t *qa,
                              const float *sa, const int32_t *asum8, float *y, int32_t *bsum) {
     const int R = COMET_W4AX_CPU_ROWS, K = w->K, B = w->B, nb = K / B, half = B / 2;
     const int n0 = g * R, n_rows = w->N - n0 < R ? w->N - n0 : R;
+    const uint8_t *wg = group_codes(w, g);
     for (int t = t0; t < t1; t++) {
         const int8_t *a = qa + (size_t)t * K;
         for (int r = 0; r < n_rows; r++) {
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
                 size_t blk = ((size_t)g * nb + b) * R + r;
-                const uint8_t *wb = w->qw + blk * half;
+                const uint8_t *wb = wg + (size_t)r * (K / 2) + (size_t)b * half;
                 int32_t s = 0;
                 for (int c = 0; c < B / 64; c++)
                     for (int j = 0; j < 32; j++) {
                         const int8_t *ac = a + b * B + 64 * c;
-                        s += (wb[32 * c + j] & 15) * ac[j] + (wb[32 * c + j] >> 4) * ac[j + 32];
+                        const int u = wb[32 * c + j] ^ 0x88; /* code + 8 in each nibble */
+                        s += (u & 15) * ac[j] + (u >> 4) * ac[j + 32];
                     }
                 s -= asum8[(size_t)t * nb + b];
                 if (bsum)
@@ -243,17 +249,28 @@ comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n
     default: j.rows = w4ax_rows_scalar; break;
     }
     int32_t *asum8 = malloc((size_t)M * nb * sizeof *asum8);
-    if (!asum8)
+    int8_t *split = malloc((size_t)M * K);
+    if (!asum8 || !split) {
+        free(asum8);
+        free(split);
         return comet_set_error(COMET_ERR_NOMEM, "w4ax_cpu_gemm: out of memory for %d tokens", M);
+    }
     for (int t = 0; t < M; t++)
         for (int b = 0; b < nb; b++) {
             const int8_t *a = qa + (size_t)t * K + (size_t)b * B;
+            int8_t *d = split + (size_t)t * K + (size_t)b * B;
             int32_t s = 0;
             for (int k = 0; k < B; k++)
                 s += a[k];
             asum8[(size_t)t * nb + b] = 8 * s;
+            for (int c = 0; c < B; c += 64)
+                for (int i = 0; i < 32; i++) {
+                    d[c + i] = a[c + 2 * i];
+                    d[c + 32 + i] = a[c + 2 * i + 1];
+                }
         }
     j.asum8 = asum8;
+    j.qa = split;
     j.n_tiles = (M + W4AX_TT - 1) / W4AX_TT;
     int per_group = COMET_W4AX_CPU_ROWS * W4AX_GROUPS;
     j.item0[0] = 0;
@@ -261,5 +278,6 @@ comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n
         j.item0[i + 1] = j.item0[i] + (ws[i]->n_pad + per_group - 1) / per_group * j.n_tiles;
     comet_parallel_for(tp, j.item0[n_w], w4ax_task, &j);
     free(asum8);
+    free(split);
     return COMET_OK;
 }

@@ -40,31 +40,36 @@ const char *comet_w4ax_cpu_isa_name(comet_w4ax_isa isa);
 /* Rows multiplied together: output channels are packed in groups of this many. */
 #define COMET_W4AX_CPU_ROWS 8
 
-/* INT4 weights W[N, K] in the CPU layout. Output channels come in groups of 8 rows (N padded
- * to n_pad, a multiple of 8, with code-0 rows of scale 0); group g, block b holds the 8 rows'
- * codes of that block one row after the other, B/2 bytes each, so a decode step reads the
- * matrix front to back once. Within a row's block, each 64 channels take 32 bytes: byte j
- * holds channel j in its low nibble and channel j + 32 in its high nibble, each stored as
- * code + 8 (unsigned, in [0, 15]), so two 32-byte vectors of activation codes line up with
- * the low and the high nibbles. The sum with the offset codes is corrected by 8 * sum(qa)
- * per token and block, exactly. Scales: fp16 bits, [n_pad / 8][K / B][8]. */
+/* INT4 weights W[N, K] for the CPU GEMM. The codes stay in the plain layout of
+ * numerics/w4_plain.h, borrowed, not copied (the model's own array: no second copy of the
+ * weights in memory): 8 consecutive rows (an output-channel group) are multiplied together,
+ * and a decode step reads the matrix front to back once. In a row, each 64 channels take 32
+ * bytes whose low nibbles hold the even channels and high nibbles the odd ones, so the
+ * GEMM lines two 32-byte vectors of activation codes, even and odd channels, up with them
+ * (the activation codes are split so once per call); a nibble XOR 8 is code + 8 (unsigned,
+ * in [0, 15]), and the sum with the offset codes is corrected by 8 * sum(qa) per token and
+ * block, exactly. The last group, when N is not a multiple of 8, is copied into `tail` with
+ * code-0 rows. Scales: fp16 bits regrouped as [n_pad / 8][K / B][8], scale 0 past N. */
 typedef struct comet_w4ax_cpu {
-    int N, K, B, n_pad;
-    uint8_t *qw;  /* [n_pad / 8][K / B][8][B / 2], owned */
-    uint16_t *sw; /* [n_pad / 8][K / B][8] fp16 bits, owned */
+    int N, K, B, n_pad;     /* n_pad: N rounded up to 8 */
+    const uint8_t *qw;      /* [N, K/2] plain codes, borrowed */
+    uint8_t *tail;          /* [8, K/2] the last group padded with code 0, owned; NULL when
+                             * N % 8 == 0 */
+    uint16_t *sw;           /* [n_pad / 8][K / B][8] fp16 bits, owned */
 } comet_w4ax_cpu;
 
-/* Pack plain weights (numerics/w4_plain.h: qw_plain [N, K/2] codes, sw_plain [N, K/B] fp16
- * scale bits; both borrowed) into *w (its arrays allocated here, released by
- * comet_w4ax_cpu_free). N >= 1, K a positive multiple of B, B 64 or 128. Returns COMET_OK,
+/* Make *w for plain weights (numerics/w4_plain.h: qw_plain [N, K/2] codes, borrowed: they
+ * must outlive w; sw_plain [N, K/B] fp16 scale bits, copied). Its own arrays are released by
+ * comet_w4ax_cpu_free. N >= 1, K a positive multiple of B, B 64 or 128. Returns COMET_OK,
  * COMET_ERR_INVALID_ARG naming a bad shape, or COMET_ERR_NOMEM. */
 comet_status comet_w4ax_cpu_pack(int N, int K, int B, const uint8_t *qw_plain,
                                  const uint16_t *sw_plain, comet_w4ax_cpu *w);
 
-/* Release w's arrays (w itself is the caller's); NULL or an empty w is a no-op. */
+/* Release w's own arrays (w itself and the borrowed codes are the caller's); NULL or an
+ * empty w is a no-op. */
 void comet_w4ax_cpu_free(comet_w4ax_cpu *w);
 
-/* Bytes the packed weight holds (codes and scales). */
+/* Bytes the weight reads per use (codes and scales). */
 size_t comet_w4ax_cpu_bytes(const comet_w4ax_cpu *w);
 
 /* y_i [M, N_i] = the GEMM of weight ws[i] (i < n_w, every one with the same K and B) applied
@@ -74,6 +79,7 @@ size_t comet_w4ax_cpu_bytes(const comet_w4ax_cpu *w);
  * tokens; every output's arithmetic is the same however the work is split. isa AUTO takes
  * the best; an unsupported one is refused. bsum (optional, tests; n_w must then be 1):
  * [M, N, K/B] int32 block sums S. All host memory, the caller's; y fully written.
+ * Allocates a [M, K] copy of the codes in the weights' channel order per call.
  * Returns COMET_OK, COMET_ERR_INVALID_ARG (bad shape, NULL pointer, unsupported isa) or
  * COMET_ERR_NOMEM. */
 comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n_w,
