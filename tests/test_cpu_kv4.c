@@ -123,6 +123,7 @@ static void test_kv4_attention_matches_simulation(void **state) {
     check_config(4, 16, COMET_KV_ROTATION_NONE);
     check_config(4, 16, COMET_KV_ROTATION_HADAMARD);
     check_config(4, 0, COMET_KV_ROTATION_HADAMARD);
+    check_config(4, 8, COMET_KV_ROTATION_NONE); /* groups of 8: the generic path */
     check_config(8, 16, COMET_KV_ROTATION_NONE);
 }
 

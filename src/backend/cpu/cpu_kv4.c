@@ -18,6 +18,7 @@
 
 #define KV4_MAX_D 256
 #define KV4_MAX_GQA 32
+#define KV4_MAX_GROUPS 64 /* D / G */
 
 static comet_cuda_kv_layout layout(const comet_kv_cache *kv) {
     return comet_cuda_kv_layout_make(kv->n_layer, kv->n_pages, kv->page_size, kv->n_head_kv,
@@ -27,13 +28,15 @@ static comet_cuda_kv_layout layout(const comet_kv_cache *kv) {
 comet_status comet_cpu_kv4_init(comet_kv_cache *kv) {
     const int D = kv->head_dim, G = kv->kv.group > 0 ? kv->kv.group : D;
     if ((kv->kv.bits != 4 && kv->kv.bits != 8) || D < 2 || D % 2 || D > KV4_MAX_D || D % G ||
+        D / G > KV4_MAX_GROUPS ||
         (kv->kv.rotation == COMET_KV_ROTATION_HADAMARD && !comet_is_pow2(D)))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cpu KV cache: %d-bit codes for head dim %d in groups of %d "
                                "(rotation %s): need 4 or 8 bits, an even head dim up to %d that "
-                               "the group divides, a power of two with the Hadamard rotation",
+                               "the group divides into at most %d groups, a power of two with "
+                               "the Hadamard rotation",
                                kv->kv.bits, D, G, comet_kv_rotation_name(kv->kv.rotation),
-                               KV4_MAX_D);
+                               KV4_MAX_D, KV4_MAX_GROUPS);
     comet_cuda_kv_layout L = layout(kv);
     kv->storage = calloc(1, L.total_bytes);
     if (!kv->storage)
@@ -124,45 +127,150 @@ typedef struct {
     float *scores; /* [n_threads][gqa * max_len] */
 } attn_job;
 
+/* The scores of one key for the item's query heads: sc[i] = (q_i · k) / sqrt(D) from the
+ * codes. qe / qo: each head's even / odd channels (the low / high nibbles' channels), qsum:
+ * its sums per group. */
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define KV4_VEC 1
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+/* channels 16 s .. 16 s + 15 of a 4-bit code row: low nibbles (even channels), high (odd) */
+static inline void unpack16(const uint8_t *row, int s, __m256 *lo, __m256 *hi) {
+    __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 8 * s)));
+    *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
+    *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
+#endif
+
+typedef struct attn_state {
+    int gqa, D, G, ng;
+    float qe[KV4_MAX_GQA][KV4_MAX_D / 2], qo[KV4_MAX_GQA][KV4_MAX_D / 2];
+    float qsum[KV4_MAX_GQA][KV4_MAX_GROUPS];
+    float ae[KV4_MAX_GQA][KV4_MAX_D / 2], ao[KV4_MAX_GQA][KV4_MAX_D / 2]; /* P·V, even/odd */
+    float zsum[KV4_MAX_GQA][KV4_MAX_GROUPS];                              /* sum p * zero */
+} attn_state;
+
+static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
+                       int slot, float inv_sqrt_d, float *sc, size_t stride) {
+    const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
+    const uint16_t *sz = slot_sz(L, tile, slot);
+    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
+    for (int g = 0; g < a->ng; g++) {
+        scale[g] = comet_quant_f16_value(sz[2 * g]);
+        zero[g] = comet_quant_f16_value(sz[2 * g + 1]);
+    }
+#ifdef KV4_VEC
+    if (L->bits == 4 && a->G % 16 == 0) {
+        __m256 acc[KV4_MAX_GQA];
+        for (int i = 0; i < a->gqa; i++)
+            acc[i] = _mm256_setzero_ps();
+        for (int s = 0; s < a->D / 16; s++) {
+            __m256 lo, hi;
+            unpack16(row, s, &lo, &hi);
+            const __m256 sg = _mm256_set1_ps(scale[16 * s / a->G]);
+            for (int i = 0; i < a->gqa; i++) {
+                __m256 part = _mm256_fmadd_ps(_mm256_loadu_ps(a->qe[i] + 8 * s), lo,
+                                              _mm256_mul_ps(_mm256_loadu_ps(a->qo[i] + 8 * s), hi));
+                acc[i] = _mm256_fmadd_ps(sg, part, acc[i]);
+            }
+        }
+        for (int i = 0; i < a->gqa; i++) {
+            float d = hsum8(acc[i]);
+            for (int g = 0; g < a->ng; g++)
+                d = fmaf(zero[g], a->qsum[i][g], d);
+            sc[(size_t)i * stride] = d * inv_sqrt_d;
+        }
+        return;
+    }
+#endif
+    float codes[KV4_MAX_D];
+    load_codes(L, tile, slot, codes);
+    for (int i = 0; i < a->gqa; i++) {
+        float d = 0.0f;
+        for (int g = 0; g < a->ng; g++) {
+            float part = 0.0f;
+            for (int c = g * a->G; c < (g + 1) * a->G; c++)
+                part += (c & 1 ? a->qo[i][c / 2] : a->qe[i][c / 2]) * codes[c];
+            d += scale[g] * part + zero[g] * a->qsum[i][g];
+        }
+        sc[(size_t)i * stride] = d * inv_sqrt_d;
+    }
+}
+
+/* Adds w_i * v (v this key's values from the codes) for every head i of the item. */
+static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
+                       int slot, const float *w, size_t stride) {
+    const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
+    const uint16_t *sz = slot_sz(L, tile, slot);
+    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
+    for (int g = 0; g < a->ng; g++) {
+        scale[g] = comet_quant_f16_value(sz[2 * g]);
+        zero[g] = comet_quant_f16_value(sz[2 * g + 1]);
+    }
+    for (int i = 0; i < a->gqa; i++)
+        for (int g = 0; g < a->ng; g++)
+            a->zsum[i][g] = fmaf(w[(size_t)i * stride], zero[g], a->zsum[i][g]);
+#ifdef KV4_VEC
+    if (L->bits == 4 && a->G % 16 == 0) {
+        for (int s = 0; s < a->D / 16; s++) {
+            __m256 lo, hi;
+            unpack16(row, s, &lo, &hi);
+            for (int i = 0; i < a->gqa; i++) {
+                const __m256 ws = _mm256_set1_ps(w[(size_t)i * stride] * scale[16 * s / a->G]);
+                _mm256_storeu_ps(a->ae[i] + 8 * s,
+                                 _mm256_fmadd_ps(ws, lo, _mm256_loadu_ps(a->ae[i] + 8 * s)));
+                _mm256_storeu_ps(a->ao[i] + 8 * s,
+                                 _mm256_fmadd_ps(ws, hi, _mm256_loadu_ps(a->ao[i] + 8 * s)));
+            }
+        }
+        return;
+    }
+#endif
+    float codes[KV4_MAX_D];
+    load_codes(L, tile, slot, codes);
+    for (int i = 0; i < a->gqa; i++)
+        for (int c = 0; c < a->D; c++) {
+            float ws = w[(size_t)i * stride] * scale[c / a->G];
+            float *dst = c & 1 ? &a->ao[i][c / 2] : &a->ae[i][c / 2];
+            *dst = fmaf(ws, codes[c], *dst);
+        }
+}
+
 static void attn_item(void *ctx, int item, int tid) {
     const attn_job *j = ctx;
     const comet_cuda_kv_layout *L = &j->L;
-    const int D = L->D, G = L->G, ng = D / G, Hkv = L->Hkv, gqa = j->H / Hkv, P = L->P;
+    const int D = L->D, G = L->G, Hkv = L->Hkv, gqa = j->H / Hkv, P = L->P;
     const int t = item / Hkv, kvh = item % Hkv, s = j->seq_of[t];
     const int n_keys = j->b->positions[t] + 1;
     const int32_t *pages = j->b->page_indices + j->b->page_indptr[s];
     const int rotated = j->kv->kv.rotation == COMET_KV_ROTATION_HADAMARD;
     const float inv_sqrt_d = 1.0f / sqrtf((float)D);
-    float qr[KV4_MAX_GQA][KV4_MAX_D], qsum[KV4_MAX_GQA][KV4_MAX_D], acc[KV4_MAX_GQA][KV4_MAX_D];
-    float codes[KV4_MAX_D], sum[KV4_MAX_GQA];
-    float *sc = j->scores + (size_t)tid * gqa * j->max_len;
+    attn_state state, *a = &state; /* ~80 KiB at most, on the worker's stack */
+    a->gqa = gqa, a->D = D, a->G = G, a->ng = D / G;
+    float *sc = j->scores + (size_t)tid * gqa * j->max_len, sum[KV4_MAX_GQA], qr[KV4_MAX_D];
     for (int i = 0; i < gqa; i++) {
-        memcpy(qr[i], j->q + ((size_t)t * j->H + kvh * gqa + i) * D, D * sizeof(float));
+        memcpy(qr, j->q + ((size_t)t * j->H + kvh * gqa + i) * D, D * sizeof(float));
         if (rotated)
-            comet_wht(qr[i], D);
-        for (int g = 0; g < ng; g++) {
+            comet_wht(qr, D);
+        for (int c = 0; c < D / 2; c++) {
+            a->qe[i][c] = qr[2 * c];
+            a->qo[i][c] = qr[2 * c + 1];
+        }
+        for (int g = 0; g < a->ng; g++) {
             float z = 0.0f;
-            for (int c = 0; c < G; c++)
-                z += qr[i][g * G + c];
-            qsum[i][g] = z;
+            for (int c = g * G; c < (g + 1) * G; c++)
+                z += qr[c];
+            a->qsum[i][g] = z;
         }
     }
-    for (int p = 0; p < n_keys; p++) {
-        const uint8_t *tile = head_tile(L, j->kv->storage, j->layer, pages[p / P], 0, kvh);
-        load_codes(L, tile, p % P, codes);
-        const uint16_t *sz = slot_sz(L, tile, p % P);
-        for (int i = 0; i < gqa; i++) {
-            float d = 0.0f;
-            for (int g = 0; g < ng; g++) {
-                float part = 0.0f;
-                for (int c = 0; c < G; c++)
-                    part += qr[i][g * G + c] * codes[g * G + c];
-                d += comet_quant_f16_value(sz[2 * g]) * part +
-                     comet_quant_f16_value(sz[2 * g + 1]) * qsum[i][g];
-            }
-            sc[(size_t)i * j->max_len + p] = d * inv_sqrt_d;
-        }
-    }
+    for (int p = 0; p < n_keys; p++)
+        key_scores(a, L, head_tile(L, j->kv->storage, j->layer, pages[p / P], 0, kvh), p % P,
+                   inv_sqrt_d, sc + p, (size_t)j->max_len);
     for (int i = 0; i < gqa; i++) {
         float *si = sc + (size_t)i * j->max_len, m = -INFINITY, z = 0.0f;
         for (int p = 0; p < n_keys; p++)
@@ -172,29 +280,20 @@ static void attn_item(void *ctx, int item, int tid) {
             z += si[p];
         }
         sum[i] = z;
-        memset(acc[i], 0, D * sizeof(float));
+        memset(a->ae[i], 0, D / 2 * sizeof(float));
+        memset(a->ao[i], 0, D / 2 * sizeof(float));
+        memset(a->zsum[i], 0, a->ng * sizeof(float));
     }
-    for (int p = 0; p < n_keys; p++) {
-        const uint8_t *tile = head_tile(L, j->kv->storage, j->layer, pages[p / P], 1, kvh);
-        load_codes(L, tile, p % P, codes);
-        const uint16_t *sz = slot_sz(L, tile, p % P);
-        for (int i = 0; i < gqa; i++) {
-            const float w = sc[(size_t)i * j->max_len + p];
-            for (int g = 0; g < ng; g++) {
-                const float a = w * comet_quant_f16_value(sz[2 * g]);
-                const float bz = w * comet_quant_f16_value(sz[2 * g + 1]);
-                for (int c = 0; c < G; c++)
-                    acc[i][g * G + c] += a * codes[g * G + c] + bz;
-            }
-        }
-    }
+    for (int p = 0; p < n_keys; p++)
+        key_values(a, L, head_tile(L, j->kv->storage, j->layer, pages[p / P], 1, kvh), p % P,
+                   sc + p, (size_t)j->max_len);
     for (int i = 0; i < gqa; i++) {
         const float inv = 1.0f / sum[i];
         for (int c = 0; c < D; c++)
-            acc[i][c] *= inv;
+            qr[c] = ((c & 1 ? a->ao[i][c / 2] : a->ae[i][c / 2]) + a->zsum[i][c / G]) * inv;
         if (rotated)
-            comet_wht(acc[i], D);
-        memcpy(j->out + ((size_t)t * j->H + kvh * gqa + i) * D, acc[i], D * sizeof(float));
+            comet_wht(qr, D);
+        memcpy(j->out + ((size_t)t * j->H + kvh * gqa + i) * D, qr, D * sizeof(float));
     }
 }
 
