@@ -187,8 +187,9 @@ typedef struct comet_model {
     /* Quantization: NULL for a floating-point model; set by `comet quantize` and by the
      * comet checkpoint loader (src/format/checkpoint.h). */
     struct comet_quant_config *quant;
-    /* The KV cache the model runs with: bits 0 or 16 = unquantized, 4 or 8 (the CPU backends
-     * simulate them: quantize->dequantize per token per KV head); group 0 = D. */
+    /* The KV cache the model runs with: bits 0 or 16 = unquantized, 4 or 8 (codes on CUDA and
+     * on the threaded CPU backend; simulated in fp32, quantize->dequantize per token per KV
+     * head, by cpu-ref and with --simulate); group 0 = D. */
     comet_kv_format kv;
     /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and
      * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy
