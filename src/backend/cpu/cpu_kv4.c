@@ -157,7 +157,6 @@ typedef struct attn_state {
 
 static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
                        int slot, float inv_sqrt_d, float *sc, size_t stride) {
-    const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
     const uint16_t *sz = slot_sz(L, tile, slot);
     float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
     for (int g = 0; g < a->ng; g++) {
@@ -166,6 +165,7 @@ static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8
     }
 #ifdef KV4_VEC
     if (L->bits == 4 && a->G % 16 == 0) {
+        const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
         __m256 acc[KV4_MAX_GQA];
         for (int i = 0; i < a->gqa; i++)
             acc[i] = _mm256_setzero_ps();
@@ -205,7 +205,6 @@ static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8
 /* Adds w_i * v (v this key's values from the codes) for every head i of the item. */
 static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
                        int slot, const float *w, size_t stride) {
-    const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
     const uint16_t *sz = slot_sz(L, tile, slot);
     float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
     for (int g = 0; g < a->ng; g++) {
@@ -217,6 +216,7 @@ static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8
             a->zsum[i][g] = fmaf(w[(size_t)i * stride], zero[g], a->zsum[i][g]);
 #ifdef KV4_VEC
     if (L->bits == 4 && a->G % 16 == 0) {
+        const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
         for (int s = 0; s < a->D / 16; s++) {
             __m256 lo, hi;
             unpack16(row, s, &lo, &hi);

@@ -231,31 +231,17 @@ typedef struct {
     int n_rows, V, C;
 } lm_job;
 
-/* a · w over n values, w fp16: 16-wide blocks into 16 fp32 fma lanes (lane l takes
- * elements l, l + 16, ...), the lanes summed in order 0..15, then the tail. The vector and
- * the scalar code run this same sequence of roundings, so a logit has one value. */
+/* a · w over n values, w fp16 (dot_lm) or the same values already in fp32 (dot_lm_f32, wf
+ * [n], for many rows against one vocabulary row): 16-wide blocks into 16 fp32 fma lanes
+ * (lane l takes elements l, l + 16, ...), the lanes summed in order 0..15, then the tail.
+ * The vector and the scalar code, from fp16 or fp32, run this same sequence of roundings,
+ * so a logit has one value. */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
-static float dot_lm(const float *a, const uint16_t *w, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
-        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8)));
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), w0, s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), w1, s1);
-    }
-    float lane[16];
-    _mm256_storeu_ps(lane, s0);
-    _mm256_storeu_ps(lane + 8, s1);
-#else
-static float dot_lm(const float *a, const uint16_t *w, int n) {
-    float lane[16] = {0};
-    int i = 0;
-    for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; l++)
-            lane[l] = fmaf(a[i + l], comet_quant_f16_value(w[i + l]), lane[l]);
+#define LM_VEC 1
 #endif
+
+static float lm_finish(const float lane[16], const float *a, const uint16_t *w, int i, int n) {
     float s = 0.0f;
     for (int l = 0; l < 16; l++)
         s += lane[l];
@@ -264,14 +250,65 @@ static float dot_lm(const float *a, const uint16_t *w, int n) {
     return s;
 }
 
+static float dot_lm(const float *a, const uint16_t *w, int n) {
+    float lane[16] = {0};
+    int i = 0;
+#ifdef LM_VEC
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m256 w0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i)));
+        __m256 w1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + i + 8)));
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), w0, s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), w1, s1);
+    }
+    _mm256_storeu_ps(lane, s0);
+    _mm256_storeu_ps(lane + 8, s1);
+#else
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] = fmaf(a[i + l], comet_quant_f16_value(w[i + l]), lane[l]);
+#endif
+    return lm_finish(lane, a, w, i, n);
+}
+
+static float dot_lm_f32(const float *a, const float *wf, const uint16_t *w, int n) {
+    float lane[16] = {0};
+    int i = 0;
+#ifdef LM_VEC
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(wf + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(wf + i + 8), s1);
+    }
+    _mm256_storeu_ps(lane, s0);
+    _mm256_storeu_ps(lane + 8, s1);
+#else
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] = fmaf(a[i + l], wf[i + l], lane[l]);
+#endif
+    return lm_finish(lane, a, w, i, n);
+}
+
+#define LM_MAX_C 8192 /* widest row converted once for many logit rows */
+
 static void lm_task(void *ctx, int item, int tid) {
     (void)tid;
     const lm_job *j = ctx;
     const int v0 = item * LM_ROWS, v1 = v0 + LM_ROWS < j->V ? v0 + LM_ROWS : j->V;
-    for (int v = v0; v < v1; v++)
-        for (int r = 0; r < j->n_rows; r++)
+    float wf[LM_MAX_C];
+    const int convert = j->n_rows > 1 && j->C <= LM_MAX_C;
+    for (int v = v0; v < v1; v++) {
+        const uint16_t *w = j->w + (size_t)v * j->C;
+        if (convert)
+            for (int c = 0; c < j->C; c++)
+                wf[c] = comet_quant_f16_value(w[c]);
+        for (int r = 0; r < j->n_rows; r++) {
+            const float *a = j->act + (size_t)j->rows[r] * j->C;
             j->logits[(size_t)r * j->V + v] =
-                dot_lm(j->act + (size_t)j->rows[r] * j->C, j->w + (size_t)v * j->C, j->C);
+                convert ? dot_lm_f32(a, wf, w, j->C) : dot_lm(a, w, j->C);
+        }
+    }
 }
 
 comet_status comet_cpu_q_lm_head_f16(comet_backend *be, const comet_model *m, const float *act,

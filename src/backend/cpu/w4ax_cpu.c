@@ -15,6 +15,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #define W4AX_X86 1
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -27,6 +28,37 @@ const char *comet_w4ax_cpu_isa_name(comet_w4ax_isa isa) {
     return (unsigned)isa < COMET_W4AX_ISA_COUNT ? names[isa] : NULL;
 }
 
+#ifdef W4AX_X86
+/* cpuid leaves 1 and 7 and the OS's saved register state (XCR0): the instruction sets
+ * above, read once (gcc's and clang's __builtin_cpu_supports name them differently). */
+static int cpu_has(comet_w4ax_isa isa) {
+    unsigned a, b, c, d, ecx1, ebx7, ecx7, eax71 = 0;
+    if (!__get_cpuid(1, &a, &b, &ecx1, &d) || !__get_cpuid_count(7, 0, &a, &ebx7, &ecx7, &d))
+        return 0;
+    if (a >= 1)
+        __get_cpuid_count(7, 1, &eax71, &b, &c, &d);
+    unsigned xcr0 = 0;
+    if (ecx1 & (1u << 27)) { /* OSXSAVE: xgetbv may be used */
+        unsigned hi;
+        __asm__ volatile("xgetbv" : "=a"(xcr0), "=d"(hi) : "c"(0));
+    }
+    const int avx_state = (xcr0 & 0x6) == 0x6, avx512_state = (xcr0 & 0xE6) == 0xE6;
+    const int avx2 = avx_state && (ebx7 & (1u << 5)) && (ecx1 & (1u << 12)) && /* FMA */
+                     (ecx1 & (1u << 29));                                      /* F16C */
+    switch (isa) {
+    case COMET_W4AX_ISA_AVX2:
+        return avx2;
+    case COMET_W4AX_ISA_AVXVNNI:
+        return avx2 && (eax71 & (1u << 4));
+    case COMET_W4AX_ISA_AVX512VNNI:
+        return avx2 && avx512_state && (ebx7 & (1u << 16)) && (ebx7 & (1u << 31)) &&
+               (ecx7 & (1u << 11)); /* AVX512F, AVX512VL, AVX512_VNNI */
+    default:
+        return 0;
+    }
+}
+#endif
+
 int comet_w4ax_cpu_isa_supported(comet_w4ax_isa isa) {
     switch (isa) {
     case COMET_W4AX_ISA_AUTO:
@@ -34,14 +66,15 @@ int comet_w4ax_cpu_isa_supported(comet_w4ax_isa isa) {
         return 1;
 #ifdef W4AX_X86
     case COMET_W4AX_ISA_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
     case COMET_W4AX_ISA_AVXVNNI:
-        return comet_w4ax_cpu_isa_supported(COMET_W4AX_ISA_AVX2) &&
-               __builtin_cpu_supports("avxvnni");
-    case COMET_W4AX_ISA_AVX512VNNI:
-        return comet_w4ax_cpu_isa_supported(COMET_W4AX_ISA_AVX2) &&
-               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+    case COMET_W4AX_ISA_AVX512VNNI: {
+        static int known[COMET_W4AX_ISA_COUNT], has[COMET_W4AX_ISA_COUNT];
+        if (!known[isa]) { /* idempotent: a race only computes the same answer twice */
+            has[isa] = cpu_has(isa);
+            known[isa] = 1;
+        }
+        return has[isa];
+    }
 #endif
     default:
         return 0;
@@ -142,8 +175,7 @@ static void w4ax_rows_scalar(const comet_w4ax_cpu *w, int g, int t0, int t1, con
 }
 
 #ifdef W4AX_X86
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
+#define W4AX_TARGET __attribute__((target("avx2,fma,f16c")))
 #define W4AX_FN w4ax_rows_avx2
 /* u8 x s8 pairs into int16 (|.| <= 2 * 15 * 128, no saturation; B/64 <= 2 chunks of two
  * such terms stay below 2^15), widened to int32 pairs by vpmaddwd at the block's end. */
@@ -155,10 +187,9 @@ static void w4ax_rows_scalar(const comet_w4ax_cpu *w, int g, int t0, int t1, con
 #undef W4AX_FN
 #undef W4AX_DOT
 #undef W4AX_FINISH
-#pragma GCC pop_options
+#undef W4AX_TARGET
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avxvnni")
+#define W4AX_TARGET __attribute__((target("avx2,fma,f16c,avxvnni")))
 #define W4AX_FN w4ax_rows_avxvnni
 #define W4AX_DOT(acc, lo, hi, a0, a1)                                                          \
     acc = _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, lo, a0), hi, a1)
@@ -167,10 +198,9 @@ static void w4ax_rows_scalar(const comet_w4ax_cpu *w, int g, int t0, int t1, con
 #undef W4AX_FN
 #undef W4AX_DOT
 #undef W4AX_FINISH
-#pragma GCC pop_options
+#undef W4AX_TARGET
 
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+#define W4AX_TARGET __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
 #define W4AX_FN w4ax_rows_avx512vnni
 #define W4AX_DOT(acc, lo, hi, a0, a1)                                                          \
     acc = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, lo, a0), hi, a1)
@@ -179,7 +209,7 @@ static void w4ax_rows_scalar(const comet_w4ax_cpu *w, int g, int t0, int t1, con
 #undef W4AX_FN
 #undef W4AX_DOT
 #undef W4AX_FINISH
-#pragma GCC pop_options
+#undef W4AX_TARGET
 #endif
 
 typedef void (*w4ax_rows_fn)(const comet_w4ax_cpu *w, int g, int t0, int t1, const int8_t *qa,
