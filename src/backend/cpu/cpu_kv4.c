@@ -1,7 +1,11 @@
 /* cpu_kv4.c — the CPU's quantized paged KV cache and its attention (see cpu_kv4.h).
  *
- * Attention runs one item per (token, KV head): the item's query heads (H / Hkv of them,
- * GQA) share each key's and value's unpacking. Scores use the factored dot product
+ * Attention cuts each token's keys into spans of 128 at fixed positions (0, 128, ...); one
+ * item per (token, KV head, span) computes the span's max, exp-sum and unnormalized output
+ * for the KV head's query heads (H / Hkv of them, GQA, sharing each key's and value's
+ * unpacking), and a second pass merges a token's spans in order (flash-decoding). A decode
+ * step then spreads its keys over the threads, and since the cut does not depend on the
+ * thread count or the step, neither does any result. Scores use the factored dot product
  * q·k = sum_g (scale_g * sum_{c in g} q_c * code_c + zero_g * sum_{c in g} q_c), and the
  * values accumulate as out_c += (p * scale_g) * code_c + p * zero_g, so the codes are never
  * written back in a wider format. Per key it reads D/2 + 4 D/G bytes of K and as many of V
@@ -116,15 +120,24 @@ static inline const uint16_t *slot_sz(const comet_cuda_kv_layout *L, const uint8
     return (const uint16_t *)(tile + L->sz_offset + (size_t)slot * L->sz_row_bytes);
 }
 
+#define KV4_SPAN 128 /* keys per span: spans start at fixed positions 0, 128, 256, ... */
+
+/* One item: the keys of span `span` of token t for KV head kvh. */
+typedef struct {
+    int t, kvh, span;
+} attn_item_id;
+
 typedef struct {
     const comet_kv_cache *kv;
     comet_cuda_kv_layout L;
-    int layer, H, T, max_len;
+    int layer, H, T;
     const comet_batch *b;
-    const int32_t *seq_of; /* [T] */
-    const float *q;
+    const int32_t *seq_of;     /* [T] */
+    const int32_t *span0;      /* [T + 1] first item of token t, in units of Hkv items */
+    const attn_item_id *items; /* [n_items] */
+    const float *q; /* [T, H, D], rotated when the cache is */
     float *out;
-    float *scores; /* [n_threads][gqa * max_len] */
+    float *part; /* [n_items][gqa][D + 2]: unnormalized output, then the span's max, sum */
 } attn_job;
 
 /* The scores of one key for the item's query heads: sc[i] = (q_i · k) / sqrt(D) from the
@@ -150,40 +163,53 @@ static inline void unpack16(const uint8_t *row, int s, __m256 *lo, __m256 *hi) {
 typedef struct attn_state {
     int gqa, D, G, ng;
     float qe[KV4_MAX_GQA][KV4_MAX_D / 2], qo[KV4_MAX_GQA][KV4_MAX_D / 2];
+    float qeo[KV4_MAX_GQA][KV4_MAX_D / 2]; /* qe + qo: the zero term per 16 channels */
     float qsum[KV4_MAX_GQA][KV4_MAX_GROUPS];
     float ae[KV4_MAX_GQA][KV4_MAX_D / 2], ao[KV4_MAX_GQA][KV4_MAX_D / 2]; /* P·V, even/odd */
     float zsum[KV4_MAX_GQA][KV4_MAX_GROUPS];                              /* sum p * zero */
+    int sub_g[KV4_MAX_D / 16]; /* the group of channels 16 s .. 16 s + 15 */
 } attn_state;
 
-static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
-                       int slot, float inv_sqrt_d, float *sc, size_t stride) {
-    const uint16_t *sz = slot_sz(L, tile, slot);
-    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
-    for (int g = 0; g < a->ng; g++) {
+/* The fp16 scale and zero of each of n groups (interleaved in sz) as fp32, exactly. */
+static inline void load_sz(const uint16_t *sz, int n, float *scale, float *zero) {
+    int g = 0;
+#if defined(KV4_VEC) && defined(__F16C__)
+    for (; g + 4 <= n; g += 4) {
+        float t[8];
+        _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sz + 2 * g))));
+        for (int i = 0; i < 4; i++)
+            scale[g + i] = t[2 * i], zero[g + i] = t[2 * i + 1];
+    }
+#endif
+    for (; g < n; g++) {
         scale[g] = comet_quant_f16_value(sz[2 * g]);
         zero[g] = comet_quant_f16_value(sz[2 * g + 1]);
     }
+}
+
+static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
+                       int slot, float inv_sqrt_d, float *sc, size_t stride) {
+    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
+    load_sz(slot_sz(L, tile, slot), a->ng, scale, zero);
 #ifdef KV4_VEC
     if (L->bits == 4 && a->G % 16 == 0) {
         const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
-        __m256 acc[KV4_MAX_GQA];
-        for (int i = 0; i < a->gqa; i++)
-            acc[i] = _mm256_setzero_ps();
-        for (int s = 0; s < a->D / 16; s++) {
-            __m256 lo, hi;
-            unpack16(row, s, &lo, &hi);
-            const __m256 sg = _mm256_set1_ps(scale[16 * s / a->G]);
-            for (int i = 0; i < a->gqa; i++) {
-                __m256 part = _mm256_fmadd_ps(_mm256_loadu_ps(a->qe[i] + 8 * s), lo,
-                                              _mm256_mul_ps(_mm256_loadu_ps(a->qo[i] + 8 * s), hi));
-                acc[i] = _mm256_fmadd_ps(sg, part, acc[i]);
-            }
+        const int n_sub = a->D / 16;
+        __m256 lo[KV4_MAX_D / 16], hi[KV4_MAX_D / 16], sg[KV4_MAX_D / 16], zg[KV4_MAX_D / 16];
+        for (int s = 0; s < n_sub; s++) {
+            unpack16(row, s, &lo[s], &hi[s]);
+            sg[s] = _mm256_set1_ps(scale[a->sub_g[s]]);
+            zg[s] = _mm256_set1_ps(zero[a->sub_g[s]]);
         }
         for (int i = 0; i < a->gqa; i++) {
-            float d = hsum8(acc[i]);
-            for (int g = 0; g < a->ng; g++)
-                d = fmaf(zero[g], a->qsum[i][g], d);
-            sc[(size_t)i * stride] = d * inv_sqrt_d;
+            __m256 acc = _mm256_setzero_ps();
+            for (int s = 0; s < n_sub; s++) {
+                __m256 part = _mm256_fmadd_ps(_mm256_loadu_ps(a->qe[i] + 8 * s), lo[s],
+                                              _mm256_mul_ps(_mm256_loadu_ps(a->qo[i] + 8 * s), hi[s]));
+                acc = _mm256_fmadd_ps(sg[s], part, acc);
+                acc = _mm256_fmadd_ps(zg[s], _mm256_loadu_ps(a->qeo[i] + 8 * s), acc);
+            }
+            sc[(size_t)i * stride] = hsum8(acc) * inv_sqrt_d;
         }
         return;
     }
@@ -205,12 +231,8 @@ static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8
 /* Adds w_i * v (v this key's values from the codes) for every head i of the item. */
 static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
                        int slot, const float *w, size_t stride) {
-    const uint16_t *sz = slot_sz(L, tile, slot);
     float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
-    for (int g = 0; g < a->ng; g++) {
-        scale[g] = comet_quant_f16_value(sz[2 * g]);
-        zero[g] = comet_quant_f16_value(sz[2 * g + 1]);
-    }
+    load_sz(slot_sz(L, tile, slot), a->ng, scale, zero);
     for (int i = 0; i < a->gqa; i++)
         for (int g = 0; g < a->ng; g++)
             a->zsum[i][g] = fmaf(w[(size_t)i * stride], zero[g], a->zsum[i][g]);
@@ -221,7 +243,7 @@ static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8
             __m256 lo, hi;
             unpack16(row, s, &lo, &hi);
             for (int i = 0; i < a->gqa; i++) {
-                const __m256 ws = _mm256_set1_ps(w[(size_t)i * stride] * scale[16 * s / a->G]);
+                const __m256 ws = _mm256_set1_ps(w[(size_t)i * stride] * scale[a->sub_g[s]]);
                 _mm256_storeu_ps(a->ae[i] + 8 * s,
                                  _mm256_fmadd_ps(ws, lo, _mm256_loadu_ps(a->ae[i] + 8 * s)));
                 _mm256_storeu_ps(a->ao[i] + 8 * s,
@@ -241,25 +263,31 @@ static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8
         }
 }
 
-static void attn_item(void *ctx, int item, int tid) {
+/* Span `span` of the keys of token t for KV head kvh: for each of the group's query heads,
+ * the span's max score m, sum l of exp(score - m) and unnormalized output sum p v into
+ * part[i] = [out (D), m, l]. */
+static void attn_span(void *ctx, int item, int tid) {
+    (void)tid;
     const attn_job *j = ctx;
     const comet_cuda_kv_layout *L = &j->L;
+    const attn_item_id id = j->items[item];
     const int D = L->D, G = L->G, Hkv = L->Hkv, gqa = j->H / Hkv, P = L->P;
-    const int t = item / Hkv, kvh = item % Hkv, s = j->seq_of[t];
+    const int t = id.t, kvh = id.kvh, s = j->seq_of[t];
     const int n_keys = j->b->positions[t] + 1;
+    const int p0 = id.span * KV4_SPAN, p1 = p0 + KV4_SPAN < n_keys ? p0 + KV4_SPAN : n_keys;
     const int32_t *pages = j->b->page_indices + j->b->page_indptr[s];
-    const int rotated = j->kv->kv.rotation == COMET_KV_ROTATION_HADAMARD;
     const float inv_sqrt_d = 1.0f / sqrtf((float)D);
     attn_state state, *a = &state; /* ~80 KiB at most, on the worker's stack */
     a->gqa = gqa, a->D = D, a->G = G, a->ng = D / G;
-    float *sc = j->scores + (size_t)tid * gqa * j->max_len, sum[KV4_MAX_GQA], qr[KV4_MAX_D];
+    for (int sc16 = 0; sc16 < D / 16; sc16++)
+        a->sub_g[sc16] = 16 * sc16 / G;
+    float sc[KV4_MAX_GQA * KV4_SPAN], qr[KV4_MAX_D];
     for (int i = 0; i < gqa; i++) {
         memcpy(qr, j->q + ((size_t)t * j->H + kvh * gqa + i) * D, D * sizeof(float));
-        if (rotated)
-            comet_wht(qr, D);
         for (int c = 0; c < D / 2; c++) {
             a->qe[i][c] = qr[2 * c];
             a->qo[i][c] = qr[2 * c + 1];
+            a->qeo[i][c] = qr[2 * c] + qr[2 * c + 1];
         }
         for (int g = 0; g < a->ng; g++) {
             float z = 0.0f;
@@ -268,56 +296,107 @@ static void attn_item(void *ctx, int item, int tid) {
             a->qsum[i][g] = z;
         }
     }
-    for (int p = 0; p < n_keys; p++)
-        key_scores(a, L, head_tile(L, j->kv->storage, j->layer, pages[p / P], 0, kvh), p % P,
-                   inv_sqrt_d, sc + p, (size_t)j->max_len);
+    for (int p = p0, slot = p0 % P, pg = p0 / P; p < p1; p++, slot = slot + 1 < P ? slot + 1 : 0) {
+        key_scores(a, L, head_tile(L, j->kv->storage, j->layer, pages[pg], 0, kvh), slot,
+                   inv_sqrt_d, sc + (p - p0), KV4_SPAN);
+        pg += slot + 1 == P;
+    }
+    float *part = j->part + (size_t)item * gqa * (D + 2);
     for (int i = 0; i < gqa; i++) {
-        float *si = sc + (size_t)i * j->max_len, m = -INFINITY, z = 0.0f;
-        for (int p = 0; p < n_keys; p++)
+        float *si = sc + (size_t)i * KV4_SPAN, m = -INFINITY, z = 0.0f;
+        for (int p = 0; p < p1 - p0; p++)
             m = si[p] > m ? si[p] : m;
-        for (int p = 0; p < n_keys; p++) {
+        for (int p = 0; p < p1 - p0; p++) {
             si[p] = expf(si[p] - m);
             z += si[p];
         }
-        sum[i] = z;
+        part[(size_t)i * (D + 2) + D] = m;
+        part[(size_t)i * (D + 2) + D + 1] = z;
         memset(a->ae[i], 0, D / 2 * sizeof(float));
         memset(a->ao[i], 0, D / 2 * sizeof(float));
         memset(a->zsum[i], 0, a->ng * sizeof(float));
     }
-    for (int p = 0; p < n_keys; p++)
-        key_values(a, L, head_tile(L, j->kv->storage, j->layer, pages[p / P], 1, kvh), p % P,
-                   sc + p, (size_t)j->max_len);
-    for (int i = 0; i < gqa; i++) {
-        const float inv = 1.0f / sum[i];
+    for (int p = p0, slot = p0 % P, pg = p0 / P; p < p1; p++, slot = slot + 1 < P ? slot + 1 : 0) {
+        key_values(a, L, head_tile(L, j->kv->storage, j->layer, pages[pg], 1, kvh), slot,
+                   sc + (p - p0), KV4_SPAN);
+        pg += slot + 1 == P;
+    }
+    for (int i = 0; i < gqa; i++)
         for (int c = 0; c < D; c++)
-            qr[c] = ((c & 1 ? a->ao[i][c / 2] : a->ae[i][c / 2]) + a->zsum[i][c / G]) * inv;
-        if (rotated)
-            comet_wht(qr, D);
-        memcpy(j->out + ((size_t)t * j->H + kvh * gqa + i) * D, qr, D * sizeof(float));
+            part[(size_t)i * (D + 2) + c] =
+                (c & 1 ? a->ao[i][c / 2] : a->ae[i][c / 2]) + a->zsum[i][c / G];
+}
+
+/* Token t, KV head kvh: its spans merged in span order, normalized, rotated back. */
+static void attn_merge(void *ctx, int item, int tid) {
+    (void)tid;
+    const attn_job *j = ctx;
+    const int D = j->L.D, Hkv = j->L.Hkv, gqa = j->H / Hkv;
+    const int t = item / Hkv, kvh = item % Hkv;
+    const int n_spans = j->span0[t + 1] - j->span0[t];
+    const size_t first = (size_t)j->span0[t] * Hkv + (size_t)kvh * n_spans, stride = (size_t)gqa * (D + 2);
+    for (int i = 0; i < gqa; i++) {
+        const float *p0 = j->part + first * stride + (size_t)i * (D + 2);
+        float m = -INFINITY, l = 0.0f, o[KV4_MAX_D] = {0};
+        for (int sp = 0; sp < n_spans; sp++)
+            m = p0[sp * stride + D] > m ? p0[sp * stride + D] : m;
+        for (int sp = 0; sp < n_spans; sp++) {
+            const float *ps = p0 + sp * stride, f = expf(ps[D] - m);
+            l = fmaf(ps[D + 1], f, l);
+            for (int c = 0; c < D; c++)
+                o[c] = fmaf(ps[c], f, o[c]);
+        }
+        const float inv = 1.0f / l;
+        for (int c = 0; c < D; c++)
+            o[c] *= inv;
+        if (j->kv->kv.rotation == COMET_KV_ROTATION_HADAMARD)
+            comet_wht(o, D);
+        memcpy(j->out + ((size_t)t * j->H + kvh * gqa + i) * D, o, D * sizeof(float));
     }
 }
 
 comet_status comet_cpu_kv4_attention(comet_threadpool *tp, const comet_kv_cache *kv, int layer,
                                      const comet_batch *b, const float *q, int H, float *out) {
-    const int T = b->n_tokens, Hkv = kv->n_head_kv;
-    COMET_ASSERT(H % Hkv == 0 && H / Hkv <= KV4_MAX_GQA && kv->storage);
-    int max_len = 1;
-    for (int t = 0; t < T; t++)
-        max_len = b->positions[t] + 1 > max_len ? b->positions[t] + 1 : max_len;
-    const int n_threads = tp ? comet_threadpool_size(tp) : 1;
+    const int T = b->n_tokens, Hkv = kv->n_head_kv, D = kv->head_dim, gqa = H / Hkv;
+    COMET_ASSERT(H % Hkv == 0 && gqa <= KV4_MAX_GQA && kv->storage);
     int32_t *seq_of = malloc((size_t)T * sizeof *seq_of);
-    float *scores = malloc((size_t)n_threads * (H / Hkv) * max_len * sizeof *scores);
-    if (!seq_of || !scores) {
+    int32_t *span0 = malloc((size_t)(T + 1) * sizeof *span0);
+    if (!seq_of || !span0) {
         free(seq_of);
-        free(scores);
-        return comet_set_error(COMET_ERR_NOMEM, "cpu attention: no memory for %d keys", max_len);
+        free(span0);
+        return comet_set_error(COMET_ERR_NOMEM, "cpu attention: out of memory for %d tokens", T);
     }
     for (int s = 0; s < b->n_seqs; s++)
         for (int t = b->token_indptr[s]; t < b->token_indptr[s + 1]; t++)
             seq_of[t] = s;
-    attn_job j = {kv, layout(kv), layer, H, T, max_len, b, seq_of, q, out, scores};
-    comet_parallel_for(tp, T * Hkv, attn_item, &j);
-    free(seq_of);
-    free(scores);
+    span0[0] = 0;
+    for (int t = 0; t < T; t++)
+        span0[t + 1] = span0[t] + (b->positions[t] + KV4_SPAN) / KV4_SPAN;
+    const size_t n_items = (size_t)span0[T] * Hkv;
+    attn_item_id *items = malloc(n_items * sizeof *items);
+    float *part = malloc(n_items * gqa * (D + 2) * sizeof *part);
+    const int rotated = kv->kv.rotation == COMET_KV_ROTATION_HADAMARD;
+    float *qr = rotated ? malloc((size_t)T * H * D * sizeof *qr) : NULL;
+    if (!items || !part || (rotated && !qr)) {
+        free(seq_of), free(span0), free(items), free(part), free(qr);
+        return comet_set_error(COMET_ERR_NOMEM, "cpu attention: out of memory for %zu spans",
+                               n_items);
+    }
+    for (int t = 0; t < T; t++) { /* token t's items: KV head-major, then span */
+        const int n_spans = span0[t + 1] - span0[t];
+        for (int h = 0; h < Hkv; h++)
+            for (int sp = 0; sp < n_spans; sp++)
+                items[(size_t)span0[t] * Hkv + (size_t)h * n_spans + sp] =
+                    (attn_item_id){t, h, sp};
+    }
+    if (rotated) { /* H_D q once per head, for all of its spans: (H q)·(H k) = q·k */
+        memcpy(qr, q, (size_t)T * H * D * sizeof *qr);
+        for (size_t i = 0; i < (size_t)T * H; i++)
+            comet_wht(qr + i * D, D);
+    }
+    attn_job j = {kv, layout(kv), layer, H, T, b, seq_of, span0, items, rotated ? qr : q, out, part};
+    comet_parallel_for(tp, (int)n_items, attn_span, &j);
+    comet_parallel_for(tp, T * Hkv, attn_merge, &j);
+    free(seq_of), free(span0), free(items), free(part), free(qr);
     return COMET_OK;
 }

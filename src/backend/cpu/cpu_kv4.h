@@ -27,8 +27,9 @@ comet_status comet_cpu_kv4_append(comet_kv_cache *kv, int layer, const comet_bat
 
 /* Causal GQA attention of q [T, H, D] over each token's sequence, positions 0..positions[t],
  * from the codes: out [T, H, D] (the rotation undone). Threaded on tp (NULL: serial) over
- * (token, KV head) items; every output is one fixed sequence of operations, whatever the
- * step and the thread count. COMET_OK or COMET_ERR_NOMEM. */
+ * (token, KV head, span of 128 keys at fixed positions) items, then a merge of each token's
+ * spans in order; every output is one fixed sequence of operations, whatever the step and
+ * the thread count. COMET_OK or COMET_ERR_NOMEM. */
 comet_status comet_cpu_kv4_attention(comet_threadpool *tp, const comet_kv_cache *kv, int layer,
                                      const comet_batch *b, const float *q, int H, float *out);
 
