@@ -8,7 +8,9 @@
 #   3. extracts the evaluation texts (Jane Austen, Moby Dick) into data/ when absent,
 #   4. builds with CMake into build/ (Release, incremental),
 #   5. quantizes the default model to W4AxKV4 with `comet quantize` on first use (cached in
-#      models/smollm2-w4axkv4) and runs `build/comet generate --prompt ...` with it.
+#      models/smollm2-w4axkv4) and runs `build/comet generate --prompt ...` with it: on the
+#      CPU that is the integer path (INT4 weight codes, INT8/INT4 activation codes, an INT4
+#      paged KV cache; `--simulate` would run the fp32 simulation instead).
 #
 # Usage: bash scripts/setup.sh ["prompt"]
 # Environment:

@@ -38,6 +38,14 @@ void comet_backend_free(comet_backend *be);
  * is. Set before the backend's first step. NULL is a no-op. */
 void comet_backend_set_batch_invariant(comet_backend *be, int on);
 
+/* 1 (on) or 0 (off, the default): the threaded CPU backend runs a W4Ax checkpoint by the
+ * fp32 simulation of its quantization (the accuracy reference) instead of on its INT4 codes
+ * with integer dot products. The model must then hold its dequantized weights
+ * (comet_model_load, not keep_codes_only). Set before the model's weights are loaded on the
+ * backend. Ignored by the other backends (cpu-ref always simulates; CUDA runs the codes).
+ * NULL is a no-op. */
+void comet_backend_set_simulate(comet_backend *be, int on);
+
 /* The CPU worker threads the backend runs with (1 for a GPU backend's host side). */
 int comet_backend_n_threads(const comet_backend *be);
 

@@ -156,6 +156,10 @@ typedef struct comet_model {
     float *tok_embd;             /* [V, C] */
     float *output_norm;          /* [C] */
     float *lm_head;              /* [V, C]; == tok_embd when cfg.tie_embeddings */
+    /* A comet checkpoint loaded with keep_codes_only (comet_model_load_with): the embedding
+     * and lm_head as the checkpoint stores them, fp16 bits [V, C] (lm_head_f16 ==
+     * tok_embd_f16 when tied), while tok_embd and lm_head are NULL. NULL otherwise. */
+    uint16_t *tok_embd_f16, *lm_head_f16;
     comet_layer_weights *layers; /* [n_layer] */
     struct comet_tokenizer *tok; /* owned */
     char *chat_template;         /* the model's template string (Jinja), owned; may be NULL */
@@ -165,8 +169,9 @@ typedef struct comet_model {
      * comet checkpoint loader (src/format/checkpoint.h). */
     struct comet_quant_config *quant;
     /* The KV cache the model runs with (comet/kv_format.h): F16 = unquantized (zeroed for a
-     * floating-point model), INT8 / INT4 (the CPU backends simulate them: quantize->dequantize
-     * per token per KV head); group 0 = D. */
+     * floating-point model), INT8 / INT4 (codes on CUDA and on the threaded CPU backend;
+     * simulated in fp32, quantize->dequantize per token per KV head, by cpu-ref and with
+     * --simulate); group 0 = D. */
     comet_kv_format kv;
     /* Non-zero for a synthetic model (comet_model_synthetic): the config, formats, blocks and
      * n8 are set but no weight array exists; a backend that can (CUDA) fills its own copy
@@ -190,6 +195,23 @@ typedef struct comet_model {
  * the file/field and the problem: COMET_ERR_IO, COMET_ERR_FORMAT (malformed),
  * COMET_ERR_UNSUPPORTED (architecture, tensor type). */
 comet_status comet_model_load(const char *path, comet_model **out);
+
+/* How comet_model_load_with reads a model (comet_model_default_load_params). */
+typedef struct comet_model_load_params {
+    /* 1: a comet checkpoint with W4 (or W8) linears and quantized activations keeps only
+     * what a backend running the codes needs: each such linear's codes and scales (w NULL,
+     * no dequantized fp32 copy) and the fp16 embedding and lm_head (tok_embd_f16 /
+     * lm_head_f16; tok_embd and lm_head NULL). The threaded CPU backend's integer path runs
+     * such a model; the fp32 simulation (--simulate, cpu-ref), tensor parallelism and the
+     * quantizer refuse it. Other models load as usual. 0 (default): as comet_model_load. */
+    int keep_codes_only;
+} comet_model_load_params;
+
+comet_model_load_params comet_model_default_load_params(void);
+
+/* comet_model_load with params p (NULL: the defaults). Same statuses. */
+comet_status comet_model_load_with(const char *path, const comet_model_load_params *p,
+                                   comet_model **out);
 
 /* A synthetic model of a known shape for benchmarks, with no weights in host memory
  * (comet_model.synthetic_seed): preset "llama3-8b" or "llama3-70b" (LLaMA-3.1 shapes,

@@ -16,4 +16,9 @@ void comet_backend_set_batch_invariant(comet_backend *be, int on) {
         be->batch_invariant = on ? 1 : 0;
 }
 
+void comet_backend_set_simulate(comet_backend *be, int on) {
+    if (be)
+        be->simulate = on ? 1 : 0;
+}
+
 int comet_backend_n_threads(const comet_backend *be) { return be->n_threads; }

@@ -225,6 +225,9 @@ struct comet_backend {
      * speed (bench/results); 0 by default. Set it (comet_backend_set_batch_invariant) before
      * the backend's first step. */
     int batch_invariant;
+    /* 1: the CPU backend runs a quantized checkpoint by its fp32 simulation (the reference)
+     * instead of integer codes (comet_backend_set_simulate); ignored elsewhere. */
+    int simulate;
     void *impl; /* backend-private state */
 };
 

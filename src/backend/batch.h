@@ -39,8 +39,11 @@ typedef struct comet_batch {
  * page in every layer (vLLM-style). The storage belongs to the backend that made it
  * (backend.h kv_init). CPU backends: fp32, per layer
  *   k[layer][page][slot][Hkv][D], v likewise,
- * holding quantized->dequantized values when kv_bits is 4 or 8. CUDA: `storage` in device
- * memory, the codes with their fp16 scale and zero (src/backend/cuda/cuda_kv.h). */
+ * holding quantized->dequantized values when kv_bits is 4 or 8 (the simulation: cpu-ref, or
+ * the threaded backend with simulate set); the threaded backend otherwise keeps 4- or 8-bit
+ * caches as codes in host `storage` (k, v NULL), in the CUDA layout (cpu/cpu_kv4.h). CUDA:
+ * `storage` in device memory, the codes with their fp16 scale and zero
+ * (src/backend/cuda/cuda_kv.h). */
 typedef struct comet_kv_cache {
     int n_layer;
     int n_pages;   /* pool size */

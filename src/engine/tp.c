@@ -50,6 +50,7 @@ static comet_backend *open_peer(comet_backend *be0, int r) {
         snprintf(device, sizeof device, "%s", be0->ops->name);
     comet_backend *be = comet_backend_open(device, be0->n_threads);
     comet_backend_set_batch_invariant(be, be0->batch_invariant);
+    comet_backend_set_simulate(be, be0->simulate);
     return be;
 }
 

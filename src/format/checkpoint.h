@@ -52,4 +52,9 @@ int comet_checkpoint_detect(const char *dir);
  * format_version, bits). */
 comet_status comet_checkpoint_load(const char *dir, comet_model **out);
 
+/* comet_checkpoint_load, with keep_codes_only as comet_model_load_params says (1: no
+ * dequantized weights for W4/W8 linears with quantized activations, fp16 embedding and
+ * lm_head in tok_embd_f16 / lm_head_f16). */
+comet_status comet_checkpoint_load_with(const char *dir, int keep_codes_only, comet_model **out);
+
 #endif

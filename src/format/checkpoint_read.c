@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "comet/log.h"
 #include "comet/tokenizer.h"
@@ -100,6 +102,7 @@ typedef struct ctx {
     char st_path[4096];
     comet_model *m;
     comet_safetensors *st;
+    int keep_codes_only; /* comet_model_load_params */
 } ctx;
 
 /* An integer field; `def` when absent and def_ok. */
@@ -383,6 +386,16 @@ static void *own_alloc(ctx *c, size_t bytes) {
     } while (0)
 
 /* An fp32 copy of an F32 or F16 tensor of shape [d0] / [d0, d1]. */
+/* The file's pages under [p, p + n) leave this process's memory once their bytes are
+ * copied: the mapping is read-only, so they would only be read again from the file. Keeps
+ * the peak of a load near the model's own size instead of twice it. */
+static void drop_mapped(const void *p, size_t n) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)p + page - 1) & ~(page - 1), hi = ((uintptr_t)p + n) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
 static comet_status load_float(ctx *c, const char *name, comet_st_dtype dt, int64_t d0, int64_t d1,
                                float **out) {
     const comet_st_tensor *t;
@@ -399,6 +412,19 @@ static comet_status load_float(ctx *c, const char *name, comet_st_dtype dt, int6
             dst[i] = comet_quant_f16_value(h);
         }
     }
+    drop_mapped(t->data, t->n_bytes);
+    *out = dst;
+    return COMET_OK;
+}
+
+/* An fp16 tensor [d0, d1] copied as it is (fp16 bits). */
+static comet_status load_f16(ctx *c, const char *name, int d0, int d1, uint16_t **out) {
+    const comet_st_tensor *t;
+    COMET_TRY(get_tensor(c, name, COMET_ST_F16, d0, d1, &t));
+    uint16_t *dst = own_alloc(c, t->n_bytes);
+    NEED(dst);
+    memcpy(dst, t->data, t->n_bytes);
+    drop_mapped(t->data, t->n_bytes);
     *out = dst;
     return COMET_OK;
 }
@@ -453,14 +479,19 @@ static comet_status load_linear(ctx *c, comet_linear *lin, const char *base, int
     COMET_TRY(get_tensor(c, name, COMET_ST_F16, N, K / block, &stt));
     lin->qw = own_alloc(c, qt->n_bytes);
     lin->sw = own_alloc(c, stt->n_bytes);
+    if (!lin->qw || !lin->sw)
+        return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", c->st_path);
+    memcpy(lin->qw, qt->data, qt->n_bytes);
+    memcpy(lin->sw, stt->data, stt->n_bytes);
+    drop_mapped(qt->data, qt->n_bytes);
+    if (c->keep_codes_only && q->a_bits < 16)
+        return COMET_OK; /* run on the codes: no dequantized copy */
     lin->w = own_alloc(c, (size_t)N * K * sizeof *lin->w);
     int8_t *codes = malloc((size_t)N * K);
-    if (!lin->qw || !lin->sw || !lin->w || !codes) {
+    if (!lin->w || !codes) {
         free(codes);
         return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", c->st_path);
     }
-    memcpy(lin->qw, qt->data, qt->n_bytes);
-    memcpy(lin->sw, stt->data, stt->n_bytes);
     if (q->w_bits == 4)
         comet_w4_unpack(lin->qw, N, K, codes);
     else
@@ -476,11 +507,20 @@ static comet_status load_tensors(ctx *c, const int *n8, const int *blk) {
     int C = cfg->n_embd, F = cfg->n_ff, HD = cfg->n_head * cfg->head_dim;
     int KVD = cfg->n_head_kv * cfg->head_dim;
     comet_st_dtype et = m->quant->w_bits == 32 ? COMET_ST_F32 : COMET_ST_F16;
-    COMET_TRY(load_float(c, "model.embed_tokens.weight", et, cfg->n_vocab, C, &m->tok_embd));
-    if (cfg->tie_embeddings)
-        m->lm_head = m->tok_embd;
-    else
-        COMET_TRY(load_float(c, "lm_head.weight", et, cfg->n_vocab, C, &m->lm_head));
+    c->keep_codes_only = c->keep_codes_only && m->quant->w_bits <= 8 && m->quant->a_bits < 16;
+    if (c->keep_codes_only) { /* fp16 in the file: kept as it is */
+        COMET_TRY(load_f16(c, "model.embed_tokens.weight", cfg->n_vocab, C, &m->tok_embd_f16));
+        if (cfg->tie_embeddings)
+            m->lm_head_f16 = m->tok_embd_f16;
+        else
+            COMET_TRY(load_f16(c, "lm_head.weight", cfg->n_vocab, C, &m->lm_head_f16));
+    } else {
+        COMET_TRY(load_float(c, "model.embed_tokens.weight", et, cfg->n_vocab, C, &m->tok_embd));
+        if (cfg->tie_embeddings)
+            m->lm_head = m->tok_embd;
+        else
+            COMET_TRY(load_float(c, "lm_head.weight", et, cfg->n_vocab, C, &m->lm_head));
+    }
     COMET_TRY(load_float(c, "model.norm.weight", COMET_ST_F32, C, 0, &m->output_norm));
     m->layers = calloc((size_t)cfg->n_layer, sizeof *m->layers);
     NEED(m->layers);
@@ -595,8 +635,12 @@ static comet_status load(ctx *c) {
 }
 
 comet_status comet_checkpoint_load(const char *dir, comet_model **out) {
+    return comet_checkpoint_load_with(dir, 0, out);
+}
+
+comet_status comet_checkpoint_load_with(const char *dir, int keep_codes_only, comet_model **out) {
     *out = NULL;
-    ctx c = {.dir = dir};
+    ctx c = {.dir = dir, .keep_codes_only = keep_codes_only};
     c.m = calloc(1, sizeof *c.m);
     if (!c.m)
         return comet_set_error(COMET_ERR_NOMEM, "%s: out of memory", dir);

@@ -240,7 +240,20 @@ static int has_gguf_magic(const char *path) {
     return ok;
 }
 
+comet_model_load_params comet_model_default_load_params(void) {
+    comet_model_load_params p = {.keep_codes_only = 0};
+    return p;
+}
+
 comet_status comet_model_load(const char *path, comet_model **out) {
+    return comet_model_load_with(path, NULL, out);
+}
+
+comet_status comet_model_load_with(const char *path, const comet_model_load_params *p,
+                                   comet_model **out) {
+    comet_model_load_params dp = comet_model_default_load_params();
+    if (!p)
+        p = &dp;
     *out = NULL;
     if (!path || !*path)
         return comet_set_error(COMET_ERR_INVALID_ARG, "no model path given");
@@ -262,7 +275,7 @@ comet_status comet_model_load(const char *path, comet_model **out) {
                                    "config.json (expected an HF checkpoint)",
                                    path);
         if (comet_checkpoint_detect(path))
-            return comet_checkpoint_load(path, out);
+            return comet_checkpoint_load_with(path, p->keep_codes_only, out);
         return comet_load_hf(path, out);
     }
     if (ends_with(path, ".gguf") || has_gguf_magic(path))

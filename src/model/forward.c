@@ -271,7 +271,7 @@ comet_status comet_forward_check_batch(const comet_forward_ctx *fc, const comet_
                                fc->max_tokens);
     COMET_ASSERT(kv->n_layer == c->n_layer && kv->n_head_kv == c->n_head_kv &&
                  kv->head_dim == c->head_dim);
-    if (fc->be->ops->host_memory ? !kv->k : !kv->storage)
+    if (fc->be->ops->host_memory ? !kv->k && !kv->storage : !kv->storage)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "forward: the KV cache has no storage of backend '%s' (make it "
                                "with comet_kv_cache_init_on for that backend)",

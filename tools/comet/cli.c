@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "comet/backend.h"
+#include "comet/model.h"
 #include "comet/log.h"
 #include "comet/status.h"
 #include "commands.h"
@@ -279,6 +280,13 @@ int cli_device_ok(const char *cmd, const char *device) {
         return 0;
     fprintf(stderr, "comet %s: --device '%s' is not one of cpu, cuda, cuda:N\n", cmd, device);
     return 1;
+}
+
+int cli_load_model(const char *path, const char *device, int simulate, int tensor_parallel,
+                   comet_model **out) {
+    comet_model_load_params p = comet_model_default_load_params();
+    p.keep_codes_only = device && !strcmp(device, "cpu") && !simulate && tensor_parallel <= 1;
+    return comet_model_load_with(path, &p, out);
 }
 
 comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,

@@ -34,6 +34,8 @@ static void usage(FILE *f) {
                "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
                "  --fp16               with --synthetic: the floating-point variant\n"
                "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
+               "  --simulate           CPU: run a quantized checkpoint by its fp32 simulation\n"
+               "                       (the reference) instead of on integer codes\n"
                "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
                "  --prompt-tokens N    prefill prompt length (default 512)\n"
                "  --decode-tokens N    decode steps after it (default 128)\n"
@@ -49,7 +51,7 @@ static void usage(FILE *f) {
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL, *synthetic = NULL, *device = "cpu";
     long prompt_n = 512, decode_n = 128, reps = 5, threads = 0, seed = 1, tensor_parallel = 0;
-    int fp16 = 0, batch_invariant = 0;
+    int fp16 = 0, batch_invariant = 0, simulate = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -60,6 +62,9 @@ int cmd_bench(int argc, char **argv) {
             continue;
         } else if (!strcmp(a, "--batch-invariant")) {
             batch_invariant = 1;
+            continue;
+        } else if (!strcmp(a, "--simulate")) {
+            simulate = 1;
             continue;
         }
         if (!val) {
@@ -113,7 +118,7 @@ int cmd_bench(int argc, char **argv) {
     } else {
         if (!model_path)
             model_path = cli_default_model();
-        if (comet_model_load(model_path, &m) < 0) {
+        if (cli_load_model(model_path, device, simulate, (int)tensor_parallel, &m) < 0) {
             cli_report_error("bench", "cannot load the model");
             return 1;
         }
@@ -129,6 +134,7 @@ int cmd_bench(int argc, char **argv) {
     if (!(be = cli_open_backend("bench", device, (int)threads, (int)tensor_parallel,
                                 batch_invariant)))
         goto out;
+    comet_backend_set_simulate(be, simulate);
     comet_bench_params bp = {.prompt_tokens = (int)prompt_n,
                              .decode_tokens = (int)decode_n,
                              .reps = (int)reps,
@@ -142,7 +148,9 @@ int cmd_bench(int argc, char **argv) {
     const char *name = synthetic ? synthetic : m->name ? m->name : model_path;
     const char *quant = m->quant || (m->synthetic_seed && !fp16) ? "W4AxKV4" : "FP16";
     if (!strcmp(device, "cpu") || !strcmp(device, "cpu-ref"))
-        quant = m->quant ? "W4AxKV4 (simulated)" : "FP32";
+        quant = !m->quant ? "FP32"
+                : simulate || !strcmp(device, "cpu-ref") ? "W4AxKV4 (simulated)"
+                                                          : "W4AxKV4 (integer)";
     printf("| model | weights | device | prefill %ld tok/s | decode tok/s (ctx %ld..%ld) | "
            "ms / decode step | host enqueue ms | load s (file + backend) |\n",
            prompt_n, prompt_n, prompt_n + decode_n);

@@ -42,6 +42,8 @@ static void usage(FILE *f) {
             "                       (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant    results independent of the prefill chunk, bit for bit, on\n"
             "                       the GPU too, at some speed (docs/numerics.md)\n"
+            "  --simulate           CPU: run a quantized checkpoint by its fp32 simulation\n"
+            "                       (the reference) instead of on integer codes\n"
             "  --stats              print prefill and decode tokens/s to stderr\n"
             "  --verbose            debug logs on stderr\n",
             MAX_STOP);
@@ -124,7 +126,7 @@ int cmd_generate(int argc, char **argv) {
     const char *model_path = NULL, *prompt = NULL, *system = NULL, *template_name = NULL;
     const char *device = "cpu";
     const char *stop[MAX_STOP];
-    int raw = 0, stats = 0, verbose = 0, seed_given = 0, batch_invariant = 0;
+    int raw = 0, stats = 0, verbose = 0, seed_given = 0, batch_invariant = 0, simulate = 0;
     long threads = 0;
     comet_gen_params gp = comet_gen_default_params();
     cli_sampling smp;
@@ -206,6 +208,8 @@ int cmd_generate(int argc, char **argv) {
             stats = 1;
         } else if (!strcmp(a, "--batch-invariant")) {
             batch_invariant = 1;
+        } else if (!strcmp(a, "--simulate")) {
+            simulate = 1;
         } else if (!strcmp(a, "--verbose") || !strcmp(a, "-v")) {
             verbose = 1;
         } else {
@@ -238,7 +242,7 @@ int cmd_generate(int argc, char **argv) {
     if (!model_path)
         model_path = cli_default_model();
     comet_model *m = NULL;
-    if (comet_model_load(model_path, &m) < 0) {
+    if (cli_load_model(model_path, device, simulate, gp.tensor_parallel, &m) < 0) {
         cli_report_error("generate", "cannot load the model");
         return 1;
     }
@@ -264,6 +268,7 @@ int cmd_generate(int argc, char **argv) {
     if (!(be = cli_open_backend("generate", device, (int)threads, gp.tensor_parallel,
                                 batch_invariant)))
         goto out;
+    comet_backend_set_simulate(be, simulate);
     comet_log(COMET_LOG_DEBUG, "generate: %d prompt tokens, %d threads, seed %llu", n_ids,
               comet_backend_n_threads(be), (unsigned long long)sp->seed);
     /* the help promises it: a sampled run can be repeated */

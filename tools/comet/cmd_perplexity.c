@@ -43,6 +43,8 @@ static void usage(FILE *f) {
             "                     (cuda:d..d+N-1, or N CPU ranks) (default: one device)\n"
             "  --batch-invariant  results independent of --chunk, bit for bit, on the GPU too,\n"
             "                     at some speed (docs/numerics.md)\n"
+            "  --simulate         CPU: run a quantized checkpoint by its fp32 simulation (the\n"
+            "                     reference) instead of on integer codes\n"
             "  --kv-bits 4|8|16   simulate a 4/8-bit KV cache (default: the model's; 16 for\n"
             "                     floating-point models)\n"
             "  --kv-group G       channels per KV scale/zero group (default: the model's; 16\n"
@@ -59,7 +61,7 @@ int cmd_perplexity(int argc, char **argv) {
     const char *model_path = NULL, *text_path = NULL;
     long ctx = 0, max_windows = 0, threads = 0, chunk = 256, kv_bits = 0, kv_group = 0;
     long tensor_parallel = 0;
-    int verbose = 0, batch_invariant = 0;
+    int verbose = 0, batch_invariant = 0, simulate = 0;
     /* the KV cache asked for: -1 / 0 = the model's or the default policy (kv_format.h) */
     comet_kv_format kv_req = {.type = -1, .group = 0, .rotation = -1};
     comet_ppl_protocol protocol = COMET_PPL_COMET;
@@ -139,6 +141,8 @@ int cmd_perplexity(int argc, char **argv) {
             verbose = 1;
         } else if (!strcmp(a, "--batch-invariant")) {
             batch_invariant = 1;
+        } else if (!strcmp(a, "--simulate")) {
+            simulate = 1;
         } else {
             fprintf(stderr, "comet perplexity: unknown option '%s' (see comet perplexity --help)\n",
                     a);
@@ -163,7 +167,7 @@ int cmd_perplexity(int argc, char **argv) {
     comet_backend *be = NULL;
     int32_t *ids = NULL;
     int rc = 1;
-    if (comet_model_load(model_path, &m) < 0) {
+    if (cli_load_model(model_path, device, simulate, (int)tensor_parallel, &m) < 0) {
         cli_report_error("perplexity", "cannot load the model");
         goto out;
     }
@@ -192,6 +196,7 @@ int cmd_perplexity(int argc, char **argv) {
     if (!(be = cli_open_backend("perplexity", device, (int)threads, (int)tensor_parallel,
                                 batch_invariant)))
         goto out;
+    comet_backend_set_simulate(be, simulate);
     comet_log(COMET_LOG_INFO, "perplexity: %s, %zu tokens, ctx %d, %d threads, %s protocol",
               text_path, n, pp.ctx, comet_backend_n_threads(be),
               protocol == COMET_PPL_LLAMA_CPP ? "llama.cpp" : "comet");

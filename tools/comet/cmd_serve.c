@@ -167,7 +167,7 @@ int cmd_serve(int argc, char **argv) {
     }
 
     comet_model *m = NULL;
-    if (comet_model_load(model_path, &m) < 0) {
+    if (cli_load_model(model_path, device, 0, (int)tensor_parallel, &m) < 0) {
         cli_report_error("serve", "cannot load the model");
         return 1;
     }

@@ -77,6 +77,13 @@ int cli_port_free(const char *cmd, const char *host, int port);
  * tensor_parallel > 0: comet_backend_rank_threads), batch-invariant when batch_invariant
  * (comet/backend.h), or NULL after printing why. */
 struct comet_backend;
+/* comet_model_load_with for a command running on `device`: a quantized checkpoint keeps
+ * only its codes (keep_codes_only) where the threaded CPU backend runs it on integers
+ * (device "cpu", no --simulate, no tensor parallelism). Returns comet_model_load's status. */
+struct comet_model;
+int cli_load_model(const char *path, const char *device, int simulate, int tensor_parallel,
+                   struct comet_model **out);
+
 struct comet_backend *cli_open_backend(const char *cmd, const char *device, int n_threads,
                                        int tensor_parallel, int batch_invariant);
 

@@ -54,6 +54,8 @@ comet_status comet_cpu_silu_mul_quant(comet_backend *be, const comet_weights *w,
                                       const float *gate, const float *up, int T, void *act);
 comet_status comet_cpu_matmul(comet_backend *be, const comet_weights *w, int layer, comet_role r,
                               const void *act, int T, float *y);
+comet_status comet_cpu_matmul_group(comet_backend *be, const comet_weights *w, int layer,
+                                    comet_group g, const void *act, int T, float *const *ys);
 comet_status comet_cpu_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                       const comet_step *st, const comet_rope_params *rp, float *q,
                                       int H, float *k, const float *v);
@@ -70,7 +72,8 @@ comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const 
     .kv_free = comet_cpu_kv_free, .step_begin = comet_cpu_step_begin,                              \
     .embed_tokens = comet_cpu_embed_tokens, .rmsnorm_quant = comet_cpu_rmsnorm_quant,              \
     .act_quant = comet_cpu_act_quant, .silu_mul_quant = comet_cpu_silu_mul_quant,                  \
-    .matmul = comet_cpu_matmul, .rope_kv_append = comet_cpu_rope_kv_append,                        \
+    .matmul = comet_cpu_matmul, .matmul_group = comet_cpu_matmul_group,                           \
+    .rope_kv_append = comet_cpu_rope_kv_append,                        \
     .paged_attention = comet_cpu_paged_attention, .lm_head = comet_cpu_lm_head
 
 #endif

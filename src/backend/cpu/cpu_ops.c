@@ -33,12 +33,19 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_fast.h"
+#include "backend/cpu/cpu_qstep.h"
 #include "backend/cpu/cpu_simd.h"
 #include "numerics/qlinear.h"
 
 #define MIN_PAR_ELEMS 16384 /* elementwise work below this runs on the calling thread */
 
 static comet_threadpool *pool(comet_backend *be) { return ((comet_cpu_fast *)be->impl)->tp; }
+
+static const comet_backend_ops cpu_ops;
+
+comet_threadpool *comet_cpu_backend_pool(comet_backend *be) {
+    return be->ops == &cpu_ops ? pool(be) : NULL;
+}
 
 /* Split `total` elements into chunks of at least `min_chunk` for the pool. */
 static int n_chunks_for(comet_threadpool *tp, size_t total, size_t min_chunk) {

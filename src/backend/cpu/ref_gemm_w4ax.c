@@ -2,6 +2,7 @@
  * clarity, not speed: it is the oracle every fast path is compared with. */
 #include "backend/cpu/ref_gemm_w4ax.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "numerics/w4_plain.h"
@@ -53,7 +54,7 @@ comet_status comet_ref_gemm_w4ax(int M, int N, int K, int B, int n8, const uint8
                 if (bsum)
                     bsum[((size_t)t * N + n) * nb + b] = s;
                 float scale = sa[(size_t)t * nb + b] * comet_ref_f16_to_f32(sw[(size_t)n * nb + b]);
-                acc += (float)s * scale;
+                acc = fmaf((float)s, scale, acc); /* one rounding, on every compiler */
             }
             if (y)
                 y[(size_t)t * N + n] = acc;

@@ -26,8 +26,9 @@ extern "C" {
  *   sa   [M, K/B]  fp32 activation scales
  *   y    [M, N]    fp32 output, or NULL
  *   bsum [M, N, K/B] int32 block sums S, or NULL (for bit-exact comparison)
- * All host memory, owned by the caller. The fp32 outer sum runs over b in increasing order:
- * acc += (float)S * (sa * sw). Returns COMET_OK, or COMET_ERR_INVALID_ARG for bad shapes
+ * All host memory, owned by the caller. The fp32 outer sum runs over b in increasing order,
+ * one fused multiply-add per block: acc = fmaf((float)S, sa * sw, acc) (sa * sw rounded to
+ * fp32 first), so every compiler and fast path gets the same bits. Returns COMET_OK, or COMET_ERR_INVALID_ARG for bad shapes
  * or an INT4 block holding a code outside [-8, 7]. */
 comet_status comet_ref_gemm_w4ax(int M, int N, int K, int B, int n8, const uint8_t *qw,
                                  const uint16_t *sw, const int8_t *qa, const float *sa, float *y,
