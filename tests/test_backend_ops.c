@@ -42,6 +42,7 @@
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_qstep.h"
 #include "backend/kv_cache.h"
 #include "comet/model.h"
 #include "numerics/group.h"
@@ -201,21 +202,35 @@ static void outs_free(outs *o) {
 
 /* Download an act of group g (layer l) [T, K] as fp32 (see the file comment for the
  * layouts); fails on a NaN (an element the op left unwritten). */
+/* Whether a backend's activation for group g holds codes and scales (the W4Ax layout) rather
+ * than values: CUDA's W4Ax groups, and the fast CPU backend's when it runs a W4Ax model on
+ * its integer path (cpu_qstep.h: not with simulate set, never cpu-ref). */
+static int act_holds_codes(comet_backend *be, const comet_model *m, int l, comet_group g) {
+    if (!st_group_w4ax(m, l, g))
+        return 0;
+    return !be->ops->host_memory ||
+           (comet_cpu_backend_pool(be) && !be->simulate && comet_cpu_qmodel_eligible(m));
+}
+
+/* Download an act [T, K] as fp32 values (codes times scales where it holds codes), failing
+ * on a NaN. */
 static float *fetch_act(comet_backend *be, const comet_model *m, int l, comet_group g,
                         const sbuf *act, int T, int K, const char *what) {
     const size_t n = (size_t)T * K;
     float *out = st_malloc(n * 4);
-    if (be->ops->host_memory) {
-        sb_download(act, out, n * 4);
-    } else if (st_group_w4ax(m, l, g)) {
+    if (act_holds_codes(be, m, l, g)) {
         const int B = st_group_linear(m, l, g)->block, nb = K / B;
-        int8_t *q = st_malloc(n);
-        float *s = st_malloc((size_t)T * nb * 4);
-        st_fetch_w4ax_act(act, T, K, B, q, s);
+        const size_t off = be->ops->host_memory ? comet_cpu_qact_scale_offset(T, K)
+                                                : st_act_scales_offset(T, K);
+        uint8_t *h = sb_fetch(act, off + (size_t)T * nb * 4);
+        const int8_t *q = (const int8_t *)h;
+        const float *s = (const float *)(h + off);
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++)
                 out[(size_t)t * K + k] = (float)q[(size_t)t * K + k] * s[(size_t)t * nb + k / B];
-        free(q), free(s);
+        free(h);
+    } else if (be->ops->host_memory) {
+        sb_download(act, out, n * 4);
     } else {
         st_fetch_f16_act(act, T, K, out);
     }

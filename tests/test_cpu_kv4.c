@@ -41,7 +41,7 @@ typedef struct {
 static void check_config(int bits, int G, int rotation) {
     comet_backend *ref = comet_backend_cpu_ref_init();
     comet_threadpool *tp1 = comet_threadpool_init(1), *tp3 = comet_threadpool_init(3);
-    comet_kv_format fmt = {bits, G, rotation};
+    comet_kv_format fmt = {comet_kv_type_from_bits(bits), G, rotation};
     comet_kv_cache sim, q4;
     assert_int_equal(comet_kv_cache_init_on(ref, &sim, LAYERS, N_PAGES, P, HKV, D, fmt), COMET_OK);
     memset(&q4, 0, sizeof q4);
@@ -136,13 +136,13 @@ static void test_kv4_refuses_bad_formats(void **state) {
     comet_kv_cache kv;
     memset(&kv, 0, sizeof kv);
     kv.n_layer = 1, kv.n_pages = 1, kv.page_size = P, kv.n_head_kv = 1, kv.head_dim = 48;
-    kv.kv = (comet_kv_format){4, 16, COMET_KV_ROTATION_HADAMARD}; /* 48: not a power of two */
+    kv.kv = (comet_kv_format){COMET_KV_INT4, 16, COMET_KV_ROTATION_HADAMARD}; /* 48: not a power of two */
     assert_int_equal(comet_cpu_kv4_init(&kv), COMET_ERR_INVALID_ARG);
-    kv.kv = (comet_kv_format){4, 20, COMET_KV_ROTATION_NONE}; /* 20 does not divide 48 */
+    kv.kv = (comet_kv_format){COMET_KV_INT4, 20, COMET_KV_ROTATION_NONE}; /* 20 does not divide 48 */
     assert_int_equal(comet_cpu_kv4_init(&kv), COMET_ERR_INVALID_ARG);
-    kv.kv = (comet_kv_format){16, 16, COMET_KV_ROTATION_NONE};
+    kv.kv = (comet_kv_format){COMET_KV_F16, 16, COMET_KV_ROTATION_NONE};
     assert_int_equal(comet_cpu_kv4_init(&kv), COMET_ERR_INVALID_ARG);
-    kv.kv = (comet_kv_format){4, 16, COMET_KV_ROTATION_NONE};
+    kv.kv = (comet_kv_format){COMET_KV_INT4, 16, COMET_KV_ROTATION_NONE};
     assert_int_equal(comet_cpu_kv4_init(&kv), COMET_OK);
     assert_non_null(kv.storage);
     comet_cpu_kv4_free(&kv);
