@@ -895,6 +895,9 @@ int main(void) {
         fprintf(stderr, "comet_backend_cpu_init failed: %s\n", comet_last_error());
         return 1;
     }
+    /* the reference is the contract's fp32 simulation (an fp32 cache), not the CPU's integer
+     * path with its own KV pages */
+    comet_backend_set_simulate(g_cpu, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_codes_position0),
         cmocka_unit_test(test_attention_ragged),

@@ -458,6 +458,7 @@ int main(void) {
         }
     cpu = comet_backend_cpu_init(0);
     assert_non_null(cpu);
+    comet_backend_set_simulate(cpu, 1); /* the contract's fp32 simulation is the reference */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_parity),     cmocka_unit_test(test_graphs_identical),
         cmocka_unit_test(test_perplexity_parity), cmocka_unit_test(test_batch_invariance),

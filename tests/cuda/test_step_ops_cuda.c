@@ -385,6 +385,9 @@ int main(void) {
         fprintf(stderr, "comet_backend_cpu_init failed: %s\n", comet_last_error());
         return 1;
     }
+    /* the reference is the contract's fp32 simulation (acts as values, an fp32 cache), not
+     * the CPU's integer path */
+    comet_backend_set_simulate(g_cpu, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_op_table),
         cmocka_unit_test_prestate(test_act_ops, (void *)&V_FP32),
