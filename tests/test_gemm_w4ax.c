@@ -52,7 +52,7 @@ static void test_ref_known_values(void **state) {
     assert_true(y[2] == -5.0f * 2.0f * 1.0f + 49.0f * 1.0f * 2.0f);
 }
 
-static void test_ref_rejects_int4_range(void **state) {
+static void test_ref_rejects_bad_calls(void **state) {
     (void)state;
     uint8_t qw[2] = {0};
     const uint16_t sw[2] = {0x3C00, 0x3C00};
@@ -66,6 +66,13 @@ static void test_ref_rejects_int4_range(void **state) {
                      COMET_ERR_INVALID_ARG);
     assert_int_equal(comet_ref_gemm_w4ax(1, 1, 5, 2, 0, qw, sw, qa, sa, y, NULL),
                      COMET_ERR_INVALID_ARG);
+    /* bad shapes, named in the message */
+    assert_int_equal(comet_ref_gemm_w4ax(1, 1, 4, 2, 3, qw, sw, qa, sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "n8=3"));
+    assert_int_equal(comet_ref_gemm_w4ax(0, 1, 4, 2, 1, qw, sw, qa, sa, y, NULL),
+                     COMET_ERR_INVALID_ARG);
+    assert_non_null(strstr(comet_last_error(), "M=0"));
 }
 
 static void test_f16_to_f32(void **state) {
@@ -134,7 +141,7 @@ static void test_pack_round_trip(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ref_known_values),
-        cmocka_unit_test(test_ref_rejects_int4_range),
+        cmocka_unit_test(test_ref_rejects_bad_calls),
         cmocka_unit_test(test_f16_to_f32),
         cmocka_unit_test(test_pack_round_trip),
     };

@@ -14,7 +14,7 @@
  * slots).
  * A backend's building blocks stay behind it: the CPU backends' fp32 primitives are in
  * backend/cpu/cpu_prims.h, the W4Ax GEMM has its own C API (backend/cpu/ref_gemm_w4ax.h,
- * backend/cpu/cpu_gemm_w4ax.h, backend/cuda/gemm_w4ax.h).
+ * backend/cpu/w4ax_cpu.h, backend/cuda/gemm_w4ax.h).
  *
  * Ops return COMET_OK or a negative status (never abort on a runtime failure); shape
  * violations are bugs and assert. A backend may leave an optional op NULL (matmul_group,

@@ -1,5 +1,5 @@
 /* w4ax_check.h — the argument checks of the W4Ax GEMM entry points that take plain-layout
- * weights (the CPU fast GEMM, backend/cpu/cpu_gemm_w4ax.h, and the CUDA backend's weight
+ * weights (the CPU integer GEMM, backend/cpu/w4ax_cpu.h, and the CUDA backend's weight
  * load and launch, backend/cuda/cuda_internal.h), so that they refuse the same calls with
  * the same words. The GEMM itself: docs/numerics.md "The W4Ax GEMM". */
 #ifndef COMET_BACKEND_W4AX_CHECK_H

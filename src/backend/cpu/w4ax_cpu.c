@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/w4ax_check.h"
 #include "numerics/quant.h"
 #include "numerics/w4_plain.h"
 
@@ -92,12 +93,9 @@ comet_w4ax_isa comet_w4ax_cpu_isa_best(void) {
 
 comet_status comet_w4ax_cpu_pack(int N, int K, int B, const uint8_t *qw_plain,
                                  const uint16_t *sw_plain, comet_w4ax_cpu *w) {
-    memset(w, 0, sizeof *w);
-    if (N < 1 || (B != 64 && B != 128) || K < B || K % B || !qw_plain || !sw_plain)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_cpu_pack: bad weight N=%d K=%d B=%d (need N >= 1, B 64 or "
-                               "128, K a positive multiple of B, codes and scales given)",
-                               N, K, B);
+    if (w)
+        memset(w, 0, sizeof *w);
+    COMET_TRY(comet_w4ax_check_load("comet_w4ax_cpu_pack", N, K, B, qw_plain, sw_plain, w));
     const int R = COMET_W4AX_CPU_ROWS, nb = K / B, full = N / R;
     w->N = N, w->K = K, w->B = B;
     w->n_pad = (N + R - 1) / R * R;
@@ -107,8 +105,8 @@ comet_status comet_w4ax_cpu_pack(int N, int K, int B, const uint8_t *qw_plain,
         w->tail = calloc((size_t)R, (size_t)(K / 2)); /* nibble 0: code 0 */
     if (!w->sw || (N % R && !w->tail)) {
         comet_w4ax_cpu_free(w);
-        return comet_set_error(COMET_ERR_NOMEM, "w4ax_cpu_pack: out of memory for an N=%d K=%d "
-                               "weight", N, K);
+        return comet_set_error(COMET_ERR_NOMEM,
+                               "comet_w4ax_cpu_pack: out of memory for an N=%d K=%d weight", N, K);
     }
     if (w->tail)
         memcpy(w->tail, qw_plain + (size_t)full * R * (K / 2), (size_t)(N % R) * (K / 2));
@@ -244,29 +242,58 @@ static void w4ax_task(void *ctx, int item, int tid) {
         j->rows(w, g, t0, t1, j->qa, j->sa, j->asum8, j->ys[i], j->bsum);
 }
 
+/* The checks of comet_w4ax_cpu_gemm, once per call before any work: the call's shape
+ * (n_w, ws, ys, bsum), then per weight comet_w4ax_check_gemm (the words the CUDA backend
+ * uses) and the same K and B as weight 0, then every code of the INT4 blocks n8..K/B-1 of
+ * qa in [-8, 7], as the oracle requires. */
+static comet_status check_gemm(int n_w, const comet_w4ax_cpu *const *ws, int M, int n8,
+                               const int8_t *qa, const float *sa, float *const *ys,
+                               const int32_t *bsum) {
+    static const char who[] = "comet_w4ax_cpu_gemm";
+    if (n_w < 1 || n_w > 7 || !ws || !ys || (bsum && n_w != 1))
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "%s: n_w = %d weights (ws=%p ys=%p bsum=%p); need 1 to 7 weights, "
+                               "non-NULL ws and ys, and a single weight when bsum is given",
+                               who, n_w, (const void *)ws, (const void *)ys, (const void *)bsum);
+    for (int i = 0; i < n_w; i++) {
+        const comet_w4ax_cpu *w = ws[i];
+        if (w && !w->qw)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "%s: weight %d is empty (not packed, or freed)", who, i);
+        COMET_TRY(comet_w4ax_check_gemm(who, w, w ? w->K : 0, w ? w->B : 0, M, n8, qa, sa, ys[i]));
+        if (w->K != ws[0]->K || w->B != ws[0]->B)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "%s: weight %d has K = %d, B = %d but weight 0 has K = %d, "
+                                   "B = %d; the weights of one call share the activation",
+                                   who, i, w->K, w->B, ws[0]->K, ws[0]->B);
+    }
+    const int K = ws[0]->K, B = ws[0]->B;
+    for (int t = 0; t < M; t++) {
+        const int8_t *row = qa + (size_t)t * K;
+        int bad = 0;
+        for (int k = n8 * B; k < K; k++) /* no early exit: the loop vectorizes */
+            bad |= row[k] < -8 || row[k] > 7;
+        if (bad)
+            for (int k = n8 * B; k < K; k++)
+                if (row[k] < -8 || row[k] > 7)
+                    return comet_set_error(COMET_ERR_INVALID_ARG,
+                                           "%s: qa[%d, %d] = %d lies in INT4 block %d (n8 = %d) "
+                                           "but is outside [-8, 7]",
+                                           who, t, k, row[k], k / B, n8);
+    }
+    return COMET_OK;
+}
+
 comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n_w,
                                  const comet_w4ax_cpu *const *ws, int M, int n8, const int8_t *qa,
                                  const float *sa, float *const *ys, int32_t *bsum) {
-    if (n_w < 1 || n_w > 7 || !ws || !ys || !qa || !sa || M < 1 || (bsum && n_w != 1))
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_cpu_gemm: bad call (n_w=%d, M=%d; need 1..7 weights, M >= "
-                               "1, non-NULL arrays, one weight with bsum)",
-                               n_w, M);
+    COMET_TRY(check_gemm(n_w, ws, M, n8, qa, sa, ys, bsum));
     const int K = ws[0]->K, B = ws[0]->B, nb = K / B;
-    for (int i = 0; i < n_w; i++)
-        if (!ws[i] || !ws[i]->qw || !ys[i] || ws[i]->K != K || ws[i]->B != B)
-            return comet_set_error(COMET_ERR_INVALID_ARG,
-                                   "w4ax_cpu_gemm: weight %d is missing or has another K or B "
-                                   "than weight 0 (K=%d, B=%d)",
-                                   i, K, B);
-    if (n8 < 0 || n8 > nb)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_cpu_gemm: n8=%d outside [0, %d] for K=%d, B=%d", n8, nb, K, B);
     if (isa == COMET_W4AX_ISA_AUTO)
         isa = comet_w4ax_cpu_isa_best();
     if (!comet_w4ax_cpu_isa_supported(isa))
         return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "w4ax_cpu_gemm: instruction set '%s' is not available on this "
+                               "comet_w4ax_cpu_gemm: instruction set '%s' is not available on this "
                                "CPU or build",
                                comet_w4ax_cpu_isa_name(isa) ? comet_w4ax_cpu_isa_name(isa) : "?");
     w4ax_job j = {.ws = ws, .ys = ys, .bsum = bsum, .qa = qa, .sa = sa, .M = M, .n_w = n_w};
@@ -283,7 +310,8 @@ comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n
     if (!asum8 || !split) {
         free(asum8);
         free(split);
-        return comet_set_error(COMET_ERR_NOMEM, "w4ax_cpu_gemm: out of memory for %d tokens", M);
+        return comet_set_error(COMET_ERR_NOMEM, "comet_w4ax_cpu_gemm: out of memory for %d tokens",
+                               M);
     }
     for (int t = 0; t < M; t++)
         for (int b = 0; b < nb; b++) {

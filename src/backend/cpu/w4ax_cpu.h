@@ -60,8 +60,10 @@ typedef struct comet_w4ax_cpu {
 
 /* Make *w for plain weights (numerics/w4_plain.h: qw_plain [N, K/2] codes, borrowed: they
  * must outlive w; sw_plain [N, K/B] fp16 scale bits, copied). Its own arrays are released by
- * comet_w4ax_cpu_free. N >= 1, K a positive multiple of B, B 64 or 128. Returns COMET_OK,
- * COMET_ERR_INVALID_ARG naming a bad shape, or COMET_ERR_NOMEM. */
+ * comet_w4ax_cpu_free; *w is zeroed first, so it may be freed after a failure too. Returns
+ * COMET_OK; COMET_ERR_INVALID_ARG (the checks of backend/w4ax_check.h: N < 1, K not a
+ * positive multiple of 64, B not 64 or 128, K % B != 0, N or K above COMET_W4AX_MAX_DIM, a
+ * NULL pointer) with the problem named; or COMET_ERR_NOMEM. */
 comet_status comet_w4ax_cpu_pack(int N, int K, int B, const uint8_t *qw_plain,
                                  const uint16_t *sw_plain, comet_w4ax_cpu *w);
 
@@ -73,15 +75,17 @@ void comet_w4ax_cpu_free(comet_w4ax_cpu *w);
 size_t comet_w4ax_cpu_bytes(const comet_w4ax_cpu *w);
 
 /* y_i [M, N_i] = the GEMM of weight ws[i] (i < n_w, every one with the same K and B) applied
- * to the same activation: qa [M, K] int8 codes (blocks 0..n8-1 INT8, the rest INT4; every
- * int8 code is multiplied exactly as given), sa [M, K/B] fp32 scales. One parallel_for on tp
- * (NULL: the calling thread) over chunks of output channels of all the weights and tiles of
- * tokens; every output's arithmetic is the same however the work is split. isa AUTO takes
- * the best; an unsupported one is refused. bsum (optional, tests; n_w must then be 1):
+ * to the same activation: qa [M, K] int8 codes (blocks 0..n8-1 INT8, the rest INT4 codes in
+ * [-8, 7]), sa [M, K/B] fp32 scales (used as given: an inf or NaN propagates into the
+ * outputs it touches). One parallel_for on tp (NULL: the calling thread) over chunks of
+ * output channels of all the weights and tiles of tokens; every output's arithmetic is the
+ * same however the work is split. isa AUTO takes the best; an unsupported one is refused. bsum (optional, tests; n_w must then be 1):
  * [M, N, K/B] int32 block sums S. All host memory, the caller's; y fully written.
  * Allocates a [M, K] copy of the codes in the weights' channel order per call.
- * Returns COMET_OK, COMET_ERR_INVALID_ARG (bad shape, NULL pointer, unsupported isa) or
- * COMET_ERR_NOMEM. */
+ * Returns COMET_OK; COMET_ERR_INVALID_ARG with the problem named (n_w outside [1, 7], bsum
+ * with n_w > 1, a NULL pointer, an empty weight, weights of different K or B, M outside
+ * [1, COMET_W4AX_MAX_DIM], n8 outside [0, K/B], an INT4 block holding a code outside
+ * [-8, 7], an unsupported isa), checked once per call before any work; or COMET_ERR_NOMEM. */
 comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n_w,
                                  const comet_w4ax_cpu *const *ws, int M, int n8, const int8_t *qa,
                                  const float *sa, float *const *ys, int32_t *bsum);
