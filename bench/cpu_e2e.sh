@@ -19,7 +19,9 @@
 # Environment: THREADS (2), RUNS (3), MODEL (models/SmolLM2-135M-Instruct.Q4_1.gguf, llama.cpp's
 #   and the first comet row's), COMET_MODELS (space-separated "path[+simulate]" comet rows;
 #   default "$MODEL models/smollm2-w4axkv4 models/smollm2-w4axkv4+simulate", rows whose path is
-#   missing are left out),
+#   missing are left out), COMET_BUILD_DIR (comet's build folder, default build; a CPU-only
+#   build, cmake -DCOMET_CUDA=OFF, is what a machine without the CUDA toolkit runs: a CUDA
+#   build also maps the CUDA runtime and cuBLAS, which adds to comet's peak RSS),
 #   COMET_LLAMACPP_CACHE, LLAMACPP_VERSION (pin a llama-cpp-python version; default: the newest
 #   already built in the cache, else the newest on PyPI), OUT (results file).
 set -Eeuo pipefail
@@ -79,9 +81,10 @@ fi
 
 # ---- comet ---------------------------------------------------------------------------------
 STEP="comet build"
-[ -d build ] || cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >&2
-cmake --build build --target comet -j "$(nproc)" >&2
-COMET=build/comet
+BUILD="${COMET_BUILD_DIR:-build}"
+[ -d "$BUILD" ] || cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >&2
+cmake --build "$BUILD" --target comet -j "$(nproc)" >&2
+COMET="$BUILD/comet"
 
 # A raw prompt of exactly PROMPT_TOKENS tokens: the opening of Pride and Prejudice, cut to
 # length by the token count comet itself reports (so the prompt is real text, not random ids).
@@ -169,7 +172,8 @@ ggml_version="$(sed -n 's/^set(GGML_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\))/
     "$(dirname "$(dirname "$(dirname "$llama_bench")")")/src/ggml/CMakeLists.txt" 2>/dev/null | paste -sd.)"
 export OUT RUNS THREADS PROMPT_TOKENS GEN_TOKENS MODEL LLAMACPP_VERSION commit ggml_version \
     load_start load_end
-export comet_rows="${rows[*]}"
+export comet_rows="${rows[*]}" COMET
+export comet_cuda="$("$COMET" --version | grep -q 'CUDA backend: yes' && echo 'a CUDA build: the CUDA runtime and cuBLAS are mapped' || echo 'a CPU-only build')"
 export cpu="$(lscpu | sed -n 's/^Model name: *//p' | head -n1)"
 export ncpu="$(nproc)"
 export when="$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -207,7 +211,7 @@ text = f"""# CPU end-to-end speed: comet vs llama.cpp, {e['when'][:10]}
 - CPU: {e['cpu']} ({e['ncpu']} CPUs visible), {e['THREADS']} threads per engine
 - Load average (1/5/15 min) at start: {e['load_start']}; at end: {e['load_end']}. The engines
   alternate run by run so both meet the same conditions.
-- comet commit: {e['commit']}
+- comet commit: {e['commit']}, binary `{e['COMET']}` ({e['comet_cuda']})
 - llama.cpp: vendored in llama-cpp-python {e['LLAMACPP_VERSION']} (PyPI sdist), ggml {e['ggml_version'] or '?'},
   backend {meta.get('backends', '?')}, built with -DGGML_NATIVE=ON, CPU only
 - Model: `{e['MODEL']}` (llama.cpp calls it "{meta.get('model_type', '?')}"); comet also runs
@@ -234,7 +238,7 @@ Prejudice* (exactly {P} tokens), raw, greedy.
 Commands (one round; `bench/cpu_e2e.sh` runs {R} rounds, THREADS={e['THREADS']} RUNS={R}):
 
 ```
-build/comet generate --model <row's model> [--simulate] --raw --temperature 0 --ignore-eos \\
+{e['COMET']} generate --model <row's model> [--simulate] --raw --temperature 0 --ignore-eos \\
     --prompt "<first {e['prompt_words']} words of data/austen/prideprejudice.txt>" \\
     --max-tokens {int(G) + 1} --threads {e['THREADS']} --stats
 {e['llama_shown']}
