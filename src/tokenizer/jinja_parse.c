@@ -121,6 +121,14 @@ static void kid_push(parser *P, kidvec *k, jnode *n, const char *kname) {
     k->v[k->n++] = n;
 }
 
+/* A node of `kind` whose children are k's. */
+static jnode *node_of_kids(parser *P, jnode_kind kind, int ln, const kidvec *k) {
+    jnode *n = node(P, kind, ln);
+    n->kids = k->v;
+    n->n_kids = k->n;
+    return n;
+}
+
 static void enter(parser *P) {
     if (++P->depth > MAX_PARSE_DEPTH)
         jfail(P->e, COMET_ERR_INVALID_ARG, line(P), "nesting deeper than %d", MAX_PARSE_DEPTH);
@@ -204,10 +212,7 @@ static jnode *parse_primary(parser *P) {
             kid_push(P, &k, parse_expr(P, 1), NULL);
         }
         expect_op(P, ")");
-        n = node(P, E_LIST, ln);
-        n->kids = k.v;
-        n->n_kids = k.n;
-        return n;
+        return node_of_kids(P, E_LIST, ln, &k);
     }
     if (accept_op(P, "[")) {
         kidvec k = {0};
@@ -218,10 +223,7 @@ static jnode *parse_primary(parser *P) {
                 break;
             kid_push(P, &k, parse_expr(P, 1), NULL);
         }
-        n = node(P, E_LIST, ln);
-        n->kids = k.v;
-        n->n_kids = k.n;
-        return n;
+        return node_of_kids(P, E_LIST, ln, &k);
     }
     if (accept_op(P, "{")) {
         kidvec k = {0};
@@ -234,10 +236,7 @@ static jnode *parse_primary(parser *P) {
             expect_op(P, ":");
             kid_push(P, &k, parse_expr(P, 1), NULL);
         }
-        n = node(P, E_DICT, ln);
-        n->kids = k.v;
-        n->n_kids = k.n;
-        return n;
+        return node_of_kids(P, E_DICT, ln, &k);
     }
     perr(P, "an expression");
 }
