@@ -124,6 +124,13 @@ static void test_errors(void **state) {
     expect_error("{{ 'a' + 1 }}", "unsupported operand");
     expect_error("{{ foo.bar }}", "'foo' is undefined");
     expect_error("{{ [].append(1) }}", "unsafe");
+    /* a number literal longer than the lexer's buffer: 63 digits then '.5' (once read past
+     * the buffer's end), and 70 digits of an integer */
+    expect_error("{{ 111111111111111111111111111111111111111111111111111111111111111.5 }}",
+                 "number literal longer than 63 characters");
+    expect_error("\n{{ 1111111111222222222233333333334444444444555555555566666666667777777777 }}",
+                 "line 2: number literal longer than 63 characters");
+    expect("{{ 1.5e3 }} {{ 1_000 }}", "1500.0 1000");
     /* unknown filters inside if blocks fail only when reached, as in Jinja2 */
     expect("{% if false %}{{ x | from_json }}{% endif %}ok", "ok");
 }

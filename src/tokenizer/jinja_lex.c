@@ -214,17 +214,26 @@ static void lex_tag(lexer *L, int var) {
             size_t k = 0;
             char num[64];
             size_t nn = 0;
-            int is_float = 0;
+            int is_float = 0, too_long = 0;
+/* one character of the literal into num, or too_long when it has no room */
+#define NUM_PUT(ch)                                                                                \
+    do {                                                                                           \
+        if (nn < sizeof num - 1)                                                                   \
+            num[nn++] = (ch);                                                                      \
+        else                                                                                       \
+            too_long = 1;                                                                          \
+    } while (0)
             while (k < left && ((s[k] >= '0' && s[k] <= '9') || (s[k] == '_' && k + 1 < left &&
                                                                   s[k + 1] >= '0' && s[k + 1] <= '9')))
-                if (s[k++] != '_' && nn < sizeof num - 1)
-                    num[nn++] = s[k - 1];
+                if (s[k++] != '_')
+                    NUM_PUT(s[k - 1]);
             if (!after_dot && k + 1 < left && s[k] == '.' && s[k + 1] >= '0' && s[k + 1] <= '9') {
                 is_float = 1;
-                num[nn++] = s[k++];
+                NUM_PUT(s[k]);
+                k++;
                 while (k < left && ((s[k] >= '0' && s[k] <= '9') || s[k] == '_'))
-                    if (s[k++] != '_' && nn < sizeof num - 1)
-                        num[nn++] = s[k - 1];
+                    if (s[k++] != '_')
+                        NUM_PUT(s[k - 1]);
             }
             if (!after_dot && k < left && (s[k] == 'e' || s[k] == 'E')) {
                 size_t m = k + 1;
@@ -232,14 +241,22 @@ static void lex_tag(lexer *L, int var) {
                     m++;
                 if (m < left && s[m] >= '0' && s[m] <= '9') {
                     is_float = 1;
-                    while (k < m && nn < sizeof num - 1)
-                        num[nn++] = s[k++];
-                    while (k < left && s[k] >= '0' && s[k] <= '9')
-                        if (nn < sizeof num - 1)
-                            num[nn++] = s[k++];
-                        else
-                            k++;
+                    while (k < m) {
+                        NUM_PUT(s[k]);
+                        k++;
+                    }
+                    while (k < left && s[k] >= '0' && s[k] <= '9') {
+                        NUM_PUT(s[k]);
+                        k++;
+                    }
                 }
+            }
+#undef NUM_PUT
+            if (too_long) {
+                jfail(L->e, COMET_ERR_INVALID_ARG, L->line,
+                      "number literal longer than %zu characters", sizeof num - 1);
+                nn = 0;
+                num[nn++] = '0';
             }
             num[nn] = '\0';
             jtok t = {.type = is_float ? T_FLOAT : T_INT, .line = L->line};
