@@ -8,10 +8,16 @@
  * thread count or the step, neither does any result. Scores use the factored dot product
  * q·k = sum_g (scale_g * sum_{c in g} q_c * code_c + zero_g * sum_{c in g} q_c), and the
  * values accumulate as out_c += (p * scale_g) * code_c + p * zero_g, so the codes are never
- * written back in a wider format. Per key it reads D/2 + 4 D/G bytes of K and as many of V
- * (48 + 48 bytes for D 64, G 16 at 4 bits, against 512 for fp32), which keeps a decode
- * step's attention cost low as the context grows. */
+ * written back in a wider format. An item walks its span in blocks of 8 keys: it scores the
+ * block for all of its query heads (one 8-to-1 reduction turns the 8 keys' lane sums into one
+ * vector of scores), exponentiates the span's scores 8 at a time with the vector exp (the
+ * span's last n % 8 keys with expf, so which keys take which exp is fixed by position), and
+ * adds the block's values with the output accumulators held in registers across its keys.
+ * Per key it reads D/2 + 4 D/G bytes of K and as many of V (48 + 48 bytes for D 64, G 16 at
+ * 4 bits, against 512 for fp32), which keeps a decode step's attention cost low as the
+ * context grows. Builds without AVX2 + FMA take plain C loops over the same blocks. */
 #include "backend/cpu/cpu_kv4.h"
+#include "backend/cpu/cpu_simd.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -103,9 +109,7 @@ comet_status comet_cpu_kv4_append(comet_kv_cache *kv, int layer, const comet_bat
 }
 
 /* codes of slot `slot` of a head tile as floats (0 .. 2^bits - 1) */
-static inline void load_codes(const comet_cuda_kv_layout *L, const uint8_t *tile, int slot,
-                              float *dst) {
-    const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
+static inline void load_codes(const comet_cuda_kv_layout *L, const uint8_t *row, float *dst) {
     if (L->bits == 4)
         for (int c = 0; c < L->D / 2; c++) {
             dst[2 * c] = (float)(row[c] & 15);
@@ -141,23 +145,23 @@ typedef struct {
     float *part; /* [n_items][gqa][D + 2]: unnormalized output, then the span's max, sum */
 } attn_job;
 
-/* The scores of one key for the item's query heads: sc[i] = (q_i · k) / sqrt(D) from the
- * codes. qe / qo: each head's even / odd channels (the low / high nibbles' channels), qsum:
- * its sums per group. */
+#define KV4_BLK 8 /* keys per block: scored, exponentiated and accumulated together */
+
 #if defined(__AVX2__) && defined(__FMA__)
-#include <immintrin.h>
 #define KV4_VEC 1
-static inline float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 /* channels 16 s .. 16 s + 15 of a 4-bit code row: low nibbles (even channels), high (odd) */
 static inline void unpack16(const uint8_t *row, int s, __m256 *lo, __m256 *hi) {
     __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(row + 8 * s)));
     *lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(15)));
     *hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+}
+/* lane k of the result = the sum of the 8 lanes of v[k] */
+static inline __m256 hsum8x8(const __m256 *v) {
+    __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+    __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+    __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
+                         _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 #endif
 
@@ -171,97 +175,151 @@ typedef struct attn_state {
     int sub_g[KV4_MAX_D / 16]; /* the group of channels 16 s .. 16 s + 15 */
 } attn_state;
 
-/* The fp16 scale and zero of each of n groups (interleaved in sz) as fp32, exactly. */
-static inline void load_sz(const uint16_t *sz, int n, float *scale, float *zero) {
-    int g = 0;
+/* The fp16 scales and zeros of n groups (interleaved in sz) as fp32, exactly, still
+ * interleaved: szf[2 g] = scale, szf[2 g + 1] = zero. */
+static inline void load_sz(const uint16_t *sz, int n, float *szf) {
+    int i = 0;
 #if defined(KV4_VEC) && defined(__F16C__)
-    for (; g + 4 <= n; g += 4) {
-        float t[8];
-        _mm256_storeu_ps(t, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sz + 2 * g))));
-        for (int i = 0; i < 4; i++)
-            scale[g + i] = t[2 * i], zero[g + i] = t[2 * i + 1];
-    }
+    for (; i + 8 <= 2 * n; i += 8)
+        _mm256_storeu_ps(szf + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sz + i))));
 #endif
-    for (; g < n; g++) {
-        scale[g] = comet_quant_f16_value(sz[2 * g]);
-        zero[g] = comet_quant_f16_value(sz[2 * g + 1]);
-    }
+    for (; i < 2 * n; i++)
+        szf[i] = comet_quant_f16_value(sz[i]);
 }
 
-static void key_scores(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
-                       int slot, float inv_sqrt_d, float *sc, size_t stride) {
-    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
-    load_sz(slot_sz(L, tile, slot), a->ng, scale, zero);
+/* A block of n <= KV4_BLK keys (code rows row[k], scales and zeros sz[k]): the scores of
+ * the item's query heads, sc[i * stride + k] = (q_i · k_k) / sqrt(D) from the codes. qe / qo:
+ * each head's even / odd channels (the low / high nibbles' channels), qsum: its sums per
+ * group. The vector path keeps each (head, key) dot product in 8 lanes and reduces the
+ * block's 8 keys at once, so lane k of one vector holds key k's score. */
+static void block_scores(const attn_state *a, const comet_cuda_kv_layout *L,
+                         const uint8_t *const *row, const uint16_t *const *sz, int n,
+                         float inv_sqrt_d, float *sc, size_t stride) {
+    float szf[2 * KV4_MAX_GROUPS];
 #ifdef KV4_VEC
     if (L->bits == 4 && a->G % 16 == 0) {
-        const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
         const int n_sub = a->D / 16;
-        __m256 lo[KV4_MAX_D / 16], hi[KV4_MAX_D / 16], sg[KV4_MAX_D / 16], zg[KV4_MAX_D / 16];
-        for (int s = 0; s < n_sub; s++) {
-            unpack16(row, s, &lo[s], &hi[s]);
-            sg[s] = _mm256_set1_ps(scale[a->sub_g[s]]);
-            zg[s] = _mm256_set1_ps(zero[a->sub_g[s]]);
+        __m256 acc[KV4_MAX_GQA][KV4_BLK];
+        for (int k = 0; k < KV4_BLK; k++) {
+            if (k >= n) {
+                for (int i = 0; i < a->gqa; i++)
+                    acc[i][k] = _mm256_setzero_ps();
+                continue;
+            }
+            load_sz(sz[k], a->ng, szf);
+            __m256 lo[KV4_MAX_D / 16], hi[KV4_MAX_D / 16], sg[KV4_MAX_D / 16], zg[KV4_MAX_D / 16];
+            for (int s = 0; s < n_sub; s++) {
+                unpack16(row[k], s, &lo[s], &hi[s]);
+                sg[s] = _mm256_broadcast_ss(szf + 2 * a->sub_g[s]);
+                zg[s] = _mm256_broadcast_ss(szf + 2 * a->sub_g[s] + 1);
+            }
+            for (int i = 0; i < a->gqa; i++) {
+                __m256 d = _mm256_setzero_ps();
+                for (int s = 0; s < n_sub; s++) {
+                    __m256 part = _mm256_fmadd_ps(_mm256_loadu_ps(a->qe[i] + 8 * s), lo[s],
+                                                  _mm256_mul_ps(_mm256_loadu_ps(a->qo[i] + 8 * s), hi[s]));
+                    d = _mm256_fmadd_ps(sg[s], part, d);
+                    d = _mm256_fmadd_ps(zg[s], _mm256_loadu_ps(a->qeo[i] + 8 * s), d);
+                }
+                acc[i][k] = d;
+            }
         }
         for (int i = 0; i < a->gqa; i++) {
-            __m256 acc = _mm256_setzero_ps();
-            for (int s = 0; s < n_sub; s++) {
-                __m256 part = _mm256_fmadd_ps(_mm256_loadu_ps(a->qe[i] + 8 * s), lo[s],
-                                              _mm256_mul_ps(_mm256_loadu_ps(a->qo[i] + 8 * s), hi[s]));
-                acc = _mm256_fmadd_ps(sg[s], part, acc);
-                acc = _mm256_fmadd_ps(zg[s], _mm256_loadu_ps(a->qeo[i] + 8 * s), acc);
-            }
-            sc[(size_t)i * stride] = hsum8(acc) * inv_sqrt_d;
+            float r[KV4_BLK];
+            _mm256_storeu_ps(r, _mm256_mul_ps(hsum8x8(acc[i]), _mm256_set1_ps(inv_sqrt_d)));
+            memcpy(sc + (size_t)i * stride, r, (size_t)n * sizeof *r);
         }
         return;
     }
 #endif
-    float codes[KV4_MAX_D];
-    load_codes(L, tile, slot, codes);
-    for (int i = 0; i < a->gqa; i++) {
-        float d = 0.0f;
-        for (int g = 0; g < a->ng; g++) {
-            float part = 0.0f;
-            for (int c = g * a->G; c < (g + 1) * a->G; c++)
-                part += (c & 1 ? a->qo[i][c / 2] : a->qe[i][c / 2]) * codes[c];
-            d += scale[g] * part + zero[g] * a->qsum[i][g];
+    for (int k = 0; k < n; k++) {
+        float codes[KV4_MAX_D];
+        load_sz(sz[k], a->ng, szf);
+        load_codes(L, row[k], codes);
+        for (int i = 0; i < a->gqa; i++) {
+            float d = 0.0f;
+            for (int g = 0; g < a->ng; g++) {
+                float part = 0.0f;
+                for (int c = g * a->G; c < (g + 1) * a->G; c++)
+                    part += (c & 1 ? a->qo[i][c / 2] : a->qe[i][c / 2]) * codes[c];
+                d += szf[2 * g] * part + szf[2 * g + 1] * a->qsum[i][g];
+            }
+            sc[(size_t)i * stride + k] = d * inv_sqrt_d;
         }
-        sc[(size_t)i * stride] = d * inv_sqrt_d;
     }
 }
 
-/* Adds w_i * v (v this key's values from the codes) for every head i of the item. */
-static void key_values(attn_state *a, const comet_cuda_kv_layout *L, const uint8_t *tile,
-                       int slot, const float *w, size_t stride) {
-    float scale[KV4_MAX_GROUPS], zero[KV4_MAX_GROUPS];
-    load_sz(slot_sz(L, tile, slot), a->ng, scale, zero);
+/* A block of n <= KV4_BLK values: adds w[i * stride + k] * v_k for every head i of the item
+ * and key k of the block. The vector path walks the head dim in 16-channel steps and, per
+ * step and head, keeps the accumulators in registers over the block's keys. */
+static void block_values(attn_state *a, const comet_cuda_kv_layout *L,
+                         const uint8_t *const *row, const uint16_t *const *sz, int n,
+                         const float *w, size_t stride) {
+    float szf[KV4_BLK][2 * KV4_MAX_GROUPS];
+    for (int k = 0; k < n; k++)
+        load_sz(sz[k], a->ng, szf[k]);
     for (int i = 0; i < a->gqa; i++)
-        for (int g = 0; g < a->ng; g++)
-            a->zsum[i][g] = fmaf(w[(size_t)i * stride], zero[g], a->zsum[i][g]);
+        for (int g = 0; g < a->ng; g++) {
+            float z = a->zsum[i][g];
+            for (int k = 0; k < n; k++)
+                z = fmaf(w[(size_t)i * stride + k], szf[k][2 * g + 1], z);
+            a->zsum[i][g] = z;
+        }
 #ifdef KV4_VEC
     if (L->bits == 4 && a->G % 16 == 0) {
-        const uint8_t *row = tile + (size_t)slot * L->code_row_bytes;
         for (int s = 0; s < a->D / 16; s++) {
-            __m256 lo, hi;
-            unpack16(row, s, &lo, &hi);
+            __m256 lo[KV4_BLK], hi[KV4_BLK];
+            const int g = a->sub_g[s];
+            for (int k = 0; k < n; k++)
+                unpack16(row[k], s, &lo[k], &hi[k]);
             for (int i = 0; i < a->gqa; i++) {
-                const __m256 ws = _mm256_set1_ps(w[(size_t)i * stride] * scale[a->sub_g[s]]);
-                _mm256_storeu_ps(a->ae[i] + 8 * s,
-                                 _mm256_fmadd_ps(ws, lo, _mm256_loadu_ps(a->ae[i] + 8 * s)));
-                _mm256_storeu_ps(a->ao[i] + 8 * s,
-                                 _mm256_fmadd_ps(ws, hi, _mm256_loadu_ps(a->ao[i] + 8 * s)));
+                __m256 e = _mm256_loadu_ps(a->ae[i] + 8 * s), o = _mm256_loadu_ps(a->ao[i] + 8 * s);
+                for (int k = 0; k < n; k++) {
+                    const __m256 ws = _mm256_set1_ps(w[(size_t)i * stride + k] * szf[k][2 * g]);
+                    e = _mm256_fmadd_ps(ws, lo[k], e);
+                    o = _mm256_fmadd_ps(ws, hi[k], o);
+                }
+                _mm256_storeu_ps(a->ae[i] + 8 * s, e);
+                _mm256_storeu_ps(a->ao[i] + 8 * s, o);
             }
         }
         return;
     }
 #endif
-    float codes[KV4_MAX_D];
-    load_codes(L, tile, slot, codes);
-    for (int i = 0; i < a->gqa; i++)
-        for (int c = 0; c < a->D; c++) {
-            float ws = w[(size_t)i * stride] * scale[c / a->G];
-            float *dst = c & 1 ? &a->ao[i][c / 2] : &a->ae[i][c / 2];
-            *dst = fmaf(ws, codes[c], *dst);
-        }
+    for (int k = 0; k < n; k++) {
+        float codes[KV4_MAX_D];
+        load_codes(L, row[k], codes);
+        for (int i = 0; i < a->gqa; i++)
+            for (int c = 0; c < a->D; c++) {
+                float ws = w[(size_t)i * stride + k] * szf[k][2 * (c / a->G)];
+                float *dst = c & 1 ? &a->ao[i][c / 2] : &a->ae[i][c / 2];
+                *dst = fmaf(ws, codes[c], *dst);
+            }
+    }
+}
+
+/* The code rows and scale/zero rows of the n keys from position p of a sequence. */
+static void block_rows(const attn_job *j, const int32_t *pages, int which, int kvh, int p,
+                       int n, const uint8_t **row, const uint16_t **sz) {
+    const comet_cuda_kv_layout *L = &j->L;
+    for (int k = 0; k < n; k++) {
+        const uint8_t *tile =
+            head_tile(L, j->kv->storage, j->layer, pages[(p + k) / L->P], which, kvh);
+        row[k] = tile + (size_t)((p + k) % L->P) * L->code_row_bytes;
+        sz[k] = slot_sz(L, tile, (p + k) % L->P);
+    }
+}
+
+/* x[i] = exp(x[i] - shift) for i < n, 8 at a time where the vector exp exists. */
+static void exp_shift(float *x, int n, float shift) {
+    int i = 0;
+#ifdef KV4_VEC
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(x + i, comet_cpu_exp256_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i),
+                                                                  _mm256_set1_ps(shift))));
+#endif
+    for (; i < n; i++)
+        x[i] = expf(x[i] - shift);
 }
 
 /* Span `span` of the keys of token t for KV head kvh: for each of the group's query heads,
@@ -272,7 +330,7 @@ static void attn_span(void *ctx, int item, int tid) {
     const attn_job *j = ctx;
     const comet_cuda_kv_layout *L = &j->L;
     const attn_item_id id = j->items[item];
-    const int D = L->D, G = L->G, Hkv = L->Hkv, gqa = j->H / Hkv, P = L->P;
+    const int D = L->D, G = L->G, Hkv = L->Hkv, gqa = j->H / Hkv;
     const int t = id.t, kvh = id.kvh, s = j->seq_of[t];
     const int n_keys = j->b->positions[t] + 1;
     const int p0 = id.span * KV4_SPAN, p1 = p0 + KV4_SPAN < n_keys ? p0 + KV4_SPAN : n_keys;
@@ -297,30 +355,32 @@ static void attn_span(void *ctx, int item, int tid) {
             a->qsum[i][g] = z;
         }
     }
-    for (int p = p0, slot = p0 % P, pg = p0 / P; p < p1; p++, slot = slot + 1 < P ? slot + 1 : 0) {
-        key_scores(a, L, head_tile(L, j->kv->storage, j->layer, pages[pg], 0, kvh), slot,
-                   inv_sqrt_d, sc + (p - p0), KV4_SPAN);
-        pg += slot + 1 == P;
+    const uint8_t *row[KV4_BLK];
+    const uint16_t *sz[KV4_BLK];
+    for (int p = p0; p < p1; p += KV4_BLK) {
+        const int n = p1 - p < KV4_BLK ? p1 - p : KV4_BLK;
+        block_rows(j, pages, 0, kvh, p, n, row, sz);
+        block_scores(a, L, row, sz, n, inv_sqrt_d, sc + (p - p0), KV4_SPAN);
     }
     float *part = j->part + (size_t)item * gqa * (D + 2);
     for (int i = 0; i < gqa; i++) {
-        float *si = sc + (size_t)i * KV4_SPAN, m = -INFINITY, z = 0.0f;
+        float *si = sc + (size_t)i * KV4_SPAN, m = -INFINITY;
         for (int p = 0; p < p1 - p0; p++)
             m = si[p] > m ? si[p] : m;
-        for (int p = 0; p < p1 - p0; p++) {
-            si[p] = expf(si[p] - m);
+        float z = 0.0f;
+        exp_shift(si, p1 - p0, m);
+        for (int p = 0; p < p1 - p0; p++)
             z += si[p];
-        }
         part[(size_t)i * (D + 2) + D] = m;
         part[(size_t)i * (D + 2) + D + 1] = z;
         memset(a->ae[i], 0, D / 2 * sizeof(float));
         memset(a->ao[i], 0, D / 2 * sizeof(float));
         memset(a->zsum[i], 0, a->ng * sizeof(float));
     }
-    for (int p = p0, slot = p0 % P, pg = p0 / P; p < p1; p++, slot = slot + 1 < P ? slot + 1 : 0) {
-        key_values(a, L, head_tile(L, j->kv->storage, j->layer, pages[pg], 1, kvh), slot,
-                   sc + (p - p0), KV4_SPAN);
-        pg += slot + 1 == P;
+    for (int p = p0; p < p1; p += KV4_BLK) {
+        const int n = p1 - p < KV4_BLK ? p1 - p : KV4_BLK;
+        block_rows(j, pages, 1, kvh, p, n, row, sz);
+        block_values(a, L, row, sz, n, sc + (p - p0), KV4_SPAN);
     }
     for (int i = 0; i < gqa; i++)
         for (int c = 0; c < D; c++)
