@@ -351,13 +351,20 @@ static inline st_qcmp st_compare_act(const int8_t *qc, const float *sc, const in
     return r;
 }
 
-/* Download a CUDA W4Ax act [T, K] (codes + scales) into host qc [T*K], sc [T*K/B]. */
-static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc) {
-    size_t off = st_act_scales_offset(T, K), ns = (size_t)T * (K / B);
+/* Download a W4Ax act [T, K] whose fp32 scales start at byte `off` (codes at 0) into host
+ * qc [T*K], sc [T*K/B]. */
+static inline void st_fetch_w4ax_act_at(const sbuf *act, int T, int K, int B, size_t off,
+                                        int8_t *qc, float *sc) {
+    size_t ns = (size_t)T * (K / B);
     uint8_t *h = sb_fetch(act, off + ns * 4);
     memcpy(qc, h, (size_t)T * K);
     memcpy(sc, h + off, ns * 4);
     free(h);
+}
+
+/* Download a CUDA W4Ax act [T, K] (codes + scales) into host qc [T*K], sc [T*K/B]. */
+static inline void st_fetch_w4ax_act(const sbuf *act, int T, int K, int B, int8_t *qc, float *sc) {
+    st_fetch_w4ax_act_at(act, T, K, B, st_act_scales_offset(T, K), qc, sc);
 }
 
 /* Download a CUDA fp16 act [T, K] as fp32. */

@@ -222,13 +222,13 @@ static float *fetch_act(comet_backend *be, const comet_model *m, int l, comet_gr
         const int B = st_group_linear(m, l, g)->block, nb = K / B;
         const size_t off = be->ops->host_memory ? comet_cpu_qact_scale_offset(T, K)
                                                 : st_act_scales_offset(T, K);
-        uint8_t *h = sb_fetch(act, off + (size_t)T * nb * 4);
-        const int8_t *q = (const int8_t *)h;
-        const float *s = (const float *)(h + off);
+        int8_t *q = st_malloc(n);
+        float *s = st_malloc((size_t)T * nb * 4);
+        st_fetch_w4ax_act_at(act, T, K, B, off, q, s);
         for (int t = 0; t < T; t++)
             for (int k = 0; k < K; k++)
                 out[(size_t)t * K + k] = (float)q[(size_t)t * K + k] * s[(size_t)t * nb + k / B];
-        free(h);
+        free(q), free(s);
     } else if (be->ops->host_memory) {
         sb_download(act, out, n * 4);
     } else {
