@@ -24,7 +24,7 @@
  * Timing: one untimed call, one call timed alone (its time sets the repetitions), then R
  * intervals of G back-to-back calls between two CUDA events on one stream, queued behind a
  * spin kernel so that host launch gaps stay out of the intervals; G makes an interval at
- * least about 200 us (at most 20 calls), R fits about 0.3 s of calls (3 to --reps). The time
+ * least about 200 us (at most 10 calls), R fits about 0.3 s of calls (3 to --reps). The time
  * is the median interval / G. After timing, every output must be finite.
  *
  * Output: one JSON object a line on stdout (the GPU first, then one per measurement or
@@ -55,7 +55,7 @@
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__,  \
+            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__,    \
                     #x, cudaGetErrorString(e_), cudaGetErrorName(e_));                             \
             exit(2);                                                                               \
         }                                                                                          \
@@ -64,8 +64,8 @@
     do {                                                                                           \
         comet_status s_ = (x);                                                                     \
         if (s_ < 0) {                                                                              \
-            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__,   \
-                    #x, comet_status_name(s_), comet_last_error());                                \
+            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #x, \
+                    comet_status_name(s_), comet_last_error());                                    \
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
@@ -188,7 +188,8 @@ static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::v
     size_t pos = 0;
     while (pos < s.size()) {
         size_t comma = s.find(',', pos);
-        std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        std::string item =
+            s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         int v;
         if (!parse_int(item.c_str(), lo, hi, &v)) {
             fprintf(stderr, "bench_attention: %s: '%s' is not an integer in %d..%d\n", what,
@@ -209,7 +210,8 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
     size_t pos = 0;
     while (pos < s.size()) {
         size_t comma = s.find(',', pos);
-        std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        std::string item =
+            s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         kv_spec k;
         std::string type = item.substr(0, item.find('/'));
         k.bits = type == "int4" ? 4 : type == "int8" ? 8 : type == "fp16" ? 16 : 0;
@@ -324,7 +326,7 @@ static timing time_op(F &&call, int max_reps) {
     CK(cudaEventElapsedTime(&ms, g_ev[0], g_ev[1]));
     const double est = std::max(1.0, 1000.0 * ms);
     timing t;
-    t.calls = std::min(20, std::max(1, (int)std::ceil(200.0 / est)));
+    t.calls = std::min(10, std::max(1, (int)std::ceil(200.0 / est)));
     t.reps = std::min(max_reps, std::max(3, (int)(3e5 / (t.calls * est))));
     /* 2 ms plus 20 us of host time a queued call: the launches all sit behind the spin */
     spin<<<1, 1, 0, g_st>>>((2000LL + 20LL * t.calls * t.reps) * 1000LL);
@@ -457,15 +459,14 @@ static bool fits(size_t need, double *free_gb) {
 
 /* One measurement: a shape (decode: B sequences of L keys; prefill: T tokens) in format k.
  * Decode when T == 0. */
-static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx,
-                      int T) {
+static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T) {
     const bool decode = T == 0;
     const char *mode = decode ? "decode" : "prefill";
     const int P = o.P, H = o.H, Hkv = o.Hkv, D = o.D;
     const int n_seq = decode ? B : 1, keys = decode ? Lctx : T, n_tok = decode ? B : T;
     const int jB = decode ? B : 1, jL = decode ? Lctx : T, jT = decode ? 1 : T; /* as printed */
-    const int pps = (keys + P - 1) / P;         /* pages a sequence */
-    const long set_pages = (long)n_seq * pps;   /* pages a copy of the cache */
+    const int pps = (keys + P - 1) / P;       /* pages a sequence */
+    const long set_pages = (long)n_seq * pps; /* pages a copy of the cache */
     const comet_cuda_kv_layout L1 = comet_cuda_kv_layout_make(1, 1, P, Hkv, D, k.bits, k.G);
     const double kv_bytes =
         (double)n_seq * Hkv * keys * 2.0 * (L1.code_row_bytes + L1.sz_row_bytes);
@@ -518,8 +519,8 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     int32_t *d_pind = (int32_t *)bufs.alloc(page_indptr.size() * 4);
     int32_t *d_tiles = (int32_t *)bufs.alloc(tiles.size() * 4);
     int32_t *d_pages = (int32_t *)bufs.alloc(page_ids.size() * 4);
-    if (!storage || !q || !out || (splits > 1 && !ws) || !d_pos || !d_tind || !d_pind ||
-        !d_tiles || !d_pages) {
+    if (!storage || !q || !out || (splits > 1 && !ws) || !d_pos || !d_tind || !d_pind || !d_tiles ||
+        !d_pages) {
         print_skip(o, k, mode, jB, jL, jT, "cudaMalloc ran out of memory", need / 1e9, free_gb);
         return;
     }
@@ -551,8 +552,9 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     const size_t bad = count_nonfinite(out, n_q);
     if (bad) {
         g_failed = 1;
-        fprintf(stderr, "bench_attention: %s %s B %d L %d T %d: %zu of %zu outputs are not finite\n",
-                mode, k.name.c_str(), B, Lctx, T, bad, n_q);
+        fprintf(stderr,
+                "bench_attention: %s %s B %d L %d T %d: %zu of %zu outputs are not finite\n", mode,
+                k.name.c_str(), B, Lctx, T, bad, n_q);
     }
 
     const double bytes = kv_bytes + pt_bytes, gbs = bytes / (tm.us * 1e3);
@@ -563,13 +565,14 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
            "\"B\":%d,\"L\":%d,\"T\":%d,\"splits\":%d,\"sets\":%d,\"calls\":%d,\"reps\":%d,"
            "\"us\":%.3f,\"bytes\":%.0f,\"gbs\":%.1f,\"pct_peak\":%.1f,\"flops\":%.0f,"
            "\"tflops\":%.2f,\"pct_tc\":%.1f,\"check\":\"%s\",\"status\":\"ok\"}\n",
-           mode, o.model, H, Hkv, D, P, k.name.c_str(), k.bits, k.G, rot ? "hadamard" : "none",
-           jB, jL, jT, splits, n_sets, tm.calls, tm.reps,
-           tm.us, bytes, gbs, 100.0 * gbs / gi.peak_gbs, flops, tflops,
-           100.0 * tflops / gi.peak_tflops, bad ? "non-finite outputs" : "ok");
+           mode, o.model, H, Hkv, D, P, k.name.c_str(), k.bits, k.G, rot ? "hadamard" : "none", jB,
+           jL, jT, splits, n_sets, tm.calls, tm.reps, tm.us, bytes, gbs, 100.0 * gbs / gi.peak_gbs,
+           flops, tflops, 100.0 * tflops / gi.peak_tflops, bad ? "non-finite outputs" : "ok");
     fflush(stdout);
     if (decode)
-        fprintf(stderr, "  decode  %-9s B %4d L %6d: %10.2f us %9.1f MB %8.1f GB/s %5.1f %% (splits %d, copies %d)\n",
+        fprintf(stderr,
+                "  decode  %-9s B %4d L %6d: %10.2f us %9.1f MB %8.1f GB/s %5.1f %% (splits %d, "
+                "copies %d)\n",
                 k.name.c_str(), B, Lctx, tm.us, bytes / 1e6, gbs, 100.0 * gbs / gi.peak_gbs, splits,
                 n_sets);
     else
@@ -602,12 +605,14 @@ int main(int argc, char **argv) {
      * H100 SXM 3.35 TB/s and PCIe 2.0 TB/s (datasheets); dense FP16 tensor cores 989 TFLOPS
      * (H100 SXM, H200), 756 (H100 PCIe) */
     const bool pcie = has(gi.name, "PCIe"), known = has(gi.name, "H200") || has(gi.name, "H100");
-    gi.peak_gbs = o.peak_gbs > 0                  ? o.peak_gbs
-                  : has(gi.name, "H200")          ? 4300.0
-                  : has(gi.name, "H100") && pcie  ? 2000.0
-                  : has(gi.name, "H100")          ? 3350.0
-                                                  : 4300.0;
-    gi.peak_tflops = o.peak_tflops > 0 ? o.peak_tflops : has(gi.name, "H100") && pcie ? 756.0 : 989.0;
+    gi.peak_gbs = o.peak_gbs > 0                 ? o.peak_gbs
+                  : has(gi.name, "H200")         ? 4300.0
+                  : has(gi.name, "H100") && pcie ? 2000.0
+                  : has(gi.name, "H100")         ? 3350.0
+                                                 : 4300.0;
+    gi.peak_tflops = o.peak_tflops > 0              ? o.peak_tflops
+                     : has(gi.name, "H100") && pcie ? 756.0
+                                                    : 989.0;
     if (!known && (o.peak_gbs <= 0 || o.peak_tflops <= 0))
         fprintf(stderr,
                 "bench_attention: WARNING: %s is neither an H100 nor an H200: the peaks %.0f GB/s "
