@@ -51,12 +51,16 @@
 #include "backend/cuda/cuda_kv.h"
 #include "comet/status.h"
 
+/* The shape being measured, named in every error message ("" before the first). */
+static char g_where[160];
+
 #define CK(x)                                                                                      \
     do {                                                                                           \
         cudaError_t e_ = (x);                                                                      \
         if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s (%s)\n", __FILE__, __LINE__,    \
-                    #x, cudaGetErrorString(e_), cudaGetErrorName(e_));                             \
+            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s (%s)%s%s\n", __FILE__,          \
+                    __LINE__, #x, cudaGetErrorString(e_), cudaGetErrorName(e_),                    \
+                    g_where[0] ? ", measuring " : "", g_where);                                    \
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
@@ -64,8 +68,9 @@
     do {                                                                                           \
         comet_status s_ = (x);                                                                     \
         if (s_ < 0) {                                                                              \
-            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #x, \
-                    comet_status_name(s_), comet_last_error());                                    \
+            fprintf(stderr, "bench_attention: %s:%d: %s failed: %s: %s%s%s\n", __FILE__, __LINE__, \
+                    #x, comet_status_name(s_), comet_last_error(),                                 \
+                    g_where[0] ? ", measuring " : "", g_where);                                    \
             exit(2);                                                                               \
         }                                                                                          \
     } while (0)
@@ -465,6 +470,7 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     const int P = o.P, H = o.H, Hkv = o.Hkv, D = o.D;
     const int n_seq = decode ? B : 1, keys = decode ? Lctx : T, n_tok = decode ? B : T;
     const int jB = decode ? B : 1, jL = decode ? Lctx : T, jT = decode ? 1 : T; /* as printed */
+    snprintf(g_where, sizeof g_where, "%s %s B %d L %d T %d", mode, k.name.c_str(), jB, jL, jT);
     const int pps = (keys + P - 1) / P;       /* pages a sequence */
     const long set_pages = (long)n_seq * pps; /* pages a copy of the cache */
     const comet_cuda_kv_layout L1 = comet_cuda_kv_layout_make(1, 1, P, Hkv, D, k.bits, k.G);
@@ -543,6 +549,22 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
         v.page_indices = d_pages + (size_t)s * set_pages;
     }
     const int rot = rotate_of(o, k);
+    /* a shape the op refuses is a failed row, not the end of the run */
+    const comet_status st =
+        comet_cuda_paged_attention(&L, storage, 0, &views[0], q, H, out, rot, splits, ws, g_st);
+    if (st < 0) {
+        g_failed = 1;
+        printf("{\"type\":\"result\",\"src\":\"comet\",\"mode\":\"%s\",\"model\":\"%s\","
+               "\"kv\":\"%s\",\"B\":%d,\"L\":%d,\"T\":%d,\"status\":\"failed\",\"reason\":"
+               "\"comet_cuda_paged_attention: %s\"}\n",
+               mode, o.model, k.name.c_str(), jB, jL, jT, comet_status_name(st));
+        fflush(stdout);
+        fprintf(stderr, "bench_attention: %s: comet_cuda_paged_attention failed: %s\n", g_where,
+                comet_last_error());
+        comet_clear_error();
+        return;
+    }
+    CK(cudaStreamSynchronize(g_st)); /* a fault in the kernel surfaces here, naming the shape */
     const timing tm = time_op(
         [&](int i) {
             CKC(comet_cuda_paged_attention(&L, storage, 0, &views[i % n_sets], q, H, out, rot,
