@@ -3,10 +3,11 @@
 torch.nn.functional.scaled_dot_product_attention in FP16 on the same head shapes and the same
 GPU, timed the same way, one JSON object a line on stdout (progress on stderr).
 
-Decode: B sequences of L keys, one query token a sequence. The 32 query heads of the
-LLaMA-3-8B shape are packed as 4 query rows a KV head (q [B, 32, 1, D] viewed as [B, 8, 4, D]
-against K / V [B, 8, L, D], no mask: the same scores as GQA, K / V read once, every backend
-takes it); --decode-gqa enable_gqa passes q [B, 32, 1, D] with enable_gqa=True instead.
+Decode: B sequences of L keys, one query token a sequence, two ways: "pack", the 32 query
+heads of the LLaMA-3-8B shape packed as 4 query rows a KV head (q [B, 32, 1, D] viewed as
+[B, 8, 4, D] against K / V [B, 8, L, D], no mask: the same scores as GQA, K / V read once,
+every backend takes it), and "gqa", q [B, 32, 1, D] with enable_gqa=True (--decode-gqa picks
+one).
 Small shapes rotate through copies of K / V (at least 256 MB of distinct K / V, at most 256
 copies), as bench_attention does, so that no call finds its K / V in L2.
   bytes read = B * Hkv * L * 2 * D * 2 (FP16 K and V; q and out not counted)
@@ -14,7 +15,7 @@ Prefill: q [1, H, T, D] against K / V [1, Hkv, T, D], is_causal=True, with enabl
 and with K / V expanded to H heads beforehand (outside the timing); the faster is reported.
   FLOPs = 4 * (T * T / 2) * D * H (the FlashAttention convention, as bench_attention)
 
-Each shape runs on each SDPA backend that takes it (flash, cuDNN, memory-efficient; math
+Each shape runs on each SDPA backend that takes it (flash, memory-efficient, cuDNN; math
 only with --math) and reports the fastest, naming it, with every backend's time in "all".
 Timing: one untimed call, one call timed alone (it sets the repetitions), then R intervals of
 G (at most 10) back-to-back calls between CUDA events, queued behind torch.cuda._sleep so
@@ -23,7 +24,7 @@ be finite.
 
 Usage: python3 bench/attention/sdpa_torch.py [--model 8b|70b] [--ctx 1024,8192,32768]
          [--batch 1,16,64,256] [--prefill 512,2048,8192] [--peak-gbs X] [--peak-tflops X]
-         [--reps N] [--decode-gqa pack|enable_gqa] [--math]
+         [--reps N] [--decode-gqa both|pack|gqa] [--math]
 Exit status: 0 when every shape ran or was skipped for memory, 1 when no backend took a shape
 or an output was not finite, 2 when torch or the GPU is missing.
 """
@@ -76,7 +77,7 @@ def main():
     ap.add_argument("--peak-gbs", type=float, default=0.0)
     ap.add_argument("--peak-tflops", type=float, default=0.0)
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--decode-gqa", choices=["pack", "enable_gqa"], default="pack")
+    ap.add_argument("--decode-gqa", choices=["both", "pack", "gqa"], default="both")
     ap.add_argument("--math", action="store_true", help="also time the math backend")
     a = ap.parse_args()
     if not 3 <= a.reps <= MAX_REPS:
@@ -118,8 +119,10 @@ def main():
     log(f"sdpa_torch: {name}, torch {torch.__version__}, peaks {peak_gbs:.0f} GB/s, "
         f"{peak_tflops:.0f} TFLOPS; H {H}, Hkv {Hkv}, D {D}")
 
-    backends = [("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION),
-                ("efficient", SDPBackend.EFFICIENT_ATTENTION)]
+    # cuDNN last: a backend that faults would take the ones after it down with the context
+    backends = [("flash", SDPBackend.FLASH_ATTENTION),
+                ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+                ("cudnn", SDPBackend.CUDNN_ATTENTION)]
     if a.math:
         backends.append(("math", SDPBackend.MATH))
     stream = torch.cuda.current_stream(dev)
@@ -219,16 +222,18 @@ def main():
             qp = q.view(B, Hkv, g, D)  # heads kvh * g .. kvh * g + g - 1 share KV head kvh
             it = [0]
 
-            def make(backend):
+            def make(backend, how):
                 def call():
                     i = it[0] % sets
                     it[0] += 1
-                    if a.decode_gqa == "pack":
+                    if how == "pack":
                         return sdpa(backend, qp, ks[i], vs[i])
                     return sdpa(backend, q, ks[i], vs[i], enable_gqa=True)
                 return call
 
-            best, times, errors = best_of([(n, make(b)) for n, b in backends])
+            hows = ["pack", "gqa"] if a.decode_gqa == "both" else [a.decode_gqa]
+            variants = [(f"{n}+{h}", make(b, h)) for n, b in backends for h in hows]
+            best, times, errors = best_of(variants)
             if best is None:
                 failed = True
                 emit({"type": "result", "src": "torch", "mode": "decode", "model": a.model,
@@ -237,19 +242,18 @@ def main():
                 log(f"  decode  torch B {B:4d} L {L:6d}: no backend took it: {errors}")
             else:
                 us, label, G, R = best
-                backend = dict(backends)[label]
                 it[0] = 0
-                out = make(backend)()
+                out = dict(variants)[label]()
                 status = check(out, f"decode B {B} L {L} ({label})")
                 gbs = kv_bytes / (us * 1e3)
                 emit({"type": "result", "src": "torch", "mode": "decode", "model": a.model,
                       "H": H, "Hkv": Hkv, "D": D, "kv": "fp16", "B": B, "L": L, "T": 1,
-                      "backend": label, "gqa": a.decode_gqa, "sets": sets, "calls": G,
+                      "backend": label, "sets": sets, "calls": G,
                       "reps": R, "us": round(us, 3), "bytes": kv_bytes, "gbs": round(gbs, 1),
                       "pct_peak": round(100 * gbs / peak_gbs, 1), "flops": 0, "tflops": 0,
                       "pct_tc": 0, "all": times, "errors": errors, "check": status,
                       "status": "ok"})
-                log(f"  decode  torch/{label:9s} B {B:4d} L {L:6d}: {us:10.2f} us "
+                log(f"  decode  torch/{label:15s} B {B:4d} L {L:6d}: {us:10.2f} us "
                     f"{kv_bytes / 1e6:9.1f} MB {gbs:8.1f} GB/s {100 * gbs / peak_gbs:5.1f} % "
                     f"(copies {sets})")
             del ks, vs, q, qp
