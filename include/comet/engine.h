@@ -79,7 +79,8 @@ typedef struct comet_engine_memory {
     int max_seqs_2048;       /* sequences of 2048 tokens the pool holds */
 } comet_engine_memory;
 
-/* A snapshot of e's memory; thread-safe. */
+/* A snapshot of e's memory; thread-safe. With tensor parallelism the figures are rank 0's
+ * device, weights and workspace, and kv_pool is 0 (each rank holds its own pool). */
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out);
 
 /* How the KV pool of model m is sized on a device (comet_engine_plan_memory). */

@@ -472,8 +472,9 @@ static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pa
     return COMET_OK;
 }
 
-/* What the runner holds, into e->mem. */
-static comet_status memory_after_init(comet_engine *e) {
+/* What the runner holds, into e->mem (with tensor parallelism: rank 0's weights and
+ * workspace; the ranks' KV pools are their own, kv_pool 0). */
+static void memory_after_init(comet_engine *e) {
     const comet_model_config *c = &e->m->cfg;
     const comet_kv_cache *kv = &e->run.kv;
     comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
@@ -490,7 +491,6 @@ static comet_status memory_after_init(comet_engine *e) {
     e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
     e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
     note_device_use(e);
-    return COMET_OK;
 }
 
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
@@ -568,8 +568,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     e->p.n_pages = e->run.pool.n_pages;
-    if (memory_after_init(e) < 0)
-        goto fail;
+    memory_after_init(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
         goto fail;
