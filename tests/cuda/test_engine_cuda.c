@@ -93,8 +93,10 @@ static comet_engine_params gpu_params(void) {
     return p;
 }
 
+static int max_running; /* the most sequences running at once in run_and_compare's batch */
+
 /* Run requests [0, n_req) all at once on `batched`, then those listed in `check` alone,
- * and compare. Returns the batched engine's stats. */
+ * and compare. Returns the batched engine's stats (max_running: its peak, polled). */
 static comet_engine_stats run_and_compare(int n_req, int short_prompts, int gen_base,
                                           const comet_engine_params *batched, const int *check,
                                           int n_check, const char *what) {
@@ -114,8 +116,14 @@ static comet_engine_stats run_and_compare(int n_req, int short_prompts, int gen_
         comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
         assert_int_equal(comet_engine_submit(e, &rp, on_event, &many[i], NULL), COMET_OK);
     }
-    assert_true(comet_engine_wait_idle(e, 1200));
     comet_engine_stats st;
+    max_running = 0;
+    for (int polls = 0; !comet_engine_wait_idle(e, 0.002); polls++) {
+        assert_true(polls < 600000); /* 20 minutes */
+        comet_engine_get_stats(e, &st);
+        if (st.running > max_running)
+            max_running = st.running;
+    }
     comet_engine_get_stats(e, &st);
     assert_int_equal(st.running, 0);
     assert_int_equal(st.waiting, 0);
@@ -179,11 +187,16 @@ static void test_wide_batch(void **state) {
     comet_engine_params p = gpu_params();
     p.max_seqs = N_WIDE;
     p.max_batch_tokens = N_WIDE;
-    p.n_pages = N_WIDE * 3; /* 48 tokens a sequence: no preemption, all decode together */
+    p.max_waiting = 2 * N_WIDE; /* all submitted at once */
+    p.n_pages = N_WIDE * 4; /* 64 tokens a sequence (up to 15 + 30 used): no preemption */
     const int check[] = {0, 1, 17, 255, 256, 511, 700, 1023};
-    comet_engine_stats st = run_and_compare(N_WIDE, 1, 4, &p, check, 8, "wide");
-    /* the steps took the sequences together: far fewer steps than requests */
+    /* 24..30 tokens each: the first sequences still run when the last are admitted */
+    comet_engine_stats st = run_and_compare(N_WIDE, 1, 24, &p, check, 8, "wide");
+    /* the steps took the sequences together: far fewer steps than requests, and most of
+     * the 1024 ran at once */
+    fprintf(stderr, "wide: at most %d sequences running at once\n", max_running);
     assert_true(st.steps < (uint64_t)N_WIDE);
+    assert_true(max_running > N_WIDE / 2);
 }
 
 static void test_pool_from_memory(void **state) {
