@@ -3,8 +3,9 @@
  *   - a deliberately small KV pool (8 pages of 16 tokens for 8 concurrent requests of 25..95
  *     prompt tokens) forces preemptions (stats.preemptions > 0), and every greedy request
  *     (ignore_eos, fixed lengths) gives exactly the tokens it gives run alone;
- *   - 1024 concurrent sequences in one step (max_seqs 1024): every request finishes with its
- *     length, and a sample of them equals their runs alone;
+ *   - 1024 concurrent requests with max_seqs and max_batch_tokens 1024: more than half of
+ *     them run in the same steps, every one finishes with its length, and a sample of them
+ *     equals their runs alone;
  *   - the pool sized from memory (n_pages 0): comet_engine_get_memory reports the device,
  *     weights, workspace and a pool whose pages fit under gpu_memory_fraction; a fraction
  *     too small for one sequence fails in the check before the weights are loaded.
