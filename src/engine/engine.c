@@ -447,14 +447,11 @@ static comet_status plan_pool(comet_engine *e) {
     e->mem.device_used_peak = t - f;
     if (e->p.n_pages > 0)
         return COMET_OK;
-    if (t == 0) { /* host memory: a fixed pool */
-        e->p.n_pages = COMET_ENGINE_CPU_PAGES;
+    if (t == 0 || e->p.tensor_parallel > 0) {
+        /* host memory, or a pool per rank on devices this one does not query: fixed */
+        e->p.n_pages = COMET_ENGINE_FIXED_PAGES;
         return COMET_OK;
     }
-    if (e->p.tensor_parallel > 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "engine: with tensor parallelism the KV pool is not sized from "
-                               "memory; give n_pages (--kv-pages)");
     comet_engine_memory_plan plan;
     return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
 }
