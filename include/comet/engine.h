@@ -73,8 +73,8 @@ typedef struct comet_engine_memory {
     size_t kv_pool;          /* bytes of the KV page pool */
     int kv_pool_pages, kv_pool_tokens;
     size_t device_used_peak; /* highest device bytes in use (total - free, every process's
-                              * use) seen at init and at step boundaries; 0 for a host
-                              * backend */
+                              * use) seen at init and at step boundaries (asked at most every
+                              * 10 ms); 0 for a host backend */
     int page_size;           /* tokens per page */
     int max_seqs_ctx;        /* sequences of the model's whole context the pool holds */
     int max_seqs_2048;       /* sequences of 2048 tokens the pool holds */

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "comet/tokenizer.h"
+#include "core/clock.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -62,9 +63,10 @@ struct comet_engine {
     int n_incoming, n_waiting, n_running, list_cap;
     comet_engine_stats stats; /* counters: engine thread writes under mu */
     comet_engine_memory mem;  /* set at init; device_used_peak updated under mu */
+    double mem_polled_s;      /* when note_device_use last asked the device */
 };
 
-static void note_device_use(comet_engine *e);
+static void note_device_use(comet_engine *e, int force);
 
 comet_engine_params comet_engine_default_params(void) {
     return (comet_engine_params){.max_seqs = 64,
@@ -411,7 +413,8 @@ static void *engine_main(void *arg) {
         if (stopping)
             break;
         step(e);
-        note_device_use(e);
+        /* the last step before idling is always seen: wait_idle's callers read the peak */
+        note_device_use(e, e->n_running == 0 && e->n_waiting == 0);
     }
     while (e->n_running)
         finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
@@ -423,11 +426,18 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-/* The device's bytes in use now (every process's) into the peak; a host backend has none. */
-static void note_device_use(comet_engine *e) {
+/* The device's bytes in use now (every process's) into the peak; a host backend has none.
+ * Asked at most every MEM_POLL_S seconds of steps, so that the driver call stays out of a
+ * fast decode loop's time, and always when `force` (init, the step before idling). */
+#define MEM_POLL_S 0.01
+static void note_device_use(comet_engine *e, int force) {
     size_t f = 0, t = 0;
     if (!e->mem.device_total)
         return;
+    double now = comet_now_s();
+    if (!force && now - e->mem_polled_s < MEM_POLL_S)
+        return;
+    e->mem_polled_s = now;
     if (comet_backend_device_memory(e->be, &f, &t) < 0) {
         comet_clear_error(); /* a statistic only: the next step reports a broken device */
         return;
@@ -487,7 +497,7 @@ static void memory_after_init(comet_engine *e) {
     int per_2048 = (2048 + e->p.page_size - 1) / e->p.page_size;
     e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
     e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
-    note_device_use(e);
+    note_device_use(e, 1);
 }
 
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
