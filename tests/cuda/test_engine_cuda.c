@@ -224,7 +224,7 @@ static void test_pool_from_memory(void **state) {
     /* the pool and everything before it stay under the fraction */
     assert_true(mem.device_used_peak >= mem.weights + mem.kv_pool);
     assert_true(mem.device_used_peak <= (size_t)(0.5 * (double)mem.device_total));
-    /* a request runs on it, and the peak is kept */
+    /* a request runs on it */
     int32_t *ids;
     int n = make_prompt(3, 0, &ids);
     collect c = {0};
@@ -233,9 +233,11 @@ static void test_pool_from_memory(void **state) {
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_OK);
     assert_true(comet_engine_wait_idle(e, 600));
     assert_int_equal(c.n_toks, 8);
+    /* what the steps grew (GEMM and attention scratch, graphs) stayed in the headroom */
     comet_engine_memory after;
     comet_engine_get_memory(e, &after);
-    assert_true(after.device_used_peak >= mem.device_used_peak);
+    assert_true(after.device_used_peak >= mem.weights + mem.workspace + mem.kv_pool);
+    assert_true(after.device_used_peak <= (size_t)(0.5 * (double)after.device_total));
     free(ids);
     comet_engine_free(e);
 
