@@ -141,6 +141,28 @@ static void test_bad_option_values(void **state) {
     assert_one_line_error(&r, "bench", "--tensor-parallel expects an integer in [1, 64]");
 }
 
+/* serve's model and memory options are checked before anything loads: a missing
+ * --model here would be the error otherwise, so the messages prove the order. */
+static void test_serve_synthetic_and_memory_options(void **state) {
+    result r;
+    run("serve --synthetic llama3-13b", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "synthetic model 'llama3-13b': expected llama3-8b or "
+                                       "llama3-70b");
+    run("serve --synthetic llama3-8b --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "give --model or --synthetic, not both");
+    run("serve --fp16 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--fp16 picks the variant of a --synthetic model");
+    run("serve --synthetic llama3-70b --device cpu", &r);
+    assert_one_line_error(&r, "serve", "run with --device cuda");
+    run("serve --gpu-memory-fraction 0 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction must be above 0");
+    run("serve --gpu-memory-fraction 1.5 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in [0, 1]");
+    run("serve --gpu-memory-fraction x --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number");
+}
+
 static void test_prompt_over_context(void **state) {
     /* " the" is one token; 9000 of them exceed SmolLM2's 8192-token context */
     size_t n = 9000, cap = n * 4 + 256;
@@ -501,6 +523,7 @@ int main(void) {
         cmocka_unit_test(test_unreadable_text),
         cmocka_unit_test(test_cuda_device),
         cmocka_unit_test(test_bad_option_values),
+        cmocka_unit_test(test_serve_synthetic_and_memory_options),
         cmocka_unit_test(test_prompt_over_context),
         cmocka_unit_test(test_sampling_options),
         cmocka_unit_test(test_help),

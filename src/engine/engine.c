@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "comet/tokenizer.h"
+#include "core/clock.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -61,15 +62,20 @@ struct comet_engine {
     req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
     int n_incoming, n_waiting, n_running, list_cap;
     comet_engine_stats stats; /* counters: engine thread writes under mu */
+    comet_engine_memory mem;  /* set at init; device_used_peak updated under mu */
+    double mem_polled_s;      /* when note_device_use last asked the device */
 };
+
+static void note_device_use(comet_engine *e, int force);
 
 comet_engine_params comet_engine_default_params(void) {
     return (comet_engine_params){.max_seqs = 64,
                                  .max_batch_tokens = 512,
-                                 .n_pages = 512,
+                                 .n_pages = 0,
                                  .page_size = 16,
                                  .max_waiting = 256,
-                                 .n_threads = 0};
+                                 .n_threads = 0,
+                                 .gpu_memory_fraction = 0.9};
 }
 
 comet_request_params comet_request_default_params(void) {
@@ -407,6 +413,8 @@ static void *engine_main(void *arg) {
         if (stopping)
             break;
         step(e);
+        /* the last step before idling is always seen: wait_idle's callers read the peak */
+        note_device_use(e, e->n_running == 0 && e->n_waiting == 0);
     }
     while (e->n_running)
         finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
@@ -418,14 +426,100 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The device's bytes in use now (every process's) into the peak; a host backend has none.
+ * Asked at most every MEM_POLL_S seconds of steps, so that the driver call stays out of a
+ * fast decode loop's time, and always when `force` (init, the step before idling). */
+#define MEM_POLL_S 0.01
+static void note_device_use(comet_engine *e, int force) {
+    size_t f = 0, t = 0;
+    if (!e->mem.device_total)
+        return;
+    double now = comet_now_s();
+    if (!force && now - e->mem_polled_s < MEM_POLL_S)
+        return;
+    e->mem_polled_s = now;
+    if (comet_backend_device_memory(e->be, &f, &t) < 0) {
+        comet_clear_error(); /* a statistic only: the next step reports a broken device */
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (t - f > e->mem.device_used_peak)
+        e->mem.device_used_peak = t - f;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Before any weight goes to the backend: the pool size, or (n_pages <= 0 on a device) the
+ * check that the pool planned from memory holds one sequence of the model's context. */
+static comet_status plan_pool(comet_engine *e) {
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    e->mem.device_total = t;
+    e->mem.device_used_peak = t - f;
+    if (e->p.n_pages > 0)
+        return COMET_OK;
+    if (t == 0 || e->p.tensor_parallel > 0) {
+        /* host memory, or a pool per rank on devices this one does not query: fixed */
+        e->p.n_pages = COMET_ENGINE_FIXED_PAGES;
+        return COMET_OK;
+    }
+    comet_engine_memory_plan plan;
+    return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
+}
+
+/* comet_runner_params.size_pool: the pool's pages from the device's free memory once the
+ * weights and workspace are there. */
+static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pages) {
+    comet_engine *e = user;
+    (void)fc;
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    comet_engine_memory_plan plan;
+    COMET_TRY(comet_engine_plan_memory(e->m, &e->p, t, f, 1, &plan));
+    *n_pages = plan.n_pages;
+    return COMET_OK;
+}
+
+/* What the runner holds, into e->mem (with tensor parallelism: rank 0's weights and
+ * workspace; the ranks' KV pools are their own, kv_pool 0). */
+static void memory_after_init(comet_engine *e) {
+    const comet_model_config *c = &e->m->cfg;
+    const comet_kv_cache *kv = &e->run.kv;
+    comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
+    e->mem.kv_pool = kv->storage ? kv->storage_bytes
+                                 : (kv->k ? 2 * (size_t)kv->n_layer * kv->n_pages *
+                                                kv->page_size * kv->n_head_kv * kv->head_dim *
+                                                sizeof(float)
+                                          : 0);
+    e->mem.kv_pool_pages = e->p.n_pages;
+    e->mem.kv_pool_tokens = e->p.n_pages * e->p.page_size;
+    e->mem.page_size = e->p.page_size;
+    int per_ctx = (c->n_ctx + e->p.page_size - 1) / e->p.page_size;
+    int per_2048 = (2048 + e->p.page_size - 1) / e->p.page_size;
+    e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
+    e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
+    note_device_use(e, 1);
+}
+
+void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->mem;
+    pthread_mutex_unlock(&e->mu);
+}
+
 comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *pp) {
     comet_engine_params p = pp ? *pp : comet_engine_default_params();
     const comet_model_config *c = &m->cfg;
-    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.n_pages <= 0 || p.page_size <= 0 ||
-        p.max_waiting <= 0) {
+    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.page_size <= 0 || p.max_waiting <= 0) {
         comet_set_error(COMET_ERR_INVALID_ARG,
-                        "engine: max_seqs, max_batch_tokens, n_pages, page_size and max_waiting "
-                        "must be positive");
+                        "engine: max_seqs, max_batch_tokens, page_size and max_waiting must be "
+                        "positive");
+        return NULL;
+    }
+    if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "engine: gpu_memory_fraction %g is outside (0, 1]; it is the share of "
+                        "the device's memory comet may use (e.g. 0.9)",
+                        p.gpu_memory_fraction);
         return NULL;
     }
     if (p.tensor_parallel < 0 || p.tensor_parallel > COMET_MAX_TENSOR_PARALLEL) {
@@ -469,13 +563,19 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (!e->be)
         goto fail;
     comet_backend_set_batch_invariant(e->be, p.batch_invariant);
+    if (plan_pool(e) < 0)
+        goto fail;
     comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens,
                               .max_seqs = p.max_seqs,
-                              .n_pages = p.n_pages,
+                              .n_pages = e->p.n_pages,
                               .page_size = p.page_size,
-                              .tensor_parallel = p.tensor_parallel};
+                              .tensor_parallel = p.tensor_parallel,
+                              .size_pool = size_pool,
+                              .size_user = e};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
+    e->p.n_pages = e->run.pool.n_pages;
+    memory_after_init(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
         goto fail;
