@@ -37,12 +37,24 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
 }
 
+template <int D, int BITS>
+comet_status attn_mma_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
+    constexpr int smem = mma_smem_bytes(D, BITS);
+    cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, BITS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: paged_attention (tensor cores): %d bytes of "
+                               "shared memory refused: %s",
+                               smem, cudaGetErrorString(e));
+    attn_mma_kernel<D, BITS><<<grid, MMA_THREADS, smem, s>>>(a);
+    return COMET_OK;
+}
+
 template <int BITS>
-void attn_mma_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
-    if (D == 64)
-        attn_mma_kernel<64, BITS><<<grid, MMA_THREADS, 0, s>>>(a);
-    else
-        attn_mma_kernel<128, BITS><<<grid, MMA_THREADS, 0, s>>>(a);
+comet_status attn_mma_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
+    return D == 64 ? attn_mma_launch_d<64, BITS>(a, grid, s)
+                   : attn_mma_launch_d<128, BITS>(a, grid, s);
 }
 
 template <int DMAX, bool SPANS>
@@ -128,8 +140,11 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
         const bool mma = att_mma_step(st, D, q, out);
         a.tc_min = mma ? ATT_MMA_MIN_TOKENS : 0;
         if (mma) {
-            with_kv_bits(L->bits,
-                         [&](auto bits) { attn_mma_launch<decltype(bits)::value>(D, a, grid, s); });
+            comet_status r = with_kv_bits(L->bits, [&](auto bits) {
+                return attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
+            });
+            if (r < 0)
+                return r;
             COMET_TRY(launch_check("paged_attention (tensor cores)"));
         }
         comet_status r = st->batch_invariant && n_splits == 1

@@ -24,13 +24,14 @@ constexpr int MMA_THREADS = 128, MMA_ROWS = 64, MMA_KT = 64;
 constexpr int ATT_MMA_MIN_TOKENS = 16;
 static_assert(MMA_ROWS == att_rows(128), "attn_mma_kernel takes attn_kernel's tiling");
 
-/* Shared memory of attn_mma_kernel at head dim D: fp32 Q [64, D] before the key loop (and
- * the normalized output after it) in the bytes of the fp16 K and V tiles [64, D + 8] of the
- * loop (rows padded by 16 bytes: ldmatrix's eight row addresses fall in distinct banks). */
-template <int D>
-constexpr int mma_smem_bytes() {
-    return MMA_ROWS * D * 4 > 2 * MMA_KT * (D + 8) * 2 ? MMA_ROWS * D * 4
-                                                       : 2 * MMA_KT * (D + 8) * 2;
+/* Shared memory of attn_mma_kernel at head dim D over a cache of BITS: fp32 Q [64, D] before
+ * the key loop (and the normalized output after it) in the bytes of the loop's fp16 tiles
+ * [64, D + 8] (rows padded by 16 bytes: ldmatrix's eight row addresses fall in distinct
+ * banks): K, V and, for INT4 / INT8 codes, K's low part. */
+__host__ __device__ constexpr int mma_smem_bytes(int D, int BITS) {
+    return MMA_ROWS * D * 4 > (BITS == 16 ? 2 : 3) * MMA_KT * (D + 8) * 2
+               ? MMA_ROWS * D * 4
+               : (BITS == 16 ? 2 : 3) * MMA_KT * (D + 8) * 2;
 }
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
@@ -38,18 +39,32 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* Eight channels c .. c+7 of slot `slot` of a head tile as fp16 (16 bytes): fp16 codes as
- * stored, INT4 / INT8 codes dequantized in fp32 as kv_dequant8 does, then rounded to fp16. */
-template <int BITS>
-__device__ __forceinline__ uint4 kv_half8(const kv_args &L, const uint8_t *tile, int slot, int c) {
+/* Eight channels c .. c+7 of slot `slot` of a head tile as fp16 (16 bytes each): fp16 codes
+ * as stored, INT4 / INT8 codes dequantized in fp32 as kv_dequant8 does and rounded to fp16
+ * (hi), with LO the rest rounded to fp16 as well (lo: hi + lo is the fp32 value to about
+ * 2^-22 of it). */
+template <int BITS, bool LO>
+__device__ __forceinline__ void kv_half8(const kv_args &L, const uint8_t *tile, int slot, int c,
+                                         uint4 &hi, uint4 &lo) {
     const kv_raw8<BITS> r = kv_fetch8<BITS>(L, tile, slot, c, BITS == 16 ? 0 : 4 * (c / L.G));
     if constexpr (BITS == 16) {
-        return make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
+        hi = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
     } else {
         float f[8];
         kv_dequant8<BITS>(r, f);
-        return make_uint4(half2_bits(f[0], f[1]), half2_bits(f[2], f[3]), half2_bits(f[4], f[5]),
-                          half2_bits(f[6], f[7]));
+        uint32_t h[4], l[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const __half2 x = __floats2half2_rn(f[2 * e], f[2 * e + 1]);
+            h[e] = *reinterpret_cast<const uint32_t *>(&x);
+            if constexpr (LO) {
+                const float2 xf = __half22float2(x);
+                l[e] = half2_bits(f[2 * e] - xf.x, f[2 * e + 1] - xf.y);
+            }
+        }
+        hi = make_uint4(h[0], h[1], h[2], h[3]);
+        if constexpr (LO)
+            lo = make_uint4(l[0], l[1], l[2], l[3]);
     }
 }
 
@@ -65,9 +80,11 @@ __device__ __forceinline__ uint4 kv_half8(const kv_args &L, const uint8_t *tile,
  * Keys of the CTA's split (the keys up to its last token's position, cut into n_splits
  * chunks of whole 64-key tiles) come 64 at a time: the threads read 8-channel units of K
  * and V codes with their group's scale and zero, dequantize them in fp32 (kv_dequant8, the
- * reference's rounding) and store fp16 K [64, D + 8] and V [64, D + 8]; fp16 caches are
- * copied as stored; keys past the split's end are zeros. Per warp and key tile:
- * S [16, 64] = Q K^T (ldmatrix of K, 8 n-tiles x D / 16 mma), scaled by log2(e) / sqrt(D),
+ * reference's rounding) and store fp16 K [64, D + 8] and V [64, D + 8], and for K also the
+ * rest of each value rounded to fp16 (K_lo); fp16 caches are copied as stored; keys past
+ * the split's end are zeros. Per warp and key tile: S [16, 64] = Q K^T (+ Q K_lo^T: without
+ * it K's fp16 rounding, times q's outlier channels, dominated the error; ldmatrix of K,
+ * 8 n-tiles x D / 16 mma, twice with K_lo), scaled by log2(e) / sqrt(D),
  * masked per row (key <= the row's position, key < the split's end), then the online
  * softmax in fp32 in the accumulator registers: the running row max is kept at an integer
  * (the ceiling of the scores' max) so P = exp2(s - max) <= 1 and every rescaling is an
@@ -89,11 +106,13 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
     constexpr int NS = MMA_KT / 8; /* n-tiles of S */
     constexpr int UNITS = D / 8;   /* 8-channel units of a key */
     static_assert(D % 32 == 0 && D <= 128, "head dims 64 and 128");
-    __shared__ __align__(16) unsigned char smem[mma_smem_bytes<D>()];
+    constexpr bool LO = BITS != 16; /* K_lo: fp16 K is exact for an fp16 cache */
+    extern __shared__ __align__(16) unsigned char mma_smem[]; /* mma_smem_bytes(D, BITS) */
     __shared__ int rowpos[MMA_ROWS];
-    float *Qf = reinterpret_cast<float *>(smem);   /* [64, D] q, later the output */
-    __half *Ks = reinterpret_cast<__half *>(smem); /* [64, KS] */
-    __half *Vs = Ks + MMA_KT * KS;                 /* [64, KS] */
+    float *Qf = reinterpret_cast<float *>(mma_smem);   /* [64, D] q, later the output */
+    __half *Ks = reinterpret_cast<__half *>(mma_smem); /* [64, KS] */
+    __half *Vs = Ks + MMA_KT * KS;                     /* [64, KS] */
+    __half *Kl = Vs + MMA_KT * KS;                     /* [64, KS], LO only */
 
     const kv_args &L = a.L;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -165,15 +184,17 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
         __syncthreads(); /* Q (first tile) or the previous K/V tiles are read */
         for (int u = tid; u < MMA_KT * UNITS; u += MMA_THREADS) {
             const int j = u / UNITS, c = (u % UNITS) * 8;
-            uint4 kh = make_uint4(0u, 0u, 0u, 0u), vh = kh;
+            uint4 kh = make_uint4(0u, 0u, 0u, 0u), kl = kh, vh = kh, vl;
             if (j < kcnt) {
                 const int kpos = k0 + j;
                 const int page = a.page_indices[pbase + kpos / L.P], slot = kpos % L.P;
-                kh = kv_half8<BITS>(L, kv_tile(L, page, 0, kvh), slot, c);
-                vh = kv_half8<BITS>(L, kv_tile(L, page, 1, kvh), slot, c);
+                kv_half8<BITS, LO>(L, kv_tile(L, page, 0, kvh), slot, c, kh, kl);
+                kv_half8<BITS, false>(L, kv_tile(L, page, 1, kvh), slot, c, vh, vl);
             }
             *reinterpret_cast<uint4 *>(Ks + j * KS + c) = kh;
             *reinterpret_cast<uint4 *>(Vs + j * KS + c) = vh;
+            if constexpr (LO)
+                *reinterpret_cast<uint4 *>(Kl + j * KS + c) = kl;
         }
         __syncthreads();
         if (k0 > wmax) /* every key of the tile is past this warp's rows */
@@ -188,9 +209,15 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
 #pragma unroll
             for (int n = 0; n < NS; n++) {
                 uint32_t b[4]; /* k-steps kk and kk + 1 of keys 8n .. 8n + 7 */
-                comet_ptx::ldsm_x4(b, Ks + (n * 8 + (lane & 7)) * KS + kk * 16 + (lane >> 3) * 8);
+                const int off = (n * 8 + (lane & 7)) * KS + kk * 16 + (lane >> 3) * 8;
+                comet_ptx::ldsm_x4(b, Ks + off);
                 comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
                 comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
+                if constexpr (LO) {
+                    comet_ptx::ldsm_x4(b, Kl + off);
+                    comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
+                    comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
+                }
             }
 
         /* online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3); a row's four threads
