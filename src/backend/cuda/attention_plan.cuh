@@ -42,13 +42,14 @@ bool att_decode_step(const comet_cuda_step_view *st, int g) {
 }
 
 /* Whether the step's prefill chunks (sequences with at least ATT_MMA_MIN_TOKENS tokens in
- * it) take attn_mma_kernel: head dim 64 or 128, q and out 16-byte aligned (its float4 loads
- * and stores), a step that may hold such a chunk (T >= ATT_MMA_MIN_TOKENS; which tiles are
- * chunks the kernels read from the step's token_indptr) and not batch-invariant (there
- * every row takes attn_kernel's fixed spans, whatever its chunk). */
+ * it) take attn_mma_kernel: the backend lets them (st->attn_mma), head dim 64 or 128, q and
+ * out 16-byte aligned (its float4 loads and stores), a step that may hold such a chunk
+ * (T >= ATT_MMA_MIN_TOKENS; which tiles are chunks the kernels read from the step's
+ * token_indptr) and not batch-invariant (there every row takes attn_kernel's fixed spans,
+ * whatever its chunk). */
 bool att_mma_step(const comet_cuda_step_view *st, int D, const void *q, const void *out) {
-    return !st->batch_invariant && (D == 64 || D == 128) && st->n_tokens >= ATT_MMA_MIN_TOKENS &&
-           ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
+    return st->attn_mma && !st->batch_invariant && (D == 64 || D == 128) &&
+           st->n_tokens >= ATT_MMA_MIN_TOKENS && ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
 }
 
 } /* namespace */
