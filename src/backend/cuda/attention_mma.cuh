@@ -22,6 +22,8 @@ constexpr int MMA_THREADS = 128, MMA_ROWS = 64, MMA_KT = 64;
 /* Fewest tokens of one sequence in a step that take the tensor-core kernel: a prefill chunk.
  * Shorter chunks and decode tokens keep the fp32 kernels. */
 constexpr int ATT_MMA_MIN_TOKENS = 16;
+/* 8-channel K/V units a thread has in flight at once while it loads a key tile */
+constexpr int MMA_LOAD_GROUP = 4;
 static_assert(MMA_ROWS == att_rows(128), "attn_mma_kernel takes attn_kernel's tiling");
 
 /* Shared memory of attn_mma_kernel at head dim D over a cache of BITS: fp32 Q [64, D] before
@@ -39,14 +41,12 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
-/* Eight channels c .. c+7 of slot `slot` of a head tile as fp16 (16 bytes each): fp16 codes
- * as stored, INT4 / INT8 codes dequantized in fp32 as kv_dequant8 does and rounded to fp16
- * (hi), with LO the rest rounded to fp16 as well (lo: hi + lo is the fp32 value to about
- * 2^-22 of it). */
+/* The eight channels of r (kv_fetch8) as fp16 (16 bytes each): fp16 codes as stored, INT4 /
+ * INT8 codes dequantized in fp32 as kv_dequant8 does and rounded to fp16 (hi), with LO the
+ * rest rounded to fp16 as well (lo: hi + lo is the fp32 value to about 2^-22 of it). An
+ * all-zero r gives zeros. */
 template <int BITS, bool LO>
-__device__ __forceinline__ void kv_half8(const kv_args &L, const uint8_t *tile, int slot, int c,
-                                         uint4 &hi, uint4 &lo) {
-    const kv_raw8<BITS> r = kv_fetch8<BITS>(L, tile, slot, c, BITS == 16 ? 0 : 4 * (c / L.G));
+__device__ __forceinline__ void kv_half8(const kv_raw8<BITS> &r, uint4 &hi, uint4 &lo) {
     if constexpr (BITS == 16) {
         hi = make_uint4(r.w[0], r.w[1], r.w[2], r.w[3]);
     } else {
@@ -78,10 +78,11 @@ __device__ __forceinline__ void kv_half8(const kv_args &L, const uint8_t *tile, 
  * Q: loaded as fp32 into shared memory, rotated there by H_D when the cache is, then held
  * by each warp as fp16 A fragments (D / 16 k-steps, 4 registers each) for the whole loop.
  * Keys of the CTA's split (the keys up to its last token's position, cut into n_splits
- * chunks of whole 64-key tiles) come 64 at a time: the threads read 8-channel units of K
- * and V codes with their group's scale and zero, dequantize them in fp32 (kv_dequant8, the
- * reference's rounding) and store fp16 K [64, D + 8] and V [64, D + 8], and for K also the
- * rest of each value rounded to fp16 (K_lo); fp16 caches are copied as stored; keys past
+ * chunks of whole 64-key tiles) come 64 at a time: each thread reads D / 16 8-channel units
+ * of K and V codes with their group's scale and zero, MMA_LOAD_GROUP units' loads in flight
+ * at once, dequantizes them in fp32 (kv_dequant8, the reference's rounding) and stores
+ * fp16 K [64, D + 8] and V [64, D + 8], and for K also the rest of each value rounded to
+ * fp16 (K_lo); fp16 caches are copied as stored; keys past
  * the split's end are zeros. Per warp and key tile: S [16, 64] = Q K^T (+ Q K_lo^T: without
  * it K's fp16 rounding, times q's outlier channels, dominated the error; ldmatrix of K,
  * 8 n-tiles x D / 16 mma, twice with K_lo), scaled by log2(e) / sqrt(D),
@@ -105,6 +106,10 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
     constexpr int NO = D / 8;      /* n-tiles of O */
     constexpr int NS = MMA_KT / 8; /* n-tiles of S */
     constexpr int UNITS = D / 8;   /* 8-channel units of a key */
+    /* units a thread loads a key tile, and how many of them have their loads in flight */
+    constexpr int UPT = MMA_KT * UNITS / MMA_THREADS;
+    constexpr int LG = UPT < MMA_LOAD_GROUP ? UPT : MMA_LOAD_GROUP;
+    static_assert(UPT % LG == 0, "whole load groups");
     static_assert(D % 32 == 0 && D <= 128, "head dims 64 and 128");
     constexpr bool LO = BITS != 16; /* K_lo: fp16 K is exact for an fp16 cache */
     extern __shared__ __align__(16) unsigned char mma_smem[]; /* mma_smem_bytes(D, BITS) */
@@ -182,19 +187,35 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
     for (int k0 = kbeg; k0 < kend; k0 += MMA_KT) {
         const int kcnt = min(MMA_KT, kend - k0);
         __syncthreads(); /* Q (first tile) or the previous K/V tiles are read */
-        for (int u = tid; u < MMA_KT * UNITS; u += MMA_THREADS) {
-            const int j = u / UNITS, c = (u % UNITS) * 8;
-            uint4 kh = make_uint4(0u, 0u, 0u, 0u), kl = kh, vh = kh, vl;
-            if (j < kcnt) {
-                const int kpos = k0 + j;
-                const int page = a.page_indices[pbase + kpos / L.P], slot = kpos % L.P;
-                kv_half8<BITS, LO>(L, kv_tile(L, page, 0, kvh), slot, c, kh, kl);
-                kv_half8<BITS, false>(L, kv_tile(L, page, 1, kvh), slot, c, vh, vl);
+        /* LG units at a time: their page ids, then their codes and scales, in flight
+         * together; then dequantized and stored */
+#pragma unroll 1
+        for (int i0 = 0; i0 < UPT; i0 += LG) {
+            kv_raw8<BITS> kr[LG], vr[LG];
+#pragma unroll
+            for (int i = 0; i < LG; i++) {
+                const int u = tid + (i0 + i) * MMA_THREADS, j = u / UNITS, c = (u % UNITS) * 8;
+                kr[i] = kv_raw8<BITS>{};
+                vr[i] = kv_raw8<BITS>{};
+                if (j < kcnt) {
+                    const int kpos = k0 + j;
+                    const int page = a.page_indices[pbase + kpos / L.P], slot = kpos % L.P;
+                    const int szo = BITS == 16 ? 0 : 4 * (c / L.G);
+                    kr[i] = kv_fetch8<BITS>(L, kv_tile(L, page, 0, kvh), slot, c, szo);
+                    vr[i] = kv_fetch8<BITS>(L, kv_tile(L, page, 1, kvh), slot, c, szo);
+                }
             }
-            *reinterpret_cast<uint4 *>(Ks + j * KS + c) = kh;
-            *reinterpret_cast<uint4 *>(Vs + j * KS + c) = vh;
-            if constexpr (LO)
-                *reinterpret_cast<uint4 *>(Kl + j * KS + c) = kl;
+#pragma unroll
+            for (int i = 0; i < LG; i++) {
+                const int u = tid + (i0 + i) * MMA_THREADS, j = u / UNITS, c = (u % UNITS) * 8;
+                uint4 kh, kl, vh, vl;
+                kv_half8<BITS, LO>(kr[i], kh, kl);
+                kv_half8<BITS, false>(vr[i], vh, vl);
+                *reinterpret_cast<uint4 *>(Ks + j * KS + c) = kh;
+                *reinterpret_cast<uint4 *>(Vs + j * KS + c) = vh;
+                if constexpr (LO)
+                    *reinterpret_cast<uint4 *>(Kl + j * KS + c) = kl;
+            }
         }
         __syncthreads();
         if (k0 > wmax) /* every key of the tile is past this warp's rows */
