@@ -15,6 +15,9 @@
  *   fp16 rounding of q, K, V and P included), and once more over the CPU's own cache (the
  *   ragged test's bounds); each sequence alone (fewer CTAs: other key splits) within 1e-5 of
  *   its outputs inside the batch.
+ * - the routing: the same steps on a backend with COMET_CUDA_ATTN_MMA=0 (fp32 kernels only):
+ *   the chunks of at least 16 tokens differ from its outputs (the tensor-core kernel ran) by
+ *   at most the bounds above, every other token is the same bits.
  * - random ragged schedules (chunks of 1..128 tokens, several sequences a step) on the
  *   LLaMA-3-8B head shape.
  * COMET_CUDA_TEST_QUICK=1 (the sanitizer set): one rotation per KV format and the fixed
@@ -67,6 +70,101 @@ static void test_attention_prefill_chunks(void **state) {
             }
 }
 
+/* The routing: PRE_STEPS on the default backend and on one with COMET_CUDA_ATTN_MMA=0 (the
+ * fp32 kernels only), each on its own pool (rope_kv_append writes the same cache bits on
+ * both). The tokens of a chunk of at least 16 tokens must differ from the fp32 kernel's
+ * somewhere (fp16 rounding: the tensor-core kernel ran) and lie within 1e-3 (kv 4 / 8) or
+ * 2e-3 (kv 16) of them; every other token (the chunk of 15, decode tokens) must be the same
+ * bits (attn_kernel took it, with the same grid and key splits). */
+static void routing_case(comet_backend *fp32, const att_cfg *cfg, int bits, int rot,
+                         uint64_t seed) {
+    enum {
+        N_SEQ = 4,
+        N_STEPS = 3
+    };
+    const int HD = cfg->H * cfg->D;
+    const comet_rope_params rp = rope_of(cfg);
+    const double tol = bits == 16 ? 2e-3 : 1e-3;
+    char what[160];
+    snprintf(what, sizeof what, "prefill routing %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
+    int n_pages = 0;
+    for (int s = 0; s < N_SEQ; s++)
+        n_pages += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    int32_t *ids = st_malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        ids[i] = n_pages - 1 - i;
+    int32_t *pages[N_SEQ];
+    for (int s = 0, o = 0; s < N_SEQ; s++) {
+        pages[s] = ids + o;
+        o += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    }
+    comet_kv_cache kva, kvb;
+    kv_make(g_cuda, &kva, cfg, n_pages, bits, rot);
+    kv_make(fp32, &kvb, cfg, n_pages, bits, rot);
+    int n_mma = 0, n_fp32 = 0;
+    double worst = 0;
+    for (int i = 0; i < N_STEPS; i++) {
+        rbatch rb;
+        memset(&rb, 0, sizeof rb);
+        const int T = rbatch_build(&rb, &PRE_STEPS[i], pages, -1);
+        const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
+        float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+        gen_qkv(cfg, &rb, seed, q, k, v);
+        step_out oa = run_step(g_cuda, &kva, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        step_out ob = run_step(fp32, &kvb, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        for (int s = 0; s < rb.b.n_seqs; s++) {
+            const int t0 = rb.token_indptr[s], n = rb.token_indptr[s + 1] - t0;
+            const float *a = oa.out + (size_t)t0 * HD, *b = ob.out + (size_t)t0 * HD;
+            const size_t cnt = (size_t)n * HD;
+            if (n >= 16) {
+                const double e = st_nerr(a, b, cnt);
+                if (!memcmp(a, b, cnt * 4))
+                    fail_msg("%s, step %d: sequence %d's chunk of %d tokens has the fp32 "
+                             "kernel's bits: the tensor-core kernel did not take it",
+                             what, i, rb.tok_seq[t0], n);
+                if (!(e <= tol))
+                    fail_msg("%s, step %d: sequence %d's chunk of %d tokens: tensor-core vs "
+                             "fp32 kernel relative norm error %.3g > %.3g",
+                             what, i, rb.tok_seq[t0], n, e, tol);
+                worst = fmax(worst, e);
+                n_mma += n;
+            } else {
+                if (memcmp(a, b, cnt * 4))
+                    fail_msg("%s, step %d: sequence %d's %d token(s) differ from the fp32 "
+                             "kernel's: they should take it",
+                             what, i, rb.tok_seq[t0], n);
+                n_fp32 += n;
+            }
+        }
+        step_out_free(&oa), step_out_free(&ob);
+        free(q), free(k), free(v);
+        rbatch_free(&rb);
+    }
+    print_message("  %s: %d tokens on tensor cores (worst %.3g from the fp32 kernel), %d tokens "
+                  "the fp32 kernel's bits\n",
+                  what, n_mma, worst, n_fp32);
+    comet_kv_cache_free_on(g_cuda, &kva);
+    comet_kv_cache_free_on(fp32, &kvb);
+    free(ids);
+}
+
+static void test_attention_prefill_routing(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    setenv("COMET_CUDA_ATTN_MMA", "0", 1);
+    comet_backend *fp32 = comet_backend_cuda_init(0);
+    unsetenv("COMET_CUDA_ATTN_MMA");
+    assert_non_null(fp32);
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < N_PRE_CFGS; c++)
+        for (int b = 0; b < 3; b++)
+            if (!g_quick || c % 3 == b)
+                routing_case(fp32, &PRE_CFGS[c], bits[b], (c + b) % 2,
+                             0x9BEFA000ull + (uint64_t)c * 10 + (uint64_t)b);
+    comet_backend_free(fp32);
+}
+
 /* Random ragged schedules on the LLaMA-3-8B shape: prefill chunks of 1..128 tokens and
  * decode tokens of three sequences mixed in each step. */
 static void test_attention_prefill_ragged(void **state) {
@@ -101,6 +199,7 @@ int main(void) {
     comet_backend_set_simulate(g_cpu, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_prefill_chunks),
+        cmocka_unit_test(test_attention_prefill_routing),
         cmocka_unit_test(test_attention_prefill_ragged),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
