@@ -8,7 +8,8 @@
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
  * helpers, the code width dispatched by with_kv_bits); fp32 throughout, except the prefill
- * chunks' Q, K, V and P, which attn_mma_kernel rounds to fp16 for the tensor cores.
+ * chunks' Q, V and P, which attn_mma_kernel rounds to fp16 for the tensor cores (K as an
+ * fp16 hi + lo pair from INT4 / INT8 codes, as stored from an fp16 cache).
  */
 #include "backend/cuda/attention.h"
 

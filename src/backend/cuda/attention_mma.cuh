@@ -1,6 +1,7 @@
 /* attention_mma.cuh — the tensor-core prefill kernel (attn_mma_kernel): the prefill chunks of
  * at least ATT_MMA_MIN_TOKENS tokens at head dims 64 and 128, outside batch-invariant steps;
- * fp16 operands on mma.sync m16n8k16 with fp32 accumulators and an fp32 online softmax.
+ * fp16 operands on mma.sync m16n8k16 with fp32 accumulators and an fp32 online softmax (K
+ * from INT4 / INT8 codes as an fp16 hi + lo pair).
  * The other tiles of such a step take attn_kernel (attention_prefill.cuh) in a launch of
  * their own; which kernel a tile takes depends on its sequence's chunk alone (att_args.tc_min).
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
