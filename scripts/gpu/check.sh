@@ -20,7 +20,8 @@
 #             LLaMA-3-70B and -8B (and -8B FP16) with and without --tensor-parallel 1, the refusal of more
 #             ranks than GPUs; tables into $OUT/tp_bench.md
 #     bench   comet bench: the default model (FP16 and W4AxKV4) and synthetic LLaMA-3-8B
-#             (W4AxKV4 and FP16), tables into $OUT/bench.md
+#             (W4AxKV4 and FP16; prefill of 512 and 4096 tokens with and without
+#             COMET_CUDA_ATTN_MMA=0), tables into $OUT/bench.md
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -50,7 +51,7 @@ fi
 if has ops; then
     # the sanitizer runs go in the background, alongside ctest
     pids=() logs=()
-    for t in test_step_ops_cuda test_attention_cuda; do
+    for t in test_step_ops_cuda test_attention_cuda test_attention_prefill_cuda; do
         command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
         log="$OUT/sanitizer_memcheck_$t.log"
         timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" \
@@ -68,7 +69,8 @@ if has ops; then
         for tc in test_step_ops_cuda:test_op_table test_step_ops_cuda:test_act_ops \
             test_step_ops_cuda:test_matmul test_attention_cuda:test_kv_codes_position0 \
             test_attention_cuda:test_attention_decode \
-            test_attention_cuda:test_attention_batch_invariant; do
+            test_attention_cuda:test_attention_batch_invariant \
+            test_attention_prefill_cuda:test_attention_prefill_chunks; do
             t=${tc%%:*} f=${tc#*:}
             log="$OUT/sanitizer_racecheck_$f.log"
             COMET_CUDA_TEST_QUICK=1 COMET_TEST_FILTER=$f timeout 1200 compute-sanitizer \
@@ -134,15 +136,22 @@ fi
 if has bench; then
     : >"$OUT/bench.md"
     run_bench() {
-        echo "\$ comet bench $*" >>"$OUT/bench.md"
+        local env="${COMET_CUDA_ATTN_MMA:+COMET_CUDA_ATTN_MMA=$COMET_CUDA_ATTN_MMA }"
+        echo "\$ ${env}comet bench $*" >>"$OUT/bench.md"
         "$BIN" bench "$@" >>"$OUT/bench.md" 2>>"$OUT/bench.err"
-        note "bench $*: exit $?"
+        note "bench ${env}$*: exit $?"
         echo >>"$OUT/bench.md"
     }
     [ -f "$MODEL" ] && run_bench --model "$MODEL" --device cuda
     [ -f "$QMODEL/config.json" ] && run_bench --model "$QMODEL" --device cuda
     run_bench --synthetic llama3-8b --device cuda --decode-tokens 256
     run_bench --synthetic llama3-8b --fp16 --device cuda --decode-tokens 256
+    # prefill attention on tensor cores (default) against the fp32 kernel, same build
+    for n in 512 4096; do
+        run_bench --synthetic llama3-8b --device cuda --prompt-tokens "$n" --decode-tokens 16
+        COMET_CUDA_ATTN_MMA=0 run_bench --synthetic llama3-8b --device cuda --prompt-tokens "$n" \
+            --decode-tokens 16
+    done
     grep -E "^\| (llama|Smol|smol|models)" "$OUT/bench.md"
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader >"$OUT/gpu.txt" 2>&1

@@ -637,6 +637,8 @@ comet_backend *comet_backend_cuda_init(int device) {
     im->pdl_on = !(pdl && !strcmp(pdl, "0"));
     const char *attn_splits = getenv("COMET_CUDA_ATTN_SPLITS");
     const int attn_splits_on = !(attn_splits && !strcmp(attn_splits, "0"));
+    const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
+    im->attn_mma_on = !(attn_mma && !strcmp(attn_mma, "0"));
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;

@@ -88,6 +88,8 @@ typedef struct comet_cuda_step_view {
     int max_kv_len;      /* the longest sequence after the append (host value) */
     int batch_invariant; /* the backend's batch_invariant (backend.h): attention
                                     * then takes the tile kernel over fixed key spans */
+    int attn_mma;        /* 1: prefill chunks may take the tensor-core attention kernel
+                          * (the backend's default; COMET_CUDA_ATTN_MMA=0: never) */
 } comet_cuda_step_view;
 
 #endif

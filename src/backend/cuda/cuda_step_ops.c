@@ -128,7 +128,8 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
                                       .tiles = d + o_tiles,
                                       .n_tiles = n_tiles,
                                       .max_kv_len = max_kv,
-                                      .batch_invariant = be->batch_invariant};
+                                      .batch_invariant = be->batch_invariant,
+                                      .attn_mma = im->attn_mma_on};
     return COMET_OK;
 }
 

@@ -1,0 +1,211 @@
+/* test_attention_prefill_cuda.c — the CUDA backend's paged_attention on prefill chunks (the
+ * tensor-core kernel attn_mma_kernel: a sequence with at least 16 tokens in a step, head dims
+ * 64 and 128) against the CPU backend's (comet_backend_cpu_init(1), its fp32 simulation),
+ * with the shared run of attention_test_util.h:
+ *
+ * - fixed schedules of three steps over four sequences: chunks of 130, 77 and 200 tokens
+ *   (not multiples of the 16-token tile nor of the 64-key tile) over a growing paged prefix
+ *   whose end falls inside a page; a chunk of exactly 16 tokens (the smallest the tensor-core
+ *   kernel takes) and one of 15 beside it (the fp32 kernel's, in the same step); decode tokens
+ *   and chunks of 17, 33 and 64 sharing steps with them; GQA groups of 1 to 8 (1 and 2: a CTA
+ *   over several 16-token tiles; 3 and 4: one tile; 5 to 8: parts of a tile), head dims 64
+ *   and 128, KV groups of 16, 32, 64 and whole heads, kv_bits 4, 8 and 16, rotation none and
+ *   hadamard. Attention outputs within 1e-3 relative norm error (kv 4 / 8; 2e-3 kv 16) of the
+ *   CPU's over a cache holding the CUDA cache's values (so only the attention is measured,
+ *   fp16 rounding of q, K, V and P included), and once more over the CPU's own cache (the
+ *   ragged test's bounds); each sequence alone (fewer CTAs: other key splits) within 1e-5 of
+ *   its outputs inside the batch.
+ * - the routing: the same steps on a backend with COMET_CUDA_ATTN_MMA=0 (fp32 kernels only):
+ *   the chunks of at least 16 tokens differ from its outputs (the tensor-core kernel ran) by
+ *   at most the bounds above, every other token is the same bits.
+ * - random ragged schedules (chunks of 1..128 tokens, several sequences a step) on the
+ *   LLaMA-3-8B head shape.
+ * COMET_CUDA_TEST_QUICK=1 (the sanitizer set): one rotation per KV format and the fixed
+ * schedules only. Every output is poisoned before the op and framed by guard bytes. Exit 77
+ * (ctest: skipped) when no CUDA device is usable. */
+#include "cuda_skip.h"
+
+#include "attention_test_util.h"
+
+/* GQA groups 1 .. 8 at head dims 64 and 128 */
+static const att_cfg PRE_CFGS[] = {
+    {"D128 H32/Hkv8 G32 llama3-8b", 128, 32, 8, 32, COMET_ROPE_SCALING_LLAMA3, 500000.0f},
+    {"D64 H9/Hkv3 G16 smollm2", 64, 9, 3, 16, COMET_ROPE_SCALING_NONE, 100000.0f},
+    {"D128 H3/Hkv3 G64", 128, 3, 3, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H4/Hkv2", 64, 4, 2, 0, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H5/Hkv1 G32", 64, 5, 1, 32, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H12/Hkv2 G16", 128, 12, 2, 16, COMET_ROPE_SCALING_NONE, 500000.0f},
+    {"D64 H7/Hkv1 G16", 64, 7, 1, 16, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H16/Hkv2 G32", 128, 16, 2, 32, COMET_ROPE_SCALING_NONE, 500000.0f},
+};
+#define N_PRE_CFGS ((int)(sizeof PRE_CFGS / sizeof PRE_CFGS[0]))
+
+/* Three steps over four sequences, every one attending:
+ *   seq 0: 130 from 0, then 77 after 130 (page 8 part full), then 200 after 207
+ *   seq 1: 16 from 0 (the smallest tensor-core chunk), a decode token, 33
+ *   seq 2: 15 from 0 (fp32 kernel beside the tensor-core one), 64, 17
+ *   seq 3: sits out, then 1, then 40 after 1 */
+static const int PRE_LEN[] = {407, 50, 96, 41};
+static const step_plan PRE_STEPS[] = {
+    {.n = 3, .attend = 1, .c = {{2, 0, 15}, {0, 0, 130}, {1, 0, 16}}},
+    {.n = 4, .attend = 1, .c = {{1, 16, 1}, {3, 0, 1}, {0, 130, 77}, {2, 15, 64}}},
+    {.n = 4, .attend = 1, .c = {{0, 207, 200}, {2, 79, 17}, {3, 1, 40}, {1, 17, 33}}},
+};
+
+static void test_attention_prefill_chunks(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < N_PRE_CFGS; c++)
+        for (int b = 0; b < 3; b++)
+            for (int rot = 0; rot < 2; rot++) {
+                if (!quick_rot(b, rot))
+                    continue;
+                const uint64_t seed =
+                    0x9BEF0000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot;
+                for (int mirror = 1; mirror >= 0; mirror--)
+                    attention_steps_case(&PRE_CFGS[c], bits[b], rot, PRE_LEN, 4, 0, 0, PRE_STEPS, 3,
+                                         mirror, seed);
+            }
+}
+
+/* The routing: PRE_STEPS on the default backend and on one with COMET_CUDA_ATTN_MMA=0 (the
+ * fp32 kernels only), each on its own pool (rope_kv_append writes the same cache bits on
+ * both). The tokens of a chunk of at least 16 tokens must differ from the fp32 kernel's
+ * somewhere (fp16 rounding: the tensor-core kernel ran) and lie within 1e-3 (kv 4 / 8) or
+ * 2e-3 (kv 16) of them; every other token (the chunk of 15, decode tokens) must be the same
+ * bits (attn_kernel took it, with the same grid and key splits). */
+static void routing_case(comet_backend *fp32, const att_cfg *cfg, int bits, int rot,
+                         uint64_t seed) {
+    enum {
+        N_SEQ = 4,
+        N_STEPS = 3
+    };
+    const int HD = cfg->H * cfg->D;
+    const comet_rope_params rp = rope_of(cfg);
+    const double tol = bits == 16 ? 2e-3 : 1e-3;
+    char what[160];
+    snprintf(what, sizeof what, "prefill routing %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
+    int n_pages = 0;
+    for (int s = 0; s < N_SEQ; s++)
+        n_pages += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    int32_t *ids = st_malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        ids[i] = n_pages - 1 - i;
+    int32_t *pages[N_SEQ];
+    for (int s = 0, o = 0; s < N_SEQ; s++) {
+        pages[s] = ids + o;
+        o += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    }
+    comet_kv_cache kva, kvb;
+    kv_make(g_cuda, &kva, cfg, n_pages, bits, rot);
+    kv_make(fp32, &kvb, cfg, n_pages, bits, rot);
+    int n_mma = 0, n_fp32 = 0;
+    double worst = 0;
+    for (int i = 0; i < N_STEPS; i++) {
+        rbatch rb;
+        memset(&rb, 0, sizeof rb);
+        const int T = rbatch_build(&rb, &PRE_STEPS[i], pages, -1);
+        const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
+        float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+        gen_qkv(cfg, &rb, seed, q, k, v);
+        step_out oa = run_step(g_cuda, &kva, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        step_out ob = run_step(fp32, &kvb, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        for (int s = 0; s < rb.b.n_seqs; s++) {
+            const int t0 = rb.token_indptr[s], n = rb.token_indptr[s + 1] - t0;
+            const float *a = oa.out + (size_t)t0 * HD, *b = ob.out + (size_t)t0 * HD;
+            const size_t cnt = (size_t)n * HD;
+            if (n >= 16) {
+                const double e = st_nerr(a, b, cnt);
+                if (!memcmp(a, b, cnt * 4))
+                    fail_msg("%s, step %d: sequence %d's chunk of %d tokens has the fp32 "
+                             "kernel's bits: the tensor-core kernel did not take it",
+                             what, i, rb.tok_seq[t0], n);
+                if (!(e <= tol))
+                    fail_msg("%s, step %d: sequence %d's chunk of %d tokens: tensor-core vs "
+                             "fp32 kernel relative norm error %.3g > %.3g",
+                             what, i, rb.tok_seq[t0], n, e, tol);
+                worst = fmax(worst, e);
+                n_mma += n;
+            } else {
+                if (memcmp(a, b, cnt * 4))
+                    fail_msg("%s, step %d: sequence %d's %d token(s) differ from the fp32 "
+                             "kernel's: they should take it",
+                             what, i, rb.tok_seq[t0], n);
+                n_fp32 += n;
+            }
+        }
+        step_out_free(&oa), step_out_free(&ob);
+        free(q), free(k), free(v);
+        rbatch_free(&rb);
+    }
+    print_message("  %s: %d tokens on tensor cores (worst %.3g from the fp32 kernel), %d tokens "
+                  "the fp32 kernel's bits\n",
+                  what, n_mma, worst, n_fp32);
+    comet_kv_cache_free_on(g_cuda, &kva);
+    comet_kv_cache_free_on(fp32, &kvb);
+    free(ids);
+}
+
+static void test_attention_prefill_routing(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    setenv("COMET_CUDA_ATTN_MMA", "0", 1);
+    comet_backend *fp32 = comet_backend_cuda_init(0);
+    unsetenv("COMET_CUDA_ATTN_MMA");
+    assert_non_null(fp32);
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < N_PRE_CFGS; c++)
+        for (int b = 0; b < 3; b++)
+            if (!g_quick || c % 3 == b)
+                routing_case(fp32, &PRE_CFGS[c], bits[b], (c + b) % 2,
+                             0x9BEFA000ull + (uint64_t)c * 10 + (uint64_t)b);
+    comet_backend_free(fp32);
+}
+
+/* Random ragged schedules on the LLaMA-3-8B shape: prefill chunks of 1..128 tokens and
+ * decode tokens of three sequences mixed in each step. */
+static void test_attention_prefill_ragged(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    if (g_quick)
+        skip();
+    static const int len[] = {1, 40, 300};
+    static const int bits[] = {4, 8, 16};
+    for (int b = 0; b < 3; b++)
+        attention_case(&PRE_CFGS[0], bits[b], b % 2, len, 3, 128, 0, 0x9BEF9000ull + (uint64_t)b);
+}
+
+int main(void) {
+    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
+    const char *full = getenv("COMET_CUDA_TEST_FULL");
+    g_full = full && *full && strcmp(full, "0");
+    const char *quick = getenv("COMET_CUDA_TEST_QUICK");
+    g_quick = quick && *quick && strcmp(quick, "0");
+    g_cuda = comet_backend_cuda_init(0);
+    if (!g_cuda) {
+        fprintf(stderr, "comet_backend_cuda_init(0) failed: %s\n", comet_last_error());
+        return 1;
+    }
+    g_cpu = comet_backend_cpu_init(1);
+    if (!g_cpu) {
+        fprintf(stderr, "comet_backend_cpu_init failed: %s\n", comet_last_error());
+        return 1;
+    }
+    /* the reference is the contract's fp32 simulation (an fp32 cache) */
+    comet_backend_set_simulate(g_cpu, 1);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_attention_prefill_chunks),
+        cmocka_unit_test(test_attention_prefill_routing),
+        cmocka_unit_test(test_attention_prefill_ragged),
+    };
+    if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
+        cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    comet_backend_free(g_cpu);
+    comet_backend_free(g_cuda);
+    return rc;
+}
