@@ -41,15 +41,15 @@
 #     all [8b|70b]             setup, gguf, bench, batched with the defaults.
 #
 # Rows (JSON lines) are appended to $LLAMACPP_JSON (default $OUT/serving.jsonl, or
-# ./llamacpp.jsonl without OUT), Markdown lines go to stdout, raw outputs to $OUT/llamacpp-*.txt
-# (when OUT is set) or $LLAMACPP_WORK/logs.
+# ./llamacpp.jsonl without OUT), Markdown lines go to stdout, raw outputs to
+# $LLAMACPP_LOG_DIR/llamacpp-*.txt (default $OUT, else $LLAMACPP_WORK/logs).
 #
 # Fit: weights (the GGUF's size) + KV (c * n_layer * 2 * 1024 * 2 bytes: K and V, 8 KV heads
 # of 128, f16) + LLAMACPP_RESERVE_MIB (default 4096: compute buffers, CUDA context) must be at
 # most 95% of the GPU's memory (nvidia-smi). LLAMACPP_TIMEOUT_S bounds each run (default 540 s)
 # with `timeout`; a run cut off leaves a row with status "timed out".
 #
-# Environment: LLAMACPP_DIR, LLAMACPP_TAR, LLAMACPP_SRC, LLAMACPP_WORK, LLAMACPP_JSON,
+# Environment: LLAMACPP_DIR, LLAMACPP_TAR, LLAMACPP_SRC, LLAMACPP_WORK, LLAMACPP_JSON, LLAMACPP_LOG_DIR,
 #   LLAMACPP_TIMEOUT_S, LLAMACPP_RESERVE_MIB, LLAMACPP_GPU_MIB (the GPU's memory, instead of
 #   asking nvidia-smi), GGUF_PY (a gguf-py folder), OUT, and the tags written into each row:
 #   GPU_NAME, COMET_COMMIT.
@@ -85,7 +85,7 @@ json_out() {
     else echo "$PWD/llamacpp.jsonl"; fi
 }
 log_dir() {
-    local d="${OUT:-$WORK/logs}"
+    local d="${LLAMACPP_LOG_DIR:-${OUT:-$WORK/logs}}"
     mkdir -p "$d"
     echo "$d"
 }
