@@ -27,8 +27,10 @@
 #                              -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=OFF,
 #                              targets llama-bench llama-batched-bench, all cores, into
 #                              $LLAMACPP_WORK/build-cuda (minutes: ggml-cuda is large).
-#     gguf 8b|70b|tiny         writes $LLAMACPP_WORK/models/llama3-<M>-q4_0.gguf (kept when
-#                              present) with bench/make_q4_0_gguf.py; prints its path.
+#     gguf 8b|70b|tiny         writes llama3-<M>-q4_0.gguf (kept when present) with
+#                              bench/make_q4_0_gguf.py into $LLAMACPP_MODELS, else /dev/shm
+#                              when it has room (RAM: 40 GB at memory speed), else
+#                              $LLAMACPP_WORK/models; prints its path.
 #     bench 8b|70b             llama-bench -p 512 -n 128 -fa 1 -ngl 99 -r 3 -o json (issue 41).
 #     batched 8b|70b [LENGTHS] [PARALLELS]
 #                              llama-batched-bench -fa 1 -ngl 99 -npp PP -ntg TG -npl ... -c
@@ -49,7 +51,8 @@
 # most 95% of the GPU's memory (nvidia-smi). LLAMACPP_TIMEOUT_S bounds each run (default 540 s)
 # with `timeout`; a run cut off leaves a row with status "timed out".
 #
-# Environment: LLAMACPP_DIR, LLAMACPP_TAR, LLAMACPP_SRC, LLAMACPP_WORK, LLAMACPP_JSON, LLAMACPP_LOG_DIR,
+# Environment: LLAMACPP_DIR, LLAMACPP_TAR, LLAMACPP_SRC, LLAMACPP_WORK, LLAMACPP_MODELS,
+#   LLAMACPP_JSON, LLAMACPP_LOG_DIR,
 #   LLAMACPP_TIMEOUT_S, LLAMACPP_RESERVE_MIB, LLAMACPP_GPU_MIB (the GPU's memory, instead of
 #   asking nvidia-smi), GGUF_PY (a gguf-py folder), OUT, and the tags written into each row:
 #   GPU_NAME, COMET_COMMIT.
@@ -221,19 +224,38 @@ find_gguf_py() {
 }
 
 # ---- there: the GGUF ---------------------------------------------------------------------------
+# Where the GGUFs go: $LLAMACPP_MODELS, else /dev/shm (RAM: the 70B file's 40 GB are written at
+# memory speed, not the disk's) when it has room for the file and 8 GiB to spare, else
+# $LLAMACPP_WORK/models.
+models_dir() { # model
+    local need_gb
+    case "$1" in 8b) need_gb=5 ;; 70b) need_gb=40 ;; *) need_gb=1 ;; esac
+    if [ -n "${LLAMACPP_MODELS:-}" ]; then echo "$LLAMACPP_MODELS"; return; fi
+    local shm_kb
+    shm_kb="$(df -Pk /dev/shm 2>/dev/null | awk 'NR == 2 {print $4}')"
+    if [ -n "$shm_kb" ] && [ "$shm_kb" -gt $(( (need_gb + 8) * 1024 * 1024 )) ]; then
+        echo /dev/shm/comet-llamacpp
+    else
+        echo "$WORK/models"
+    fi
+}
+
 cmd_gguf() {
     STEP="gguf"
     local m="${1:-}" d gp
     model_shape "$m" >/dev/null
     d="$(setup_dir)"
-    local f="$WORK/models/llama3-$m-q4_0.gguf"
-    [ "$m" = tiny ] && f="$WORK/models/tiny-q4_0.gguf"
-    if [ -s "$f" ]; then
-        say "GGUF $f exists ($(du -h "$f" | cut -f1))"
-        echo "$f"
-        return 0
-    fi
-    mkdir -p "$WORK/models"
+    local name="llama3-$m-q4_0.gguf" f
+    [ "$m" = tiny ] && name="tiny-q4_0.gguf"
+    for f in "${LLAMACPP_MODELS:-/nonexistent}/$name" "/dev/shm/comet-llamacpp/$name" "$WORK/models/$name"; do
+        if [ -s "$f" ]; then
+            say "GGUF $f exists ($(du -h "$f" | cut -f1))"
+            echo "$f"
+            return 0
+        fi
+    done
+    f="$(models_dir "$m")/$name"
+    mkdir -p "$(dirname "$f")"
     local pp=""
     if ! python3 -c 'import gguf' 2>/dev/null; then
         gp="$(find_gguf_py "$d")" || die "no gguf package and no gguf-py folder (set GGUF_PY)"
