@@ -315,9 +315,11 @@ cmd_bench() {
     local cmd=("$d/bin/llama-bench" -m "$f" -p 512 -n 128 -fa 1 -ngl 99 -r 3 -o json)
     say "${cmd[*]}"
     STEP="bench (llama-bench)"
+    local rc=0
     LD_LIBRARY_PATH="$d/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-        timeout "${LLAMACPP_TIMEOUT_S:-540}" "${cmd[@]}" >"$log" 2>"$log.err" ||
-        { tail -5 "$log.err" >&2; die "llama-bench failed ($log.err)"; }
+        timeout "${LLAMACPP_TIMEOUT_S:-540}" "${cmd[@]}" >"$log" 2>"$log.err" || rc=$?
+    [ "$rc" -ne 124 ] || die "llama-bench timed out after ${LLAMACPP_TIMEOUT_S:-540} s"
+    [ "$rc" -eq 0 ] || { tail -5 "$log.err" >&2; die "llama-bench failed, exit $rc ($log.err)"; }
     mapfile -t tg < <(tags "$m")
     python3 "$ROOT/bench/llamacpp_rows.py" bench "$log" --json "$(json_out)" "${tg[@]}" \
         --tag "command=llama-bench -m llama3-$m-q4_0.gguf -p 512 -n 128 -fa 1 -ngl 99 -r 3"

@@ -58,6 +58,7 @@ import signal
 import subprocess
 import sys
 import threading
+import tempfile
 import time
 import urllib.parse
 
@@ -319,15 +320,45 @@ def run_one(srv, input_len, output_len, conc, rate, n_req, args, seed):
     return row
 
 
+PAGE_SIZE = 16  # tokens a KV page holds (docs/serving.md), when the server does not log it
+MEM_RE = re.compile(r"memory: weights ([\d.]+) GiB, workspace ([\d.]+) GiB, KV pool ([\d.]+) GiB "
+                    r"\((\d+) pages of (\d+) = (\d+) tokens\); ([\d.]+) of ([\d.]+) GiB")
+MEM_HOST_RE = re.compile(r"memory: workspace ([\d.]+) GiB, KV pool ([\d.]+) GiB "
+                         r"\((\d+) pages of (\d+) = (\d+) tokens\)")
+
+
+def server_memory(log_path):
+    """What `comet serve` logged at start about its memory plan: {kv_pool_tokens, page_size,
+    weights_gib, workspace_gib, kv_pool_gib, device_used_gib, device_total_gib}; {} if none."""
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return {}
+    m = MEM_RE.search(text)
+    if m:
+        return {"weights_gib": float(m.group(1)), "workspace_gib": float(m.group(2)),
+                "kv_pool_gib": float(m.group(3)), "page_size": int(m.group(5)),
+                "kv_pool_tokens": int(m.group(6)), "device_used_gib": float(m.group(7)),
+                "device_total_gib": float(m.group(8))}
+    m = MEM_HOST_RE.search(text)
+    if m:
+        return {"workspace_gib": float(m.group(1)), "kv_pool_gib": float(m.group(2)),
+                "page_size": int(m.group(4)), "kv_pool_tokens": int(m.group(5))}
+    return {}
+
+
 def start_server(args):
-    """Start `comet serve`; returns (Popen, host, port, the command line as run)."""
+    """Start `comet serve`; returns (Popen, host, port, the command line as run). Its stderr
+    goes to args.serve_log."""
     cmd = [args.comet, "serve"] + shlex.split(args.serve)
     if "--port" not in cmd:
         cmd += ["--port", "0"]
     if "--host" not in cmd:
         cmd += ["--host", "127.0.0.1"]
-    log = open(args.serve_log, "ab") if args.serve_log else subprocess.DEVNULL
+    log = open(args.serve_log, "ab")
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+    log.close()
     seen = []
     deadline = time.time() + args.start_timeout_s
     m = None
@@ -346,7 +377,7 @@ def start_server(args):
         sys.exit("serve_load.py: `%s` did not print 'listening on HOST:PORT' within %d s "
                  "(exit %s); its stdout: %s%s" % (
                      " ".join(cmd), args.start_timeout_s, p.poll(), " | ".join(seen[-5:]),
-                     "; stderr in " + args.serve_log if args.serve_log else ""))
+                     "; stderr in " + args.serve_log))
     # keep draining stdout so the server never blocks on a full pipe
     threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
     host = m.group(1)
@@ -407,6 +438,24 @@ def fmt(v, nd=1):
     return "{:,.{}f}".format(v, nd) if isinstance(v, float) else str(v)
 
 
+def resolve_concurrency(concs, il, ol, mem, cap):
+    """The concurrency list of one length: "max" becomes the most sequences of il + ol tokens
+    (whole pages each) the server's KV pool holds (kv_pool_tokens: logged at its start, else
+    its pages in /metrics), at most cap; None when unknown."""
+    out = []
+    for c in concs:
+        if c == "max":
+            if not mem.get("kv_pool_tokens"):
+                out.append(None)
+                continue
+            page = mem.get("page_size", PAGE_SIZE)
+            seq_pages = (il + ol + page - 1) // page
+            c = max(1, min(cap, mem["kv_pool_tokens"] // page // seq_pages))
+        if c not in out:
+            out.append(c)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -415,12 +464,18 @@ def main():
     g.add_argument("--serve", help="arguments of `comet serve` (one string; write --serve=ARGS) "
                    "to start one; --synthetic NAME [--fp16] tags the rows' model and variant")
     ap.add_argument("--comet", default="build/comet", help="the comet binary (with --serve)")
-    ap.add_argument("--serve-log", help="append the server's stderr to this file")
+    ap.add_argument("--serve-log", help="append the server's stderr to this file (default: a "
+                    "temporary file, removed at the end)")
     ap.add_argument("--start-timeout-s", type=int, default=600)
     ap.add_argument("--api-key", default=os.environ.get("COMET_API_KEY"))
     ap.add_argument("--model-id", help="the request's model field (default: GET /v1/models)")
     ap.add_argument("--lengths", default="128/128", help="input/output lengths, comma-separated")
-    ap.add_argument("--concurrency", default="1", help="requests in flight at most, comma-separated")
+    ap.add_argument("--concurrency", default="1",
+                    help="requests in flight at most, comma-separated; max: the most sequences "
+                         "of the length the server's KV pool holds (from its start log), at "
+                         "most --max-concurrency")
+    ap.add_argument("--max-concurrency", type=int, default=1024,
+                    help="the cap of 'max' (default 1024, comet's --max-seqs limit)")
     ap.add_argument("--rates", default="inf", help="requests/s (Poisson) or inf (all at once)")
     ap.add_argument("--requests", type=int, default=0, help="requests a run (default max(C, --min-requests))")
     ap.add_argument("--min-requests", type=int, default=4)
@@ -440,10 +495,11 @@ def main():
     t_begin = time.time()
 
     lengths = parse_list(args.lengths, "length (I/O)", length_pair)
-    concs = parse_list(args.concurrency, "concurrency", positive_int)
+    concs = parse_list(args.concurrency, "concurrency",
+                       lambda x: "max" if x == "max" else positive_int(x))
     rates = parse_list(args.rates, "rate", rate_value)
-    if args.requests < 0 or args.min_requests < 1:
-        ap.error("--requests must be >= 0 and --min-requests >= 1")
+    if args.requests < 0 or args.min_requests < 1 or args.max_concurrency < 1:
+        ap.error("--requests must be >= 0, --min-requests and --max-concurrency >= 1")
     m = re.fullmatch(r"(\d+):(\d+)", args.token_range)
     if not m or int(m.group(1)) >= int(m.group(2)):
         ap.error("--token-range wants LO:HI with LO < HI, got %r" % args.token_range)
@@ -456,7 +512,6 @@ def main():
             ap.error("--tag wants KEY=VALUE, got %r" % t)
         k, v = t.split("=", 1)
         tags[k] = v
-
     if args.serve:  # what a --synthetic server runs, unless tagged otherwise
         sv = shlex.split(args.serve)
         if "--synthetic" in sv and sv.index("--synthetic") + 1 < len(sv):
@@ -465,6 +520,7 @@ def main():
 
     proc = None
     server_cmd = None
+    tmp_log = None
     if args.url:
         u = urllib.parse.urlparse(args.url if "//" in args.url else "http://" + args.url)
         if not u.hostname:
@@ -473,10 +529,16 @@ def main():
     else:
         if not os.path.exists(args.comet):
             ap.error("--comet %s does not exist (build comet first)" % args.comet)
-        proc, host, port, server_cmd = start_server(args)
-    srv = Server(host, port, args.model_id, args.api_key)
+        if not args.serve_log:
+            fd, tmp_log = tempfile.mkstemp(prefix="serve_load-", suffix=".log")
+            os.close(fd)
+            args.serve_log = tmp_log
     rows = []
     try:
+        if not args.url:
+            proc, host, port, server_cmd = start_server(args)
+        srv = Server(host, port, args.model_id, args.api_key)
+        mem = server_memory(args.serve_log) if proc else {}
         if srv.model is None:
             st, body = srv.get("/v1/models")
             if st != 200:
@@ -487,23 +549,39 @@ def main():
             one_request(srv, [args.token_lo + i] * 8, 4, res)
             if "error" in res:
                 raise SystemExit("serve_load.py: the warm-up request failed: %s" % res["error"])
+        if not mem.get("kv_pool_tokens"):  # a server that logs no plan: its pool from /metrics
+            st, body = srv.get("/metrics")
+            g = parse_metrics(body) if st == 200 else {}
+            if "comet_kv_pages_used" in g and "comet_kv_pages_free" in g:
+                mem["page_size"] = mem.get("page_size", PAGE_SIZE)
+                mem["kv_pool_tokens"] = int(g["comet_kv_pages_used"] + g["comet_kv_pages_free"]) \
+                    * mem["page_size"]
+        if mem:
+            print("server memory plan: %s" % json.dumps(mem, sort_keys=True))
         print("| engine | model | I/O | C | rate | N | out tok/s | total tok/s | TTFT p50/p99 ms "
               "| TPOT p50/p99 ms | mean batch | preempt | status |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         sys.stdout.flush()
         run_i = 0
         for (il, ol) in lengths:
-            for c in concs:
+            for c in resolve_concurrency(concs, il, ol, mem, args.max_concurrency):
                 for r in rates:
-                    n = args.requests or max(c, args.min_requests)
                     run_i += 1
-                    if args.deadline_s and time.time() - t_begin > args.deadline_s:
-                        row = {"engine": "comet", "mode": "online", "input_len": il,
-                               "output_len": ol, "concurrency": c,
-                               "rate": "inf" if r == float("inf") else r, "requests": n,
-                               "status": "skipped: time budget"}
+                    base = {"engine": "comet", "mode": "online", "input_len": il,
+                            "output_len": ol, "concurrency": c if c else "max",
+                            "rate": "inf" if r == float("inf") else r}
+                    if c is None:
+                        row = dict(base, status="max unknown: the server logged no KV pool size")
+                        n = 0
                     else:
-                        row = run_one(srv, il, ol, c, r, n, args, args.seed + run_i)
+                        n = args.requests or max(c, args.min_requests)
+                        if args.deadline_s and time.time() - t_begin > args.deadline_s:
+                            row = dict(base, requests=n, status="skipped: time budget")
+                        else:
+                            row = run_one(srv, il, ol, c, r, n, args, args.seed + run_i)
+                    for k in ("kv_pool_tokens", "weights_gib", "device_total_gib"):
+                        if k in mem:
+                            row.setdefault(k, mem[k])
                     row.update(tags)
                     row.setdefault("date", datetime.datetime.now(datetime.timezone.utc)
                                    .strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -515,10 +593,10 @@ def main():
                     if args.json:
                         with open(args.json, "a", encoding="utf-8") as f:
                             f.write(json.dumps(row, sort_keys=True) + "\n")
-                    print("| comet %s online | %s | %d/%d | %d | %s | %d | %s | %s | %s/%s | %s/%s "
+                    print("| comet %s online | %s | %d/%d | %s | %s | %d | %s | %s | %s/%s | %s/%s "
                           "| %s | %s | %s |" % (
-                              row.get("variant", ""), row.get("model", srv.model), il, ol, c,
-                              row["rate"], n, fmt(row.get("output_tok_s")),
+                              row.get("variant", ""), row.get("model", srv.model), il, ol,
+                              row["concurrency"], row["rate"], n, fmt(row.get("output_tok_s")),
                               fmt(row.get("total_tok_s")), fmt(row.get("ttft_p50_ms")),
                               fmt(row.get("ttft_p99_ms")), fmt(row.get("tpot_p50_ms"), 2),
                               fmt(row.get("tpot_p99_ms"), 2), fmt(row.get("mean_batch")),
@@ -527,6 +605,8 @@ def main():
     finally:
         if proc:
             stop_server(proc)
+        if tmp_log:
+            os.unlink(tmp_log)
     bad = [r for r in rows if r["status"].startswith("failed")]
     if bad:
         print("serve_load.py: %d run(s) had failed requests; first: %s" % (

@@ -8,25 +8,28 @@
 #
 # Run THERE (the GPU machine), from the repo root:
 #   bash bench/serving_gpu.sh [--model 8b|70b] [--lengths 128/128,1000/1000,2048/128]
-#       [--concurrency 1,16,64,256] [--engines w4,fp16,online,llamacpp,llamabench]
-#       [--budget-s 540] [--min-requests 4]
+#       [--concurrency 1,16,64,256] [--engines online,w4,fp16,llamacpp,llamabench]
+#       [--budget-s 540] [--min-requests 4] [--rates inf]
 #
 #   --model        the synthetic preset (llama3-8b or llama3-70b; default 8b); "tiny" (a
 #                  2-layer GGUF for llama.cpp, with SERVE_ARGS for the online rows) tests this
 #                  script on a CPU machine
 #   --lengths      input/output token counts, comma-separated
 #   --concurrency  sequences at once, comma-separated; "max" adds, per length, the most
-#                  sequences the KV pool holds (comet: kv_pool_tokens of that length's first
-#                  offline row / (input + output), at most 1024; llama.cpp: what its f16 KV fits,
-#                  at most 256)
-#   --engines      which to run, in this order: w4 (comet W4AxKV4 offline), fp16 (comet FP16
+#                  sequences the KV pool holds (comet: the online server's pool, sized from
+#                  the GPU's memory, in whole pages per sequence, at most 1024 — the offline
+#                  runs take it from the online rows, so put online first; llama.cpp: what its
+#                  f16 KV fits, at most 256)
+#   --engines      which to run, in this order: online (comet W4AxKV4 through `comet serve`,
+#                  all requests at once), w4 (comet W4AxKV4 offline), fp16 (comet FP16
 #                  offline; at 70B a "does not fit" row, not run: ~140 GB of FP16 weights),
-#                  online (comet W4AxKV4 through `comet serve`, all requests at once),
 #                  llamacpp (llama-batched-bench), llamabench (llama-bench -p 512 -n 128)
 #   --budget-s     the whole script's time (default 540 s, inside a 10-minute call): a run
 #                  is started only with at least 20 s left and is killed (timeout) at the
 #                  budget; the runs not started get rows "skipped: time budget"
 #   --min-requests N per run is max(C, this) (default 4): each run lasts seconds
+#   --rates        the online runs' request rates, comma-separated: inf (all N at once) or
+#                  requests/s of Poisson arrivals (default inf); C still caps what is in flight
 #
 # Choices: offline and online runs send N = max(C, --min-requests) requests of random token
 # ids, all at once, greedy, ignoring EOS, so every request generates exactly the output length;
@@ -62,9 +65,10 @@ die() { echo "serving_gpu.sh: $STEP: $*" >&2; exit 1; }
 MODEL=8b
 LENGTHS=128/128,1000/1000,2048/128
 CONCS=1,16,64,256
-ENGINES=w4,fp16,online,llamacpp,llamabench
+ENGINES=online,w4,fp16,llamacpp,llamabench
 BUDGET=540
 MIN_REQ=4
+RATES=inf
 while [ $# -gt 0 ]; do
     case "$1" in
         --model) MODEL="${2:-}"; shift 2 ;;
@@ -73,6 +77,7 @@ while [ $# -gt 0 ]; do
         --engines) ENGINES="${2:-}"; shift 2 ;;
         --budget-s) BUDGET="${2:-}"; shift 2 ;;
         --min-requests) MIN_REQ="${2:-}"; shift 2 ;;
+        --rates) RATES="${2:-}"; shift 2 ;;
         -h|--help) sed -n '2,/^set -E/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
         *) die "unknown argument '$1' (see --help)" ;;
     esac
@@ -148,7 +153,7 @@ if [ "$need_comet" = 1 ] && [ ! -x "$COMET_BIN" ]; then
     say "built $COMET_BIN"
 fi
 
-# the largest sequence count comet's pool holds at a length, from that length's offline rows
+# the most sequences of a length comet's pool holds, from the online server's pool (pages of 16)
 comet_max() { # in out
     python3 - "$JSONL" "$MODEL" "$1" "$2" <<'EOF'
 import json, sys
@@ -159,11 +164,12 @@ for line in open(path):
         r = json.loads(line)
     except ValueError:
         continue
-    if r.get("engine") == "comet" and r.get("model") == model and r.get("kv_pool_tokens") \
-            and r.get("variant") != "FP16":
+    if r.get("engine") == "comet" and r.get("mode") == "online" and r.get("model") == model \
+            and r.get("kv_pool_tokens") and r.get("variant") != "FP16":
         cap = int(r["kv_pool_tokens"])
 if cap:
-    print(min(1024, cap // (il + ol)))
+    seq_pages = (il + ol + 15) // 16
+    print(max(1, min(1024, cap // 16 // seq_pages)))
 EOF
 }
 
@@ -173,7 +179,7 @@ comet_concs() { # in out
     for c in "${CS[@]}"; do
         if [ "$c" = max ]; then
             c="$(comet_max "$1" "$2")"
-            [ -n "$c" ] && [ "$c" -gt 0 ] || { say "max sequences at $1/$2 unknown yet (no offline row with kv_pool_tokens)" >&2; continue; }
+            [ -n "$c" ] && [ "$c" -gt 0 ] || { say "max sequences at $1/$2 unknown (no online row with kv_pool_tokens: run online first)" >&2; continue; }
         fi
         out+=("$c")
     done
@@ -184,6 +190,10 @@ comet_concs() { # in out
 run_offline() { # variant (W4AxKV4 | FP16)
     local variant="$1" flag=() l il ol c
     [ "$variant" = FP16 ] && flag=(--fp16)
+    # a comet bench that sizes its pool from memory takes the same fraction as the server
+    if "$COMET_BIN" bench --help 2>&1 | grep -q -- --gpu-memory-fraction; then
+        flag+=(--gpu-memory-fraction "$FRACTION")
+    fi
     for l in "${LENS[@]}"; do
         il="${l%/*}" ol="${l#*/}"
         if [ "$variant" = FP16 ] && [ "$MODEL" = 70b ]; then
@@ -204,7 +214,7 @@ run_offline() { # variant (W4AxKV4 | FP16)
             rm -f "$tmp"
             local cmd=("$COMET_BIN" bench --synthetic "llama3-$MODEL" "${flag[@]}" --device cuda
                        --throughput --input-len "$il" --output-len "$ol" --requests "$n"
-                       --max-seqs "$c" --gpu-memory-fraction "$FRACTION" --json "$tmp"
+                       --max-seqs "$c" --json "$tmp"
                        ${BENCH_EXTRA:-})
             STEP="comet offline $variant $l C=$c"
             say "${cmd[*]}"
@@ -235,6 +245,8 @@ with open(dst, "a") as f:
                      ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))):
             r.setdefault(k, v)
         r["engine"], r["mode"], r["variant"] = "comet", "offline", variant
+        if "mean_batch" not in r and "mean_batch_seqs" in r:  # comet bench's name
+            r["mean_batch"] = r["mean_batch_seqs"]
         f.write(json.dumps(r, sort_keys=True) + "\n")
         print("| comet %s offline | %s | %s/%s | %s | out %s tok/s | total %s tok/s | mean batch %s | KV %s tokens |" % (
             variant, r["model"], il, ol, c, r.get("output_tok_s"), r.get("total_tok_s"),
@@ -246,12 +258,10 @@ EOF
 
 # ---- comet online --------------------------------------------------------------------------------
 run_online() {
-    local l il ol c all=() top=1
-    for l in "${LENS[@]}"; do
-        il="${l%/*}" ol="${l#*/}"
-        while read -r c; do [ -n "$c" ] && all+=("$c"); done < <(comet_concs "$il" "$ol")
+    local l c top=1
+    for c in "${CS[@]}"; do
+        if [ "$c" = max ]; then top=1024; elif [ "$c" -gt "$top" ]; then top="$c"; fi
     done
-    for c in "${all[@]}"; do [ "$c" -gt "$top" ] && top="$c"; done
     if [ "$(left)" -lt 30 ]; then
         for l in "${LENS[@]}"; do
             for c in "${CS[@]}"; do status_row comet W4AxKV4 online "${l%/*}" "${l#*/}" "$c" "skipped: time budget" ""; done
@@ -259,15 +269,13 @@ run_online() {
         return
     fi
     STEP="comet online"
-    local concs
-    concs="$(printf '%s\n' "${all[@]}" | sort -n -u | paste -sd, -)"
-    [ -n "$concs" ] || { say "online: no concurrency to run"; return; }
+    local concs="$CONCS"
     local serve="--synthetic llama3-$MODEL --device cuda --max-seqs $top --gpu-memory-fraction $FRACTION --max-waiting 4096 ${SERVE_EXTRA:-}"
     [ -z "${SERVE_ARGS:-}" ] || serve="$SERVE_ARGS --max-seqs $top --max-waiting 4096"
     say "online: comet serve $serve; lengths $LENGTHS, concurrency $concs"
     local rc=0
     timeout "$(left)" python3 bench/serve_load.py --comet "$COMET_BIN" --serve="$serve" \
-        --serve-log "$LOGS/serve.log" --lengths "$LENGTHS" --concurrency "$concs" --rates inf \
+        --serve-log "$LOGS/serve.log" --lengths "$LENGTHS" --concurrency "$concs" --rates "$RATES" --max-concurrency "$top" \
         --min-requests "$MIN_REQ" --deadline-s "$(( $(left) - 20 ))" --json "$JSONL" \
         --tag "model=llama3-$MODEL" --tag variant=W4AxKV4 --tag "gpu=$GPU_NAME" \
         --tag "commit=$COMMIT" || rc=$?
@@ -310,7 +318,7 @@ date_s="$(date -u '+%Y-%m-%d %H:%M UTC')"
 python3 bench/plot_serving.py "$JSONL" --md "$OUT/serving.md" \
     --title "Serving throughput, $GPU_NAME, LLaMA-3 shapes ($(date -u +%Y-%m-%d))" \
     --meta "date: $date_s" --meta "GPU: $GPU_NAME (${GPU_MIB:-?} MiB)" --meta "commit: $COMMIT" \
-    --meta "command: bash bench/serving_gpu.sh --model $MODEL --lengths $LENGTHS --concurrency $CONCS --engines $ENGINES --budget-s $BUDGET --min-requests $MIN_REQ" \
+    --meta "command: bash bench/serving_gpu.sh --model $MODEL --lengths $LENGTHS --concurrency $CONCS --engines $ENGINES --budget-s $BUDGET --min-requests $MIN_REQ --rates $RATES" \
     --meta "comet: synthetic random weights (W4AxKV4, or FP16), --gpu-memory-fraction $FRACTION; llama.cpp: random Q4_0 GGUF of the same shape (bench/make_q4_0_gguf.py; output.weight Q6_K), f16 KV, flash attention" \
     --meta "N = max(C, $MIN_REQ) requests a run, all at once, random token-id prompts, greedy, EOS ignored; output tok/s = output tokens / wall time including prefill, every engine" ||
     say "report: plot_serving.py --md failed"
