@@ -101,6 +101,40 @@ class LlamacppRows(unittest.TestCase):
         self.assertEqual(p.returncode, 2)
 
 
+class ServeLoadUnits(unittest.TestCase):
+    def setUp(self):
+        sys.path.insert(0, BENCH)
+        import serve_load
+        self.sl = serve_load
+
+    def test_memory_log(self):
+        # the line `comet serve --device cuda` logs at start (cmd_serve.c log_memory)
+        f = tempfile.NamedTemporaryFile("w", suffix=".log", delete=False)
+        f.write("comet: loading\nmemory: weights 4.51 GiB, workspace 1.20 GiB, KV pool 110.00 GiB "
+                "(52000 pages of 16 = 832000 tokens); 120.50 of 139.80 GiB on the GPU in use\n")
+        f.close()
+        m = self.sl.server_memory(f.name)
+        self.assertEqual((m["kv_pool_tokens"], m["page_size"], m["weights_gib"],
+                          m["device_total_gib"]), (832000, 16, 4.51, 139.8))
+        with open(f.name, "w") as g:
+            g.write("listening on 127.0.0.1:8000\n")
+        self.assertEqual(self.sl.server_memory(f.name), {})
+        os.unlink(f.name)
+
+    def test_max_concurrency(self):
+        rc = self.sl.resolve_concurrency
+        # 20 pages of 16; a 24-token sequence takes 2 pages: 10 at once
+        self.assertEqual(rc([1, "max", 1], 16, 8, {"kv_pool_tokens": 320}, 1024), [1, 10])
+        self.assertEqual(rc(["max"], 1000, 1000, {"kv_pool_tokens": 10 ** 7}, 1024), [1024])
+        self.assertEqual(rc(["max"], 1000, 1000, {"kv_pool_tokens": 1000 * 1000}, 1024), [500])
+        self.assertEqual(rc(["max"], 8, 8, {}, 1024), [None])
+
+    def test_percentile(self):
+        self.assertEqual(self.sl.pct([4, 1, 3, 2], 50), 2.5)
+        self.assertAlmostEqual(self.sl.pct(list(range(101)), 99), 99.0)
+        self.assertIsNone(self.sl.pct([], 50))
+
+
 class ServeLoad(unittest.TestCase):
     serve = "--model %s --threads 2 --max-seqs 4 --kv-pages 128 --max-batch-tokens 64" % MODEL
 
