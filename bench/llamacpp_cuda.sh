@@ -46,6 +46,9 @@
 # ./llamacpp.jsonl without OUT), Markdown lines go to stdout, raw outputs to
 # $LLAMACPP_LOG_DIR/llamacpp-*.txt (default $OUT, else $LLAMACPP_WORK/logs).
 #
+# Each batched row carries device_used_peak: the GPU memory in use at its run's peak
+# (nvidia-smi, every 250 ms; one number for the rows of one llama-batched-bench run).
+#
 # Fit: weights (the GGUF's size) + KV (c * n_layer * 2 * 1024 * 2 bytes: K and V, 8 KV heads
 # of 128, f16) + LLAMACPP_RESERVE_MIB (default 4096: compute buffers, CUDA context) must be at
 # most 95% of the GPU's memory (nvidia-smi). LLAMACPP_TIMEOUT_S bounds each run (default 540 s)
@@ -270,6 +273,24 @@ cmd_gguf() {
     echo "$f"
 }
 
+# The GPU's memory in use, sampled every 250 ms while a run lasts (nvidia-smi; the machine
+# runs nothing else): gpu_watch_start FILE before it, gpu_watch_stop FILE prints the peak in
+# bytes (nothing without nvidia-smi).
+GPU_WATCH_PID=""
+gpu_watch_start() {
+    GPU_WATCH_PID=""
+    command -v nvidia-smi >/dev/null || return 0
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 250 >"$1" 2>/dev/null &
+    GPU_WATCH_PID=$!
+}
+gpu_watch_stop() {
+    [ -n "$GPU_WATCH_PID" ] || return 0
+    kill "$GPU_WATCH_PID" 2>/dev/null || true
+    wait "$GPU_WATCH_PID" 2>/dev/null || true
+    GPU_WATCH_PID=""
+    awk '$1 ~ /^[0-9]+$/ && $1 > m {m = $1} END {if (m) printf "%.0f\n", m * 1048576}' "$1"
+}
+
 gpu_mib() {
     if [ -n "${LLAMACPP_GPU_MIB:-}" ]; then echo "$LLAMACPP_GPU_MIB"; return; fi
     { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null || true; } |
@@ -381,12 +402,15 @@ cmd_batched() {
         say "${cmd[*]}"
         STEP="batched (llama-batched-bench $len)"
         local rc=0
+        gpu_watch_start "$log.smi"
         LD_LIBRARY_PATH="$d/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
             timeout "${LLAMACPP_TIMEOUT_S:-540}" "${cmd[@]}" >"$log" 2>"$log.err" || rc=$?
+        local peak
+        peak="$(gpu_watch_stop "$log.smi")"
         local short="llama-batched-bench -m llama3-$m-q4_0.gguf -fa 1 -ngl 99 -c $c -npp $pp -ntg $tgn -npl $npl_arg"
         if grep -q '"speed_tg"' "$log"; then
             python3 "$ROOT/bench/llamacpp_rows.py" batched "$log" --json "$(json_out)" "${tg[@]}" \
-                --tag "command=$short"
+                --tag "command=$short" ${peak:+--tag "device_used_peak=$peak"}
         fi
         if [ "$rc" -ne 0 ]; then
             local st="failed (exit $rc)"

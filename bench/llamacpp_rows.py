@@ -16,8 +16,8 @@ the fields the serving benchmarks share (bench/serve_load.py, `comet bench --thr
   llama-bench, one row per test: mode "llama-bench", test "pp512" / "tg128" /
     "pp512+tg128", tok_s (the mean over repetitions), tok_s_stddev, n_prompt, n_gen.
 
-Every row also carries the --tag fields (model, variant, gpu, commit, date, command: what
-the caller passes as key=value). It prints each row as a line of a Markdown table on stdout.
+Every row also carries the --tag fields (model, variant, gpu, commit, date, command,
+device_used_peak: what the caller passes as key=value; a value of digits becomes a number). It prints each row as a line of a Markdown table on stdout.
 It refuses an input in which it finds no row (a failed run prints none): exit 1.
 
 Usage:
@@ -133,7 +133,7 @@ def main():
         if "=" not in t:
             ap.error("--tag wants KEY=VALUE, got %r" % t)
         k, v = t.split("=", 1)
-        tags[k] = v
+        tags[k] = int(v) if re.fullmatch(r"-?\d+", v) else v  # device_used_peak=BYTES etc.
     text = sys.stdin.read() if a.input == "-" else open(a.input, encoding="utf-8",
                                                          errors="replace").read()
     try:

@@ -51,7 +51,8 @@
 #
 # Environment: OUT, COMET_BIN (default build-gpu/comet), GPU_MEM_FRACTION, SERVE_EXTRA (more
 # `comet serve` arguments), SERVE_ARGS (instead of --synthetic ... --device cuda
-# --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_EXTRA (more `comet bench` arguments), SERVING_JSONL (rows
+# --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_ARGS (the same for
+# the offline runs: instead of --synthetic ... [--fp16] --device cuda), BENCH_EXTRA (more `comet bench` arguments), SERVING_JSONL (rows
 # of earlier calls to start from), LLAMACPP_* (bench/llamacpp_cuda.sh).
 set -Eeuo pipefail
 
@@ -62,6 +63,7 @@ STEP="start"
 trap 'echo "serving_gpu.sh: FAILED in step: $STEP" >&2' ERR
 die() { echo "serving_gpu.sh: $STEP: $*" >&2; exit 1; }
 
+ARGS=("$@")
 MODEL=8b
 LENGTHS=128/128,1000/1000,2048/128
 CONCS=1,16,64,256
@@ -106,6 +108,14 @@ done
 
 OUT="${OUT:-$ROOT/gpu-out}"
 mkdir -p "$OUT"
+# everything printed also goes to $OUT/serving.log: the script runs again under tee, which
+# it waits for (an exec > >(tee) could lose the log's end when the call returns)
+if [ -z "${SERVING_GPU_TEED:-}" ]; then
+    set +e
+    trap - ERR
+    SERVING_GPU_TEED=1 OUT="$OUT" bash "$0" "${ARGS[@]}" 2>&1 | tee -a "$OUT/serving.log"
+    exit "${PIPESTATUS[0]}"
+fi
 WORKDIR=/tmp/comet-serving
 LOGS="$WORKDIR/logs"
 mkdir -p "$LOGS"
@@ -114,7 +124,6 @@ if [ -n "${SERVING_JSONL:-}" ] && [ -f "$SERVING_JSONL" ] && [ "$SERVING_JSONL" 
     cat "$SERVING_JSONL" >>"$JSONL"
 fi
 touch "$JSONL"
-exec > >(tee -a "$OUT/serving.log") 2>&1
 say() { printf '==> [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 left() { echo $((BUDGET - (SECONDS - T0))); }
 
@@ -186,6 +195,23 @@ comet_concs() { # in out
     printf '%s\n' "${out[@]}" | sort -n -u
 }
 
+# The GPU's memory in use at a run's peak (nvidia-smi every 250 ms; the machine runs nothing
+# else): gpu_watch_start FILE before the run, gpu_watch_stop FILE prints bytes (nothing
+# without nvidia-smi). comet bench's own device_used_peak, when it reports one, wins.
+GPU_WATCH_PID=""
+gpu_watch_start() {
+    GPU_WATCH_PID=""
+    command -v nvidia-smi >/dev/null || return 0
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 250 >"$1" 2>/dev/null &
+    GPU_WATCH_PID=$!
+}
+gpu_watch_stop() {
+    [ -n "$GPU_WATCH_PID" ] || return 0
+    kill "$GPU_WATCH_PID" 2>/dev/null || true
+    wait "$GPU_WATCH_PID" 2>/dev/null || true
+    awk '$1 ~ /^[0-9]+$/ && $1 > m {m = $1} END {if (m) printf "%.0f\n", m * 1048576}' "$1"
+}
+
 # ---- comet offline -------------------------------------------------------------------------------
 run_offline() { # variant (W4AxKV4 | FP16)
     local variant="$1" flag=() l il ol c
@@ -212,14 +238,17 @@ run_offline() { # variant (W4AxKV4 | FP16)
             fi
             local tmp="$WORKDIR/offline.jsonl"
             rm -f "$tmp"
-            local cmd=("$COMET_BIN" bench --synthetic "llama3-$MODEL" "${flag[@]}" --device cuda
-                       --throughput --input-len "$il" --output-len "$ol" --requests "$n"
+            local what=(--synthetic "llama3-$MODEL" "${flag[@]}" --device cuda)
+            [ -z "${BENCH_ARGS:-}" ] || read -r -a what <<<"$BENCH_ARGS"
+            local cmd=("$COMET_BIN" bench "${what[@]}" --throughput --input-len "$il" --output-len "$ol" --requests "$n"
                        --max-seqs "$c" --json "$tmp"
                        ${BENCH_EXTRA:-})
             STEP="comet offline $variant $l C=$c"
             say "${cmd[*]}"
-            local rc=0 log="$LOGS/offline-$variant-$il-$ol-$c.log"
+            local rc=0 log="$LOGS/offline-$variant-$il-$ol-$c.log" peak
+            gpu_watch_start "$log.smi"
             timeout "$(left)" "${cmd[@]}" >"$log" 2>&1 || rc=$?
+            peak="$(gpu_watch_stop "$log.smi")"
             tail -n 3 "$log"
             if [ "$rc" -ne 0 ] || [ ! -s "$tmp" ]; then
                 local st="failed (exit $rc)"
@@ -228,9 +257,9 @@ run_offline() { # variant (W4AxKV4 | FP16)
                 continue
             fi
             python3 - "$tmp" "$JSONL" "$variant" "$MODEL" "$il" "$ol" "$c" "$n" "$GPU_NAME" "$COMMIT" \
-                "comet ${cmd[*]:1}" <<'EOF'
+                "comet ${cmd[*]:1}" "${peak:-}" <<'EOF'
 import datetime, json, sys
-src, dst, variant, model, il, ol, c, n, gpu, commit, cmd = sys.argv[1:12]
+src, dst, variant, model, il, ol, c, n, gpu, commit, cmd, peak = sys.argv[1:13]
 with open(dst, "a") as f:
     for line in open(src):
         line = line.strip()
@@ -247,6 +276,8 @@ with open(dst, "a") as f:
         r["engine"], r["mode"], r["variant"] = "comet", "offline", variant
         if "mean_batch" not in r and "mean_batch_seqs" in r:  # comet bench's name
             r["mean_batch"] = r["mean_batch_seqs"]
+        if peak and r.get("device_used_peak") is None:
+            r["device_used_peak"] = int(peak)
         f.write(json.dumps(r, sort_keys=True) + "\n")
         print("| comet %s offline | %s | %s/%s | %s | out %s tok/s | total %s tok/s | mean batch %s | KV %s tokens |" % (
             variant, r["model"], il, ol, c, r.get("output_tok_s"), r.get("total_tok_s"),
@@ -329,4 +360,4 @@ else
     say "report: no matplotlib here: run bench/plot_serving.py on serving.jsonl elsewhere"
 fi
 tar -C "$WORKDIR" -czf "$OUT/logs.tar.gz" logs 2>/dev/null || true
-say "done in $((SECONDS - T0)) s: $OUT/serving.jsonl, serving.md, serving.log, serving_throughput.png, logs.tar.gz"
+say "done in $((SECONDS - T0)) s; in $OUT: $(ls "$OUT" | tr "\n" " ")"
