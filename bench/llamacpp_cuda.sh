@@ -52,10 +52,12 @@
 # Fit: weights (the GGUF's size) + KV (c * n_layer * 2 * 1024 * 2 bytes: K and V, 8 KV heads
 # of 128, f16) + LLAMACPP_RESERVE_MIB (default 4096: compute buffers, CUDA context) must be at
 # most 95% of the GPU's memory (nvidia-smi). LLAMACPP_TIMEOUT_S bounds each run (default 540 s)
-# with `timeout`; a run cut off leaves a row with status "timed out".
+# with `timeout`, and LLAMACPP_DEADLINE (seconds since the epoch) the batched runs together:
+# each gets at most what is left, none starts with less than 15 s; a run cut off leaves rows
+# with status "timed out", one not started "skipped: time budget".
 #
 # Environment: LLAMACPP_DIR, LLAMACPP_TAR, LLAMACPP_SRC, LLAMACPP_WORK, LLAMACPP_MODELS,
-#   LLAMACPP_JSON, LLAMACPP_LOG_DIR,
+#   LLAMACPP_JSON, LLAMACPP_LOG_DIR, LLAMACPP_DEADLINE,
 #   LLAMACPP_TIMEOUT_S, LLAMACPP_RESERVE_MIB, LLAMACPP_GPU_MIB (the GPU's memory, instead of
 #   asking nvidia-smi), GGUF_PY (a gguf-py folder), OUT, and the tags written into each row:
 #   GPU_NAME, COMET_COMMIT.
@@ -392,6 +394,18 @@ cmd_batched() {
         done
         [ "${#fit[@]}" -gt 0 ] || continue
         mapfile -t fit < <(printf '%s\n' "${fit[@]}" | sort -n -u)
+        local tmo="${LLAMACPP_TIMEOUT_S:-540}"
+        if [ -n "${LLAMACPP_DEADLINE:-}" ]; then
+            local rest=$(( LLAMACPP_DEADLINE - $(date +%s) ))
+            if [ "$rest" -lt 15 ]; then
+                say "$len: skipped: time budget"
+                for n in "${fit[@]}"; do
+                    status_row "$m" "$pp" "$tgn" "$n" "skipped: time budget" "LLAMACPP_DEADLINE passed"
+                done
+                continue
+            fi
+            [ "$rest" -ge "$tmo" ] || tmo="$rest"
+        fi
         local top="${fit[-1]}" npl_arg
         npl_arg="$(IFS=,; echo "${fit[*]}")"
         local c=$(( top * (pp + tgn) ))
@@ -404,7 +418,7 @@ cmd_batched() {
         local rc=0
         gpu_watch_start "$log.smi"
         LD_LIBRARY_PATH="$d/bin${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-            timeout "${LLAMACPP_TIMEOUT_S:-540}" "${cmd[@]}" >"$log" 2>"$log.err" || rc=$?
+            timeout "$tmo" "${cmd[@]}" >"$log" 2>"$log.err" || rc=$?
         local peak
         peak="$(gpu_watch_stop "$log.smi")"
         local short="llama-batched-bench -m llama3-$m-q4_0.gguf -fa 1 -ngl 99 -c $c -npp $pp -ntg $tgn -npl $npl_arg"

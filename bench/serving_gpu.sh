@@ -33,7 +33,8 @@
 #
 # Choices: offline and online runs send N = max(C, --min-requests) requests of random token
 # ids, all at once, greedy, ignoring EOS, so every request generates exactly the output length;
-# comet's --max-seqs is C (offline) or the largest C (the one server of the online runs);
+# comet's --max-seqs is C (offline) or the largest C (the one server of the online runs, 1024
+# with "max"), --max-batch-tokens max(2048, C) in both;
 # --gpu-memory-fraction $GPU_MEM_FRACTION (default 0.9) sizes comet's KV pool; llama.cpp runs
 # with flash attention, all layers on the GPU, an f16 KV cache of max(C) * (I + O) tokens.
 # Output tok/s is output tokens over the whole run's wall time (prefill included) for every
@@ -300,9 +301,10 @@ run_online() {
         return
     fi
     STEP="comet online"
-    local concs="$CONCS"
-    local serve="--synthetic llama3-$MODEL --device cuda --max-seqs $top --gpu-memory-fraction $FRACTION --max-waiting 4096 ${SERVE_EXTRA:-}"
-    [ -z "${SERVE_ARGS:-}" ] || serve="$SERVE_ARGS --max-seqs $top --max-waiting 4096"
+    local concs="$CONCS" mbt=$(( top > 2048 ? top : 2048 ))
+    # tokens a step as comet bench --throughput's default, max(2048, C): the same batches
+    local serve="--synthetic llama3-$MODEL --device cuda --max-seqs $top --max-batch-tokens $mbt --gpu-memory-fraction $FRACTION --max-waiting 4096 ${SERVE_EXTRA:-}"
+    [ -z "${SERVE_ARGS:-}" ] || serve="$SERVE_ARGS --max-seqs $top --max-batch-tokens $mbt --max-waiting 4096"
     say "online: comet serve $serve; lengths $LENGTHS, concurrency $concs"
     local rc=0
     timeout "$(left)" python3 bench/serve_load.py --comet "$COMET_BIN" --serve="$serve" \
@@ -327,6 +329,7 @@ run_llamacpp() { # batched | bench
     STEP="llama.cpp $1"
     local rc=0
     LLAMACPP_JSON="$JSONL" LLAMACPP_LOG_DIR="$LOGS" LLAMACPP_TIMEOUT_S="$(( $(left) - 10 ))" \
+        LLAMACPP_DEADLINE="$(( $(date +%s) + $(left) - 10 ))" \
         timeout "$(left)" bash bench/llamacpp_cuda.sh "$1" "$MODEL" \
         $([ "$1" = batched ] && echo "$LENGTHS $CONCS") || rc=$?
     [ "$rc" -eq 0 ] || say "llama.cpp $1: exited $rc"
