@@ -274,9 +274,15 @@ with open(dst, "a") as f:
                      ("status", "ok"), ("gpu", gpu), ("commit", commit), ("command", cmd),
                      ("date", datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))):
             r.setdefault(k, v)
+        # one model name for every engine's rows (comet bench writes the model's own name)
+        r["model_name"] = r.get("model")
         r["engine"], r["mode"], r["variant"] = "comet", "offline", variant
-        if "mean_batch" not in r and "mean_batch_seqs" in r:  # comet bench's name
+        r["model"] = "llama3-" + model
+        # comet bench's names for the shared fields
+        if r.get("mean_batch") is None and r.get("mean_batch_seqs") is not None:
             r["mean_batch"] = r["mean_batch_seqs"]
+        if r.get("device_used_peak") is None and r.get("device_used_peak_bytes") is not None:
+            r["device_used_peak"] = r["device_used_peak_bytes"]
         if peak and r.get("device_used_peak") is None:
             r["device_used_peak"] = int(peak)
         f.write(json.dumps(r, sort_keys=True) + "\n")
