@@ -22,6 +22,7 @@ Usage:
 """
 import argparse
 import json
+import re
 import sys
 
 # a row replaces an earlier one with the same values of these (and of "test", llama-bench's)
@@ -64,8 +65,14 @@ def label(r):
     return ("%s %s" % (e, v)).strip()
 
 
+def natural(x):
+    """A sort key that orders digit runs by value: llama3-8b before llama3-70b."""
+    return [(0, int(t), "") if t.isdigit() else (1, 0, t)
+            for t in re.split(r"(\d+)", str(x)) if t]
+
+
 def sort_key(r):
-    return (str(r.get("model")), int(r.get("input_len") or 0), int(r.get("output_len") or 0),
+    return (natural(r.get("model")), int(r.get("input_len") or 0), int(r.get("output_len") or 0),
             label(r), str(r.get("mode")), int(r.get("concurrency") or 0), str(r.get("rate")))
 
 
@@ -140,7 +147,8 @@ def plot(rows, path, title):
         sys.exit("plot_serving.py: matplotlib is missing (pip install matplotlib): no %s" % path)
     tp = [r for r in rows if r.get("mode") != "llama-bench"]
     panels = sorted({(str(r.get("model")), int(r.get("input_len") or 0),
-                      int(r.get("output_len") or 0)) for r in tp})
+                      int(r.get("output_len") or 0)) for r in tp},
+                    key=lambda p: (natural(p[0]), p[1], p[2]))
     if not panels:
         sys.exit("plot_serving.py: no throughput rows to plot")
     ncol = min(3, len(panels))
@@ -149,7 +157,7 @@ def plot(rows, path, title):
     for ax, (model, il, ol) in zip(axes.flat, panels):
         mine = [r for r in tp if str(r.get("model")) == model and r.get("input_len") == il
                 and r.get("output_len") == ol]
-        notes = []
+        notes = {}  # (series, status) -> concurrencies
         for name, pred, style in SERIES:
             pts = sorted((int(r["concurrency"]), float(r["output_tok_s"])) for r in mine
                          if pred(r) and r.get("status", "ok") == "ok"
@@ -158,8 +166,8 @@ def plot(rows, path, title):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=name, **style)
             for r in mine:
                 if pred(r) and r.get("status", "ok") != "ok":
-                    notes.append("%s C=%s: %s" % (name.split(" (")[0], r.get("concurrency"),
-                                                  r.get("status")))
+                    notes.setdefault((name.split(" (")[0], r.get("status")), []).append(
+                        str(r.get("concurrency")))
         ax.set_xscale("log", base=2)
         xs = sorted({int(r["concurrency"]) for r in mine
                      if str(r.get("concurrency", "")).isdigit() and r.get("status", "ok") == "ok"})
@@ -172,10 +180,12 @@ def plot(rows, path, title):
         ax.set_title("%s, %d/%d tokens" % (model, il, ol))
         ax.grid(True, which="both", alpha=0.3)
         if notes:
-            ax.text(0.02, 0.98, "\n".join(sorted(set(notes))[:6]), transform=ax.transAxes,
-                    va="top", fontsize=7, color="gray")
+            lines = ["%s, C=%s: %s" % (n, ",".join(sorted(set(cs), key=natural)), st)
+                     for (n, st), cs in sorted(notes.items())]
+            ax.text(0.98, 0.02, "\n".join(lines[:6]), transform=ax.transAxes, ha="right",
+                    va="bottom", fontsize=7, color="gray")
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="lower right")
+            ax.legend(fontsize=7, loc="upper left")
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     if title:
