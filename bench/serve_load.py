@@ -386,13 +386,24 @@ def start_server(args):
     return p, host, int(m.group(2)), cmd
 
 
-def stop_server(p):
+def stop_server(p, grace_s):
+    """SIGTERM, then SIGKILL after grace_s seconds (the server drains requests in flight)."""
+    if p.poll() is not None:
+        return
     p.send_signal(signal.SIGTERM)
     try:
-        p.wait(timeout=60)
+        p.wait(timeout=grace_s)
     except subprocess.TimeoutExpired:
         p.kill()
         p.wait()
+
+
+class Terminated(Exception):
+    """SIGTERM (the GPU call's time guard, `timeout`) reached this script."""
+
+
+def on_sigterm(signum, frame):
+    raise Terminated()
 
 
 def parse_list(s, what, conv):
@@ -534,6 +545,10 @@ def main():
             os.close(fd)
             args.serve_log = tmp_log
     rows = []
+    # a SIGTERM (from `timeout`) unwinds through the finally below, so the server it started
+    # never outlives this script holding the GPU's memory
+    signal.signal(signal.SIGTERM, on_sigterm)
+    grace_s = 60
     try:
         if not args.url:
             proc, host, port, server_cmd = start_server(args)
@@ -602,9 +617,13 @@ def main():
                               fmt(row.get("tpot_p99_ms"), 2), fmt(row.get("mean_batch")),
                               fmt(row.get("preemptions"), 0), row["status"]))
                     sys.stdout.flush()
+    except Terminated:
+        grace_s = 5
+        print("serve_load.py: terminated; %d run(s) written" % len(rows), file=sys.stderr)
+        raise SystemExit(143)
     finally:
         if proc:
-            stop_server(proc)
+            stop_server(proc, grace_s)
         if tmp_log:
             os.unlink(tmp_log)
     bad = [r for r in rows if r["status"].startswith("failed")]

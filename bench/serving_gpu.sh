@@ -313,7 +313,7 @@ run_online() {
     [ -z "${SERVE_ARGS:-}" ] || serve="$SERVE_ARGS --max-seqs $top --max-batch-tokens $mbt --max-waiting 4096"
     say "online: comet serve $serve; lengths $LENGTHS, concurrency $concs"
     local rc=0
-    timeout "$(left)" python3 bench/serve_load.py --comet "$COMET_BIN" --serve="$serve" \
+    timeout -k 20 "$(left)" python3 bench/serve_load.py --comet "$COMET_BIN" --serve="$serve" \
         --serve-log "$LOGS/serve.log" --lengths "$LENGTHS" --concurrency "$concs" --rates "$RATES" --max-concurrency "$top" \
         --min-requests "$MIN_REQ" --deadline-s "$(( $(left) - 20 ))" --json "$JSONL" \
         --tag "model=llama3-$MODEL" --tag variant=W4AxKV4 --tag "gpu=$GPU_NAME" \
