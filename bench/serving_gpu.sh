@@ -46,15 +46,17 @@
 # (the GGUF) and matplotlib (the plot; without it the PNG is skipped).
 #
 # Writes to $OUT (default ./gpu-out; at most 8 files come back from a call): serving.jsonl
-# (the rows; appended, so calls add up when it is carried back), serving.md (date, GPU,
+# (the rows: SERVING_JSONL's, then this call's), serving.md (date, GPU,
 # commit, commands, the table), serving.log (everything printed), serving_throughput.png,
 # logs.tar.gz (the server's and the tools' raw outputs).
 #
 # Environment: OUT, COMET_BIN (default build-gpu/comet), GPU_MEM_FRACTION, SERVE_EXTRA (more
 # `comet serve` arguments), SERVE_ARGS (instead of --synthetic ... --device cuda
-# --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_ARGS (the same for
-# the offline runs: instead of --synthetic ... [--fp16] --device cuda), BENCH_EXTRA (more `comet bench` arguments), SERVING_JSONL (rows
-# of earlier calls to start from), LLAMACPP_* (bench/llamacpp_cuda.sh).
+# --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_ARGS (the same
+# for the offline runs: instead of --synthetic ... [--fp16] --device cuda), BENCH_EXTRA (more
+# `comet bench` arguments), SERVING_JSONL (rows of earlier calls, carried: copied into
+# serving.jsonl first, so the table and the plot cover every call), LLAMACPP_*
+# (bench/llamacpp_cuda.sh).
 set -Eeuo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
