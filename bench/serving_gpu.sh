@@ -8,7 +8,7 @@
 #
 # Run THERE (the GPU machine), from the repo root:
 #   bash bench/serving_gpu.sh [--model 8b|70b] [--lengths 128/128,1000/1000,2048/128]
-#       [--concurrency 1,16,64,256] [--engines online,w4,fp16,llamacpp,llamabench]
+#       [--concurrency 1,16,64,256] [--engines online,w4,fp16,llamacpp,llamabench[,ops]]
 #       [--budget-s 540] [--min-requests 4] [--rates inf]
 #
 #   --model        the synthetic preset (llama3-8b or llama3-70b; default 8b); "tiny" (a
@@ -23,7 +23,10 @@
 #   --engines      which to run, in this order: online (comet W4AxKV4 through `comet serve`,
 #                  all requests at once), w4 (comet W4AxKV4 offline), fp16 (comet FP16
 #                  offline; at 70B a "does not fit" row, not run: ~140 GB of FP16 weights),
-#                  llamacpp (llama-batched-bench), llamabench (llama-bench -p 512 -n 128)
+#                  llamacpp (llama-batched-bench), llamabench (llama-bench -p 512 -n 128),
+#                  ops (not by default: `comet bench --decode-batch B` at B in $OPS_BATCHES,
+#                  default 1,64,256, W4AxKV4: one decode step's per-op table, in serving.log,
+#                  its rows in ops.jsonl)
 #   --budget-s     the whole script's time (default 540 s, inside a 10-minute call): a run
 #                  is started only with at least 20 s left and is killed (timeout) at the
 #                  budget; the runs not started get rows "skipped: time budget"
@@ -54,7 +57,7 @@
 # `comet serve` arguments), SERVE_ARGS (instead of --synthetic ... --device cuda
 # --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_ARGS (the same
 # for the offline runs: instead of --synthetic ... [--fp16] --device cuda), BENCH_EXTRA (more
-# `comet bench` arguments), SERVING_JSONL (rows of earlier calls, carried: copied into
+# `comet bench` arguments), OPS_BATCHES, SERVING_JSONL (rows of earlier calls, carried: copied into
 # serving.jsonl first, so the table and the plot cover every call), LLAMACPP_*
 # (bench/llamacpp_cuda.sh).
 set -Eeuo pipefail
@@ -106,7 +109,7 @@ for c in "${CS[@]}"; do
     [ "$c" = max ] || [ "$c" -le 1024 ] || die "concurrency $c is over comet's --max-seqs limit of 1024"
 done
 for e in "${ENGS[@]}"; do
-    case "$e" in w4|fp16|online|llamacpp|llamabench) ;; *) die "unknown engine '$e': w4, fp16, online, llamacpp, llamabench" ;; esac
+    case "$e" in w4|fp16|online|llamacpp|llamabench|ops) ;; *) die "unknown engine '$e': online, w4, fp16, llamacpp, llamabench, ops" ;; esac
 done
 
 OUT="${OUT:-$ROOT/gpu-out}"
@@ -156,7 +159,7 @@ EOF
 
 # ---- comet build -------------------------------------------------------------------------------
 need_comet=0
-for e in "${ENGS[@]}"; do case "$e" in w4|fp16|online) need_comet=1 ;; esac; done
+for e in "${ENGS[@]}"; do case "$e" in w4|fp16|online|ops) need_comet=1 ;; esac; done
 if [ "$need_comet" = 1 ] && [ ! -x "$COMET_BIN" ]; then
     STEP="build comet"
     say "building comet (scripts/gpu/build.sh, target comet)"
@@ -343,8 +346,30 @@ run_llamacpp() { # batched | bench
     [ "$rc" -eq 0 ] || say "llama.cpp $1: exited $rc"
 }
 
+# ---- per-op tables of one decode step ----------------------------------------------------------
+run_ops() {
+    local b
+    IFS=',' read -r -a bs <<<"${OPS_BATCHES:-1,64,256}"
+    for b in "${bs[@]}"; do
+        [[ "$b" =~ ^[1-9][0-9]*$ ]] || die "bad OPS_BATCHES entry '$b'"
+        if [ "$(left)" -lt 20 ]; then
+            say "ops: decode batch $b skipped: time budget"
+            continue
+        fi
+        local what=(--synthetic "llama3-$MODEL" --device cuda)
+        [ -z "${BENCH_ARGS:-}" ] || read -r -a what <<<"$BENCH_ARGS"
+        local cmd=("$COMET_BIN" bench "${what[@]}" --decode-batch "$b" --reps 3 --json "$OUT/ops.jsonl")
+        STEP="ops B=$b"
+        say "${cmd[*]}"
+        local rc=0
+        timeout "$(left)" "${cmd[@]}" 2>&1 || rc=$?
+        [ "$rc" -eq 0 ] || say "ops: decode batch $b: exit $rc"
+    done
+}
+
 for e in "${ENGS[@]}"; do
     case "$e" in
+        ops) run_ops ;;
         w4) run_offline W4AxKV4 ;;
         fp16) run_offline FP16 ;;
         online) run_online ;;
