@@ -16,7 +16,9 @@ exactly O tokens). Prompt ids are uniform in --token-range, drawn from a generat
 --seed and the request's index, so runs repeat and no two prompts share a prefix. Arrivals:
 rate "inf" sends all N at once; a number R sends them as a Poisson process of R requests/s
 (seeded). At most C requests are in flight (a client-side limit, as vLLM's
---max-concurrency); N defaults to max(C, --min-requests).
+--max-concurrency); N defaults to max(C, --min-requests). A concurrency of "max" is, per
+length, the most sequences the server's KV pool holds in whole pages (the pool from the
+memory plan `comet serve` logs at start, else from its KV pages in /metrics).
 
 Per request: TTFT = send to the first streamed text, E2E = send to the end of the stream,
 TPOT = (E2E - TTFT) / (tokens - 1) with tokens = the usage chunk's completion_tokens (the
@@ -31,7 +33,8 @@ Output: one Markdown row per run on stdout, one JSON object per run appended to 
 fields bench/llamacpp_rows.py and `comet bench --throughput` share: engine, mode, model,
 variant, input_len, output_len, concurrency, requests, output_tok_s, total_tok_s,
 ttft_p50_ms, ttft_p99_ms, tpot_p50_ms, tpot_p99_ms, mean_batch, device_used_peak, wall_s,
-preemptions, status, ...). A run in which a request fails gets status "failed N of M" and
+preemptions, status, ..., and the server's kv_pool_tokens and weights_gib when it logs
+them). A run in which a request fails gets status "failed N of M" and
 its figures over the requests that finished. --deadline-s stops starting runs once that many
 seconds have passed since the start (the GPU call's time guard); runs skipped so are printed.
 
