@@ -27,8 +27,8 @@ static comet_model *tiny; /* random weights; a tokenizer without vocabulary (tok
 
 static int setup(void **state) {
     (void)state;
-    tiny = tu_shaped_model(7, (tu_shape){.n_layer = 2, .C = 32, .F = 64, .H = 4, .Hkv = 2, .D = 8,
-                                         .V = 500});
+    tiny = tu_shaped_model(
+        7, (tu_shape){.n_layer = 2, .C = 32, .F = 64, .H = 4, .Hkv = 2, .D = 8, .V = 500});
     tiny->tok = comet_tokenizer_ids("test", "tiny", tiny->cfg.n_vocab, -1, -1);
     return tiny->tok ? 0 : -1;
 }
@@ -133,7 +133,11 @@ static void test_throughput_bad_input(void **state) {
 /* Decode at batch B: sequence b's tokens are those of the batch-1 run with seed + b. */
 static void test_decode_batch_matches_batch1(void **state) {
     (void)state;
-    enum { B = 5, PROMPT = 13, DEC = 7 };
+    enum {
+        B = 5,
+        PROMPT = 13,
+        DEC = 7
+    };
     comet_backend *be = comet_backend_open("cpu", 1);
     assert_non_null(be);
     int32_t batched[B * (DEC + 1)], alone[DEC + 1];

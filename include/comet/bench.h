@@ -30,8 +30,8 @@
 extern "C" {
 #endif
 
-#define COMET_BENCH_MAX_REPS 101 /* repetitions at most */
-#define COMET_BENCH_MAX_OPS 32   /* ops the per-op profile tells apart */
+#define COMET_BENCH_MAX_REPS 101   /* repetitions at most */
+#define COMET_BENCH_MAX_OPS 32     /* ops the per-op profile tells apart */
 #define COMET_BENCH_MAX_BATCH 4096 /* decode_batch at most */
 
 typedef struct comet_bench_params {
@@ -108,22 +108,25 @@ comet_bench_throughput_params comet_bench_throughput_default_params(void);
 typedef struct comet_bench_throughput_result {
     uint64_t output_tokens; /* N * O: checked, every request produced exactly O */
     double wall_s;          /* first submit to last FINISHED */
-    double output_tok_s;    /* output_tokens / wall_s */
-    double total_tok_s;     /* (I + O) * N / wall_s */
+    /* first submit to the last submit's return (the engine copies each prompt and primes
+     * its detokenizer; steps run meanwhile) */
+    double submit_s;
+    double output_tok_s;           /* output_tokens / wall_s */
+    double total_tok_s;            /* (I + O) * N / wall_s */
     double ttft_p50_s, ttft_p99_s; /* submit to the first TOKEN event, over the requests */
     double tpot_p50_s, tpot_p99_s; /* per request (last token - first token) / (O - 1);
                                     * 0 when O == 1 */
-    double mean_batch_seqs;   /* sequences per engine step, mean over the steps */
-    double mean_batch_tokens; /* tokens per engine step (prefill chunks and decodes), mean */
+    double mean_batch_seqs;        /* sequences per engine step, mean over the steps */
+    double mean_batch_tokens;      /* tokens per engine step (prefill chunks and decodes), mean */
     uint64_t steps, preemptions;
-    double step_s;         /* mean engine step (host before + forward + host after) */
-    double host_before_s;  /* mean per step: scheduling and the batch before the forward pass */
-    double forward_s;      /* mean per step: the forward pass and sampling */
-    double host_after_s;   /* mean per step: tokens, detokenization, events after it */
-    double host_share;     /* (host before + host after) / step time, over all steps */
-    int kv_pool_tokens;    /* the KV pool's capacity: pages * page_size */
-    int kv_pool_seqs;      /* sequences of I + O tokens the pool holds at once */
-    double init_s;         /* the engine's start: backend, weights, KV pool */
+    double step_s;        /* mean engine step (host before + forward + host after) */
+    double host_before_s; /* mean per step: scheduling and the batch before the forward pass */
+    double forward_s;     /* mean per step: the forward pass and sampling */
+    double host_after_s;  /* mean per step: tokens, detokenization, events after it */
+    double host_share;    /* (host before + host after) / step time, over all steps */
+    int kv_pool_tokens;   /* the KV pool's capacity: pages * page_size */
+    int kv_pool_seqs;     /* sequences of I + O tokens the pool holds at once */
+    double init_s;        /* the engine's start: backend, weights, KV pool */
 } comet_bench_throughput_result;
 
 /* Run the offline throughput benchmark of `m` (borrowed; it must have a tokenizer, which

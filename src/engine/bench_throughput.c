@@ -40,7 +40,8 @@ typedef struct run {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int n_finished;
-    double t_done; /* the latest FINISHED event */
+    double t_done;      /* the latest FINISHED event */
+    double t_submitted; /* the last submit returned */
 } run;
 
 static void on_event(void *user, const comet_engine_event *ev) {
@@ -98,8 +99,8 @@ static int32_t random_token(uint64_t *state, int V) {
 
 /* Submit requests [first, first + n) of qs with their prompts [n, I] and wait for them.
  * On a refused submit the ones submitted are cancelled and waited for. */
-static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n, const int32_t *prompts,
-                               int I, int O) {
+static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n,
+                               const int32_t *prompts, int I, int O) {
     comet_request_params rq = comet_request_default_params();
     rq.n_prompt = I;
     rq.max_tokens = O;
@@ -116,6 +117,7 @@ static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n, c
         if ((st = comet_engine_submit(e, &rq, on_event, q, NULL)) != COMET_OK)
             break;
     }
+    rn->t_submitted = comet_now_s();
     if (st != COMET_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s",
@@ -145,10 +147,10 @@ static comet_status check_counts(const timed_req *qs, int n, int O) {
     return COMET_OK;
 }
 
-/* The figures of the measured requests qs [N] and the engine's counters over the run
- * (s1 - s0) into *r. */
+/* The figures of the measured requests qs [N], submitted until t_submitted and done at
+ * t_done, and the engine's counters over the run (s1 - s0) into *r. */
 static comet_status figures(const comet_bench_throughput_params *p, const timed_req *qs,
-                            double t_done, const comet_engine_stats *s0,
+                            double t_done, double t_submitted, const comet_engine_stats *s0,
                             const comet_engine_stats *s1, comet_bench_throughput_result *r) {
     const int N = p->n_requests, I = p->input_len, O = p->output_len;
     double *v = malloc((size_t)N * sizeof *v);
@@ -156,6 +158,7 @@ static comet_status figures(const comet_bench_throughput_params *p, const timed_
         return comet_set_error(COMET_ERR_NOMEM, "throughput: out of memory");
     r->output_tokens = (uint64_t)N * (uint64_t)O;
     r->wall_s = t_done - qs[0].t_submit;
+    r->submit_s = t_submitted - qs[0].t_submit;
     r->output_tok_s = (double)r->output_tokens / r->wall_s;
     r->total_tok_s = (double)(I + O) * N / r->wall_s;
     for (int i = 0; i < N; i++)
@@ -175,8 +178,8 @@ static comet_status figures(const comet_bench_throughput_params *p, const timed_
         return comet_set_error(COMET_ERR_INTERNAL,
                                "throughput: the engine counted %llu generated tokens; %d requests "
                                "x %d are %llu",
-                               (unsigned long long)(s1->tokens_generated - s0->tokens_generated),
-                               N, O, (unsigned long long)r->output_tokens);
+                               (unsigned long long)(s1->tokens_generated - s0->tokens_generated), N,
+                               O, (unsigned long long)r->output_tokens);
     if (r->steps > 0) {
         double n = (double)r->steps;
         double before = s1->host_before_s - s0->host_before_s;
@@ -227,8 +230,8 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
     int32_t *prompts = malloc((size_t)(N + 1) * I * sizeof *prompts);
     comet_status st = COMET_OK;
     if (!qs || !prompts) {
-        st = comet_set_error(COMET_ERR_NOMEM, "throughput: out of memory for %d prompts of %d",
-                             N, I);
+        st = comet_set_error(COMET_ERR_NOMEM, "throughput: out of memory for %d prompts of %d", N,
+                             I);
         goto out;
     }
     uint64_t rng = 0x9E3779B97F4A7C15ull ^ p->seed;
@@ -249,7 +252,7 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
     if ((st = submit_all(e, &rn, qs, N, prompts, I, O)) < 0 || (st = check_counts(qs, N, O)) < 0)
         goto out;
     comet_engine_get_stats(e, &s1);
-    st = figures(p, qs, rn.t_done, &s0, &s1, r);
+    st = figures(p, qs, rn.t_done, rn.t_submitted, &s0, &s1, r);
 out:
     comet_engine_free(e);
     pthread_cond_destroy(&rn.cv);

@@ -196,9 +196,9 @@ static int parse(int argc, char **argv, opts *o) {
 /* The weights' format as the tables name it. */
 static const char *quant_name(const opts *o, const comet_model *m) {
     if (!strcmp(o->device, "cpu") || !strcmp(o->device, "cpu-ref"))
-        return !m->quant ? "FP32"
+        return !m->quant                                      ? "FP32"
                : o->simulate || !strcmp(o->device, "cpu-ref") ? "W4AxKV4 (simulated)"
-                                                               : "W4AxKV4 (integer)";
+                                                              : "W4AxKV4 (integer)";
     return m->quant || (m->synthetic_seed && !o->fp16) ? "W4AxKV4" : "FP16";
 }
 
@@ -217,8 +217,7 @@ static int json_append(const char *path, cJSON *obj) {
 }
 
 /* The parameters every JSON record carries. */
-static cJSON *json_record(const opts *o, const comet_model *m, const char *name,
-                          const char *mode) {
+static cJSON *json_record(const opts *o, const comet_model *m, const char *name, const char *mode) {
     cJSON *j = cJSON_CreateObject();
     char when[32];
     time_t t = time(NULL);
@@ -328,7 +327,7 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
     if (o->max_seqs)
         ep->max_seqs = (int)o->max_seqs;
     tp.n_requests = o->requests ? (int)o->requests : ep->max_seqs > 4 ? ep->max_seqs : 4;
-    ep->max_batch_tokens = o->max_batch_tokens ? (int)o->max_batch_tokens
+    ep->max_batch_tokens = o->max_batch_tokens   ? (int)o->max_batch_tokens
                            : ep->max_seqs > 2048 ? ep->max_seqs
                                                  : 2048;
     const long seq_pages = (o->input_len + o->output_len + ep->page_size - 1) / ep->page_size;
@@ -391,6 +390,7 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
     cJSON_AddNumberToObject(j, "page_size", ep->page_size);
     cJSON_AddNumberToObject(j, "output_tokens", (double)r.output_tokens);
     cJSON_AddNumberToObject(j, "wall_s", r.wall_s);
+    cJSON_AddNumberToObject(j, "submit_s", r.submit_s);
     cJSON_AddNumberToObject(j, "output_tok_s", r.output_tok_s);
     cJSON_AddNumberToObject(j, "total_tok_s", r.total_tok_s);
     cJSON_AddNumberToObject(j, "ttft_p50_ms", 1e3 * r.ttft_p50_s);
@@ -419,8 +419,8 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
 }
 
 int cmd_bench(int argc, char **argv) {
-    opts o = {.device = "cpu", .prompt_n = 512, .decode_n = 128, .reps = 5, .seed = 1,
-              .decode_batch = 1};
+    opts o = {
+        .device = "cpu", .prompt_n = 512, .decode_n = 128, .reps = 5, .seed = 1, .decode_batch = 1};
     int rc = parse(argc, argv, &o);
     if (rc)
         return rc == 1 ? 0 : rc;
