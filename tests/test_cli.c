@@ -143,6 +143,28 @@ static void test_bad_option_values(void **state) {
     assert_one_line_error(&r, "bench", "--tensor-parallel expects an integer in [1, 64]");
 }
 
+/* serve's model and memory options are checked before anything loads: a missing
+ * --model here would be the error otherwise, so the messages prove the order. */
+static void test_serve_synthetic_and_memory_options(void **state) {
+    result r;
+    run("serve --synthetic llama3-13b", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "synthetic model 'llama3-13b': expected llama3-8b or "
+                                       "llama3-70b");
+    run("serve --synthetic llama3-8b --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "give --model or --synthetic, not both");
+    run("serve --fp16 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--fp16 picks the variant of a --synthetic model");
+    run("serve --synthetic llama3-70b --device cpu", &r);
+    assert_one_line_error(&r, "serve", "run with --device cuda");
+    run("serve --gpu-memory-fraction 0 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction must be above 0");
+    run("serve --gpu-memory-fraction 1.5 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in [0, 1]");
+    run("serve --gpu-memory-fraction x --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number");
+}
+
 static void test_prompt_over_context(void **state) {
     /* " the" is one token; 9000 of them exceed SmolLM2's 8192-token context */
     size_t n = 9000, cap = n * 4 + 256;
@@ -378,6 +400,15 @@ static void test_bench_bad_input(void **state) {
     assert_one_line_error(&r, "bench", "--requests expects an integer in [1,");
     run("bench --throughput --input-len 4 --output-len 4 --max-seqs 1025", &r);
     assert_one_line_error(&r, "bench", "--max-seqs expects an integer in [1, 1024]");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 0", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction must be above 0");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 1.5", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in [0, 1]");
+    run("bench --throughput --input-len 4 --output-len 4 --kv-pages 9 --gpu-memory-fraction .5",
+        &r);
+    assert_one_line_error(&r, "bench", "give --kv-pages (a fixed pool) or --gpu-memory-fraction");
+    run("bench --gpu-memory-fraction 0.5", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction needs --throughput");
     run("bench --decode-batch 0", &r);
     assert_one_line_error(&r, "bench", "--decode-batch expects an integer in [1, 4096]");
     char args[4300];
@@ -571,6 +602,7 @@ int main(void) {
         cmocka_unit_test(test_unreadable_text),
         cmocka_unit_test(test_cuda_device),
         cmocka_unit_test(test_bad_option_values),
+        cmocka_unit_test(test_serve_synthetic_and_memory_options),
         cmocka_unit_test(test_prompt_over_context),
         cmocka_unit_test(test_sampling_options),
         cmocka_unit_test(test_help),

@@ -98,8 +98,9 @@ typedef struct comet_bench_throughput_params {
                                  * model's context */
     int n_requests;             /* N requests (>= 1) */
     uint64_t seed;              /* the prompts' token ids (default 1) */
-    comet_engine_params engine; /* the engine's batch limits, KV pool, device, threads;
-                                 * max_waiting is raised to n_requests */
+    comet_engine_params engine; /* the engine's batch limits, KV pool (n_pages <= 0: sized
+                                 * from device memory under gpu_memory_fraction), device,
+                                 * threads; max_waiting is raised to n_requests */
 } comet_bench_throughput_params;
 
 /* I = O = 128, N = 64, seed 1, the engine's defaults. */
@@ -127,12 +128,15 @@ typedef struct comet_bench_throughput_result {
     int kv_pool_tokens;   /* the KV pool's capacity: pages * page_size */
     int kv_pool_seqs;     /* sequences of I + O tokens the pool holds at once */
     double init_s;        /* the engine's start: backend, weights, KV pool */
+    comet_engine_memory memory; /* the engine's memory at the end of the run: weights,
+                                 * workspace, KV pool, the peak device use (0 on a host
+                                 * backend) */
 } comet_bench_throughput_result;
 
 /* Run the offline throughput benchmark of `m` (borrowed; it must have a tokenizer, which
  * the engine's detokenization needs) as described above; fill *r. Returns COMET_OK;
  * COMET_ERR_INVALID_ARG for I, O or N < 1 or I + O beyond the model's context or the KV
- * pool (named); the engine's failure to start or a refused request (comet_last_error()
+ * pool (given, or as sized from memory) (named); the engine's failure to start or a refused request (comet_last_error()
  * names it); COMET_ERR_INTERNAL when a request finished with fewer or more than O tokens
  * or not by its length (named: a benchmark that drops tokens is a defect);
  * COMET_ERR_NOMEM. */

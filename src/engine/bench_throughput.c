@@ -219,8 +219,6 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
                                ep.n_pages, P, I, O, seq_pages);
     if (ep.max_waiting < N)
         ep.max_waiting = N;
-    r->kv_pool_tokens = ep.n_pages * P;
-    r->kv_pool_seqs = ep.n_pages / seq_pages;
 
     run rn = {.n_finished = 0};
     pthread_mutex_init(&rn.mu, NULL);
@@ -243,6 +241,16 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
         goto out;
     }
     r->init_s = comet_now_s() - t_init;
+    comet_engine_get_memory(e, &r->memory);
+    r->kv_pool_tokens = r->memory.kv_pool_tokens;
+    r->kv_pool_seqs = r->memory.kv_pool_pages / seq_pages;
+    if (r->kv_pool_seqs < 1) { /* a pool sized from memory can still be too small */
+        st = comet_set_error(COMET_ERR_INVALID_ARG,
+                             "throughput: the KV pool holds %d tokens (%d pages), less than one "
+                             "request of %d + %d tokens",
+                             r->kv_pool_tokens, r->memory.kv_pool_pages, I, O);
+        goto out;
+    }
     /* the warm-up: first-step costs (lazy set-up, caches) stay out of the figures */
     if ((st = submit_all(e, &rn, &qs[N], 1, prompts + (size_t)N * I, I, 2)) < 0 ||
         (st = check_counts(&qs[N], 1, 2)) < 0)
@@ -252,6 +260,7 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
     if ((st = submit_all(e, &rn, qs, N, prompts, I, O)) < 0 || (st = check_counts(qs, N, O)) < 0)
         goto out;
     comet_engine_get_stats(e, &s1);
+    comet_engine_get_memory(e, &r->memory); /* the peak over the run */
     st = figures(p, qs, rn.t_done, rn.t_submitted, &s0, &s1, r);
 out:
     comet_engine_free(e);

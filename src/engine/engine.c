@@ -63,15 +63,19 @@ struct comet_engine {
     req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
     int n_incoming, n_waiting, n_running, list_cap;
     comet_engine_stats stats; /* counters: engine thread writes under mu */
+    comet_engine_memory mem;  /* set at init; device_used_peak updated under mu */
 };
+
+static void note_device_use(comet_engine *e);
 
 comet_engine_params comet_engine_default_params(void) {
     return (comet_engine_params){.max_seqs = 64,
                                  .max_batch_tokens = 512,
-                                 .n_pages = 512,
+                                 .n_pages = 0,
                                  .page_size = 16,
                                  .max_waiting = 256,
-                                 .n_threads = 0};
+                                 .n_threads = 0,
+                                 .gpu_memory_fraction = 0.9};
 }
 
 comet_request_params comet_request_default_params(void) {
@@ -238,9 +242,11 @@ static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_pla
     }
 }
 
-/* Count a step of n_seqs sequences and n_tokens tokens and its three parts (seconds). */
-static void count_step(comet_engine *e, int n_seqs, int n_tokens, double before, double forward,
-                       double after) {
+/* Count a step of n_seqs sequences and n_tokens tokens that began at t0, called its
+ * forward pass at t1 and had its results at t2; its host time after ends now. Returns now. */
+static double count_step(comet_engine *e, int n_seqs, int n_tokens, double t0, double t1,
+                         double t2) {
+    double t3 = comet_now_s(), before = t1 - t0, forward = t2 - t1, after = t3 - t2;
     pthread_mutex_lock(&e->mu);
     e->stats.steps++;
     e->stats.step_seqs += (uint64_t)n_seqs;
@@ -249,11 +255,13 @@ static void count_step(comet_engine *e, int n_seqs, int n_tokens, double before,
     e->stats.forward_s += forward;
     e->stats.host_after_s += after;
     pthread_mutex_unlock(&e->mu);
+    return t3;
 }
 
-/* Build and run one step; t0 is when the engine loop began it (its host time before the
- * forward pass counts from there). Returns 0 when there was nothing to do. */
-static int step(comet_engine *e, double t0) {
+/* Build and run one step; its host time before the forward pass counts from t0. Returns
+ * when the step's counted time ended, or t0 when no forward pass ran (nothing could be
+ * scheduled: that time goes to the next step). */
+static double step(comet_engine *e, double t0) {
     const int V = e->m->cfg.n_vocab;
     comet_batch_builder_reset(&e->run.bb);
     int n_plans = 0, budget = e->p.max_batch_tokens, rows = 0;
@@ -350,9 +358,9 @@ static int step(comet_engine *e, double t0) {
             } else {
                 preempt(e, victim);
             }
-            return 1;
+            return t0;
         }
-        return e->n_waiting > 0;
+        return t0;
     }
 
     for (int i = 0; i < n_plans; i++) {
@@ -383,8 +391,7 @@ static int step(comet_engine *e, double t0) {
         const char *why = comet_last_error();
         for (int i = 0; i < n_plans; i++)
             finish(e, e->plans[i].r, COMET_FINISH_ERROR, why, NULL, 0);
-        count_step(e, n_plans, fed, t1 - t0, t2 - t1, comet_now_s() - t2);
-        return 1;
+        return count_step(e, n_plans, fed, t0, t1, t2);
     }
     for (int i = 0; i < n_plans; i++) {
         plan *pl = &e->plans[i];
@@ -405,14 +412,14 @@ static int step(comet_engine *e, double t0) {
                 advance(e, r, NULL, e->ids[row]);
         }
     }
-    count_step(e, n_plans, fed, t1 - t0, t2 - t1, comet_now_s() - t2);
-    return 1;
+    return count_step(e, n_plans, fed, t0, t1, t2);
 }
 
 static void *engine_main(void *arg) {
     comet_engine *e = arg;
+    double t0 = comet_now_s(); /* the next step's host time starts at the end of the last
+                                * counted one, or after an idle wait */
     for (;;) {
-        double t0 = comet_now_s(); /* the step's host time starts here, or after an idle wait */
         pthread_mutex_lock(&e->mu);
         e->busy = 0;
         while (!e->stopping && e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0) {
@@ -428,7 +435,8 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&e->mu);
         if (stopping)
             break;
-        step(e, t0);
+        t0 = step(e, t0);
+        note_device_use(e); /* counted in the next step's host time before */
     }
     while (e->n_running)
         finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
@@ -440,14 +448,96 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The device's bytes in use now (every process's) into the peak; a host backend has none. */
+static void note_device_use(comet_engine *e) {
+    size_t f = 0, t = 0;
+    if (!e->mem.device_total)
+        return;
+    if (comet_backend_device_memory(e->be, &f, &t) < 0) {
+        comet_clear_error(); /* a statistic only: the next step reports a broken device */
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (t - f > e->mem.device_used_peak)
+        e->mem.device_used_peak = t - f;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Before any weight goes to the backend: the pool size, or (n_pages <= 0 on a device) the
+ * check that the pool planned from memory holds one sequence of the model's context. */
+static comet_status plan_pool(comet_engine *e) {
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    e->mem.device_total = t;
+    e->mem.device_used_peak = t - f;
+    if (e->p.n_pages > 0)
+        return COMET_OK;
+    if (t == 0) { /* host memory: a fixed pool */
+        e->p.n_pages = COMET_ENGINE_CPU_PAGES;
+        return COMET_OK;
+    }
+    if (e->p.tensor_parallel > 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "engine: with tensor parallelism the KV pool is not sized from "
+                               "memory; give n_pages (--kv-pages)");
+    comet_engine_memory_plan plan;
+    return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
+}
+
+/* comet_runner_params.size_pool: the pool's pages from the device's free memory once the
+ * weights and workspace are there. */
+static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pages) {
+    comet_engine *e = user;
+    (void)fc;
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    comet_engine_memory_plan plan;
+    COMET_TRY(comet_engine_plan_memory(e->m, &e->p, t, f, 1, &plan));
+    *n_pages = plan.n_pages;
+    return COMET_OK;
+}
+
+/* What the runner holds, into e->mem. */
+static comet_status memory_after_init(comet_engine *e) {
+    const comet_model_config *c = &e->m->cfg;
+    const comet_kv_cache *kv = &e->run.kv;
+    comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
+    e->mem.kv_pool = kv->storage ? kv->storage_bytes
+                                 : (kv->k ? 2 * (size_t)kv->n_layer * kv->n_pages *
+                                                kv->page_size * kv->n_head_kv * kv->head_dim *
+                                                sizeof(float)
+                                          : 0);
+    e->mem.kv_pool_pages = e->p.n_pages;
+    e->mem.kv_pool_tokens = e->p.n_pages * e->p.page_size;
+    e->mem.page_size = e->p.page_size;
+    int per_ctx = (c->n_ctx + e->p.page_size - 1) / e->p.page_size;
+    int per_2048 = (2048 + e->p.page_size - 1) / e->p.page_size;
+    e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
+    e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
+    note_device_use(e);
+    return COMET_OK;
+}
+
+void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->mem;
+    pthread_mutex_unlock(&e->mu);
+}
+
 comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *pp) {
     comet_engine_params p = pp ? *pp : comet_engine_default_params();
     const comet_model_config *c = &m->cfg;
-    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.n_pages <= 0 || p.page_size <= 0 ||
-        p.max_waiting <= 0) {
+    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.page_size <= 0 || p.max_waiting <= 0) {
         comet_set_error(COMET_ERR_INVALID_ARG,
-                        "engine: max_seqs, max_batch_tokens, n_pages, page_size and max_waiting "
-                        "must be positive");
+                        "engine: max_seqs, max_batch_tokens, page_size and max_waiting must be "
+                        "positive");
+        return NULL;
+    }
+    if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "engine: gpu_memory_fraction %g is outside (0, 1]; it is the share of "
+                        "the device's memory comet may use (e.g. 0.9)",
+                        p.gpu_memory_fraction);
         return NULL;
     }
     if (p.tensor_parallel < 0 || p.tensor_parallel > COMET_MAX_TENSOR_PARALLEL) {
@@ -491,12 +581,19 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (!e->be)
         goto fail;
     comet_backend_set_batch_invariant(e->be, p.batch_invariant);
+    if (plan_pool(e) < 0)
+        goto fail;
     comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens,
                               .max_seqs = p.max_seqs,
-                              .n_pages = p.n_pages,
+                              .n_pages = e->p.n_pages,
                               .page_size = p.page_size,
-                              .tensor_parallel = p.tensor_parallel};
+                              .tensor_parallel = p.tensor_parallel,
+                              .size_pool = size_pool,
+                              .size_user = e};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
+        goto fail;
+    e->p.n_pages = e->run.pool.n_pages;
+    if (memory_after_init(e) < 0)
         goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");

@@ -75,8 +75,12 @@ static void usage(FILE *f) {
                "                       (default: max(4, --max-seqs))\n"
                "  --max-seqs C         sequences per engine step, 1..1024 (default 64)\n"
                "  --max-batch-tokens T tokens per engine step (default: max(2048, C))\n"
-               "  --kv-pages P         KV pool pages of 16 tokens (default: enough for\n"
-               "                       min(N, C) requests of I + O tokens)\n");
+               "  --kv-pages P         KV pool pages of 16 tokens (default: on a GPU, sized\n"
+               "                       from its memory; on the CPU, enough for min(N, C)\n"
+               "                       requests of I + O tokens)\n"
+               "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
+               "                       weights, workspace and KV pool (0 < F <= 1, default\n"
+               "                       0.9); the pool takes what is left\n");
 }
 
 /* The options of one `comet bench` run. */
@@ -85,6 +89,7 @@ typedef struct opts {
     long prompt_n, decode_n, reps, threads, seed, tensor_parallel, decode_batch;
     int fp16, batch_invariant, simulate, throughput;
     long input_len, output_len, requests, max_seqs, max_batch_tokens, kv_pages;
+    double mem_fraction;                       /* 0: not given */
     const char *decode_only, *throughput_only; /* the first option given of each mode */
 } opts;
 
@@ -161,6 +166,16 @@ static int parse(int argc, char **argv, opts *o) {
         } else if (!strcmp(a, "--kv-pages")) {
             bad = cli_parse_int("bench", a, val, 1, 1 << 24, &o->kv_pages);
             mode = &o->throughput_only;
+        } else if (!strcmp(a, "--gpu-memory-fraction")) {
+            bad = cli_parse_float("bench", a, val, 0.0, 1.0, &o->mem_fraction);
+            if (!bad && !(o->mem_fraction > 0.0)) {
+                fprintf(stderr,
+                        "comet bench: --gpu-memory-fraction must be above 0 (the share of the "
+                        "GPU's memory comet may use, e.g. 0.9), got '%s'\n",
+                        val);
+                bad = 1;
+            }
+            mode = &o->throughput_only;
         } else {
             fprintf(stderr, "comet bench: unknown option '%s' (see comet bench --help)\n", a);
             return 2;
@@ -178,12 +193,17 @@ static int parse(int argc, char **argv, opts *o) {
         fprintf(stderr,
                 "comet bench: %s is an option of the decode benchmark, not of --throughput "
                 "(which takes --input-len, --output-len, --requests, --max-seqs, "
-                "--max-batch-tokens, --kv-pages)\n",
+                "--max-batch-tokens, --kv-pages, --gpu-memory-fraction)\n",
                 o->decode_only);
         return 2;
     }
     if (!o->throughput && o->throughput_only) {
         fprintf(stderr, "comet bench: %s needs --throughput\n", o->throughput_only);
+        return 2;
+    }
+    if (o->kv_pages && o->mem_fraction > 0) {
+        fprintf(stderr, "comet bench: give --kv-pages (a fixed pool) or --gpu-memory-fraction "
+                        "(a pool sized from the GPU's memory), not both\n");
         return 2;
     }
     if (o->throughput && (!o->input_len || !o->output_len)) {
@@ -332,7 +352,11 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
                                                  : 2048;
     const long seq_pages = (o->input_len + o->output_len + ep->page_size - 1) / ep->page_size;
     const long at_once = tp.n_requests < ep->max_seqs ? tp.n_requests : ep->max_seqs;
-    ep->n_pages = o->kv_pages ? (int)o->kv_pages : (int)(at_once * seq_pages);
+    const int on_cpu = !strncmp(o->device, "cpu", 3);
+    /* without --kv-pages: a GPU's pool from its memory, a CPU's for the requests at once */
+    ep->n_pages = o->kv_pages ? (int)o->kv_pages : on_cpu ? (int)(at_once * seq_pages) : 0;
+    if (o->mem_fraction > 0)
+        ep->gpu_memory_fraction = o->mem_fraction;
     ep->device = o->device;
     ep->n_threads = (int)o->threads;
     ep->batch_invariant = o->batch_invariant;
@@ -344,7 +368,7 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
                 o->input_len, o->output_len, m->cfg.n_ctx);
         return 1;
     }
-    if (ep->n_pages < seq_pages) {
+    if (ep->n_pages > 0 && ep->n_pages < seq_pages) {
         fprintf(stderr,
                 "comet bench: --kv-pages %d (%d tokens) cannot hold one request of %ld + %ld "
                 "tokens; it needs %ld pages\n",
@@ -362,22 +386,33 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
         snprintf(tpar, sizeof tpar, " x%ld tensor-parallel", o->tensor_parallel);
     printf("| model | weights | device | requests | in / out | max seqs | output tok/s | "
            "total tok/s | TTFT p50 / p99 ms | TPOT p50 / p99 ms | mean batch (seqs / tokens) | "
-           "preemptions | KV pool tokens (seqs) | wall s |\n");
-    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+           "preemptions | KV pool tokens (seqs) | peak device GiB | wall s |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     char tpot[64] = "n/a"; /* one output token has no time per output token */
     if (o->output_len > 1)
         snprintf(tpot, sizeof tpot, "%.2f / %.2f", 1e3 * r.tpot_p50_s, 1e3 * r.tpot_p99_s);
+    const comet_engine_memory *mem = &r.memory;
+    const double GiB = 1024.0 * 1024.0 * 1024.0;
+    char peak[32] = "n/a"; /* a host backend has no device memory */
+    if (mem->device_used_peak)
+        snprintf(peak, sizeof peak, "%.2f", (double)mem->device_used_peak / GiB);
     printf("| %s | %s | %s%s%s | %d | %ld / %ld | %d | %.1f | %.1f | %.1f / %.1f | %s | "
-           "%.1f / %.1f | %llu | %d (%d) | %.2f |\n\n",
+           "%.1f / %.1f | %llu | %d (%d) | %s | %.2f |\n\n",
            name, quant, o->device, tpar, o->batch_invariant ? " batch-invariant" : "",
            tp.n_requests, o->input_len, o->output_len, ep->max_seqs, r.output_tok_s, r.total_tok_s,
            1e3 * r.ttft_p50_s, 1e3 * r.ttft_p99_s, tpot, r.mean_batch_seqs, r.mean_batch_tokens,
-           (unsigned long long)r.preemptions, r.kv_pool_tokens, r.kv_pool_seqs, r.wall_s);
+           (unsigned long long)r.preemptions, r.kv_pool_tokens, r.kv_pool_seqs, peak, r.wall_s);
     printf("Engine step, mean of %llu: %.3f ms = host before %.3f ms (scheduling, batch, block "
            "tables) + forward and sampling %.3f ms + host after %.3f ms (tokens, "
            "detokenization, events); host share %.2f%%. Load %.2f s (file) + %.2f s (engine).\n",
            (unsigned long long)r.steps, 1e3 * r.step_s, 1e3 * r.host_before_s, 1e3 * r.forward_s,
            1e3 * r.host_after_s, 100.0 * r.host_share, t_load, r.init_s);
+    if (mem->device_total)
+        printf("Device memory: %.2f GiB in all; weights %.2f GiB, workspace %.2f GiB, KV pool "
+               "%.2f GiB (%d pages of %d tokens), peak in use %.2f GiB (every process's).\n",
+               (double)mem->device_total / GiB, (double)mem->weights / GiB,
+               (double)mem->workspace / GiB, (double)mem->kv_pool / GiB, mem->kv_pool_pages,
+               mem->page_size, (double)mem->device_used_peak / GiB);
     if (!o->json)
         return 0;
     cJSON *j = json_record(o, m, name, "throughput");
@@ -386,7 +421,9 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
     cJSON_AddNumberToObject(j, "output_len", (double)o->output_len);
     cJSON_AddNumberToObject(j, "max_seqs", ep->max_seqs);
     cJSON_AddNumberToObject(j, "max_batch_tokens", ep->max_batch_tokens);
-    cJSON_AddNumberToObject(j, "kv_pages", ep->n_pages);
+    cJSON_AddNumberToObject(j, "kv_pages", mem->kv_pool_pages);
+    if (mem->device_total)
+        cJSON_AddNumberToObject(j, "gpu_memory_fraction", ep->gpu_memory_fraction);
     cJSON_AddNumberToObject(j, "page_size", ep->page_size);
     cJSON_AddNumberToObject(j, "output_tokens", (double)r.output_tokens);
     cJSON_AddNumberToObject(j, "wall_s", r.wall_s);
@@ -408,6 +445,17 @@ static int run_throughput(const opts *o, const comet_model *m, const char *name,
     cJSON_AddNumberToObject(j, "preemptions", (double)r.preemptions);
     cJSON_AddNumberToObject(j, "kv_pool_tokens", r.kv_pool_tokens);
     cJSON_AddNumberToObject(j, "kv_pool_seqs", r.kv_pool_seqs);
+    cJSON_AddNumberToObject(j, "kv_pool_bytes", (double)mem->kv_pool);
+    cJSON_AddNumberToObject(j, "workspace_bytes", (double)mem->workspace);
+    if (mem->device_total) { /* a host backend has no device memory to report */
+        cJSON_AddNumberToObject(j, "device_total_bytes", (double)mem->device_total);
+        cJSON_AddNumberToObject(j, "weights_bytes", (double)mem->weights);
+        cJSON_AddNumberToObject(j, "device_used_peak_bytes", (double)mem->device_used_peak);
+    } else {
+        cJSON_AddNullToObject(j, "device_total_bytes");
+        cJSON_AddNullToObject(j, "weights_bytes");
+        cJSON_AddNullToObject(j, "device_used_peak_bytes");
+    }
     cJSON_AddNumberToObject(j, "step_ms", 1e3 * r.step_s);
     cJSON_AddNumberToObject(j, "host_before_ms", 1e3 * r.host_before_s);
     cJSON_AddNumberToObject(j, "forward_ms", 1e3 * r.forward_s);
