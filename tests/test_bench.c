@@ -84,6 +84,18 @@ static void test_throughput_counts(void **state) {
     assert_int_equal(r.kv_pool_seqs, 64 / 2); /* 30 tokens: 2 pages */
 }
 
+/* The longest request the context allows, with one output token (no TPOT). */
+static void test_throughput_whole_context(void **state) {
+    (void)state;
+    comet_bench_throughput_params p = tiny_params(255, 1, 3, 2);
+    p.engine.max_batch_tokens = 256;
+    comet_bench_throughput_result r;
+    assert_int_equal(comet_bench_throughput(tiny, &p, &r), COMET_OK);
+    assert_int_equal(r.output_tokens, 3);
+    assert_true(r.tpot_p50_s == 0 && r.tpot_p99_s == 0);
+    assert_true(finite_pos(r.ttft_p50_s));
+}
+
 /* A pool of 3 sequences under 4 slots preempts, and still every request gets O tokens. */
 static void test_throughput_preemption(void **state) {
     (void)state;
@@ -172,6 +184,7 @@ static void test_decode_batch_matches_batch1(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_throughput_counts),
+        cmocka_unit_test(test_throughput_whole_context),
         cmocka_unit_test(test_throughput_preemption),
         cmocka_unit_test(test_throughput_lost_tokens_fail),
         cmocka_unit_test(test_throughput_bad_input),

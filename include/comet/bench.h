@@ -88,8 +88,9 @@ comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_be
  * n_requests requests, each a prompt of exactly input_len random token ids (seeded) and
  * output_len generated tokens (greedy, EOS ignored), all submitted at once to an engine
  * (comet/engine.h) that the benchmark starts over the model and frees at the end. One
- * warm-up request (input_len tokens, 2 generated) runs first and is not counted. Times are
- * host wall-clock: the run starts at the first submit and ends at the last FINISHED event.
+ * warm-up request (input_len tokens, min(2, output_len) generated) runs first and is not
+ * counted. Times are host wall-clock: the run starts at the first submit and ends at the
+ * last FINISHED event.
  */
 
 typedef struct comet_bench_throughput_params {

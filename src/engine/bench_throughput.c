@@ -252,8 +252,9 @@ comet_status comet_bench_throughput(const comet_model *m, const comet_bench_thro
         goto out;
     }
     /* the warm-up: first-step costs (lazy set-up, caches) stay out of the figures */
-    if ((st = submit_all(e, &rn, &qs[N], 1, prompts + (size_t)N * I, I, 2)) < 0 ||
-        (st = check_counts(&qs[N], 1, 2)) < 0)
+    const int warm_o = O < 2 ? O : 2; /* within the context and the pool, as the requests */
+    if ((st = submit_all(e, &rn, &qs[N], 1, prompts + (size_t)N * I, I, warm_o)) < 0 ||
+        (st = check_counts(&qs[N], 1, warm_o)) < 0)
         goto out;
     comet_engine_stats s0, s1;
     comet_engine_get_stats(e, &s0);
