@@ -142,19 +142,16 @@ static void test_throughput_bad_input(void **state) {
     expect_invalid(p, "cannot hold one request of 40 + 20 tokens (4 pages)");
 }
 
-/* Decode at batch B: sequence b's tokens are those of the batch-1 run with seed + b. */
-static void test_decode_batch_matches_batch1(void **state) {
-    (void)state;
+/* Decode at batch B of prompts of prompt_n: sequence b's tokens (of those listed in
+ * check [n_check]) are those of the batch-1 run with seed + b. */
+static void decode_batch_matches(comet_backend *be, int B, int prompt_n, const int *check,
+                                 int n_check) {
     enum {
-        B = 5,
-        PROMPT = 13,
         DEC = 7
     };
-    comet_backend *be = comet_backend_open("cpu", 1);
-    assert_non_null(be);
-    int32_t batched[B * (DEC + 1)], alone[DEC + 1];
+    int32_t *batched = malloc((size_t)B * (DEC + 1) * sizeof *batched), alone[DEC + 1];
     comet_bench_params p = comet_bench_default_params();
-    p.prompt_tokens = PROMPT;
+    p.prompt_tokens = prompt_n;
     p.decode_tokens = DEC;
     p.reps = 1;
     p.seed = 40;
@@ -165,7 +162,8 @@ static void test_decode_batch_matches_batch1(void **state) {
     assert_true(finite_pos(r.decode_tok_s) && finite_pos(r.prefill_tok_s));
     assert_true(r.n_ops > 3 && !strcmp(r.ops[r.n_ops - 1].name, "sample"));
     int distinct = 0;
-    for (int b = 0; b < B; b++) {
+    for (int i = 0; i < n_check; i++) {
+        int b = check[i];
         comet_bench_params q = p;
         q.decode_batch = 1;
         q.seed = p.seed + (uint64_t)b;
@@ -175,7 +173,21 @@ static void test_decode_batch_matches_batch1(void **state) {
         distinct += b > 0 && memcmp(batched, alone, sizeof alone) != 0;
     }
     assert_true(distinct > 0); /* the sequences had prompts of their own */
+    free(batched);
+}
+
+static void test_decode_batch_matches_batch1(void **state) {
+    (void)state;
+    comet_backend *be = comet_backend_open("cpu", 1);
+    assert_non_null(be);
+    const int all5[] = {0, 1, 2, 3, 4};
+    decode_batch_matches(be, 5, 13, all5, 5); /* the 5 prompts prefilled in one step */
+    /* 20 prompts of 120: prefilled 17 to a step (2048 tokens), then 3 */
+    const int some[] = {0, 1, 16, 17, 19};
+    decode_batch_matches(be, 20, 120, some, 5);
+    comet_bench_params p = comet_bench_default_params();
     p.decode_batch = COMET_BENCH_MAX_BATCH + 1;
+    comet_bench_result r;
     assert_int_equal(comet_bench(tiny, be, &p, &r), COMET_ERR_INVALID_ARG);
     assert_non_null(strstr(comet_last_error(), "decode_batch"));
     comet_backend_free(be);

@@ -45,8 +45,9 @@ typedef struct comet_bench_params {
                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL. No per-op profile then */
     int decode_batch;    /* B sequences decoded together, 1..COMET_BENCH_MAX_BATCH (default 1):
                           * sequence b's prompt is random from seed + b (so sequence b at batch
-                          * B is the batch-1 run with seed + b); each is prefilled alone, then
-                          * every decode step feeds the B of them */
+                          * B is the batch-1 run with seed + b); the prompts are prefilled
+                          * max(1, 2048 / prompt_tokens) to a step, then every decode step
+                          * feeds the B of them */
     int32_t *tokens;     /* NULL, or caller-owned [decode_batch, decode_tokens + 1]: sequence
                           * b's greedy tokens of the last timed repetition (the token after
                           * the prompt, then one per decode step) */

@@ -11,6 +11,9 @@
 #include "engine/runner.h"
 #include "engine/sampler.h"
 
+/* Prompt tokens of several sequences prefilled in one step at most (decode batch > 1). */
+#define PREFILL_TOKENS 2048
+
 comet_bench_params comet_bench_default_params(void) {
     return (comet_bench_params){.prompt_tokens = 512, .decode_tokens = 128, .reps = 5, .seed = 1};
 }
@@ -74,6 +77,7 @@ static int32_t random_token(uint64_t *state, int V) {
 /* The sequences decoded together and their scratch. */
 typedef struct dec_batch {
     int B;
+    int prefill_seqs;         /* sequences prefilled together in one step */
     comet_kv_seq *seqs;       /* [B] */
     int32_t *ids;             /* [B] each sequence's last picked token, fed to the next step */
     float *logits;            /* [max(B, 1), V] host scratch of comet_runner_step_sample */
@@ -89,14 +93,18 @@ static comet_status step_greedy(comet_runner *run, dec_batch *d, int32_t *ids) {
     return COMET_OK;
 }
 
-/* Prefill sequence b (emptied first) with its prompt [prompt_n] alone and pick its first
- * token into d->ids[b]. */
-static comet_status prefill_one(comet_runner *run, dec_batch *d, int b, const int32_t *prompt,
-                                int prompt_n) {
-    comet_kv_seq_release(&run->pool, &d->seqs[b]);
-    COMET_TRY(comet_kv_seq_reserve(&run->pool, &d->seqs[b], prompt_n));
+/* Prefill sequences b .. b + n - 1 (emptied first) with their prompts [n, prompt_n] in one
+ * step and pick each one's first token into d->ids[b ..]. */
+static comet_status prefill_group(comet_runner *run, dec_batch *d, int b, int n,
+                                  const int32_t *prompts, int prompt_n) {
     comet_batch_builder_reset(&run->bb);
-    COMET_TRY(comet_batch_builder_add(&run->bb, &d->seqs[b], prompt, prompt_n, 1));
+    for (int j = 0; j < n; j++) {
+        comet_kv_seq *seq = &d->seqs[b + j];
+        comet_kv_seq_release(&run->pool, seq);
+        COMET_TRY(comet_kv_seq_reserve(&run->pool, seq, prompt_n));
+        COMET_TRY(
+            comet_batch_builder_add(&run->bb, seq, prompts + (size_t)j * prompt_n, prompt_n, 1));
+    }
     return step_greedy(run, d, &d->ids[b]);
 }
 
@@ -125,8 +133,10 @@ static comet_status bench_runs(comet_runner *run, dec_batch *d, const comet_benc
     double pre[COMET_BENCH_MAX_REPS], dec[COMET_BENCH_MAX_REPS];
     for (int rep = 0; rep <= p->reps; rep++) { /* rep == 0 warms up */
         double t0 = comet_now_s();
-        for (int b = 0; b < B; b++)
-            COMET_TRY(prefill_one(run, d, b, prompts + (size_t)b * prompt_n, prompt_n));
+        for (int b = 0; b < B; b += d->prefill_seqs) {
+            int n = B - b < d->prefill_seqs ? B - b : d->prefill_seqs;
+            COMET_TRY(prefill_group(run, d, b, n, prompts + (size_t)b * prompt_n, prompt_n));
+        }
         double t1 = comet_now_s();
         keep_tokens(p, d, 0);
         for (int s = 0; s < decode_n; s++) {
@@ -206,7 +216,15 @@ comet_status comet_bench(const comet_model *m, comet_backend *be, const comet_be
     for (int b = 0; b < B; b++)
         d.draws[b] = (comet_runner_draw){smp, NULL, 0};
     const int pages_per_seq = (ctx + P - 1) / P;
-    comet_runner_params rp = {.max_batch_tokens = p->prompt_tokens > B ? p->prompt_tokens : B,
+    /* a step holds a whole prompt, a decode of the B sequences, and prompts of several
+     * sequences up to PREFILL_TOKENS tokens */
+    long group =
+        (long)B * p->prompt_tokens < PREFILL_TOKENS ? (long)B * p->prompt_tokens : PREFILL_TOKENS;
+    int max_tokens = p->prompt_tokens > B ? p->prompt_tokens : B;
+    if (group > max_tokens)
+        max_tokens = (int)group;
+    d.prefill_seqs = max_tokens / p->prompt_tokens;
+    comet_runner_params rp = {.max_batch_tokens = max_tokens,
                               .max_seqs = B,
                               .n_pages = B * pages_per_seq + 1,
                               .page_size = P,
