@@ -97,8 +97,9 @@ static int32_t random_token(uint64_t *state, int V) {
     return (int32_t)(*state % (uint64_t)V);
 }
 
-/* Submit requests [first, first + n) of qs with their prompts [n, I] and wait for them.
- * On a refused submit the ones submitted are cancelled and waited for. */
+/* Submit the n requests qs [n] with their prompts [n, I] (O tokens each), all at once, and
+ * wait until they finished and the engine is idle. On a refused submit the ones submitted
+ * are cancelled and waited for. */
 static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n,
                                const int32_t *prompts, int I, int O) {
     comet_request_params rq = comet_request_default_params();
