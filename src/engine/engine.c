@@ -64,9 +64,10 @@ struct comet_engine {
     int n_incoming, n_waiting, n_running, list_cap;
     comet_engine_stats stats; /* counters: engine thread writes under mu */
     comet_engine_memory mem;  /* set at init; device_used_peak updated under mu */
+    double mem_polled_s;      /* when note_device_use last asked the device */
 };
 
-static void note_device_use(comet_engine *e);
+static void note_device_use(comet_engine *e, int force);
 
 comet_engine_params comet_engine_default_params(void) {
     return (comet_engine_params){.max_seqs = 64,
@@ -436,7 +437,9 @@ static void *engine_main(void *arg) {
         if (stopping)
             break;
         t0 = step(e, t0);
-        note_device_use(e); /* counted in the next step's host time before */
+        /* the last step before idling is always seen: wait_idle's callers read the peak (the
+         * probe's time counts in the next step's host time before) */
+        note_device_use(e, e->n_running == 0 && e->n_waiting == 0);
     }
     while (e->n_running)
         finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
@@ -448,11 +451,18 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
-/* The device's bytes in use now (every process's) into the peak; a host backend has none. */
-static void note_device_use(comet_engine *e) {
+/* The device's bytes in use now (every process's) into the peak; a host backend has none.
+ * Asked at most every MEM_POLL_S seconds of steps, so that the driver call stays out of a
+ * fast decode loop's time, and always when `force` (init, the step before idling). */
+#define MEM_POLL_S 0.01
+static void note_device_use(comet_engine *e, int force) {
     size_t f = 0, t = 0;
     if (!e->mem.device_total)
         return;
+    double now = comet_now_s();
+    if (!force && now - e->mem_polled_s < MEM_POLL_S)
+        return;
+    e->mem_polled_s = now;
     if (comet_backend_device_memory(e->be, &f, &t) < 0) {
         comet_clear_error(); /* a statistic only: the next step reports a broken device */
         return;
@@ -472,14 +482,11 @@ static comet_status plan_pool(comet_engine *e) {
     e->mem.device_used_peak = t - f;
     if (e->p.n_pages > 0)
         return COMET_OK;
-    if (t == 0) { /* host memory: a fixed pool */
-        e->p.n_pages = COMET_ENGINE_CPU_PAGES;
+    if (t == 0 || e->p.tensor_parallel > 0) {
+        /* host memory, or a pool per rank on devices this one does not query: fixed */
+        e->p.n_pages = COMET_ENGINE_FIXED_PAGES;
         return COMET_OK;
     }
-    if (e->p.tensor_parallel > 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "engine: with tensor parallelism the KV pool is not sized from "
-                               "memory; give n_pages (--kv-pages)");
     comet_engine_memory_plan plan;
     return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
 }
@@ -497,8 +504,9 @@ static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pa
     return COMET_OK;
 }
 
-/* What the runner holds, into e->mem. */
-static comet_status memory_after_init(comet_engine *e) {
+/* What the runner holds, into e->mem (with tensor parallelism: rank 0's weights and
+ * workspace; the ranks' KV pools are their own, kv_pool 0). */
+static void memory_after_init(comet_engine *e) {
     const comet_model_config *c = &e->m->cfg;
     const comet_kv_cache *kv = &e->run.kv;
     comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
@@ -514,8 +522,7 @@ static comet_status memory_after_init(comet_engine *e) {
     int per_2048 = (2048 + e->p.page_size - 1) / e->p.page_size;
     e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
     e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
-    note_device_use(e);
-    return COMET_OK;
+    note_device_use(e, 1);
 }
 
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
@@ -593,8 +600,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     e->p.n_pages = e->run.pool.n_pages;
-    if (memory_after_init(e) < 0)
-        goto fail;
+    memory_after_init(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
         goto fail;
