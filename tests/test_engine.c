@@ -3,7 +3,8 @@
  * loss, no duplication, all pages free at the end); a tiny page pool forces preemption
  * and every request still completes with the same tokens; cancel frees pages; the queue
  * limit, the context limit and prompt logprobs; the sampling parameters (tiny
- * temperatures, logit_bias, penalties) through a request. */
+ * temperatures, logit_bias, penalties) through a request; an idle wait that returns only
+ * after the last callback and with the step counters final. */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -464,6 +466,52 @@ static void test_sampling_params(void **state) {
     free(ids);
 }
 
+/* A FINISHED callback that takes a while: it marks its start and its end. */
+typedef struct slow_finish {
+    atomic_int started, done;
+} slow_finish;
+
+static void on_slow_finish(void *user, const comet_engine_event *ev) {
+    slow_finish *s = user;
+    if (ev->kind != COMET_EVENT_FINISHED)
+        return;
+    atomic_store(&s->started, 1);
+    usleep(200 * 1000);
+    atomic_store(&s->done, 1);
+}
+
+/* comet_engine_wait_idle returns only when the engine thread has left its step: a request
+ * leaves the engine's lists before its FINISHED callback runs, and a wait that starts in
+ * between still waits for the callback (and the step's counters). */
+static void test_wait_idle_after_callbacks(void **state) {
+    (void)state;
+    int32_t *ids;
+    int n = make_prompt(3, &ids);
+    comet_engine_params ep = comet_engine_default_params();
+    ep.n_pages = 64;
+    comet_engine *e = comet_engine_init(model, &ep);
+    assert_non_null(e);
+    slow_finish s;
+    atomic_init(&s.started, 0);
+    atomic_init(&s.done, 0);
+    comet_request_params rp = greedy(ids, n, 2);
+    uint64_t id;
+    assert_int_equal(comet_engine_submit(e, &rp, on_slow_finish, &s, &id), COMET_OK);
+    while (!atomic_load(&s.started)) /* the request is out of the lists from here on */
+        usleep(1000);
+    assert_int_equal(comet_engine_request_state(e, id), COMET_REQUEST_UNKNOWN);
+    assert_true(comet_engine_wait_idle(e, 60));
+    assert_int_equal(atomic_load(&s.done), 1);
+    comet_engine_stats st;
+    comet_engine_get_stats(e, &st);
+    assert_int_equal(st.tokens_generated, 2);
+    assert_int_equal(st.step_tokens, (uint64_t)n + 1); /* the prompt, then one decode */
+    assert_int_equal(st.step_seqs, st.steps);
+    assert_true(st.host_before_s > 0 && st.forward_s > 0 && st.host_after_s >= 0.2);
+    comet_engine_free(e);
+    free(ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_and_limits),
@@ -472,6 +520,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_fails_only_its_request),
         cmocka_unit_test(test_tiny_pool_preemption),
         cmocka_unit_test(test_concurrent_equals_alone),
+        cmocka_unit_test(test_wait_idle_after_callbacks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -220,16 +220,30 @@ typedef enum comet_request_state {
 
 comet_request_state comet_engine_request_state(comet_engine *e, uint64_t id);
 
+/* Counters since the engine started. A step is one forward pass (steps in which nothing
+ * could be scheduled are not counted). Its time splits into three host wall-clock parts:
+ * before (from the engine loop taking its lock to the forward pass being called: cancels,
+ * scheduling, page reservation, the batch and its block tables), forward (the forward pass
+ * and the sampling of the step's rows, until the ids are on the host; on a device backend
+ * this includes the host's enqueueing of the kernels and the wait for them; on the CPU the
+ * computation itself) and after (tokens appended, detokenization, stop strings, events and
+ * their callbacks, finished requests freed). */
 typedef struct comet_engine_stats {
     int running, waiting;
     int pages_used, pages_free;
     uint64_t steps, preemptions, tokens_generated, prompt_tokens;
+    uint64_t step_seqs;   /* sequences in the steps, summed over steps (mean batch size:
+                           * step_seqs / steps) */
+    uint64_t step_tokens; /* tokens fed to the steps (prefill chunks and decodes), summed */
+    double host_before_s, forward_s, host_after_s; /* the steps' parts, seconds summed */
 } comet_engine_stats;
 
 void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s);
 
-/* Block until no request is queued or running (or timeout_s passes; < 0: forever).
- * Returns 1 when idle. */
+/* Block until no request is queued or running and the engine thread has left its last
+ * step (every callback of the finished requests has returned and the step counters of
+ * comet_engine_get_stats are final), or timeout_s passes (< 0: forever). Returns 1 when
+ * idle. */
 int comet_engine_wait_idle(comet_engine *e, double timeout_s);
 
 const char *comet_finish_reason_name(comet_finish_reason r); /* "stop", "length", ... */

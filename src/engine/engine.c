@@ -58,6 +58,7 @@ struct comet_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv, idle_cv;
     int stopping;
+    int busy; /* the engine thread is in a step (its callbacks may still run) */
     uint64_t next_id;
     req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
     int n_incoming, n_waiting, n_running, list_cap;
@@ -242,8 +243,26 @@ static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_pla
     }
 }
 
-/* Build and run one step. Returns 0 when there was nothing to do. */
-static int step(comet_engine *e) {
+/* Count a step of n_seqs sequences and n_tokens tokens that began at t0, called its
+ * forward pass at t1 and had its results at t2; its host time after ends now. Returns now. */
+static double count_step(comet_engine *e, int n_seqs, int n_tokens, double t0, double t1,
+                         double t2) {
+    double t3 = comet_now_s(), before = t1 - t0, forward = t2 - t1, after = t3 - t2;
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    e->stats.step_seqs += (uint64_t)n_seqs;
+    e->stats.step_tokens += (uint64_t)n_tokens;
+    e->stats.host_before_s += before;
+    e->stats.forward_s += forward;
+    e->stats.host_after_s += after;
+    pthread_mutex_unlock(&e->mu);
+    return t3;
+}
+
+/* Build and run one step; its host time before the forward pass counts from t0. Returns
+ * when the step's counted time ended, or t0 when no forward pass ran (nothing could be
+ * scheduled: that time goes to the next step). */
+static double step(comet_engine *e, double t0) {
     const int V = e->m->cfg.n_vocab;
     comet_batch_builder_reset(&e->run.bb);
     int n_plans = 0, budget = e->p.max_batch_tokens, rows = 0;
@@ -340,9 +359,9 @@ static int step(comet_engine *e) {
             } else {
                 preempt(e, victim);
             }
-            return 1;
+            return t0;
         }
-        return e->n_waiting > 0;
+        return t0;
     }
 
     for (int i = 0; i < n_plans; i++) {
@@ -353,6 +372,7 @@ static int step(comet_engine *e) {
         COMET_ASSERT(st == COMET_OK);
     }
     COMET_ASSERT(e->run.bb.batch.n_logits == rows);
+    const int fed = e->run.bb.batch.n_tokens; /* tokens in the step */
     /* Sampled where the logits are when every row is a token to pick and nobody asked for
      * the numbers (logprobs, prompt logprobs): then only the ids cross to the host. */
     int sample_there = rows > 0;
@@ -364,16 +384,15 @@ static int step(comet_engine *e) {
             e->draws[pl->row] = (comet_runner_draw){pl->r->smp, pl->r->tokens + pl->r->n_prompt,
                                                     pl->r->n_generated};
     }
+    double t1 = comet_now_s();
     comet_status st = sample_there ? comet_runner_step_sample(&e->run, e->draws, e->logits, e->ids)
                                    : comet_runner_step(&e->run, e->logits);
-    pthread_mutex_lock(&e->mu);
-    e->stats.steps++;
-    pthread_mutex_unlock(&e->mu);
+    double t2 = comet_now_s();
     if (st < 0) {
         const char *why = comet_last_error();
         for (int i = 0; i < n_plans; i++)
             finish(e, e->plans[i].r, COMET_FINISH_ERROR, why, NULL, 0);
-        return 1;
+        return count_step(e, n_plans, fed, t0, t1, t2);
     }
     for (int i = 0; i < n_plans; i++) {
         plan *pl = &e->plans[i];
@@ -394,26 +413,32 @@ static int step(comet_engine *e) {
                 advance(e, r, NULL, e->ids[row]);
         }
     }
-    return 1;
+    return count_step(e, n_plans, fed, t0, t1, t2);
 }
 
 static void *engine_main(void *arg) {
     comet_engine *e = arg;
+    double t0 = comet_now_s(); /* the next step's host time starts at the end of the last
+                                * counted one, or after an idle wait */
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        e->busy = 0;
         while (!e->stopping && e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0) {
             pthread_cond_broadcast(&e->idle_cv);
             pthread_cond_wait(&e->cv, &e->mu);
+            t0 = comet_now_s();
         }
         for (int i = 0; i < e->n_incoming; i++)
             list_insert_sorted(e->waiting, &e->n_waiting, e->incoming[i]);
         e->n_incoming = 0;
+        e->busy = 1;
         int stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
         if (stopping)
             break;
-        step(e);
-        /* the last step before idling is always seen: wait_idle's callers read the peak */
+        t0 = step(e, t0);
+        /* the last step before idling is always seen: wait_idle's callers read the peak (the
+         * probe's time counts in the next step's host time before) */
         note_device_use(e, e->n_running == 0 && e->n_waiting == 0);
     }
     while (e->n_running)
@@ -799,10 +824,10 @@ int comet_engine_wait_idle(comet_engine *e, double timeout_s) {
     }
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    while (!e->stopping && (e->n_incoming || e->n_waiting || e->n_running) && rc == 0)
+    while (!e->stopping && (e->n_incoming || e->n_waiting || e->n_running || e->busy) && rc == 0)
         rc = timeout_s < 0 ? pthread_cond_wait(&e->idle_cv, &e->mu)
                            : pthread_cond_timedwait(&e->idle_cv, &e->mu, &until);
-    int idle = !e->n_incoming && !e->n_waiting && !e->n_running;
+    int idle = !e->n_incoming && !e->n_waiting && !e->n_running && !e->busy;
     pthread_mutex_unlock(&e->mu);
     return idle;
 }
