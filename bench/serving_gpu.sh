@@ -53,7 +53,8 @@
 # commit, commands, the table), serving.log (everything printed), serving_throughput.png,
 # logs.tar.gz (the server's and the tools' raw outputs).
 #
-# Environment: OUT, COMET_BIN (default build-gpu/comet), GPU_MEM_FRACTION, SERVE_EXTRA (more
+# Environment: OUT, COMET_BIN (default build-gpu/comet), COMET_COMMIT (the commit to name;
+# default git rev-parse), GPU_MEM_FRACTION, SERVE_EXTRA (more
 # `comet serve` arguments), SERVE_ARGS (instead of --synthetic ... --device cuda
 # --gpu-memory-fraction F: another model or device, e.g. a CPU test), BENCH_ARGS (the same
 # for the offline runs: instead of --synthetic ... [--fp16] --device cuda), BENCH_EXTRA (more
@@ -137,8 +138,13 @@ COMET_BIN="${COMET_BIN:-build-gpu/comet}"
 FRACTION="${GPU_MEM_FRACTION:-0.9}"
 GPU_NAME="$( { nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null || echo unknown; } | head -1)"
 GPU_MIB="$( { nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null || true; } | head -1 | tr -dc 0-9)"
-COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
+# COMET_COMMIT names the tree when its copy has no .git of its own (the GPU machine's)
+if [ -n "${COMET_COMMIT:-}" ]; then
+    COMMIT="$COMET_COMMIT"
+else
+    COMMIT="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    git diff --quiet HEAD 2>/dev/null || COMMIT="$COMMIT+dirty"
+fi
 export GPU_NAME COMET_COMMIT="$COMMIT"
 say "serving_gpu.sh on $GPU_NAME (${GPU_MIB:-?} MiB), commit $COMMIT: model $MODEL, lengths $LENGTHS, concurrency $CONCS, engines $ENGINES, budget ${BUDGET}s"
 
