@@ -9,7 +9,7 @@
  * least disturbed run); cycles come from the TSC. Random codes and activations: timings
  * only, no results are checked (tests/test_cpu_kv4.c and tests/test_w4ax_cpu.c do that).
  *
- *   bench_cpu_kernels [ctx (default 640)] [reps (default 200)]
+ *   bench_cpu_kernels [ctx (default 640)] [reps (default 200)] [attention|gemm (default both)]
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -84,9 +84,12 @@ static void bench_attention(int ctx, int reps) {
         best_cyc = c1 - c0 < best_cyc ? c1 - c0 : best_cyc;
     }
     const int n_keys = ctx + 1;
+    uint32_t hash = 2166136261u; /* FNV-1a of the output's bytes: equal hashes, equal results */
+    for (size_t i = 0; i < (size_t)H * D * sizeof *o; i++)
+        hash = (hash ^ ((const uint8_t *)o)[i]) * 16777619u;
     printf("attention ctx %d: %.1f us per layer (x%d layers: %.3f ms), %.0f TSC cycles per key "
-           "and KV head\n",
-           n_keys, best * 1e6, LAYERS, best * 1e3 * LAYERS, (double)best_cyc / n_keys / HKV);
+           "and KV head; output hash %08x\n",
+           n_keys, best * 1e6, LAYERS, best * 1e3 * LAYERS, (double)best_cyc / n_keys / HKV, hash);
     free(ids), free(k), free(v), free(q), free(o);
     comet_batch_builder_free(&bb);
     comet_kv_seq_free(&seq);
@@ -156,7 +159,10 @@ static void bench_gemm(int reps) {
 
 int main(int argc, char **argv) {
     const int ctx = argc > 1 ? atoi(argv[1]) : 640, reps = argc > 2 ? atoi(argv[2]) : 200;
-    bench_attention(ctx, reps);
-    bench_gemm(reps / 10 > 3 ? reps / 10 : 3);
+    const char *only = argc > 3 ? argv[3] : "";
+    if (strcmp(only, "gemm"))
+        bench_attention(ctx, reps);
+    if (strcmp(only, "attention"))
+        bench_gemm(reps / 10 > 3 ? reps / 10 : 3);
     return 0;
 }
