@@ -22,7 +22,8 @@
 
 #define W4AX_TT 64     /* tokens per work item */
 #define W4AX_GROUPS 4  /* row groups (of 8 output channels) per work item */
-#define W4AX_PF_GROUPS 4 /* how many row groups ahead the vector kernels prefetch codes */
+#define W4AX_PF_BYTES 6144 /* how far ahead the vector kernels prefetch codes, in whole row
+                            * groups (at least one) nearest to this many bytes */
 
 const char *comet_w4ax_cpu_isa_name(comet_w4ax_isa isa) {
     static const char *names[COMET_W4AX_ISA_COUNT] = {"auto", "scalar", "avx2", "avx-vnni",
