@@ -594,9 +594,10 @@ static void attn_span(void *ctx, int item, int tid) {
         }
 #endif
     for (int i = 0; i < gqa; i++)
-        for (int c = 0; c < D; c++)
-            part[(size_t)i * (D + 2) + c] =
-                (c & 1 ? a->ao[i][c / 2] : a->ae[i][c / 2]) + a->zsum[i][c / G];
+        for (int g = 0; g < a->ng; g++)
+            for (int c = g * G; c < (g + 1) * G; c++)
+                part[(size_t)i * (D + 2) + c] =
+                    (c & 1 ? a->ao[i][c / 2] : a->ae[i][c / 2]) + a->zsum[i][g];
 }
 
 /* Token t, KV head kvh: its spans merged in span order, normalized, rotated back. */
