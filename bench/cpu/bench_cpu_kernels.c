@@ -10,9 +10,11 @@
  * least disturbed run); cycles come from the TSC. Random codes and activations: timings
  * only, no results are checked (tests/test_cpu_kv4.c and tests/test_w4ax_cpu.c do that).
  *
- *   bench_cpu_kernels [ctx (default 640)] [reps (default 200)] [attention|gemm|gemmhot|gemm2]
+ *   bench_cpu_kernels [ctx (default 640)] [reps (default 200)]
+ *                     [attention|gemm|gemmhot|gemm2|prefill]
  * (default: attention and gemm; gemmhot: the GEMM on cache-resident weights, its compute
- * alone; gemm2: on 2 threads, as comet bench runs it)
+ * alone; gemm2: on 2 threads, as comet bench runs it; prefill: one layer's matmuls at
+ * M = 512, x30)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -185,6 +187,50 @@ static void bench_gemm(int reps, comet_threadpool *tp, int hot) {
             comet_w4ax_cpu_free(&w[l][i]), free(codes[l][i]);
 }
 
+/* The 4 matmuls of one layer at M = 512 prompt tokens (prefill; compute-bound: a row
+ * group's codes stay in L1 across a tile of tokens), x30 layers, ms, one thread. */
+static void bench_prefill(int reps) {
+    const int C = 576, F = 1536, B = 64, M = 512;
+    const int shape[4][2] = {{C + 2 * HKV * D, C}, {C, C}, {2 * F, C}, {C, F}}; /* N, K */
+    int8_t *qa = malloc((size_t)M * F);
+    float *sa = malloc((size_t)M * F / B * sizeof *sa), *y = malloc((size_t)M * 2 * F * sizeof *y);
+    for (size_t j = 0; j < (size_t)M * F; j++)
+        qa[j] = (int8_t)((rnd() % 16) - 8);
+    for (size_t j = 0; j < (size_t)M * F / B; j++)
+        sa[j] = 0.01f + 0.001f * (float)(rnd() % 100);
+    double total = 0, part[4];
+    for (int i = 0; i < 4; i++) {
+        const int N = shape[i][0], K = shape[i][1];
+        uint8_t *codes = malloc((size_t)N * K / 2);
+        uint16_t *sw = malloc((size_t)N * (K / B) * 2);
+        for (size_t j = 0; j < (size_t)N * K / 2; j++)
+            codes[j] = (uint8_t)rnd();
+        for (size_t j = 0; j < (size_t)N * (K / B); j++)
+            sw[j] = 0x2000 + (rnd() & 0x3FF);
+        comet_w4ax_cpu w;
+        if (comet_w4ax_cpu_pack(N, K, B, codes, sw, &w)) {
+            fprintf(stderr, "pack failed\n");
+            exit(1);
+        }
+        const comet_w4ax_cpu *wp = &w;
+        part[i] = 1e9;
+        for (int r = 0; r < reps; r++) {
+            double a = now();
+            comet_w4ax_cpu_gemm(NULL, COMET_W4AX_ISA_AUTO, 1, &wp, M, 0, qa, sa, &y, NULL);
+            a = now() - a;
+            part[i] = a < part[i] ? a : part[i];
+        }
+        total += part[i] * LAYERS;
+        comet_w4ax_cpu_free(&w);
+        free(codes), free(sw);
+    }
+    printf("prefill gemm (%s, M %d, 1 thread): %.1f ms for 30 layers; qkv %.2f o %.2f gate_up %.2f "
+           "down %.2f ms per layer\n",
+           comet_w4ax_cpu_isa_name(comet_w4ax_cpu_isa_best()), M, total * 1e3, part[0] * 1e3,
+           part[1] * 1e3, part[2] * 1e3, part[3] * 1e3);
+    free(qa), free(sa), free(y);
+}
+
 int main(int argc, char **argv) {
     const int ctx = argc > 1 ? atoi(argv[1]) : 640, reps = argc > 2 ? atoi(argv[2]) : 200;
     const char *only = argc > 3 ? argv[3] : "";
@@ -193,6 +239,8 @@ int main(int argc, char **argv) {
         bench_attention(ctx, reps);
     if (!*only || !strcmp(only, "gemm"))
         bench_gemm(greps, NULL, 0);
+    if (!strcmp(only, "prefill"))
+        bench_prefill(reps / 20 > 3 ? reps / 20 : 3);
     if (!strcmp(only, "gemmhot"))
         bench_gemm(greps, NULL, 1);
     if (!strcmp(only, "gemm2")) { /* the decode GEMM on 2 threads, as comet bench runs it */
