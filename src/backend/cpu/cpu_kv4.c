@@ -187,6 +187,7 @@ static inline __attribute__((always_inline)) void transpose8(__m256 *r) {
 typedef struct attn_state {
     int gqa, D, G, ng;
     int vec; /* the vector path: AVX2, 4-bit codes, G a multiple of 16, D of 64 */
+    /* the plain C path's query: even / odd channels, sums per group */
     float qe[KV4_MAX_GQA][KV4_MAX_D / 2], qo[KV4_MAX_GQA][KV4_MAX_D / 2];
     float qsum[KV4_MAX_GQA][KV4_MAX_GROUPS];
     float ae[KV4_MAX_GQA][KV4_MAX_D / 2], ao[KV4_MAX_GQA][KV4_MAX_D / 2]; /* P·V, even/odd */
@@ -520,6 +521,21 @@ static void attn_span(void *ctx, int item, int tid) {
     float sc[KV4_MAX_GQA * KV4_SPAN], qr[KV4_MAX_D];
     for (int i = 0; i < gqa; i++) {
         memcpy(qr, j->q + ((size_t)t * j->H + kvh * gqa + i) * D, D * sizeof(float));
+#ifdef KV4_VEC
+        if (a->vec) {
+            /* channel c sits at bit 4 (c mod 8) of its code word; the top nibble is shifted
+             * down to bit 0 instead of masked (block_scores_vec) */
+            static const float pow16[8] = {1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f,
+                                           0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
+            for (int c = 0; c < D; c++)
+                a->qsc[i][c] = qr[c] * pow16[c % 8];
+            for (int c = 0; c < D / 2; c++)
+                a->qeo[i][c] = qr[2 * c] + qr[2 * c + 1];
+            for (int m = 0; m < (2 * a->ng + 7) / 8; m++)
+                a->zacc[i][m] = _mm256_setzero_ps();
+            continue;
+        }
+#endif
         for (int c = 0; c < D / 2; c++) {
             a->qe[i][c] = qr[2 * c];
             a->qo[i][c] = qr[2 * c + 1];
@@ -530,18 +546,6 @@ static void attn_span(void *ctx, int item, int tid) {
                 z += qr[c];
             a->qsum[i][g] = z;
         }
-#ifdef KV4_VEC
-        /* channel c sits at bit 4 (c mod 8) of its code word; the top nibble is shifted
-         * down to bit 0 instead of masked (block_scores_vec) */
-        static const float pow16[8] = {1.0f, 0x1p-4f, 0x1p-8f, 0x1p-12f,
-                                       0x1p-16f, 0x1p-20f, 0x1p-24f, 1.0f};
-        for (int c = 0; c < D; c++)
-            a->qsc[i][c] = qr[c] * pow16[c % 8];
-        for (int c = 0; c < D / 2; c++)
-            a->qeo[i][c] = qr[2 * c] + qr[2 * c + 1];
-        for (int m = 0; m < (2 * a->ng + 7) / 8 && a->vec; m++)
-            a->zacc[i][m] = _mm256_setzero_ps();
-#endif
     }
     const uint8_t *row[KV4_BLK];
     const uint16_t *sz[KV4_BLK];
