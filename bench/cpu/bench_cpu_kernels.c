@@ -164,7 +164,8 @@ static void bench_gemm(int reps, comet_threadpool *tp, int hot) {
                hot ? " (cached weights)" : "", best * 1e3, bytes / 1e6, bytes / best / 1e9,
                sum[0] * 1e3, sum[1] * 1e3, sum[2] * 1e3, sum[3] * 1e3);
     }
-    /* the floor: the same codes only read (32-byte loads, OR-ed together), same order */
+    /* the floor: the same codes only read (32-byte loads, OR-ed together; 8-byte ones
+     * without AVX2), same order */
     double best = 1e9;
     uint64_t sink = 0;
     for (int r = 0; r < reps; r++) {
@@ -172,10 +173,19 @@ static void bench_gemm(int reps, comet_threadpool *tp, int hot) {
         for (int l = 0; l < LAYERS; l++)
             for (int i = 0; i < 4; i++) {
                 const size_t n = (size_t)shape[i][0] * shape[i][1] / 2;
+#ifdef __AVX2__
                 __m256i acc = _mm256_setzero_si256();
                 for (size_t j = 0; j + 32 <= n; j += 32)
                     acc = _mm256_or_si256(acc, _mm256_loadu_si256((const __m256i *)(codes[l][i] + j)));
                 sink += (uint64_t)_mm256_extract_epi64(acc, 0);
+#else
+                uint64_t acc = 0, word;
+                for (size_t j = 0; j + 8 <= n; j += 8) {
+                    memcpy(&word, codes[l][i] + j, 8);
+                    acc |= word;
+                }
+                sink += acc;
+#endif
             }
         double t = now() - t0;
         best = t < best ? t : best;
