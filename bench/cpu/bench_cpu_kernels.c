@@ -11,10 +11,10 @@
  * only, no results are checked (tests/test_cpu_kv4.c and tests/test_w4ax_cpu.c do that).
  *
  *   bench_cpu_kernels [ctx (default 640)] [reps (default 200)]
- *                     [attention|gemm|gemmhot|gemm2|prefill]
- * (default: attention and gemm; gemmhot: the GEMM on cache-resident weights, its compute
- * alone; gemm2: on 2 threads, as comet bench runs it; prefill: one layer's matmuls at
- * M = 512, x30)
+ *                     [attention|attncold|gemm|gemmhot|gemm2|prefill]
+ * (default: attention and gemm; attncold: attention with the KV read from memory; gemmhot:
+ * the GEMM on cache-resident weights, its compute alone; gemm2: on 2 threads, as comet bench
+ * runs it; prefill: one layer's matmuls at M = 512, x30)
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -49,7 +49,9 @@ static double now(void) {
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
-static void bench_attention(int ctx, int reps) {
+/* cold: a 64 MiB buffer is read between calls, so the KV comes from memory as it does in a
+ * decode step (after the weights have passed through the caches) */
+static void bench_attention(int ctx, int reps, int cold) {
     comet_kv_cache kv;
     memset(&kv, 0, sizeof kv);
     const int n_pages = (ctx + 1 + P - 1) / P + 1;
@@ -81,7 +83,12 @@ static void bench_attention(int ctx, int reps) {
     comet_cpu_kv4_append(&kv, 0, &bb.batch, k, v);
     double best = 1e9;
     uint64_t best_cyc = UINT64_MAX;
+    const size_t flush_n = cold ? (size_t)64 << 20 : 0;
+    uint8_t *flush = cold ? calloc(flush_n, 1) : NULL;
+    volatile uint8_t flush_sink = 0;
     for (int r = 0; r < reps; r++) {
+        for (size_t i = 0; i < flush_n; i += 64)
+            flush_sink += flush[i];
         double t0 = now();
         uint64_t c0 = __rdtsc();
         comet_cpu_kv4_attention(NULL, &kv, 0, &bb.batch, q, H, o);
@@ -94,9 +101,10 @@ static void bench_attention(int ctx, int reps) {
     uint32_t hash = 2166136261u; /* FNV-1a of the output's bytes: equal hashes, equal results */
     for (size_t i = 0; i < (size_t)H * D * sizeof *o; i++)
         hash = (hash ^ ((const uint8_t *)o)[i]) * 16777619u;
-    printf("attention ctx %d: %.1f us per layer (x%d layers: %.3f ms), %.0f TSC cycles per key "
+    free(flush);
+    printf("attention%s ctx %d: %.1f us per layer (x%d layers: %.3f ms), %.0f TSC cycles per key "
            "and KV head; output hash %08x\n",
-           n_keys, best * 1e6, LAYERS, best * 1e3 * LAYERS, (double)best_cyc / n_keys / HKV, hash);
+           cold ? " (KV from memory)" : "", n_keys, best * 1e6, LAYERS, best * 1e3 * LAYERS, (double)best_cyc / n_keys / HKV, hash);
     free(ids), free(k), free(v), free(q), free(o);
     comet_batch_builder_free(&bb);
     comet_kv_seq_free(&seq);
@@ -246,7 +254,9 @@ int main(int argc, char **argv) {
     const char *only = argc > 3 ? argv[3] : "";
     const int greps = reps / 10 > 3 ? reps / 10 : 3;
     if (!*only || !strcmp(only, "attention"))
-        bench_attention(ctx, reps);
+        bench_attention(ctx, reps, 0);
+    if (!strcmp(only, "attncold"))
+        bench_attention(ctx, reps, 1);
     if (!*only || !strcmp(only, "gemm"))
         bench_gemm(greps, NULL, 0);
     if (!strcmp(only, "prefill"))
