@@ -3,8 +3,9 @@
  * over contexts of one and of two key spans:
  * the stored codes and fp16 scale / zero are comet_quant_kv_group's, in the CUDA page layout;
  * attention from the codes equals attention over the dequantized cache up to fp32 rounding,
- * for 4 and 8 bits, with and without the Hadamard rotation, GQA, two sequences with partly
- * filled pages, prefill and decode steps; and it does not depend on the thread count. */
+ * for 4 and 8 bits, with and without the Hadamard rotation, head dims 64, 128 and 192, GQA,
+ * two sequences with partly filled pages, prefill and decode steps; and it does not depend
+ * on the thread count. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -27,7 +28,6 @@
 
 #define H 6
 #define HKV 2
-#define D 64
 #define P 16
 #define N_PAGES 20
 #define LAYERS 2
@@ -38,7 +38,7 @@ typedef struct {
     comet_batch_builder bb;
 } pages;
 
-static void check_config(int bits, int G, int rotation) {
+static void check_config(int bits, int G, int rotation, int D) {
     comet_backend *ref = comet_backend_cpu_ref_init();
     comet_threadpool *tp1 = comet_threadpool_init(1), *tp3 = comet_threadpool_init(3);
     comet_kv_format fmt = {comet_kv_type_from_bits(bits), G, rotation};
@@ -89,7 +89,7 @@ static void check_config(int bits, int G, int rotation) {
         }
         free(k), free(v), free(q), free(o_ref), free(o1), free(o3);
     }
-    printf("  KV%d G=%d rotation %s: max relative error %.3g\n", bits, G,
+    printf("  KV%d D=%d G=%d rotation %s: max relative error %.3g\n", bits, D, G,
            comet_kv_rotation_name(rotation), worst);
     assert_true(worst < 5e-5); /* fp32 sums over up to 200 keys in two orders */
     /* one stored group checked by hand: sequence 0, position 3, layer 1, K, head 1, group 0 */
@@ -124,11 +124,16 @@ static void check_config(int bits, int G, int rotation) {
 static void test_kv4_attention_matches_simulation(void **state) {
     (void)state;
     tu_seed(7);
-    check_config(4, 16, COMET_KV_ROTATION_NONE);
-    check_config(4, 16, COMET_KV_ROTATION_HADAMARD);
-    check_config(4, 0, COMET_KV_ROTATION_HADAMARD);
-    check_config(4, 8, COMET_KV_ROTATION_NONE); /* groups of 8: the generic path */
-    check_config(8, 16, COMET_KV_ROTATION_NONE);
+    check_config(4, 16, COMET_KV_ROTATION_NONE, 64);
+    check_config(4, 16, COMET_KV_ROTATION_HADAMARD, 64);
+    check_config(4, 0, COMET_KV_ROTATION_HADAMARD, 64);
+    check_config(4, 8, COMET_KV_ROTATION_NONE, 64); /* groups of 8: the generic path */
+    check_config(8, 16, COMET_KV_ROTATION_NONE, 64);
+    /* the vector path's other shapes: 2 groups per row, two 64-channel chunks, and a row of
+     * 6 groups (its scales and zeros in a padded chunk) */
+    check_config(4, 32, COMET_KV_ROTATION_NONE, 64);
+    check_config(4, 16, COMET_KV_ROTATION_HADAMARD, 128);
+    check_config(4, 32, COMET_KV_ROTATION_NONE, 192);
 }
 
 static void test_kv4_refuses_bad_formats(void **state) {

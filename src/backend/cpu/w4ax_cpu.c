@@ -21,8 +21,9 @@
 #endif
 
 #define W4AX_TT 64     /* tokens per work item */
-#define W4AX_GROUPS 4  /* row groups (of 8 output channels) per work item */
-#define W4AX_PF_GROUPS 4 /* how many row groups ahead the vector kernels prefetch codes */
+#define W4AX_GROUPS 4  /* row groups (of 8 output channels) per work item, at least */
+#define W4AX_PF_BYTES 6144 /* how far ahead the vector kernels prefetch codes, in whole row
+                            * groups (at least one) nearest to this many bytes */
 
 const char *comet_w4ax_cpu_isa_name(comet_w4ax_isa isa) {
     static const char *names[COMET_W4AX_ISA_COUNT] = {"auto", "scalar", "avx2", "avx-vnni",
@@ -223,6 +224,7 @@ typedef struct {
     const float *sa;
     const int32_t *asum8;
     int M, n_tiles;
+    int item_groups; /* row groups per work item */
     int item0[8]; /* first item of each weight; item0[n_w] = total */
     int n_w;
 } w4ax_job;
@@ -238,7 +240,8 @@ static void w4ax_task(void *ctx, int item, int tid) {
     int tile = local % j->n_tiles, chunk = local / j->n_tiles;
     int t0 = tile * W4AX_TT, t1 = j->M - t0 < W4AX_TT ? j->M : t0 + W4AX_TT;
     int n_groups = w->n_pad / COMET_W4AX_CPU_ROWS;
-    int g0 = chunk * W4AX_GROUPS, g1 = g0 + W4AX_GROUPS < n_groups ? g0 + W4AX_GROUPS : n_groups;
+    int g0 = chunk * j->item_groups;
+    int g1 = g0 + j->item_groups < n_groups ? g0 + j->item_groups : n_groups;
     for (int g = g0; g < g1; g++)
         j->rows(w, g, t0, t1, j->qa, j->sa, j->asum8, j->ys[i], j->bsum);
 }
@@ -331,7 +334,17 @@ comet_status comet_w4ax_cpu_gemm(comet_threadpool *tp, comet_w4ax_isa isa, int n
     j.asum8 = asum8;
     j.qa = split;
     j.n_tiles = (M + W4AX_TT - 1) / W4AX_TT;
-    int per_group = COMET_W4AX_CPU_ROWS * W4AX_GROUPS;
+    /* One tile of tokens (decode): items of n_groups / (2 n_threads) groups, at least
+     * W4AX_GROUPS, so that each thread streams long runs of consecutive rows. */
+    j.item_groups = W4AX_GROUPS;
+    if (j.n_tiles == 1 && tp) {
+        int most = 0;
+        for (int i = 0; i < n_w; i++)
+            most = ws[i]->n_pad > most ? ws[i]->n_pad : most;
+        const int want = most / COMET_W4AX_CPU_ROWS / (2 * comet_threadpool_size(tp));
+        j.item_groups = want > W4AX_GROUPS ? want : W4AX_GROUPS;
+    }
+    int per_group = COMET_W4AX_CPU_ROWS * j.item_groups;
     j.item0[0] = 0;
     for (int i = 0; i < n_w; i++)
         j.item0[i + 1] = j.item0[i] + (ws[i]->n_pad + per_group - 1) / per_group * j.n_tiles;
