@@ -4,7 +4,8 @@
  * one-line error on stderr naming the problem (after at most some loading progress),
  * nothing on stdout, non-zero exit; the no-GPU message of a CUDA build on a machine
  * without a GPU; one default device (cpu) for every command; --max-tokens 0; the
- * llama.cpp perplexity protocol on one window; bench's table; the model line of a
+ * llama.cpp perplexity protocol on one window; bench's table, its --throughput mode (table
+ * and --json record) and its bad input; the model line of a
  * checkpoint directory; --version; and --help on each subcommand. Cases that need the
  * default model load it from $COMET_SOURCE_DIR/models (fetched by the setup script). */
 #include <setjmp.h>
@@ -20,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "test_util.h"
@@ -139,6 +141,28 @@ static void test_bad_option_values(void **state) {
     assert_one_line_error(&r, "serve", "--tensor-parallel expects an integer in [1, 64]");
     run("bench --tensor-parallel 2x", &r);
     assert_one_line_error(&r, "bench", "--tensor-parallel expects an integer in [1, 64]");
+}
+
+/* serve's model and memory options are checked before anything loads: a missing
+ * --model here would be the error otherwise, so the messages prove the order. */
+static void test_serve_synthetic_and_memory_options(void **state) {
+    result r;
+    run("serve --synthetic llama3-13b", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "synthetic model 'llama3-13b': expected llama3-8b or "
+                                       "llama3-70b");
+    run("serve --synthetic llama3-8b --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "give --model or --synthetic, not both");
+    run("serve --fp16 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--fp16 picks the variant of a --synthetic model");
+    run("serve --synthetic llama3-70b --device cpu", &r);
+    assert_one_line_error(&r, "serve", "run with --device cuda");
+    run("serve --gpu-memory-fraction 0 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction must be above 0");
+    run("serve --gpu-memory-fraction 1.5 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in [0, 1]");
+    run("serve --gpu-memory-fraction x --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number");
 }
 
 static void test_prompt_over_context(void **state) {
@@ -326,6 +350,83 @@ static void test_bench_defaults_to_cpu(void **state) {
     assert_true(atof(cols[7]) > 0.0); /* the model's file was read within the timing */
 }
 
+/* bench --throughput on the CPU: the table, and the --json record with every request's
+ * tokens counted (N * O) and the parameters the run was given. */
+static void test_bench_throughput(void **state) {
+    char args[4600], json[300];
+    snprintf(json, sizeof json, "%s/bench.json", tmpdir);
+    snprintf(args, sizeof args,
+             "bench --model '%s' --throughput --input-len 6 --output-len 3 --requests 3 "
+             "--max-seqs 2 --threads 1 --json '%s'",
+             model_path(), json);
+    result r;
+    run(args, &r);
+    if (r.rc != 0)
+        fail_msg("rc %d, stderr '%s'", r.rc, r.err);
+    assert_non_null(strstr(r.out, "| output tok/s | total tok/s |"));
+    assert_non_null(strstr(r.out, "| cpu | 3 | 6 / 3 | 2 |"));
+    assert_non_null(strstr(r.out, "host share"));
+    char text[4096];
+    slurp(json, text, sizeof text);
+    unlink(json);
+    assert_non_null(strchr(text, '\n'));
+    assert_ptr_equal(strchr(text, '\n'), text + strlen(text) - 1); /* one line */
+    cJSON *j = cJSON_Parse(text);
+    assert_non_null(j);
+    assert_string_equal(cJSON_GetObjectItem(j, "mode")->valuestring, "throughput");
+    assert_int_equal(cJSON_GetObjectItem(j, "output_tokens")->valuedouble, 9);
+    assert_int_equal(cJSON_GetObjectItem(j, "requests")->valuedouble, 3);
+    assert_int_equal(cJSON_GetObjectItem(j, "max_seqs")->valuedouble, 2);
+    assert_true(cJSON_GetObjectItem(j, "output_tok_s")->valuedouble > 0);
+    assert_true(cJSON_GetObjectItem(j, "mean_batch_seqs")->valuedouble <= 2);
+    assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "tpot_p99_ms")));
+    cJSON_Delete(j);
+}
+
+/* bench's two modes refuse each other's options and impossible lengths, by name. */
+static void test_bench_bad_input(void **state) {
+    result r;
+    run("bench --throughput --input-len 4", &r);
+    assert_one_line_error(&r, "bench", "--throughput needs --input-len and --output-len");
+    run("bench --input-len 4 --output-len 4", &r);
+    assert_one_line_error(&r, "bench", "--input-len needs --throughput");
+    run("bench --throughput --input-len 4 --output-len 4 --reps 2", &r);
+    assert_one_line_error(&r, "bench", "--reps is an option of the decode benchmark");
+    run("bench --decode-batch 8 --throughput --input-len 4 --output-len 4", &r);
+    assert_one_line_error(&r, "bench", "--decode-batch is an option of the decode benchmark");
+    run("bench --throughput --input-len 0 --output-len 4", &r);
+    assert_one_line_error(&r, "bench", "--input-len expects an integer in [1,");
+    run("bench --throughput --input-len 4 --output-len 4 --requests 0", &r);
+    assert_one_line_error(&r, "bench", "--requests expects an integer in [1,");
+    run("bench --throughput --input-len 4 --output-len 4 --max-seqs 1025", &r);
+    assert_one_line_error(&r, "bench", "--max-seqs expects an integer in [1, 1024]");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 0", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction must be above 0");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 1.5", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in [0, 1]");
+    run("bench --throughput --input-len 4 --output-len 4 --kv-pages 9 --gpu-memory-fraction .5",
+        &r);
+    assert_one_line_error(&r, "bench", "give --kv-pages (a fixed pool) or --gpu-memory-fraction");
+    run("bench --gpu-memory-fraction 0.5", &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction needs --throughput");
+    run("bench --decode-batch 0", &r);
+    assert_one_line_error(&r, "bench", "--decode-batch expects an integer in [1, 4096]");
+    char args[4300];
+    snprintf(args, sizeof args,
+             "bench --model '%s' --throughput --input-len 8000 --output-len 1000", model_path());
+    run(args, &r);
+    assert_one_line_error(&r, "bench",
+                          "--input-len 8000 + --output-len 1000 exceed the model's context of "
+                          "8192 tokens");
+    snprintf(args, sizeof args,
+             "bench --model '%s' --throughput --input-len 20 --output-len 20 --kv-pages 2",
+             model_path());
+    run(args, &r);
+    assert_one_line_error(&r, "bench",
+                          "--kv-pages 2 (32 tokens) cannot hold one request of 20 + 20 tokens; "
+                          "it needs 3 pages");
+}
+
 /* A CUDA build on a machine without an NVIDIA driver (no /dev/nvidia*) says so and how to
  * run on the CPU, instead of the runtime's "driver version is insufficient". Runs only
  * where that is the situation (`comet --version` says CUDA is built in, no device nodes). */
@@ -501,11 +602,14 @@ int main(void) {
         cmocka_unit_test(test_unreadable_text),
         cmocka_unit_test(test_cuda_device),
         cmocka_unit_test(test_bad_option_values),
+        cmocka_unit_test(test_serve_synthetic_and_memory_options),
         cmocka_unit_test(test_prompt_over_context),
         cmocka_unit_test(test_sampling_options),
         cmocka_unit_test(test_help),
         cmocka_unit_test(test_version),
         cmocka_unit_test(test_bench_defaults_to_cpu),
+        cmocka_unit_test(test_bench_throughput),
+        cmocka_unit_test(test_bench_bad_input),
         cmocka_unit_test(test_no_gpu_message),
         cmocka_unit_test(test_quantize_out_checked_first),
         cmocka_unit_test(test_max_tokens_zero),

@@ -29,7 +29,9 @@ typedef struct comet_engine comet_engine;
 typedef struct comet_engine_params {
     int max_seqs;         /* sequences per step (default 64) */
     int max_batch_tokens; /* tokens per step (default 512) */
-    int n_pages;          /* KV pool pages (default 512) */
+    int n_pages;          /* KV pool pages; <= 0 (the default): sized from memory on a
+                           * device backend (comet_engine_plan_memory), and
+                           * COMET_ENGINE_CPU_PAGES on a backend whose memory is the host's */
     int page_size;        /* tokens per page (default 16) */
     int max_waiting;      /* queued requests before submit answers COMET_QUEUE_FULL (256) */
     int n_threads;        /* CPU backend threads in all (split between tensor-parallel
@@ -41,10 +43,83 @@ typedef struct comet_engine_params {
                            * slower on the GPU. Default 0 */
     int tensor_parallel;  /* 0 (default): one device; N >= 1: the model split over N devices
                            * of device's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
-                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
+                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL; needs n_pages > 0 */
+    double gpu_memory_fraction; /* the fraction of the device's total memory comet may use in
+                                 * all, in (0, 1] (default 0.9, as vLLM's): the weights, the
+                                 * workspace and the KV pool, with what other processes
+                                 * already hold counted against it. Used when the pool is
+                                 * sized from memory (n_pages <= 0 on a device) */
 } comet_engine_params;
 
+/* KV pool pages of a host-memory (CPU) backend when n_pages <= 0: 512 pages of 16 tokens. */
+#define COMET_ENGINE_CPU_PAGES 512
+
+/* The most sequences one step takes (max_seqs). */
+#define COMET_ENGINE_MAX_SEQS 1024
+
 comet_engine_params comet_engine_default_params(void);
+
+/* What the engine holds in memory (comet_engine_get_memory). */
+typedef struct comet_engine_memory {
+    size_t device_total;     /* bytes of device memory (0: host-memory backend) */
+    size_t weights;          /* bytes the model's weights take on the backend (measured: the
+                              * drop of the device's free memory across their load; 0 on a
+                              * host backend, whose weights are the model's arrays) */
+    size_t workspace;        /* bytes of the forward pass's workspace (activations, logits)
+                              * as allocated at start; what the backend grows during steps
+                              * (split-K and attention partials, graphs) is in the plan's
+                              * headroom and shows in device_used_peak */
+    size_t kv_pool;          /* bytes of the KV page pool */
+    int kv_pool_pages, kv_pool_tokens;
+    size_t device_used_peak; /* highest device bytes in use (total - free, every process's
+                              * use) seen at init and at step boundaries; 0 for a host
+                              * backend */
+    int page_size;           /* tokens per page */
+    int max_seqs_ctx;        /* sequences of the model's whole context the pool holds */
+    int max_seqs_2048;       /* sequences of 2048 tokens the pool holds */
+} comet_engine_memory;
+
+/* A snapshot of e's memory; thread-safe. */
+void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out);
+
+/* How the KV pool of model m is sized on a device (comet_engine_plan_memory). */
+typedef struct comet_engine_memory_plan {
+    size_t budget;     /* gpu_memory_fraction * device_total: what comet may use in all */
+    size_t used;       /* device_total - device_free: held already (this process and others) */
+    size_t weights;    /* the weights' bytes estimated from the model's config: W4Ax linears
+                        * 4-bit codes + fp16 block scales, other linears 2 bytes a weight,
+                        * the fp32 embedding, the fp16 lm_head and fp32 norms */
+    size_t workspace;  /* the forward pass's workspace (comet_forward_init's buffers) */
+    size_t headroom;   /* kept free for what the backend allocates during steps:
+                        * COMET_ENGINE_HEADROOM_BYTES plus twice the largest stacked GEMM
+                        * output of a step (max_batch_tokens x the widest group, fp32) */
+    size_t page_bytes; /* one KV page: every layer, K and V, codes and scales in the
+                        * model's KV format as the CUDA backend lays them out */
+    int page_size;
+    int n_pages;       /* pages the pool gets (0 when none fit) */
+    int pages_per_seq; /* pages one sequence of the model's context (n_ctx) takes */
+    int max_seqs_ctx;  /* n_pages / pages_per_seq */
+    int max_seqs_2048; /* sequences of 2048 tokens */
+} comet_engine_memory_plan;
+
+/* Room for the backend's step-time allocations: split-K and attention partials, decode
+ * graphs and the CUDA context's own growth (1 GiB). */
+#define COMET_ENGINE_HEADROOM_BYTES ((size_t)1 << 30)
+
+/* Plan the KV pool of model m under p (page_size, max_batch_tokens, gpu_memory_fraction)
+ * on a device of device_total bytes with device_free bytes free now. `loaded` 0: the
+ * weights and workspace are not on the device yet, so their estimates are taken from what
+ * is left; 1: they are, and device_free already shows them. Then
+ *   n_pages = (budget - used - [weights + workspace if !loaded] - headroom) / page_bytes.
+ * The engine checks with loaded 0 before any weight goes to the device and sizes the pool
+ * with loaded 1 after, through this one function, so the two agree but for the estimates.
+ * COMET_OK with *out filled; COMET_ERR_INVALID_ARG for a fraction outside (0, 1], no
+ * device memory (device_total 0) or bad sizes; COMET_ERR_NOMEM (with *out filled) when the
+ * pool cannot hold one sequence of the model's context, naming the numbers and what would
+ * help. */
+comet_status comet_engine_plan_memory(const comet_model *m, const comet_engine_params *p,
+                                      size_t device_total, size_t device_free, int loaded,
+                                      comet_engine_memory_plan *out);
 
 #define COMET_ENGINE_MAX_STOP 4
 #define COMET_ENGINE_MAX_TOP 20
@@ -143,16 +218,30 @@ typedef enum comet_request_state {
 
 comet_request_state comet_engine_request_state(comet_engine *e, uint64_t id);
 
+/* Counters since the engine started. A step is one forward pass (steps in which nothing
+ * could be scheduled are not counted). Its time splits into three host wall-clock parts:
+ * before (from the engine loop taking its lock to the forward pass being called: cancels,
+ * scheduling, page reservation, the batch and its block tables), forward (the forward pass
+ * and the sampling of the step's rows, until the ids are on the host; on a device backend
+ * this includes the host's enqueueing of the kernels and the wait for them; on the CPU the
+ * computation itself) and after (tokens appended, detokenization, stop strings, events and
+ * their callbacks, finished requests freed). */
 typedef struct comet_engine_stats {
     int running, waiting;
     int pages_used, pages_free;
     uint64_t steps, preemptions, tokens_generated, prompt_tokens;
+    uint64_t step_seqs;   /* sequences in the steps, summed over steps (mean batch size:
+                           * step_seqs / steps) */
+    uint64_t step_tokens; /* tokens fed to the steps (prefill chunks and decodes), summed */
+    double host_before_s, forward_s, host_after_s; /* the steps' parts, seconds summed */
 } comet_engine_stats;
 
 void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s);
 
-/* Block until no request is queued or running (or timeout_s passes; < 0: forever).
- * Returns 1 when idle. */
+/* Block until no request is queued or running and the engine thread has left its last
+ * step (every callback of the finished requests has returned and the step counters of
+ * comet_engine_get_stats are final), or timeout_s passes (< 0: forever). Returns 1 when
+ * idle. */
 int comet_engine_wait_idle(comet_engine *e, double timeout_s);
 
 const char *comet_finish_reason_name(comet_finish_reason r); /* "stop", "length", ... */

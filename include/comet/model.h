@@ -217,7 +217,9 @@ comet_status comet_model_load_with(const char *path, const comet_model_load_para
  * (comet_model.synthetic_seed): preset "llama3-8b" or "llama3-70b" (LLaMA-3.1 shapes,
  * vocabulary 128256, context 8192). quantized: W4AxKV4 linears (block 128, the first 1/8 of
  * each group's blocks INT8, KV4 with the Hadamard rotation); else floating-point linears and a
- * 16-bit KV cache. No tokenizer. COMET_OK and *out (free with comet_model_free), or
+ * 16-bit KV cache. The tokenizer (m->tok) has no vocabulary (comet_tokenizer_ids): prompts
+ * are token ids, text is refused ("synthetic model llama3-8b has no vocabulary: send token
+ * ids"), token i decodes to " <i>", BOS 128000 and EOS 128009 are control tokens. COMET_OK and *out (free with comet_model_free), or
  * COMET_ERR_INVALID_ARG naming the preset, COMET_ERR_NOMEM. */
 comet_status comet_model_synthetic(const char *preset, int quantized, uint64_t seed,
                                    comet_model **out);

@@ -24,6 +24,7 @@ typedef struct comet_tokenizer comet_tokenizer;
 typedef enum comet_tok_type {
     COMET_TOK_BPE, /* byte-level BPE (GGUF tokenizer.ggml.model = "gpt2") */
     COMET_TOK_SPM, /* SentencePiece BPE (GGUF tokenizer.ggml.model = "llama") */
+    COMET_TOK_IDS, /* no vocabulary: token-id prompts only (comet_tokenizer_ids) */
     COMET_TOK_TYPE_COUNT
 } comet_tok_type;
 
@@ -65,6 +66,18 @@ typedef struct comet_vocab_desc {
  * "qwen2"/"stablelm2"; NULL or "default" (llama.cpp's default). */
 comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *desc);
 
+/* A tokenizer for a model without a vocabulary (a synthetic benchmark model): it takes
+ * token-id prompts only. Encoding any text fails with COMET_ERR_INVALID_ARG and the message
+ * "<kind> model <name> has no vocabulary: send token ids", so text prompts and chat
+ * templates are refused by name. Decoding is fixed and documented: token i (0 <= i <
+ * n_vocab) decodes to the text " <i>" (a space, '<', i in decimal, '>'), e.g. 42 -> " <42>";
+ * `bos_id` and `eos_id` (-1 when absent) are control tokens, so they decode to "" unless
+ * special tokens are rendered. `kind` ("synthetic") and `name` ("llama3-8b") are copied.
+ * Returns NULL with comet_last_error() set for n_vocab <= 0, an id outside the vocabulary
+ * or out of memory. Free with comet_tokenizer_free. */
+comet_tokenizer *comet_tokenizer_ids(const char *kind, const char *name, int n_vocab,
+                                     int32_t bos_id, int32_t eos_id);
+
 /* Read an HF tokenizer.json (model.type "BPE" with byte-level pre-tokenizer, or
  * SentencePiece-style BPE with byte fallback) plus added_tokens. NULL + last error on
  * failure (names the file and field). */
@@ -97,7 +110,8 @@ comet_status comet_tokenizer_set_special(comet_tokenizer *tok, comet_special_tok
 /* comet_token_attr of `id`, or COMET_ERR_INVALID_ARG for an id out of range. */
 int comet_tokenizer_token_attr(const comet_tokenizer *tok, int32_t id);
 
-/* Encode `len` bytes of UTF-8 `text` into ids. When `parse_special` is non-zero, the
+/* Encode `len` bytes of UTF-8 `text` into ids (a COMET_TOK_IDS tokenizer refuses all text
+ * with COMET_ERR_INVALID_ARG, see comet_tokenizer_ids). When `parse_special` is non-zero, the
  * text of control/user-defined tokens ("<|im_start|>") becomes that token; otherwise it
  * is tokenized as plain text (user-defined added tokens are always matched, as in HF and
  * llama.cpp). No BOS is added here. On success *ids is a malloc'd array of *n_ids ids owned

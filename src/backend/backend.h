@@ -26,6 +26,7 @@
 #ifndef COMET_BACKEND_BACKEND_H
 #define COMET_BACKEND_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "backend/batch.h"
@@ -258,6 +259,13 @@ comet_backend *comet_backend_cuda_init(int device);
 
 /* The GPU a CUDA backend runs on; -1 for another backend. */
 int comet_backend_cuda_device(const comet_backend *be);
+
+/* The memory of the device `be` runs on, as the device reports it now: *total_bytes its
+ * size and *free_bytes what no one (this process or another) holds (cudaMemGetInfo). A
+ * backend whose memory is the host's answers 0 and 0 (unknown: the engine does not size
+ * its KV pool from host memory). COMET_OK, or COMET_ERR_CUDA naming the failure. */
+comet_status comet_backend_device_memory(comet_backend *be, size_t *free_bytes,
+                                         size_t *total_bytes);
 
 /* Wait for the work queued on a CUDA backend's stream. Returns COMET_OK, COMET_ERR_CUDA
  * with the CUDA error named when a kernel failed, or COMET_ERR_INVALID_ARG when `be` is

@@ -27,6 +27,7 @@
 
 #include "backend/backend.h"
 #include "comet/tokenizer.h"
+#include "core/clock.h"
 #include "engine/request.h"
 #include "engine/runner.h"
 #include "engine/sampler.h"
@@ -57,19 +58,24 @@ struct comet_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv, idle_cv;
     int stopping;
+    int busy; /* the engine thread is in a step (its callbacks may still run) */
     uint64_t next_id;
     req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
     int n_incoming, n_waiting, n_running, list_cap;
     comet_engine_stats stats; /* counters: engine thread writes under mu */
+    comet_engine_memory mem;  /* set at init; device_used_peak updated under mu */
 };
+
+static void note_device_use(comet_engine *e);
 
 comet_engine_params comet_engine_default_params(void) {
     return (comet_engine_params){.max_seqs = 64,
                                  .max_batch_tokens = 512,
-                                 .n_pages = 512,
+                                 .n_pages = 0,
                                  .page_size = 16,
                                  .max_waiting = 256,
-                                 .n_threads = 0};
+                                 .n_threads = 0,
+                                 .gpu_memory_fraction = 0.9};
 }
 
 comet_request_params comet_request_default_params(void) {
@@ -236,8 +242,26 @@ static comet_status reserve_or_preempt(comet_engine *e, req *r, int k, int n_pla
     }
 }
 
-/* Build and run one step. Returns 0 when there was nothing to do. */
-static int step(comet_engine *e) {
+/* Count a step of n_seqs sequences and n_tokens tokens that began at t0, called its
+ * forward pass at t1 and had its results at t2; its host time after ends now. Returns now. */
+static double count_step(comet_engine *e, int n_seqs, int n_tokens, double t0, double t1,
+                         double t2) {
+    double t3 = comet_now_s(), before = t1 - t0, forward = t2 - t1, after = t3 - t2;
+    pthread_mutex_lock(&e->mu);
+    e->stats.steps++;
+    e->stats.step_seqs += (uint64_t)n_seqs;
+    e->stats.step_tokens += (uint64_t)n_tokens;
+    e->stats.host_before_s += before;
+    e->stats.forward_s += forward;
+    e->stats.host_after_s += after;
+    pthread_mutex_unlock(&e->mu);
+    return t3;
+}
+
+/* Build and run one step; its host time before the forward pass counts from t0. Returns
+ * when the step's counted time ended, or t0 when no forward pass ran (nothing could be
+ * scheduled: that time goes to the next step). */
+static double step(comet_engine *e, double t0) {
     const int V = e->m->cfg.n_vocab;
     comet_batch_builder_reset(&e->run.bb);
     int n_plans = 0, budget = e->p.max_batch_tokens, rows = 0;
@@ -334,9 +358,9 @@ static int step(comet_engine *e) {
             } else {
                 preempt(e, victim);
             }
-            return 1;
+            return t0;
         }
-        return e->n_waiting > 0;
+        return t0;
     }
 
     for (int i = 0; i < n_plans; i++) {
@@ -347,6 +371,7 @@ static int step(comet_engine *e) {
         COMET_ASSERT(st == COMET_OK);
     }
     COMET_ASSERT(e->run.bb.batch.n_logits == rows);
+    const int fed = e->run.bb.batch.n_tokens; /* tokens in the step */
     /* Sampled where the logits are when every row is a token to pick and nobody asked for
      * the numbers (logprobs, prompt logprobs): then only the ids cross to the host. */
     int sample_there = rows > 0;
@@ -358,16 +383,15 @@ static int step(comet_engine *e) {
             e->draws[pl->row] = (comet_runner_draw){pl->r->smp, pl->r->tokens + pl->r->n_prompt,
                                                     pl->r->n_generated};
     }
+    double t1 = comet_now_s();
     comet_status st = sample_there ? comet_runner_step_sample(&e->run, e->draws, e->logits, e->ids)
                                    : comet_runner_step(&e->run, e->logits);
-    pthread_mutex_lock(&e->mu);
-    e->stats.steps++;
-    pthread_mutex_unlock(&e->mu);
+    double t2 = comet_now_s();
     if (st < 0) {
         const char *why = comet_last_error();
         for (int i = 0; i < n_plans; i++)
             finish(e, e->plans[i].r, COMET_FINISH_ERROR, why, NULL, 0);
-        return 1;
+        return count_step(e, n_plans, fed, t0, t1, t2);
     }
     for (int i = 0; i < n_plans; i++) {
         plan *pl = &e->plans[i];
@@ -388,25 +412,31 @@ static int step(comet_engine *e) {
                 advance(e, r, NULL, e->ids[row]);
         }
     }
-    return 1;
+    return count_step(e, n_plans, fed, t0, t1, t2);
 }
 
 static void *engine_main(void *arg) {
     comet_engine *e = arg;
+    double t0 = comet_now_s(); /* the next step's host time starts at the end of the last
+                                * counted one, or after an idle wait */
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        e->busy = 0;
         while (!e->stopping && e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0) {
             pthread_cond_broadcast(&e->idle_cv);
             pthread_cond_wait(&e->cv, &e->mu);
+            t0 = comet_now_s();
         }
         for (int i = 0; i < e->n_incoming; i++)
             list_insert_sorted(e->waiting, &e->n_waiting, e->incoming[i]);
         e->n_incoming = 0;
+        e->busy = 1;
         int stopping = e->stopping;
         pthread_mutex_unlock(&e->mu);
         if (stopping)
             break;
-        step(e);
+        t0 = step(e, t0);
+        note_device_use(e); /* counted in the next step's host time before */
     }
     while (e->n_running)
         finish(e, e->running[e->n_running - 1], COMET_FINISH_CANCELLED, NULL, NULL, 0);
@@ -418,14 +448,96 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+/* The device's bytes in use now (every process's) into the peak; a host backend has none. */
+static void note_device_use(comet_engine *e) {
+    size_t f = 0, t = 0;
+    if (!e->mem.device_total)
+        return;
+    if (comet_backend_device_memory(e->be, &f, &t) < 0) {
+        comet_clear_error(); /* a statistic only: the next step reports a broken device */
+        return;
+    }
+    pthread_mutex_lock(&e->mu);
+    if (t - f > e->mem.device_used_peak)
+        e->mem.device_used_peak = t - f;
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* Before any weight goes to the backend: the pool size, or (n_pages <= 0 on a device) the
+ * check that the pool planned from memory holds one sequence of the model's context. */
+static comet_status plan_pool(comet_engine *e) {
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    e->mem.device_total = t;
+    e->mem.device_used_peak = t - f;
+    if (e->p.n_pages > 0)
+        return COMET_OK;
+    if (t == 0) { /* host memory: a fixed pool */
+        e->p.n_pages = COMET_ENGINE_CPU_PAGES;
+        return COMET_OK;
+    }
+    if (e->p.tensor_parallel > 0)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "engine: with tensor parallelism the KV pool is not sized from "
+                               "memory; give n_pages (--kv-pages)");
+    comet_engine_memory_plan plan;
+    return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
+}
+
+/* comet_runner_params.size_pool: the pool's pages from the device's free memory once the
+ * weights and workspace are there. */
+static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pages) {
+    comet_engine *e = user;
+    (void)fc;
+    size_t f = 0, t = 0;
+    COMET_TRY(comet_backend_device_memory(e->be, &f, &t));
+    comet_engine_memory_plan plan;
+    COMET_TRY(comet_engine_plan_memory(e->m, &e->p, t, f, 1, &plan));
+    *n_pages = plan.n_pages;
+    return COMET_OK;
+}
+
+/* What the runner holds, into e->mem. */
+static comet_status memory_after_init(comet_engine *e) {
+    const comet_model_config *c = &e->m->cfg;
+    const comet_kv_cache *kv = &e->run.kv;
+    comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
+    e->mem.kv_pool = kv->storage ? kv->storage_bytes
+                                 : (kv->k ? 2 * (size_t)kv->n_layer * kv->n_pages *
+                                                kv->page_size * kv->n_head_kv * kv->head_dim *
+                                                sizeof(float)
+                                          : 0);
+    e->mem.kv_pool_pages = e->p.n_pages;
+    e->mem.kv_pool_tokens = e->p.n_pages * e->p.page_size;
+    e->mem.page_size = e->p.page_size;
+    int per_ctx = (c->n_ctx + e->p.page_size - 1) / e->p.page_size;
+    int per_2048 = (2048 + e->p.page_size - 1) / e->p.page_size;
+    e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
+    e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
+    note_device_use(e);
+    return COMET_OK;
+}
+
+void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->mem;
+    pthread_mutex_unlock(&e->mu);
+}
+
 comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params *pp) {
     comet_engine_params p = pp ? *pp : comet_engine_default_params();
     const comet_model_config *c = &m->cfg;
-    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.n_pages <= 0 || p.page_size <= 0 ||
-        p.max_waiting <= 0) {
+    if (p.max_seqs <= 0 || p.max_batch_tokens <= 0 || p.page_size <= 0 || p.max_waiting <= 0) {
         comet_set_error(COMET_ERR_INVALID_ARG,
-                        "engine: max_seqs, max_batch_tokens, n_pages, page_size and max_waiting "
-                        "must be positive");
+                        "engine: max_seqs, max_batch_tokens, page_size and max_waiting must be "
+                        "positive");
+        return NULL;
+    }
+    if (!(p.gpu_memory_fraction > 0.0 && p.gpu_memory_fraction <= 1.0)) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "engine: gpu_memory_fraction %g is outside (0, 1]; it is the share of "
+                        "the device's memory comet may use (e.g. 0.9)",
+                        p.gpu_memory_fraction);
         return NULL;
     }
     if (p.tensor_parallel < 0 || p.tensor_parallel > COMET_MAX_TENSOR_PARALLEL) {
@@ -469,12 +581,19 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (!e->be)
         goto fail;
     comet_backend_set_batch_invariant(e->be, p.batch_invariant);
+    if (plan_pool(e) < 0)
+        goto fail;
     comet_runner_params rp = {.max_batch_tokens = p.max_batch_tokens,
                               .max_seqs = p.max_seqs,
-                              .n_pages = p.n_pages,
+                              .n_pages = e->p.n_pages,
                               .page_size = p.page_size,
-                              .tensor_parallel = p.tensor_parallel};
+                              .tensor_parallel = p.tensor_parallel,
+                              .size_pool = size_pool,
+                              .size_user = e};
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
+        goto fail;
+    e->p.n_pages = e->run.pool.n_pages;
+    if (memory_after_init(e) < 0)
         goto fail;
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
@@ -699,10 +818,10 @@ int comet_engine_wait_idle(comet_engine *e, double timeout_s) {
     }
     pthread_mutex_lock(&e->mu);
     int rc = 0;
-    while (!e->stopping && (e->n_incoming || e->n_waiting || e->n_running) && rc == 0)
+    while (!e->stopping && (e->n_incoming || e->n_waiting || e->n_running || e->busy) && rc == 0)
         rc = timeout_s < 0 ? pthread_cond_wait(&e->idle_cv, &e->mu)
                            : pthread_cond_timedwait(&e->idle_cv, &e->mu, &until);
-    int idle = !e->n_incoming && !e->n_waiting && !e->n_running;
+    int idle = !e->n_incoming && !e->n_waiting && !e->n_running && !e->busy;
     pthread_mutex_unlock(&e->mu);
     return idle;
 }

@@ -13,10 +13,13 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
                                const comet_runner_params *p) {
     const comet_model_config *c = &m->cfg;
     memset(r, 0, sizeof *r);
-    if (p->max_batch_tokens <= 0 || p->max_seqs <= 0 || p->n_pages <= 0 || p->page_size <= 0)
+    int n_pages = p->n_pages;
+    if (p->max_batch_tokens <= 0 || p->max_seqs <= 0 || p->page_size <= 0 ||
+        (n_pages <= 0 && (!p->size_pool || p->tensor_parallel > 0)))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "runner: max_batch_tokens, max_seqs, n_pages and page_size must "
-                               "be positive");
+                               "be positive (n_pages may be sized from memory on one device "
+                               "only)");
     r->m = m;
     r->be = be;
     comet_status st;
@@ -26,25 +29,28 @@ comet_status comet_runner_init(comet_runner *r, const comet_model *m, comet_back
                                "runner: tensor_parallel %d; 0 or a rank "
                                "count",
                                p->tensor_parallel);
-    if ((st = comet_kv_pool_init(&r->pool, p->n_pages, p->page_size)) < 0 ||
-        (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, p->n_pages,
-                                       p->page_size)) < 0)
-        goto fail;
     if (p->tensor_parallel > 0) { /* the ranks hold the KV pages and the workspace */
-        if ((st = comet_tp_init(m, be, p->tensor_parallel, p->max_batch_tokens, p->n_pages,
+        if ((st = comet_tp_init(m, be, p->tensor_parallel, p->max_batch_tokens, n_pages,
                                 p->page_size, kv, &r->tp)) < 0)
             goto fail;
         r->fc = comet_tp_rank0(r->tp);
     } else {
-        if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, p->n_pages, p->page_size,
-                                         c->n_head_kv, c->head_dim, kv)) < 0)
-            goto fail;
         r->fc = comet_forward_init(m, be, p->max_batch_tokens);
         if (!r->fc) {
             st = comet_last_status();
             goto fail;
         }
+        if (n_pages <= 0 && (st = p->size_pool(p->size_user, r->fc, &n_pages)) < 0)
+            goto fail;
+        COMET_ASSERT(n_pages > 0);
+        if ((st = comet_kv_cache_init_on(be, &r->kv, c->n_layer, n_pages, p->page_size,
+                                         c->n_head_kv, c->head_dim, kv)) < 0)
+            goto fail;
     }
+    if ((st = comet_kv_pool_init(&r->pool, n_pages, p->page_size)) < 0 ||
+        (st = comet_batch_builder_init(&r->bb, p->max_batch_tokens, p->max_seqs, n_pages,
+                                       p->page_size)) < 0)
+        goto fail;
     st = comet_sampling_init(&r->sampling, p->max_batch_tokens, p->max_seqs * ADJ_PER_SEQ);
     if (st < 0)
         goto fail;

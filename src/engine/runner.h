@@ -52,6 +52,11 @@ typedef struct comet_runner_params {
                                 * (engine/tp.h), `be` rank 0 and peers of its kind */
     const comet_kv_format *kv; /* the KV cache's format (checked by the KV pool); NULL: the
                                 * model's m->kv */
+    /* With n_pages <= 0 (one device only): called once the weights and workspace are on the
+     * backend, before the KV pool exists, to choose the pool's pages (> 0) into *n_pages;
+     * a negative status fails the init with it. */
+    comet_status (*size_pool)(void *user, const comet_forward_ctx *fc, int *n_pages);
+    void *size_user;
 } comet_runner_params;
 
 typedef struct comet_runner {
@@ -66,8 +71,9 @@ typedef struct comet_runner {
     comet_sampling sampling; /* comet_runner_step_sample's host scratch */
 } comet_runner;
 
-/* Set up r for model m on backend be (both borrowed; they must outlive r). The KV cache
- * takes p->kv's format, or the model's (m->kv) when that is NULL. COMET_OK, or the
+/* Set up r for model m on backend be (both borrowed; they must outlive r): the weights and
+ * workspace first, then the KV pool (sized by p->size_pool when p->n_pages <= 0) and the
+ * batch builder. The KV cache takes p->kv's format, or the model's (m->kv) when that is NULL. COMET_OK, or the
  * first failure with comet_last_error() naming it (COMET_ERR_INVALID_ARG for sizes,
  * COMET_ERR_NOMEM, COMET_ERR_UNSUPPORTED for a backend that cannot run the model,
  * COMET_ERR_CUDA); r is then zeroed and owns nothing. */

@@ -48,6 +48,8 @@ struct comet_forward_ctx {
     float *up;     /* [T, F] */
     void *act;     /* comet_act_bytes(T, max(C, H*D, F)): a group's GEMM input */
     float *logits; /* [T, V] (backends without host memory) */
+    size_t weights_bytes;   /* device memory weights_load took (free-memory delta); 0 on host */
+    size_t workspace_bytes; /* the buffers above, as allocated */
     /* tensor parallelism (comet_forward_set_comm): */
     comet_comm *comm;          /* NULL: the model runs whole */
     const int *att_cols;       /* [ranks + 1] each rank's columns of the attention output
@@ -114,6 +116,8 @@ static void *ws_alloc(comet_forward_ctx *fc, size_t bytes, comet_status *st) {
     void *p = fc->be->ops->alloc(fc->be, bytes);
     if (!p)
         *st = COMET_ERR_NOMEM;
+    else
+        fc->workspace_bytes += bytes;
     return p;
 }
 
@@ -141,12 +145,19 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
     fc->m = m;
     fc->be = be;
     fc->max_tokens = max_batch_tokens;
-    comet_status st = be->ops->weights_load(be, m, &fc->w);
+    /* the weights' device bytes as the device counts them: what weights_load left taken
+     * (packing and conversion scratch it frees again is not counted) */
+    size_t free0 = 0, free1 = 0, total = 0;
+    comet_status st = comet_backend_device_memory(be, &free0, &total);
+    if (st >= 0 && (st = be->ops->weights_load(be, m, &fc->w)) < 0)
+        fc->w = NULL; /* weights_load left nothing behind */
+    if (st >= 0 && (st = be->ops->sync(be)) >= 0)
+        st = comet_backend_device_memory(be, &free1, &total);
     if (st < 0) {
-        fc->w = NULL;
-        comet_forward_free(fc);
+        comet_forward_free(fc); /* and fc->w when it was loaded */
         return NULL;
     }
+    fc->weights_bytes = free0 > free1 ? free0 - free1 : 0;
     fc->x = ws_alloc(fc, T * c->n_embd * f, &st);
     fc->q = ws_alloc(fc, T * HD * f, &st);
     fc->k = ws_alloc(fc, T * KVD * f, &st);
@@ -179,6 +190,30 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
 }
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc) { return fc->max_tokens; }
+
+void comet_forward_memory(const comet_forward_ctx *fc, size_t *weights_bytes,
+                          size_t *workspace_bytes) {
+    *weights_bytes = fc->weights_bytes;
+    *workspace_bytes = fc->workspace_bytes;
+}
+
+size_t comet_forward_workspace_bytes(const comet_model *m, int max_batch_tokens,
+                                     int host_memory) {
+    const comet_model_config *c = &m->cfg;
+    size_t T = (size_t)max_batch_tokens, f = sizeof(float);
+    size_t HD = (size_t)c->n_head * c->head_dim, KVD = (size_t)c->n_head_kv * c->head_dim;
+    int k_max = c->n_embd;
+    if (comet_group_width(m, COMET_GROUP_O) > k_max)
+        k_max = comet_group_width(m, COMET_GROUP_O);
+    if (c->n_ff > k_max)
+        k_max = c->n_ff;
+    /* x, tmp; q, att; k, v; gate, up; act; logits: as comet_forward_init allocates them */
+    size_t n = T * f * (2 * (size_t)c->n_embd + 2 * HD + 2 * KVD + 2 * (size_t)c->n_ff);
+    n += comet_act_bytes(max_batch_tokens, k_max);
+    if (!host_memory)
+        n += T * (size_t)c->n_vocab * f;
+    return n;
+}
 
 const float *comet_forward_logits(const comet_forward_ctx *fc) { return fc->logits; }
 

@@ -27,6 +27,20 @@ void comet_forward_free(comet_forward_ctx *fc);
 
 int comet_forward_max_tokens(const comet_forward_ctx *fc);
 
+/* What fc holds in its backend's memory: *weights_bytes the device memory its weights took
+ * (the drop in the device's free memory across weights_load, so it is a measurement that
+ * counts allocation granularity; 0 on a backend whose memory is the host's, whose weights
+ * are the model's own arrays), *workspace_bytes the activation and logits buffers as
+ * allocated (comet_forward_workspace_bytes). */
+void comet_forward_memory(const comet_forward_ctx *fc, size_t *weights_bytes,
+                          size_t *workspace_bytes);
+
+/* The workspace bytes comet_forward_init allocates for model m and max_batch_tokens rows
+ * (host_memory: the backend's ops->host_memory, which drops the device logits buffer). For
+ * planning memory before a context exists. */
+size_t comet_forward_workspace_bytes(const comet_model *m, int max_batch_tokens,
+                                     int host_memory);
+
 /* The logits buffer [max_batch_tokens, V] fp32 in the backend's memory, which the latest
  * step filled (rows 0 .. n_logits - 1); NULL on a backend whose memory is the host's. */
 const float *comet_forward_logits(const comet_forward_ctx *fc);

@@ -1,10 +1,12 @@
 /* synthetic.c — models of a known shape without weight files, for benchmarks
  * (comet_model_synthetic in comet/model.h). The backend that runs one generates its random
- * weights in its own memory; nothing here touches weight data. */
+ * weights in its own memory; nothing here touches weight data. The model's tokenizer has
+ * no vocabulary (comet_tokenizer_ids): it takes token-id prompts and refuses text. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "comet/model.h"
+#include "comet/tokenizer.h"
 
 typedef struct preset {
     const char *name;
@@ -71,6 +73,12 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
     m->synthetic_seed = seed ? seed : 1;
     m->name = strdup(p->name);
     m->layers = calloc((size_t)c->n_layer, sizeof *m->layers);
+    /* No vocabulary: prompts are token ids; token i decodes to " <i>". */
+    m->tok = comet_tokenizer_ids("synthetic", p->name, c->n_vocab, c->bos_id, c->eos_ids[0]);
+    if (!m->tok) {
+        comet_model_free(m);
+        return comet_last_status();
+    }
     if (!m->name || !m->layers) {
         comet_model_free(m);
         return comet_set_error(COMET_ERR_NOMEM, "synthetic model: out of memory");

@@ -682,8 +682,13 @@ void comet_api_generate(void *user, comet_server *srv, comet_oai_request *req,
             return;
         }
     } else if (req->prompt) {
-        if (tokenize(m, req->prompt, &ids, &n_ids) < 0) {
-            reply_error(reply, srv, 500, NULL, NULL, "cannot tokenize the prompt");
+        comet_status st = tokenize(m, req->prompt, &ids, &n_ids);
+        if (st < 0) {
+            /* a tokenizer without a vocabulary refuses text: the client's to fix */
+            if (st == COMET_ERR_INVALID_ARG)
+                reply_error(reply, srv, 400, "prompt", NULL, comet_last_error());
+            else
+                reply_error(reply, srv, 500, NULL, NULL, "cannot tokenize the prompt");
             comet_oai_request_free(req);
             return;
         }

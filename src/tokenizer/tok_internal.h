@@ -88,6 +88,9 @@ struct comet_tokenizer {
     int spm_split;              /* split the text at "▁" into words before merging (Metaspace) */
     int spm_prefix_if_no_space; /* Metaspace: no "▁" prepended to text starting with a space */
     int byte_fallback;          /* unknown characters become <0xXX> tokens (else unk) */
+
+    /* COMET_TOK_IDS: what encoding's refusal names ("synthetic model llama3-8b"). */
+    char *ids_owner;
 };
 
 /* A growable id array used while encoding. */

@@ -334,6 +334,7 @@ void comet_tokenizer_free(comet_tokenizer *t) {
     free(t->attr);
     free(t->scores);
     free(t->special_ids);
+    free(t->ids_owner);
     tok_str_map_free(&t->tok_map);
     tok_pair_map_free(&t->merges);
     for (int i = 0; i < t->n_regex; i++)
@@ -349,6 +350,12 @@ static comet_tokenizer *fail(comet_tokenizer *t) {
 comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *d) {
     if (!d || d->type < 0 || d->type >= COMET_TOK_TYPE_COUNT) {
         comet_set_error(COMET_ERR_INVALID_ARG, "tokenizer: unknown tokenizer type");
+        return NULL;
+    }
+    if (d->type == COMET_TOK_IDS) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "tokenizer: a vocabulary description cannot build an id-only "
+                        "tokenizer; use comet_tokenizer_ids");
         return NULL;
     }
     if (d->n_tokens <= 0 || !d->tokens) {
@@ -470,6 +477,64 @@ comet_tokenizer *comet_tokenizer_init(const comet_vocab_desc *d) {
     return t;
 }
 
+/* An id-only tokenizer reuses the decoding tables (text, piece, attr) so that
+ * comet_tokenizer_token_bytes and the streaming detokenizer work unchanged; it has no
+ * token map, merges or special-token buckets, and encoding refuses text. */
+comet_tokenizer *comet_tokenizer_ids(const char *kind, const char *name, int n_vocab,
+                                     int32_t bos_id, int32_t eos_id) {
+    if (n_vocab <= 0) {
+        comet_set_error(COMET_ERR_INVALID_ARG, "id tokenizer: n_vocab = %d, expected > 0",
+                        n_vocab);
+        return NULL;
+    }
+    if (bos_id < -1 || bos_id >= n_vocab || eos_id < -1 || eos_id >= n_vocab) {
+        comet_set_error(COMET_ERR_INVALID_ARG,
+                        "id tokenizer: bos %d / eos %d outside the vocabulary [0, %d)",
+                        (int)bos_id, (int)eos_id, n_vocab);
+        return NULL;
+    }
+    comet_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) {
+        comet_set_error(COMET_ERR_NOMEM, "tokenizer: out of memory");
+        return NULL;
+    }
+    t->type = COMET_TOK_IDS;
+    t->n_vocab = n_vocab;
+    t->bos_id = bos_id;
+    t->eos_id = eos_id;
+    t->unk_id = t->pad_id = -1;
+    for (int b = 0; b < 256; b++)
+        t->byte_id[b] = -1;
+    size_t n_owner = strlen(kind ? kind : "") + strlen(name ? name : "") + 8;
+    t->ids_owner = malloc(n_owner);
+    t->text = calloc((size_t)n_vocab, sizeof *t->text);
+    t->text_len = calloc((size_t)n_vocab, sizeof *t->text_len);
+    t->piece = calloc((size_t)n_vocab, sizeof *t->piece);
+    t->piece_len = calloc((size_t)n_vocab, sizeof *t->piece_len);
+    t->attr = malloc((size_t)n_vocab * sizeof *t->attr);
+    if (!t->ids_owner || !t->text || !t->text_len || !t->piece || !t->piece_len || !t->attr) {
+        comet_set_error(COMET_ERR_NOMEM, "tokenizer: out of memory");
+        return fail(t);
+    }
+    snprintf(t->ids_owner, n_owner, "%s model %s", kind ? kind : "", name ? name : "");
+    for (int i = 0; i < n_vocab; i++) {
+        char buf[24];
+        int n = snprintf(buf, sizeof buf, " <%d>", i);
+        t->piece[i] = strdup(buf);
+        t->text[i] = strdup(buf + 1);
+        if (!t->piece[i] || !t->text[i]) {
+            comet_set_error(COMET_ERR_NOMEM, "tokenizer: out of memory");
+            return fail(t);
+        }
+        t->piece_len[i] = (uint32_t)n;
+        t->text_len[i] = (uint32_t)n - 1;
+        t->attr[i] = i == bos_id || i == eos_id ? COMET_TOKEN_CONTROL : COMET_TOKEN_NORMAL;
+        if (n > t->max_piece_len)
+            t->max_piece_len = n;
+    }
+    return t;
+}
+
 int comet_tokenizer_n_vocab(const comet_tokenizer *t) { return t->n_vocab; }
 
 int comet_tokenizer_max_token_bytes(const comet_tokenizer *t) { return t->max_piece_len; }
@@ -552,6 +617,9 @@ comet_status comet_tokenizer_encode(const comet_tokenizer *t, const char *text, 
                                     int parse_special, int32_t **ids, size_t *n_ids) {
     *ids = NULL;
     *n_ids = 0;
+    if (t->type == COMET_TOK_IDS)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "%s has no vocabulary: send token ids",
+                               t->ids_owner);
     if (!text && len)
         return comet_set_error(COMET_ERR_INVALID_ARG, "tokenizer: NULL text of %zu bytes", len);
     tok_ids out = {0};

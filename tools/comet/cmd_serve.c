@@ -17,21 +17,29 @@
 #include "commands.h"
 
 static void usage(FILE *f) {
-    fprintf(f, "usage: comet serve [--model M] [options]\n"
+    fprintf(f, "usage: comet serve [--model M | --synthetic llama3-8b|llama3-70b] [options]\n"
                "\n"
                "Serve the model over an OpenAI-compatible HTTP API: GET /health, GET /v1/models,\n"
                "POST /v1/completions, POST /v1/chat/completions (stream: true for SSE),\n"
                "GET /metrics (Prometheus).\n"
                "\n"
                "  --model M              .gguf file or HF directory (default: the bundled model)\n"
+               "  --synthetic NAME       a model of that shape with random W4AxKV4 weights made\n"
+               "                         on the device (llama3-8b, llama3-70b); prompts are\n"
+               "                         token ids, token i reads \" <i>\"; needs --device cuda\n"
+               "  --fp16                 with --synthetic: FP16 weights and KV cache\n"
                "  --host H               address to bind (default 127.0.0.1)\n"
                "  --port N               TCP port (default 8000; 0 picks a free one, printed)\n"
                "  --api-key K            require 'Authorization: Bearer K' on /v1/ routes\n"
                "                         (default: $COMET_API_KEY if set)\n"
                "  --model-id ID          model name clients send (default: the file's base name)\n"
                "  --max-seqs N           sequences per step (default 64)\n"
-               "  --max-batch-tokens N   tokens per step (default 512)\n"
-               "  --kv-pages N           KV pool pages of 16 tokens (default 512)\n"
+               "  --max-batch-tokens N   tokens per step (default: 512, or --max-seqs if more)\n"
+               "  --kv-pages N           KV pool pages of 16 tokens (default: sized from memory\n"
+               "                         on a GPU, 512 on the CPU)\n"
+               "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
+               "                         weights, workspace and KV pool, with what other\n"
+               "                         processes hold counted (0 < F <= 1, default 0.9)\n"
                "  --max-waiting N        queued requests before 503 (default 256)\n"
                "  --max-body-bytes N     request body limit (default 4194304)\n"
                "  --chat-template T      a Jinja file, or chatml | llama3 | llama2 (default: the model's)\n"
@@ -78,10 +86,36 @@ static void model_id_from_path(const char *path, char *out, size_t cap) {
     snprintf(out, cap, "%.*s", (int)len, path + b);
 }
 
+static double gib(size_t bytes) { return (double)bytes / (double)(1u << 30); }
+
+/* The start-up lines on memory: what the weights, workspace and KV pool take, and how many
+ * sequences of the context length (and of 2048 tokens) the pool holds at once. */
+static void log_memory(const comet_engine_memory *mem, int n_ctx) {
+    if (mem->device_total)
+        comet_log(COMET_LOG_INFO,
+                  "memory: weights %.2f GiB, workspace %.2f GiB, KV pool %.2f GiB (%d pages "
+                  "of %d = %d tokens); %.2f of %.2f GiB on the GPU in use",
+                  gib(mem->weights), gib(mem->workspace), gib(mem->kv_pool), mem->kv_pool_pages,
+                  mem->page_size, mem->kv_pool_tokens, gib(mem->device_used_peak),
+                  gib(mem->device_total));
+    else
+        comet_log(COMET_LOG_INFO,
+                  "memory: workspace %.2f GiB, KV pool %.2f GiB (%d pages of %d = %d tokens) "
+                  "in host memory",
+                  gib(mem->workspace), gib(mem->kv_pool), mem->kv_pool_pages, mem->page_size,
+                  mem->kv_pool_tokens);
+    comet_log(COMET_LOG_INFO,
+              "capacity: %d sequences of the full context (%d tokens), %d of 2048 tokens, at "
+              "once",
+              mem->max_seqs_ctx, n_ctx, mem->max_seqs_2048);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *model_path = NULL, *host = "127.0.0.1", *api_key = getenv("COMET_API_KEY");
-    const char *model_id = NULL, *template_name = NULL, *device = "cpu";
-    long port = 8000, max_seqs = 64, max_batch = 512, pages = 512, max_waiting = 256;
+    const char *model_id = NULL, *template_name = NULL, *device = "cpu", *synthetic = NULL;
+    long port = 8000, max_seqs = 64, max_batch = 0, pages = 0, max_waiting = 256;
+    double mem_fraction = 0.9;
+    int fp16 = 0;
     long max_body = 4L << 20, threads = 0, drain = 30, tensor_parallel = 0;
     int verbose = 0, allow_special_in_messages = 0, batch_invariant = 0;
     /* request defaults given on the command line */
@@ -126,6 +160,23 @@ int cmd_serve(int argc, char **argv) {
         STR_OPT("--model-id", model_id)
         STR_OPT("--chat-template", template_name)
         STR_OPT("--device", device)
+        STR_OPT("--synthetic", synthetic)
+        if (!strcmp(a, "--gpu-memory-fraction")) {
+            if (cli_parse_float("serve", a, val, 0.0, 1.0, &mem_fraction))
+                return 2;
+            if (!(mem_fraction > 0.0)) {
+                fprintf(stderr, "comet serve: --gpu-memory-fraction must be above 0 (the "
+                                "share of the GPU's memory comet may use, e.g. 0.9), got '%s'\n",
+                        val);
+                return 2;
+            }
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--fp16")) {
+            fp16 = 1;
+            continue;
+        }
         INT_OPT("--port", port, 0, 65535)
         INT_OPT("--max-seqs", max_seqs, 1, 4096)
         INT_OPT("--max-batch-tokens", max_batch, 1, 1 << 20)
@@ -156,25 +207,53 @@ int cmd_serve(int argc, char **argv) {
     cli_log_to_stderr(verbose);
     if (cli_device_ok("serve", device) || cli_sampling_check("serve", &smp, 0))
         return 2;
-    if (cli_port_free("serve", host, (int)port))
+    if (model_path && synthetic) {
+        fprintf(stderr, "comet serve: give --model or --synthetic, not both\n");
+        return 2;
+    }
+    if (fp16 && !synthetic) {
+        fprintf(stderr, "comet serve: --fp16 picks the variant of a --synthetic model; a "
+                        "--model is served as its file stores it\n");
+        return 2;
+    }
+    comet_model *m = NULL;
+    if (synthetic) { /* no weights yet: the device makes them when the engine starts */
+        if (comet_model_synthetic(synthetic, !fp16, 1, &m) < 0) {
+            cli_report_error("serve", "cannot make the synthetic model");
+            return 2;
+        }
+        if (strncmp(device, "cuda", 4)) {
+            fprintf(stderr, "comet serve: --synthetic models get their weights from the CUDA "
+                            "backend; run with --device cuda\n");
+            comet_model_free(m);
+            return 2;
+        }
+    }
+    if (cli_port_free("serve", host, (int)port)) {
+        comet_model_free(m);
         return 1;
-    if (!model_path)
+    }
+    if (!model_path && !synthetic)
         model_path = cli_default_model();
     char id_buf[256];
     if (!model_id) {
-        model_id_from_path(model_path, id_buf, sizeof id_buf);
+        if (synthetic)
+            snprintf(id_buf, sizeof id_buf, "%s%s", synthetic, fp16 ? "-fp16" : "");
+        else
+            model_id_from_path(model_path, id_buf, sizeof id_buf);
         model_id = id_buf;
     }
 
-    comet_model *m = NULL;
-    if (cli_load_model(model_path, device, 0, (int)tensor_parallel, &m) < 0) {
+    if (!m && cli_load_model(model_path, device, 0, (int)tensor_parallel, &m) < 0) {
         cli_report_error("serve", "cannot load the model");
         return 1;
     }
     comet_engine_params ep = comet_engine_default_params();
     ep.max_seqs = (int)max_seqs;
-    ep.max_batch_tokens = (int)max_batch;
-    ep.n_pages = (int)pages;
+    /* a decode step of every sequence fits one step's tokens */
+    ep.max_batch_tokens = max_batch > 0 ? (int)max_batch : max_seqs > 512 ? (int)max_seqs : 512;
+    ep.n_pages = (int)pages; /* 0: from memory on a GPU, COMET_ENGINE_CPU_PAGES on the CPU */
+    ep.gpu_memory_fraction = mem_fraction;
     ep.max_waiting = (int)max_waiting;
     ep.n_threads = (int)threads;
     ep.device = device;
@@ -194,7 +273,10 @@ int cmd_serve(int argc, char **argv) {
     sp.model_id = model_id;
     sp.chat_template = template_name;
     sp.allow_special_in_messages = allow_special_in_messages;
-    sp.kv_tokens = ep.n_pages * ep.page_size;
+    comet_engine_memory mem;
+    comet_engine_get_memory(e, &mem);
+    log_memory(&mem, m->cfg.n_ctx);
+    sp.kv_tokens = mem.kv_pool_tokens;
     sp.sampling = smp.p; /* logit_bias: smp's, alive while the server runs */
     sp.sampling_given = smp.given;
     sp.max_tokens = (int)opt_max_tokens;
@@ -218,8 +300,9 @@ int cmd_serve(int argc, char **argv) {
         comet_model_free(m);
         return bad_template ? 2 : 1;
     }
-    comet_log(COMET_LOG_INFO, "serving '%s' on http://%s:%d (ctx %d, %ld KV pages, max %ld seqs)",
-              model_id, host, comet_openai_server_port(srv), m->cfg.n_ctx, pages, max_seqs);
+    comet_log(COMET_LOG_INFO, "serving '%s' on http://%s:%d (ctx %d, %d KV pages, max %ld seqs)",
+              model_id, host, comet_openai_server_port(srv), m->cfg.n_ctx, mem.kv_pool_pages,
+              max_seqs);
     /* one line on stdout for scripts that start the server on port 0 */
     printf("listening on %s:%d\n", host, comet_openai_server_port(srv));
     fflush(stdout);

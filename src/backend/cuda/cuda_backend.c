@@ -701,7 +701,32 @@ comet_status comet_backend_cuda_sync(comet_backend *be) {
     return COMET_OK;
 }
 
+comet_status comet_backend_device_memory(comet_backend *be, size_t *free_bytes,
+                                         size_t *total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    if (!be || be->ops != &cuda_ops)
+        return COMET_OK; /* a host-memory backend */
+    cuda_impl *im = impl_of(be);
+    CUcontext prev;
+    CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "device_memory: cudaSetDevice");
+    size_t f = 0, t = 0;
+    cudaError_t e = cudaMemGetInfo(&f, &t);
+    comet_cuda_be_leave(prev);
+    if (e != cudaSuccess)
+        return comet_cuda_be_fail(e, "device_memory: cudaMemGetInfo");
+    *free_bytes = f;
+    *total_bytes = t;
+    return COMET_OK;
+}
+
 #else /* no CUDA in this build: stubs, so that callers link and fail with a message */
+
+comet_status comet_backend_device_memory(comet_backend *be, size_t *free_bytes,
+                                         size_t *total_bytes) {
+    (void)be; /* no CUDA backend exists in this build: every backend uses host memory */
+    *free_bytes = *total_bytes = 0;
+    return COMET_OK;
+}
 
 comet_backend *comet_backend_cuda_init(int device) {
     (void)device;
