@@ -132,18 +132,18 @@ static void test_engine_cpu_memory(void **state) {
     comet_engine_get_memory(e, &mem);
     assert_int_equal(mem.device_total, 0);
     assert_int_equal(mem.device_used_peak, 0);
-    assert_int_equal(mem.kv_pool_pages, COMET_ENGINE_CPU_PAGES);
-    assert_int_equal(mem.kv_pool_tokens, COMET_ENGINE_CPU_PAGES * 16);
+    assert_int_equal(mem.kv_pool_pages, COMET_ENGINE_FIXED_PAGES);
+    assert_int_equal(mem.kv_pool_tokens, COMET_ENGINE_FIXED_PAGES * 16);
     /* fp32 K and V: layers x pages x 16 x Hkv x D x 4 bytes x 2 */
-    size_t want = (size_t)m->cfg.n_layer * COMET_ENGINE_CPU_PAGES * 16 * m->cfg.n_head_kv *
+    size_t want = (size_t)m->cfg.n_layer * COMET_ENGINE_FIXED_PAGES * 16 * m->cfg.n_head_kv *
                   m->cfg.head_dim * 4 * 2;
     assert_int_equal(mem.kv_pool, want);
     assert_true(mem.workspace > 0);
-    assert_int_equal(mem.max_seqs_ctx, COMET_ENGINE_CPU_PAGES * 16 / m->cfg.n_ctx);
-    assert_int_equal(mem.max_seqs_2048, COMET_ENGINE_CPU_PAGES * 16 / 2048);
+    assert_int_equal(mem.max_seqs_ctx, COMET_ENGINE_FIXED_PAGES * 16 / m->cfg.n_ctx);
+    assert_int_equal(mem.max_seqs_2048, COMET_ENGINE_FIXED_PAGES * 16 / 2048);
     comet_engine_stats st;
     comet_engine_get_stats(e, &st);
-    assert_int_equal(st.pages_free, COMET_ENGINE_CPU_PAGES);
+    assert_int_equal(st.pages_free, COMET_ENGINE_FIXED_PAGES);
     comet_engine_free(e);
     comet_model_free(m);
 }

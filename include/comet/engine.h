@@ -29,9 +29,9 @@ typedef struct comet_engine comet_engine;
 typedef struct comet_engine_params {
     int max_seqs;         /* sequences per step (default 64) */
     int max_batch_tokens; /* tokens per step (default 512) */
-    int n_pages;          /* KV pool pages; <= 0 (the default): sized from memory on a
-                           * device backend (comet_engine_plan_memory), and
-                           * COMET_ENGINE_CPU_PAGES on a backend whose memory is the host's */
+    int n_pages;          /* KV pool pages; <= 0 (the default): sized from memory on one
+                           * device (comet_engine_plan_memory), COMET_ENGINE_FIXED_PAGES on a
+                           * backend whose memory is the host's or with tensor_parallel */
     int page_size;        /* tokens per page (default 16) */
     int max_waiting;      /* queued requests before submit answers COMET_QUEUE_FULL (256) */
     int n_threads;        /* CPU backend threads in all (split between tensor-parallel
@@ -43,7 +43,7 @@ typedef struct comet_engine_params {
                            * slower on the GPU. Default 0 */
     int tensor_parallel;  /* 0 (default): one device; N >= 1: the model split over N devices
                            * of device's kind (tensor parallelism: cuda:d..d+N-1, or N CPU
-                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL; needs n_pages > 0 */
+                           * ranks); N <= COMET_MAX_TENSOR_PARALLEL */
     double gpu_memory_fraction; /* the fraction of the device's total memory comet may use in
                                  * all, in (0, 1] (default 0.9, as vLLM's): the weights, the
                                  * workspace and the KV pool, with what other processes
@@ -51,8 +51,9 @@ typedef struct comet_engine_params {
                                  * sized from memory (n_pages <= 0 on a device) */
 } comet_engine_params;
 
-/* KV pool pages of a host-memory (CPU) backend when n_pages <= 0: 512 pages of 16 tokens. */
-#define COMET_ENGINE_CPU_PAGES 512
+/* KV pool pages when n_pages <= 0 and the pool is not sized from memory (a host-memory
+ * backend, or tensor parallelism): 512 pages of 16 tokens. */
+#define COMET_ENGINE_FIXED_PAGES 512
 
 /* The most sequences one step takes (max_seqs). */
 #define COMET_ENGINE_MAX_SEQS 1024
@@ -79,7 +80,8 @@ typedef struct comet_engine_memory {
     int max_seqs_2048;       /* sequences of 2048 tokens the pool holds */
 } comet_engine_memory;
 
-/* A snapshot of e's memory; thread-safe. */
+/* A snapshot of e's memory; thread-safe. With tensor parallelism the figures are rank 0's
+ * device, weights and workspace, and kv_pool is 0 (each rank holds its own pool). */
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out);
 
 /* How the KV pool of model m is sized on a device (comet_engine_plan_memory). */

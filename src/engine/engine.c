@@ -472,14 +472,11 @@ static comet_status plan_pool(comet_engine *e) {
     e->mem.device_used_peak = t - f;
     if (e->p.n_pages > 0)
         return COMET_OK;
-    if (t == 0) { /* host memory: a fixed pool */
-        e->p.n_pages = COMET_ENGINE_CPU_PAGES;
+    if (t == 0 || e->p.tensor_parallel > 0) {
+        /* host memory, or a pool per rank on devices this one does not query: fixed */
+        e->p.n_pages = COMET_ENGINE_FIXED_PAGES;
         return COMET_OK;
     }
-    if (e->p.tensor_parallel > 0)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "engine: with tensor parallelism the KV pool is not sized from "
-                               "memory; give n_pages (--kv-pages)");
     comet_engine_memory_plan plan;
     return comet_engine_plan_memory(e->m, &e->p, t, f, 0, &plan);
 }
@@ -497,8 +494,9 @@ static comet_status size_pool(void *user, const comet_forward_ctx *fc, int *n_pa
     return COMET_OK;
 }
 
-/* What the runner holds, into e->mem. */
-static comet_status memory_after_init(comet_engine *e) {
+/* What the runner holds, into e->mem (with tensor parallelism: rank 0's weights and
+ * workspace; the ranks' KV pools are their own, kv_pool 0). */
+static void memory_after_init(comet_engine *e) {
     const comet_model_config *c = &e->m->cfg;
     const comet_kv_cache *kv = &e->run.kv;
     comet_forward_memory(e->run.fc, &e->mem.weights, &e->mem.workspace);
@@ -515,7 +513,6 @@ static comet_status memory_after_init(comet_engine *e) {
     e->mem.max_seqs_ctx = e->p.n_pages / per_ctx;
     e->mem.max_seqs_2048 = e->p.n_pages / per_2048;
     note_device_use(e);
-    return COMET_OK;
 }
 
 void comet_engine_get_memory(comet_engine *e, comet_engine_memory *out) {
@@ -593,8 +590,7 @@ comet_engine *comet_engine_init(const comet_model *m, const comet_engine_params 
     if (comet_runner_init(&e->run, m, e->be, &rp) < 0)
         goto fail;
     e->p.n_pages = e->run.pool.n_pages;
-    if (memory_after_init(e) < 0)
-        goto fail;
+    memory_after_init(e);
     if (pthread_create(&e->thread, NULL, engine_main, e)) {
         comet_set_error(COMET_ERR_INTERNAL, "engine: cannot start the engine thread");
         goto fail;

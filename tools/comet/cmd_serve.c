@@ -36,7 +36,7 @@ static void usage(FILE *f) {
                "  --max-seqs N           sequences per step (default 64)\n"
                "  --max-batch-tokens N   tokens per step (default: 512, or --max-seqs if more)\n"
                "  --kv-pages N           KV pool pages of 16 tokens (default: sized from memory\n"
-               "                         on a GPU, 512 on the CPU)\n"
+               "                         on one GPU, else 512)\n"
                "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
                "                         weights, workspace and KV pool, with what other\n"
                "                         processes hold counted (0 < F <= 1, default 0.9)\n"
@@ -252,7 +252,7 @@ int cmd_serve(int argc, char **argv) {
     ep.max_seqs = (int)max_seqs;
     /* a decode step of every sequence fits one step's tokens */
     ep.max_batch_tokens = max_batch > 0 ? (int)max_batch : max_seqs > 512 ? (int)max_seqs : 512;
-    ep.n_pages = (int)pages; /* 0: from memory on a GPU, COMET_ENGINE_CPU_PAGES on the CPU */
+    ep.n_pages = (int)pages; /* 0: from memory on one GPU, else COMET_ENGINE_FIXED_PAGES */
     ep.gpu_memory_fraction = mem_fraction;
     ep.max_waiting = (int)max_waiting;
     ep.n_threads = (int)threads;
