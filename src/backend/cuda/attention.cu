@@ -1,12 +1,14 @@
 /* attention.cu — paged attention over the KV pool (attention.h comet_cuda_paged_attention):
  * the launch of its kernel family, one translation unit built from
  *   attention_common.cuh   launch constants, kernel arguments, K/V code reads, span merge
- *   attention_prefill.cuh  the general flash-attention kernel (steps with prefill chunks)
+ *   attention_prefill.cuh  the general flash-attention kernel (tiles of several tokens)
+ *   attention_mma.cuh      the tensor-core kernel of prefill chunks (fp16 mma, fp32 softmax)
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
  *   attention_combine.cuh  the combine kernel of split keys
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
- * helpers, the code width dispatched by with_kv_bits); fp32 throughout.
+ * helpers, the code width dispatched by with_kv_bits); fp32 throughout, except the prefill
+ * chunks' Q, K, V and P, which attn_mma_kernel rounds to fp16 for the tensor cores.
  */
 #include "backend/cuda/attention.h"
 
@@ -16,6 +18,7 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill.cuh"
+#include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_plan.cuh"
@@ -32,6 +35,26 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 4><<<grid, DEC_THREADS, 0, s>>>(a);
     else
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
+}
+
+template <int D, int BITS>
+comet_status attn_mma_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
+    constexpr int smem = mma_smem_bytes(D, BITS);
+    cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, BITS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: paged_attention (tensor cores): %d bytes of "
+                               "shared memory refused: %s",
+                               smem, cudaGetErrorString(e));
+    attn_mma_kernel<D, BITS><<<grid, MMA_THREADS, smem, s>>>(a);
+    return COMET_OK;
+}
+
+template <int BITS>
+comet_status attn_mma_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
+    return D == 64 ? attn_mma_launch_d<64, BITS>(a, grid, s)
+                   : attn_mma_launch_d<128, BITS>(a, grid, s);
 }
 
 template <int DMAX, bool SPANS>
@@ -93,6 +116,7 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     a.page_indptr = st->page_indptr, a.page_indices = st->page_indices, a.tiles = st->tiles;
     a.H = H, a.g = g, a.n_splits = n_splits, a.rotate = rotate;
     a.span = st->batch_invariant && n_splits > 1 ? ATT_SPAN : 0;
+    a.tc_min = 0;
     att_tiling(D, g, &a.tt, &a.n_sub);
     a.lk_log2 = 2; /* lanes a key: D / 8 rounded up to a power of two, at least 4 */
     while ((8 << a.lk_log2) < D)
@@ -113,6 +137,16 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {
         dim3 grid((unsigned)st->n_tiles * a.n_sub, L->Hkv, n_splits);
+        const bool mma = att_mma_step(st, D, q, out);
+        a.tc_min = mma ? ATT_MMA_MIN_TOKENS : 0;
+        if (mma) {
+            comet_status r = with_kv_bits(L->bits, [&](auto bits) {
+                return attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
+            });
+            if (r < 0)
+                return r;
+            COMET_TRY(launch_check("paged_attention (tensor cores)"));
+        }
         comet_status r = st->batch_invariant && n_splits == 1
                              ? attn_launch_dmax<true>(dmax, a, grid, s)
                              : attn_launch_dmax<false>(dmax, a, grid, s);

@@ -46,6 +46,8 @@ struct att_args {
     const int32_t *positions, *token_indptr, *page_indptr, *page_indices, *tiles;
     int H, g, tt, n_sub, n_splits, rotate;
     int span;    /* batch-invariant with n_splits > 1: keys per split, ATT_SPAN; else 0 */
+    int tc_min;  /* > 0: the tiles of sequences with at least tc_min tokens in the step take
+                  * attn_mma_kernel and attn_kernel skips them; 0: attn_kernel takes all */
     int lk_log2; /* decode: log2 of the lanes that share one key */
     int p_shift; /* decode: log2(P) when P is a power of two, else -1 */
     float scale;

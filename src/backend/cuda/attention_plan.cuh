@@ -1,13 +1,15 @@
 /* attention_plan.cuh — paged attention's plan: the tile list a step is cut into (a run of
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
- * rows over CTAs, the choice between the decode kernel and the general one, the number of
- * key splits and the workspace they need. The host side of attention.h's plan functions.
+ * rows over CTAs, the choice between the decode kernel, the general one and the tensor-core
+ * one for prefill chunks, the number of key splits and the workspace they need. The host
+ * side of attention.h's plan functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
 #pragma once
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_mma.cuh"
 
 namespace {
 
@@ -37,6 +39,16 @@ void att_tiling(int D, int g, int *tt, int *n_sub) {
  * batch-invariant (its rows take attn_kernel's fixed spans whatever the step). */
 bool att_decode_step(const comet_cuda_step_view *st, int g) {
     return !st->batch_invariant && st->n_tiles == st->n_tokens && g >= 1 && g <= DEC_MAX_G;
+}
+
+/* Whether the step's prefill chunks (sequences with at least ATT_MMA_MIN_TOKENS tokens in
+ * it) take attn_mma_kernel: head dim 64 or 128, q and out 16-byte aligned (its float4 loads
+ * and stores), a step that may hold such a chunk (T >= ATT_MMA_MIN_TOKENS; which tiles are
+ * chunks the kernels read from the step's token_indptr) and not batch-invariant (there
+ * every row takes attn_kernel's fixed spans, whatever its chunk). */
+bool att_mma_step(const comet_cuda_step_view *st, int D, const void *q, const void *out) {
+    return !st->batch_invariant && (D == 64 || D == 128) && st->n_tokens >= ATT_MMA_MIN_TOKENS &&
+           ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
 }
 
 } /* namespace */

@@ -1,6 +1,6 @@
-/* attention_prefill.cuh — the general paged flash-attention kernel (attn_kernel): the steps
- * that hold prefill chunks (several tokens of a sequence in one tile), and every
- * batch-invariant step.
+/* attention_prefill.cuh — the general paged flash-attention kernel on the CUDA cores
+ * (attn_kernel): the steps that hold tiles of several tokens, less the prefill chunks that
+ * attn_mma_kernel (attention_mma.cuh) takes, and every batch-invariant step.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
@@ -49,6 +49,8 @@ static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
     const int tile = blockIdx.x / a.n_sub, sub = blockIdx.x % a.n_sub;
     const int kvh = blockIdx.y, split = blockIdx.z, g = a.g, D = L.D, H = a.H;
     const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
+    if (a.tc_min > 0 && a.token_indptr[seq + 1] - a.token_indptr[seq] >= a.tc_min)
+        return; /* a prefill chunk: attn_mma_kernel's */
     const int tile_end = min(t_first + COMET_CUDA_ATTN_TILE, a.token_indptr[seq + 1]);
     const int t0 = t_first + sub * a.tt;
     const int nt = min(a.tt, tile_end - t0);

@@ -4,8 +4,9 @@
  *  - streaming 16-byte global load (ld_stream), also used by bench/gemm/floor.cu so that
  *    the decode floor is measured with the kernels' own instruction;
  *  - programmatic dependent launch (pdl_trigger, pdl_wait) and L2 prefetch;
- *  - mma.sync m16n8k32 s8 and wgmma m64nNk32 s8 (N = 128, 64, 32, 16);
- *  - cp.async (16 / 4 bytes, zero-fill), ldmatrix x4;
+ *  - mma.sync m16n8k32 s8, mma.sync m16n8k16 f16 (fp32 accumulators) and wgmma m64nNk32 s8
+ *    (N = 128, 64, 32, 16);
+ *  - cp.async (16 / 4 bytes, zero-fill), ldmatrix x4 (plain and transposed);
  *  - mbarriers, TMA 2-D tile and 1-D bulk copies that complete on them;
  *  - thread-block cluster barrier, rank and distributed-shared-memory loads.
  * Kernel-specific helpers (promotion, weight-scale loads, output stores) stay with their
@@ -92,6 +93,25 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *smem) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+}
+
+/* The same with .trans: thread i gets, of each 8x8 matrix, column i / 4 at rows 2 (i % 4) and
+ * 2 (i % 4) + 1 (the B operand of an mma from a row-major [k][n] tile). */
+[[maybe_unused]] __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const void *smem) {
+    unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(s));
+}
+
+/* mma.sync m16n8k16 with fp16 A (row) and B (col) fragments and fp32 accumulators c (not
+ * volatile: registers only, so the compiler may schedule it among the loads). */
+[[maybe_unused]] __device__ __forceinline__ void mma_f16(float (&c)[4], const uint32_t (&a)[4],
+                                                         uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 [[maybe_unused]] __device__ __forceinline__ uint32_t smem_u32(const void *p) {
