@@ -4,6 +4,7 @@
  *   attention_prefill.cuh  the general flash-attention kernel (tiles of several tokens)
  *   attention_mma.cuh      the tensor-core kernel of prefill chunks (fp16 mma, fp32 softmax)
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
+ *   attention_decode_mma.cuh  the tensor-core flash-decoding kernel of INT4 caches
  *   attention_combine.cuh  the combine kernel of split keys
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
@@ -15,11 +16,14 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_plan.cuh"
 
@@ -35,6 +39,18 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 4><<<grid, DEC_THREADS, 0, s>>>(a);
     else
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
+}
+
+/* Whether a decode step takes attn_decode_mma_kernel: an INT4 cache at head dim 64 or 128,
+ * groups of a multiple of 16 channels, at most DMMA_MAX_G query heads per KV head, q and out
+ * 16-byte aligned, unless COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one
+ * process can compare both kernels). */
+bool att_decode_mma(const comet_cuda_kv_layout *L, int g, const void *q, const void *out) {
+    const char *env = getenv("COMET_CUDA_ATTN_DECODE_MMA");
+    if (env && !strcmp(env, "0"))
+        return false;
+    return L->bits == 4 && (L->D == 64 || L->D == 128) && L->G % 16 == 0 && L->G <= L->D &&
+           g >= 1 && g <= DMMA_MAX_G && ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
 }
 
 template <int D, int BITS>
@@ -132,8 +148,16 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
-        with_kv_bits(L->bits,
-                     [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
+        if (att_decode_mma(L, g, q, out)) {
+            if (D == 64)
+                attn_decode_mma_kernel<64><<<grid, DMMA_THREADS, 0, s>>>(a);
+            else
+                attn_decode_mma_kernel<128><<<grid, DMMA_THREADS, 0, s>>>(a);
+        } else {
+            with_kv_bits(L->bits, [&](auto bits) {
+                attn_decode_launch<decltype(bits)::value>(a, grid, s);
+            });
+        }
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {
         dim3 grid((unsigned)st->n_tiles * a.n_sub, L->Hkv, n_splits);
