@@ -35,6 +35,16 @@ __device__ __forceinline__ void dmma_split(float x0, float x1, uint32_t &hi, uin
     lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
+/* d = A B on mma.sync m16n8k16 (fp16 operands, fp32 d) with a zero accumulator, so that the
+ * product needs no zeroed registers; rows 8..15 of A are zeros (a1 = a3 = 0). */
+__device__ __forceinline__ void dmma_mma0(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                          uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+        "{%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+}
+
 __device__ __forceinline__ __half2 dmma_h2(uint32_t x) {
     return *reinterpret_cast<const __half2 *>(&x);
 }
@@ -71,13 +81,16 @@ __device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
  * by a quad of lanes); P = 2^(s - max + 8) <= 256, so that P times a V scale stays an fp16
  * normal down to tiny weights (the factor cancels in O / l and in the split combine); the
  * rescaling of O is skipped when no row's max moved in the tile (it would multiply by 1).
- * O += P V. V = s c + z per (key, group) too: O's 16 channels of block b get the mma of
- * (P s) (as fp16 hi + lo: hi = P_hi s rounded, lo = the rest of P_hi s by an fp16 FMA, exact,
- * plus P_lo s) against V's codes; the z terms sum P z per (head, group) in one more mma a
- * tile (P hi + lo against the keys' zeros), added to the group's channels at the end. A lane
- * gathers one byte (two channels) of four keys' code rows with a byte permute, so one lop3
- * gives the pair of keys the B fragment wants. Every product is fp16 x fp16 exact in fp32;
- * the roundings are fp16 hi + lo splits (about 2^-22) and fp32 sums.
+ * O += P V, as O^T += V^T P^T: the 16 channels of block b are the M rows (no padding rows;
+ * the heads are the 8 columns), keys the k16 step. V = s c + z per (key, group) too: the B
+ * operand is (P s)^T as fp16 hi + lo (hi = P_hi s rounded, lo = the rest of P_hi s by an
+ * fp16 FMA, exact, plus P_lo s; P's accumulator layout of S is the B layout of P^T), the A
+ * operand V's codes: a lane gathers byte gi of the block (channels 16b + 2gi, + 1) of four
+ * keys' code rows with byte permutes, so one lop3 gives the pair of keys a register wants.
+ * The z terms sum P z per (group, head) in one more mma a tile (the keys' zeros against P^T
+ * hi + lo), added to the group's channels at the end. Every product is fp16 x fp16 exact in
+ * fp32; the roundings are fp16 hi + lo splits (about 2^-22) and fp32 sums; the lane-level
+ * index math is emulated on the CPU by scripts/decode_mma_emu.py.
  * End: the warps meet in shared memory and merge in warp order (deterministic); one split
  * writes the normalized rows (rotated back by H_D when the cache is rotated), several write
  * the unnormalized rows and (max in natural-log units, sum) to the workspace for
@@ -86,7 +99,7 @@ template <int D>
 static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(att_args a) {
     static_assert(D == 64 || D == 128, "head dims 64 and 128");
     constexpr int CS = D / 2 + 16; /* bytes of a code row in shared memory (16 of padding) */
-    constexpr int NB = D / 16;     /* 16-channel blocks: k-steps of S, n-tile pairs of O */
+    constexpr int NB = D / 16;     /* 16-channel blocks: k-steps of S, m-tiles of O^T */
     constexpr int SZ = 32 * CS;    /* byte offset of the K (scale, zero) words in a stage */
     constexpr int STAGE = SZ + 2 * NB * 16 * 4; /* K, V codes; K, V [group][key] words */
     constexpr int RING = DMMA_WARPS * DMMA_STAGES * STAGE;
@@ -162,12 +175,14 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     for (int b = 0; b < NB; b++)
         grp_of[b] = 16 * b / G;
 
-    float oe[NB][4], oo[NB][4], za[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* O^T [16 channels of block b, heads]: rows gi and gi + 8 are channels 16b + 2gi and
+     * 16b + 2gi + 1, columns 2ti and 2ti + 1 heads; za^T [groups, heads] the z terms */
+    float ot[NB][4], za[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int b = 0; b < NB; b++)
 #pragma unroll
         for (int e = 0; e < 4; e++)
-            oe[b][e] = oo[b][e] = 0.0f;
+            ot[b][e] = 0.0f;
     float m_r = -INFINITY, l_r = 0.0f;
 
     /* the warp's tiles: keys k0 .. k0 + 15, k0 = kbeg + 16 (warp + 4 i); lane copies half
@@ -241,10 +256,9 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
             for (int b = 0; b < NB; b++) {
                 const uint32_t w = *reinterpret_cast<const uint32_t *>(crow + 8 * b) >> ksh;
                 const uint32_t b0 = dmma_nib2(w), b1 = dmma_nib2(w >> 4);
-                float c[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                const uint32_t ah[4] = {qh[b][0], 0u, qh[b][1], 0u};
+                float c[4];
                 const uint32_t al[4] = {ql[b][0], 0u, ql[b][1], 0u};
-                comet_ptx::mma_f16(c, ah, b0, b1);
+                dmma_mma0(c, qh[b][0], qh[b][1], b0, b1);
                 comet_ptx::mma_f16(c, al, b0, b1);
                 const uint2 sc =
                     *reinterpret_cast<const uint2 *>(ksz + grp_of[b] * 16 + 8 * n + 2 * ti);
@@ -267,12 +281,15 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         const float mnew = fmaxf(m_r, mx); /* finite: a tile has a key before kend */
         if (__any_sync(0xffffffffu, mnew != m_r)) {
             const float corr = exp2f(m_r - mnew); /* 0 from -inf */
+            /* O^T's columns are heads 2ti and 2ti + 1: the rows of lanes 8ti and 8ti + 4 */
+            const float c0 = __shfl_sync(0xffffffffu, corr, 8 * ti);
+            const float c1 = __shfl_sync(0xffffffffu, corr, 8 * ti + 4);
 #pragma unroll
             for (int b = 0; b < NB; b++) {
-                oe[b][0] *= corr, oe[b][1] *= corr;
-                oo[b][0] *= corr, oo[b][1] *= corr;
+                ot[b][0] *= c0, ot[b][1] *= c1;
+                ot[b][2] *= c0, ot[b][3] *= c1;
             }
-            za[0] *= corr, za[1] *= corr;
+            za[0] *= c0, za[1] *= c1;
             l_r *= corr;
             m_r = mnew;
         }
@@ -285,25 +302,25 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
                 p[n][e] = exp2f(s[n][e] - mref);
                 l_r += p[n][e];
             }
-        /* P as A fragments (row gi; keys 2ti, 2ti + 1 and 2ti + 8, 2ti + 9), hi + lo */
+        /* P^T as B fragments (column gi; keys 2ti, 2ti + 1 and 2ti + 8, 2ti + 9), hi + lo */
         uint32_t ph0, pl0, ph2, pl2;
         dmma_split(p[0][0], p[0][1], ph0, pl0);
         dmma_split(p[1][0], p[1][1], ph2, pl2);
 
-        /* the z terms: za [heads, groups] += P Zv (B: keys 2ti.. of group gi) */
+        /* the z terms: za^T [groups, heads] += Zv^T P^T (A row gi: group gi's zeros) */
         {
             uint2 z01 = make_uint2(0u, 0u), z89 = z01;
             if (gi < ngr) {
                 z01 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 2 * ti);
                 z89 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 8 + 2 * ti);
             }
-            const uint32_t b0 = __byte_perm(z01.x, z01.y, 0x7632);
-            const uint32_t b1 = __byte_perm(z89.x, z89.y, 0x7632);
-            const uint32_t ah[4] = {ph0, 0u, ph2, 0u}, al[4] = {pl0, 0u, pl2, 0u};
-            comet_ptx::mma_f16(za, ah, b0, b1);
-            comet_ptx::mma_f16(za, al, b0, b1);
+            const uint32_t az[4] = {__byte_perm(z01.x, z01.y, 0x7632), 0u,
+                                    __byte_perm(z89.x, z89.y, 0x7632), 0u};
+            comet_ptx::mma_f16(za, az, ph0, ph2);
+            comet_ptx::mma_f16(za, az, pl0, pl2);
         }
-        /* block b: O's channels 16b + 2j (oe, n-tile column j) and 16b + 2j + 1 (oo) */
+        /* block b: O^T += V^T (P s)^T, V^T's rows gi and gi + 8 the codes of channels
+         * 16b + 2gi and 16b + 2gi + 1 (low and high nibble of byte gi of the block) */
         const unsigned char *v01 = sb + (16 + 2 * ti) * CS + 4 * (gi >> 2);
 #pragma unroll
         for (int b = 0; b < NB; b++) {
@@ -315,20 +332,16 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
             const __half2 l0 = __hfma2(dmma_h2(pl0), sa, __hfma2(dmma_h2(ph0), sa, __hneg2(h0)));
             const __half2 l2 =
                 __hfma2(dmma_h2(pl2), sb8, __hfma2(dmma_h2(ph2), sb8, __hneg2(h2)));
-            const uint32_t ah[4] = {dmma_u32(h0), 0u, dmma_u32(h2), 0u};
-            const uint32_t al[4] = {dmma_u32(l0), 0u, dmma_u32(l2), 0u};
             const unsigned char *vr = v01 + 8 * b;
             const uint32_t w0 = *reinterpret_cast<const uint32_t *>(vr);
             const uint32_t w1 = *reinterpret_cast<const uint32_t *>(vr + CS);
             const uint32_t w8 = *reinterpret_cast<const uint32_t *>(vr + 8 * CS);
             const uint32_t w9 = *reinterpret_cast<const uint32_t *>(vr + 9 * CS);
             const uint32_t x01 = __byte_perm(w0, w1, vsel), x89 = __byte_perm(w8, w9, vsel);
-            const uint32_t be0 = dmma_nib2(x01), be1 = dmma_nib2(x89);
-            const uint32_t bo0 = dmma_nib2(x01 >> 4), bo1 = dmma_nib2(x89 >> 4);
-            comet_ptx::mma_f16(oe[b], ah, be0, be1);
-            comet_ptx::mma_f16(oe[b], al, be0, be1);
-            comet_ptx::mma_f16(oo[b], ah, bo0, bo1);
-            comet_ptx::mma_f16(oo[b], al, bo0, bo1);
+            const uint32_t av[4] = {dmma_nib2(x01), dmma_nib2(x01 >> 4), dmma_nib2(x89),
+                                    dmma_nib2(x89 >> 4)};
+            comet_ptx::mma_f16(ot[b], av, dmma_u32(h0), dmma_u32(h2));
+            comet_ptx::mma_f16(ot[b], av, dmma_u32(l0), dmma_u32(l2));
         }
         __syncwarp(); /* the stage is read before a later iteration's copy overwrites it */
         st = st == DMMA_STAGES - 1 ? 0 : st + 1;
@@ -343,13 +356,14 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     float *zw = ow + DMMA_WARPS * DMMA_MAX_G * D;      /* [W, 8, 8] */
     float *mw = zw + DMMA_WARPS * DMMA_MAX_G * 8;      /* [W, 8, 2] (max in base 2, sum) */
     {
-        float *orow = ow + (warp * DMMA_MAX_G + gi) * D + 4 * ti;
+        float *o0 = ow + (warp * DMMA_MAX_G + 2 * ti) * D + 2 * gi, *o1 = o0 + D;
 #pragma unroll
-        for (int b = 0; b < NB; b++)
-            *reinterpret_cast<float4 *>(orow + 16 * b) =
-                make_float4(oe[b][0], oo[b][0], oe[b][1], oo[b][1]);
-        zw[(warp * DMMA_MAX_G + gi) * 8 + 2 * ti] = za[0];
-        zw[(warp * DMMA_MAX_G + gi) * 8 + 2 * ti + 1] = za[1];
+        for (int b = 0; b < NB; b++) {
+            *reinterpret_cast<float2 *>(o0 + 16 * b) = make_float2(ot[b][0], ot[b][2]);
+            *reinterpret_cast<float2 *>(o1 + 16 * b) = make_float2(ot[b][1], ot[b][3]);
+        }
+        zw[(warp * DMMA_MAX_G + 2 * ti) * 8 + gi] = za[0];
+        zw[(warp * DMMA_MAX_G + 2 * ti + 1) * 8 + gi] = za[1];
         if (ti == 0) {
             mw[2 * (warp * DMMA_MAX_G + gi)] = m_r;
             mw[2 * (warp * DMMA_MAX_G + gi) + 1] = l_r;
