@@ -138,8 +138,8 @@ static __global__ void spin(long long ns) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 struct kv_spec {
-    int bits; /* 4, 8 or 16 */
-    int G;    /* channels per (scale, zero) group; D for fp16 */
+    int bits;         /* 4, 8 or 16 */
+    int G;            /* channels per (scale, zero) group; D for fp16 */
     bool fp32_decode; /* decode on attn_decode_kernel (COMET_CUDA_ATTN_DECODE_MMA=0) */
     std::string name;
 };

@@ -42,15 +42,41 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
 }
 
 /* Whether a decode step takes attn_decode_mma_kernel: an INT4 cache at head dim 64 or 128,
- * groups of a multiple of 16 channels, at most DMMA_MAX_G query heads per KV head, q and out
- * 16-byte aligned, unless COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one
- * process can compare both kernels). */
-bool att_decode_mma(const comet_cuda_kv_layout *L, int g, const void *q, const void *out) {
+ * groups of 16, 32, 64 or 128 channels (at most D), at most DMMA_MAX_G query heads per KV
+ * head, unless
+ * COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one process can compare both
+ * kernels). */
+bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
     const char *env = getenv("COMET_CUDA_ATTN_DECODE_MMA");
     if (env && !strcmp(env, "0"))
         return false;
-    return L->bits == 4 && (L->D == 64 || L->D == 128) && L->G % 16 == 0 && L->G <= L->D &&
-           g >= 1 && g <= DMMA_MAX_G && ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
+    if (L->bits != 4 || (L->D != 64 && L->D != 128) || g < 1 || g > DMMA_MAX_G)
+        return false;
+    const int ngr = L->D / L->G; /* a power of two up to D / 16: G in 16, 32, .., D */
+    return L->G % 16 == 0 && L->D % L->G == 0 && ngr >= 1 && ngr <= L->D / 16 &&
+           (ngr & (ngr - 1)) == 0;
+}
+
+/* attn_decode_mma_kernel at head dim D (64 or 128) with ngr (scale, zero) groups a key
+ * (D / 16 at most, a power of two: att_decode_mma's layouts). */
+void attn_decode_mma_launch(int D, int ngr, const att_args &a, dim3 grid, cudaStream_t s) {
+    if (D == 64) {
+        if (ngr == 4)
+            attn_decode_mma_kernel<64, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 2)
+            attn_decode_mma_kernel<64, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else
+            attn_decode_mma_kernel<64, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+    } else {
+        if (ngr == 8)
+            attn_decode_mma_kernel<128, 8><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 4)
+            attn_decode_mma_kernel<128, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 2)
+            attn_decode_mma_kernel<128, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else
+            attn_decode_mma_kernel<128, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+    }
 }
 
 template <int D, int BITS>
@@ -148,15 +174,11 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
-        if (att_decode_mma(L, g, q, out)) {
-            if (D == 64)
-                attn_decode_mma_kernel<64><<<grid, DMMA_THREADS, 0, s>>>(a);
-            else
-                attn_decode_mma_kernel<128><<<grid, DMMA_THREADS, 0, s>>>(a);
+        if (att_decode_mma(L, g)) {
+            attn_decode_mma_launch(D, D / L->G, a, grid, s);
         } else {
-            with_kv_bits(L->bits, [&](auto bits) {
-                attn_decode_launch<decltype(bits)::value>(a, grid, s);
-            });
+            with_kv_bits(L->bits,
+                         [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
         }
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {

@@ -43,7 +43,7 @@ size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
  * sequence with at least 16 tokens in the step) at D 64 and 128 run on tensor cores with
  * q, K, V and the softmax weights rounded to fp16 (fp32 accumulation), except in
  * batch-invariant steps (attention_mma.cuh). Decode steps over an INT4 cache at D 64 and
- * 128 (KV groups of a multiple of 16 channels, H / Hkv <= 8) run on tensor cores with q and
+ * 128 (KV groups of 16, 32, 64 or 128 channels, H / Hkv <= 8) run on tensor cores with q and
  * the softmax weights as fp16 hi + lo pairs, the codes exact (attention_decode_mma.cuh;
  * COMET_CUDA_ATTN_DECODE_MMA=0: the fp32 decode kernel). With `rotate` the cache
  * holds H_D k and H_D v: q is rotated by H_D first and each output head rotated back.

@@ -1,6 +1,6 @@
 /* attention_decode_mma.cuh — the tensor-core decode kernel over an INT4 cache
  * (attn_decode_mma_kernel): the steps whose every tile is one token, at head dims 64 and 128,
- * groups of a multiple of 16 channels, GQA groups up to 8. The other decode steps (INT8 and
+ * KV groups of 16, 32, 64 or 128 channels, GQA groups up to 8. The other decode steps (INT8 and
  * fp16 caches, other shapes, COMET_CUDA_ATTN_DECODE_MMA=0) take attn_decode_kernel.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
@@ -68,8 +68,8 @@ __device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
  * Scores. An INT4 code c is exact in fp16 (lop3 under the exponent of 1024, one half2
  * subtract per two codes), so with K = s c + z per (key, group) a key's score is
  *   q . k = sum over groups of s (q_grp . c_grp) + z sum(q_grp):
- * k-step b of the mma takes channels 16b .. 16b + 15 (one group or a part of one: G is a
- * multiple of 16), its product with a fresh accumulator is scaled by the keys' s in fp32 and
+ * k-step b of the mma takes channels 16b .. 16b + 15 (one group or a part of one: G is 16,
+ * 32, 64 or 128, NGR = D / G groups a key, a template parameter), its product with a fresh accumulator is scaled by the keys' s in fp32 and
  * added; the z terms are one more mma, of the per-group sums of q against the keys' zeros
  * (fp16 as stored). q is held as fp16 hi + lo (two mmas per k-step; q alone in fp16 misses
  * the decode bound of 2e-5 by an order of magnitude), scaled first by a power of two per head
@@ -79,7 +79,8 @@ __device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
  * (t & 1) + 2 of word 2b + t / 2 for lane column t); q's fragments follow the same order.
  * Softmax. fp32 online softmax in base 2 on the accumulator registers (a head's row is held
  * by a quad of lanes); P = 2^(s - max + 8) <= 256, so that P times a V scale stays an fp16
- * normal down to tiny weights (the factor cancels in O / l and in the split combine); the
+ * normal down to tiny weights (the factor cancels in O / l and in the split combine) and
+ * finite for V scales below 256 (groups whose values span less than 3840); the
  * rescaling of O is skipped when no row's max moved in the tile (it would multiply by 1).
  * O += P V, as O^T += V^T P^T: the 16 channels of block b are the M rows (no padding rows;
  * the heads are the 8 columns), keys the k16 step. V = s c + z per (key, group) too: the B
@@ -95,9 +96,11 @@ __device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
  * writes the normalized rows (rotated back by H_D when the cache is rotated), several write
  * the unnormalized rows and (max in natural-log units, sum) to the workspace for
  * attn_combine_kernel, as attn_decode_kernel does. */
-template <int D>
+template <int D, int NGR>
 static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(att_args a) {
     static_assert(D == 64 || D == 128, "head dims 64 and 128");
+    static_assert(NGR >= 1 && NGR <= D / 16 && D % (16 * NGR) == 0, "groups of 16k channels");
+    constexpr int G = D / NGR;     /* channels of a (scale, zero) group (a.L.G) */
     constexpr int CS = D / 2 + 16; /* bytes of a code row in shared memory (16 of padding) */
     constexpr int NB = D / 16;     /* 16-channel blocks: k-steps of S, m-tiles of O^T */
     constexpr int SZ = 32 * CS;    /* byte offset of the K (scale, zero) words in a stage */
@@ -117,7 +120,6 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     const int chunk = ((n_keys + a.n_splits - 1) / a.n_splits + 15) & ~15;
     const int kbeg = min(n_keys, split * chunk), kend = min(n_keys, kbeg + chunk);
     const int pbase = a.page_indptr[seq];
-    const int G = L.G, ngr = D / G; /* (scale, zero) groups of a key: 1 .. NB */
     const size_t v_off = (size_t)L.Hkv * L.tile_bytes;
 
     /* q: staged, rotated, then each head scaled by 2^qe (largest channel in [64, 128)) */
@@ -161,7 +163,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         for (int e = 0; e < 2; e++) {
             const int grp = 2 * ti + e;
             float sum = 0.0f;
-            if (grp < ngr)
+            if (grp < NGR)
                 for (int d = 0; d < G; d++)
                     sum += qs[gi * D + grp * G + d];
             qz[e] = sum * qmul;
@@ -170,10 +172,6 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     }
     /* scores to base-2 softmax units for this lane's head */
     const float fh = a.scale * 1.44269504088896341f * ldexpf(1.0f, -qexp[gi]);
-    int grp_of[NB]; /* the (scale, zero) group of block b */
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-        grp_of[b] = 16 * b / G;
 
     /* O^T [16 channels of block b, heads]: rows gi and gi + 8 are channels 16b + 2gi and
      * 16b + 2gi + 1, columns 2ti and 2ti + 1 heads; za^T [groups, heads] the z terms */
@@ -204,13 +202,15 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
             const uint8_t *kt = L.base + ((size_t)pg * 2 * L.Hkv + kvh) * L.tile_bytes;
             const uint8_t *vt = kt + v_off;
             const uint32_t sb = wring_s + st * STAGE;
-            const size_t crow = (size_t)slot * L.code_row, srow = L.sz_offset + (size_t)slot * L.sz_row;
+            const size_t crow = (size_t)slot * L.code_row,
+                         srow = L.sz_offset + (size_t)slot * L.sz_row;
 #pragma unroll
             for (int c = hh; c < D / 32; c += 2) { /* 16-byte chunks of a code row */
                 comet_ptx::cp_async16_s(sb + r * CS + 16 * c, kt + crow + 16 * c);
                 comet_ptx::cp_async16_s(sb + (16 + r) * CS + 16 * c, vt + crow + 16 * c);
             }
-            for (int w = hh; w < ngr; w += 2) {
+#pragma unroll
+            for (int w = hh; w < NGR; w += 2) {
                 comet_ptx::cp_async4_s(sb + SZ + (w * 16 + r) * 4, kt + srow + 4 * w, true);
                 comet_ptx::cp_async4_s(sb + SZ + NB * 64 + (w * 16 + r) * 4, vt + srow + 4 * w,
                                        true);
@@ -226,8 +226,8 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
 
     /* this lane's byte of a V code word (byte gi % 4 of keys 2ti (+8) and 2ti + 1 (+9) into
      * bytes 0 and 2) */
-    const uint32_t vsel = (uint32_t)((gi & 3) | (gi & 3) << 4 | (4 + (gi & 3)) << 8 |
-                                     (4 + (gi & 3)) << 12);
+    const uint32_t vsel =
+        (uint32_t)((gi & 3) | (gi & 3) << 4 | (4 + (gi & 3)) << 8 | (4 + (gi & 3)) << 12);
     const uint32_t ksh = 8u * (uint32_t)(ti & 1); /* bytes ti % 2 and ti % 2 + 2 of a word */
     int st = 0;
     for (int k0 = kfirst; k0 < kend; k0 += kstep) {
@@ -245,8 +245,8 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         for (int n = 0; n < 2; n++) {
             s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             const int key = 8 * n + gi; /* this lane's B column */
-            const uint32_t z0 = 2 * ti < ngr ? ksz[2 * ti * 16 + key] : 0u;
-            const uint32_t z1 = 2 * ti + 1 < ngr ? ksz[(2 * ti + 1) * 16 + key] : 0u;
+            const uint32_t z0 = 2 * ti < NGR ? ksz[2 * ti * 16 + key] : 0u;
+            const uint32_t z1 = 2 * ti + 1 < NGR ? ksz[(2 * ti + 1) * 16 + key] : 0u;
             const uint32_t zb = __byte_perm(z0, z1, 0x7632); /* the zeros of groups 2ti, +1 */
             const uint32_t azh[4] = {qzh, 0u, 0u, 0u}, azl[4] = {qzl, 0u, 0u, 0u};
             comet_ptx::mma_f16(s[n], azh, zb, 0u);
@@ -261,7 +261,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
                 dmma_mma0(c, qh[b][0], qh[b][1], b0, b1);
                 comet_ptx::mma_f16(c, al, b0, b1);
                 const uint2 sc =
-                    *reinterpret_cast<const uint2 *>(ksz + grp_of[b] * 16 + 8 * n + 2 * ti);
+                    *reinterpret_cast<const uint2 *>(ksz + (16 * b / G) * 16 + 8 * n + 2 * ti);
                 s[n][0] = fmaf(__low2float(dmma_h2(sc.x)), c[0], s[n][0]);
                 s[n][1] = fmaf(__low2float(dmma_h2(sc.y)), c[1], s[n][1]);
             }
@@ -310,7 +310,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         /* the z terms: za^T [groups, heads] += Zv^T P^T (A row gi: group gi's zeros) */
         {
             uint2 z01 = make_uint2(0u, 0u), z89 = z01;
-            if (gi < ngr) {
+            if (gi < NGR) {
                 z01 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 2 * ti);
                 z89 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 8 + 2 * ti);
             }
@@ -324,14 +324,14 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         const unsigned char *v01 = sb + (16 + 2 * ti) * CS + 4 * (gi >> 2);
 #pragma unroll
         for (int b = 0; b < NB; b++) {
-            const uint2 s01 = *reinterpret_cast<const uint2 *>(vsz + grp_of[b] * 16 + 2 * ti);
-            const uint2 s89 = *reinterpret_cast<const uint2 *>(vsz + grp_of[b] * 16 + 8 + 2 * ti);
+            const uint2 s01 = *reinterpret_cast<const uint2 *>(vsz + (16 * b / G) * 16 + 2 * ti);
+            const uint2 s89 =
+                *reinterpret_cast<const uint2 *>(vsz + (16 * b / G) * 16 + 8 + 2 * ti);
             const __half2 sa = dmma_h2(__byte_perm(s01.x, s01.y, 0x5410)); /* keys 2ti, +1 */
             const __half2 sb8 = dmma_h2(__byte_perm(s89.x, s89.y, 0x5410));
             const __half2 h0 = __hmul2(dmma_h2(ph0), sa), h2 = __hmul2(dmma_h2(ph2), sb8);
             const __half2 l0 = __hfma2(dmma_h2(pl0), sa, __hfma2(dmma_h2(ph0), sa, __hneg2(h0)));
-            const __half2 l2 =
-                __hfma2(dmma_h2(pl2), sb8, __hfma2(dmma_h2(ph2), sb8, __hneg2(h2)));
+            const __half2 l2 = __hfma2(dmma_h2(pl2), sb8, __hfma2(dmma_h2(ph2), sb8, __hneg2(h2)));
             const unsigned char *vr = v01 + 8 * b;
             const uint32_t w0 = *reinterpret_cast<const uint32_t *>(vr);
             const uint32_t w1 = *reinterpret_cast<const uint32_t *>(vr + CS);
@@ -352,9 +352,9 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     /* merge the warps: rows, z terms and (max, sum) to shared memory over the ring */
     comet_ptx::cp_async_wait<0>();
     __syncthreads();
-    float *ow = reinterpret_cast<float *>(ring);        /* [W, 8, D] */
-    float *zw = ow + DMMA_WARPS * DMMA_MAX_G * D;      /* [W, 8, 8] */
-    float *mw = zw + DMMA_WARPS * DMMA_MAX_G * 8;      /* [W, 8, 2] (max in base 2, sum) */
+    float *ow = reinterpret_cast<float *>(ring);  /* [W, 8, D] */
+    float *zw = ow + DMMA_WARPS * DMMA_MAX_G * D; /* [W, 8, 8] */
+    float *mw = zw + DMMA_WARPS * DMMA_MAX_G * 8; /* [W, 8, 2] (max in base 2, sum) */
     {
         float *o0 = ow + (warp * DMMA_MAX_G + 2 * ti) * D + 2 * gi, *o1 = o0 + D;
 #pragma unroll
