@@ -237,7 +237,8 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         if (!ok) {
             fprintf(stderr,
                     "bench_attention: --kv: '%s' is not a KV format: int4/G, int8/G (G a multiple "
-                    "of 8 dividing the head dim %d), int4, int8 or fp16\n",
+                    "of 8 dividing the head dim %d), int4, int8 or fp16, each with an optional "
+                    "':fp32' (the fp32 decode kernel)\n",
                     item.c_str(), D);
             return false;
         }
