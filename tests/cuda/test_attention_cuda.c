@@ -143,8 +143,9 @@ static void test_attention_decode(void **state) {
 }
 
 /* Wide decode steps: 256 sequences (contexts of 2 to 212 keys, mostly not multiples of the
- * 16-key page or tile; on a 132-SM GPU one key split), then 64 (one split, three at D 64), at
- * LLaMA-3-8B's heads with KV groups of 16 and at D 64 with GQA 7, kv_bits 4, 8 and 16. */
+ * 16-key page or tile; on a 132-SM GPU one key split), then 64 (one split; two or three at
+ * D 64), at LLaMA-3-8B's heads with KV groups of 16 and at D 64 with GQA 7, kv_bits 4, 8 and
+ * 16. */
 static void test_attention_decode_wide(void **state) {
     (void)state;
     need_all(g_cuda);

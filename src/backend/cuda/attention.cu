@@ -16,8 +16,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill.cuh"
@@ -39,22 +37,6 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 4><<<grid, DEC_THREADS, 0, s>>>(a);
     else
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
-}
-
-/* Whether a decode step takes attn_decode_mma_kernel: an INT4 cache at head dim 64 or 128,
- * groups of 16, 32, 64 or 128 channels (at most D), at most DMMA_MAX_G query heads per KV
- * head, unless
- * COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one process can compare both
- * kernels). */
-bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
-    const char *env = getenv("COMET_CUDA_ATTN_DECODE_MMA");
-    if (env && !strcmp(env, "0"))
-        return false;
-    if (L->bits != 4 || (L->D != 64 && L->D != 128) || g < 1 || g > DMMA_MAX_G)
-        return false;
-    const int ngr = L->D / L->G; /* a power of two up to D / 16: G in 16, 32, .., D */
-    return L->G % 16 == 0 && L->D % L->G == 0 && ngr >= 1 && ngr <= L->D / 16 &&
-           (ngr & (ngr - 1)) == 0;
 }
 
 /* attn_decode_mma_kernel at head dim D (64 or 128) with ngr (scale, zero) groups a key
