@@ -45,6 +45,14 @@ __device__ __forceinline__ void dmma_mma0(float (&d)[4], uint32_t a0, uint32_t a
         : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
+/* 2^x by the SFU alone (ex2.approx.ftz: about 2^-22 relative, results below 2^-126 flushed
+ * to 0, 2^-inf = 0): the softmax weights, whose largest is 256, lose nothing to the flush. */
+__device__ __forceinline__ float dmma_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 __device__ __forceinline__ __half2 dmma_h2(uint32_t x) {
     return *reinterpret_cast<const __half2 *>(&x);
 }
@@ -280,7 +288,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float mnew = fmaxf(m_r, mx); /* finite: a tile has a key before kend */
         if (__any_sync(0xffffffffu, mnew != m_r)) {
-            const float corr = exp2f(m_r - mnew); /* 0 from -inf */
+            const float corr = dmma_exp2(m_r - mnew); /* 0 from -inf */
             /* O^T's columns are heads 2ti and 2ti + 1: the rows of lanes 8ti and 8ti + 4 */
             const float c0 = __shfl_sync(0xffffffffu, corr, 8 * ti);
             const float c1 = __shfl_sync(0xffffffffu, corr, 8 * ti + 4);
@@ -299,7 +307,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         for (int n = 0; n < 2; n++)
 #pragma unroll
             for (int e = 0; e < 2; e++) {
-                p[n][e] = exp2f(s[n][e] - mref);
+                p[n][e] = dmma_exp2(s[n][e] - mref);
                 l_r += p[n][e];
             }
         /* P^T as B fragments (column gi; keys 2ti, 2ti + 1 and 2ti + 8, 2ti + 9), hi + lo */
