@@ -161,7 +161,8 @@ static void test_attention_decode_wide(void **state) {
                 continue;
             const att_cfg *cfg = &DEC_CFGS[cfgs[c]];
             const uint64_t seed = 0xDEC0B000ull + (uint64_t)c * 100 + (uint64_t)b * 10;
-            attention_case(cfg, bits[b], b % 2, lens, MAX_SEQS, 256, 2, seed);
+            if (!g_quick) /* 256 sequences alone under the sanitizer: too slow */
+                attention_case(cfg, bits[b], b % 2, lens, MAX_SEQS, 256, 2, seed);
             attention_case(cfg, bits[b], (b + 1) % 2, lens + 100, 64, 256, 2, seed + 5);
         }
 }
