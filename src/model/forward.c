@@ -121,6 +121,17 @@ static void *ws_alloc(comet_forward_ctx *fc, size_t bytes, comet_status *st) {
     return p;
 }
 
+/* The widest input a layer quantizes activations for (sizes the activation-code buffer):
+ * the model's width, the o projection's group width or the MLP's hidden width. */
+static int act_k_max(const comet_model *m) {
+    int k_max = m->cfg.n_embd;
+    if (comet_group_width(m, COMET_GROUP_O) > k_max)
+        k_max = comet_group_width(m, COMET_GROUP_O);
+    if (m->cfg.n_ff > k_max)
+        k_max = m->cfg.n_ff;
+    return k_max;
+}
+
 comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
                                       int max_batch_tokens) {
     const comet_model_config *c = &m->cfg;
@@ -137,11 +148,7 @@ comet_forward_ctx *comet_forward_init(const comet_model *m, comet_backend *be,
     }
     size_t T = (size_t)max_batch_tokens, f = sizeof(float);
     size_t HD = (size_t)c->n_head * c->head_dim, KVD = (size_t)c->n_head_kv * c->head_dim;
-    int k_max = c->n_embd;
-    if (comet_group_width(m, COMET_GROUP_O) > k_max)
-        k_max = comet_group_width(m, COMET_GROUP_O);
-    if (c->n_ff > k_max)
-        k_max = c->n_ff;
+    const int k_max = act_k_max(m);
     fc->m = m;
     fc->be = be;
     fc->max_tokens = max_batch_tokens;
@@ -202,11 +209,7 @@ size_t comet_forward_workspace_bytes(const comet_model *m, int max_batch_tokens,
     const comet_model_config *c = &m->cfg;
     size_t T = (size_t)max_batch_tokens, f = sizeof(float);
     size_t HD = (size_t)c->n_head * c->head_dim, KVD = (size_t)c->n_head_kv * c->head_dim;
-    int k_max = c->n_embd;
-    if (comet_group_width(m, COMET_GROUP_O) > k_max)
-        k_max = comet_group_width(m, COMET_GROUP_O);
-    if (c->n_ff > k_max)
-        k_max = c->n_ff;
+    const int k_max = act_k_max(m);
     /* x, tmp; q, att; k, v; gate, up; act; logits: as comet_forward_init allocates them */
     size_t n = T * f * (2 * (size_t)c->n_embd + 2 * HD + 2 * KVD + 2 * (size_t)c->n_ff);
     n += comet_act_bytes(max_batch_tokens, k_max);
