@@ -207,22 +207,9 @@ comet_concs() { # in out
     printf '%s\n' "${out[@]}" | sort -n -u
 }
 
-# The GPU's memory in use at a run's peak (nvidia-smi every 250 ms; the machine runs nothing
-# else): gpu_watch_start FILE before the run, gpu_watch_stop FILE prints bytes (nothing
-# without nvidia-smi). comet bench's own device_used_peak, when it reports one, wins.
-GPU_WATCH_PID=""
-gpu_watch_start() {
-    GPU_WATCH_PID=""
-    command -v nvidia-smi >/dev/null || return 0
-    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 250 >"$1" 2>/dev/null &
-    GPU_WATCH_PID=$!
-}
-gpu_watch_stop() {
-    [ -n "$GPU_WATCH_PID" ] || return 0
-    kill "$GPU_WATCH_PID" 2>/dev/null || true
-    wait "$GPU_WATCH_PID" 2>/dev/null || true
-    awk '$1 ~ /^[0-9]+$/ && $1 > m {m = $1} END {if (m) printf "%.0f\n", m * 1048576}' "$1"
-}
+# gpu_watch_start / gpu_watch_stop: the GPU memory in use at a run's peak (comet bench's
+# own device_used_peak, when it reports one, wins)
+. "$ROOT/bench/gpu_watch.sh"
 
 # ---- comet offline -------------------------------------------------------------------------------
 run_offline() { # variant (W4AxKV4 | FP16)
