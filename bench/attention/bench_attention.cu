@@ -17,7 +17,9 @@
  *   page table's int32 ids; q, out and the split workspace are not counted)
  *   GB/s = bytes / time; % of peak against --peak-gbs.
  * Prefill: one sequence of T tokens attending causally to its own T keys in the paged cache
- * (positions 0 .. T - 1: the first chunk of a chunked prefill, after its KV append).
+ * (positions 0 .. T - 1: the first chunk of a chunked prefill, after its KV append), on the
+ * tensor-core prefill kernel unless COMET_CUDA_ATTN_MMA=0 (the step view's attn_mma, as the
+ * backend sets it).
  *   FLOPs = 4 * (T * T / 2) * D * H (QK^T and PV over the causal half, the FlashAttention
  *   convention); TFLOPS = FLOPs / time; % of the dense FP16 tensor-core peak --peak-tflops.
  *
@@ -504,6 +506,10 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     comet_cuda_step_view view = {};
     view.n_tokens = n_tok, view.n_seqs = n_seq, view.n_tiles = n_tiles;
     view.max_kv_len = keys, view.batch_invariant = 0;
+    /* prefill on the tensor-core kernel as the backend's steps take it (COMET_CUDA_ATTN_MMA=0:
+     * the fp32 one, as comet_backend_cuda_init reads it) */
+    const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
+    view.attn_mma = !(attn_mma && !strcmp(attn_mma, "0"));
     const int splits = comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     const size_t qo_bytes = (size_t)n_tok * H * D * sizeof(float);
