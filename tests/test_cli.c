@@ -173,6 +173,15 @@ static void test_serve_synthetic_and_memory_options(void **state) {
     run("serve --gpu-memory-fraction 0.5 --kv-pages 64 --model /nonexistent/model.gguf", &r);
     assert_int_equal(r.rc, 2);
     assert_one_line_error(&r, "serve", "give --kv-pages (a fixed pool) or --gpu-memory-fraction");
+    /* the fraction sizes one GPU's pool: elsewhere it would be ignored, so it is refused */
+    run("serve --gpu-memory-fraction 0.5 --device cpu --model /nonexistent/model.gguf", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction sizes the KV pool from one GPU's "
+                                       "memory; on --device cpu the pool is --kv-pages N");
+    run("serve --gpu-memory-fraction 0.5 --device cuda --tensor-parallel 2 "
+        "--model /nonexistent/model.gguf",
+        &r);
+    assert_one_line_error(&r, "serve", "on --device cuda with --tensor-parallel the pool is");
     /* the engine's limit, as bench and the serving scripts take it */
     run("serve --max-seqs 1025 --model /nonexistent/model.gguf", &r);
     assert_int_equal(r.rc, 2);
@@ -420,6 +429,11 @@ static void test_bench_bad_input(void **state) {
     assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in (0, 1]");
     run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 1.5", &r);
     assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in (0, 1]");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 0.5 "
+        "--model /nonexistent/model.gguf",
+        &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction sizes the KV pool from one GPU's "
+                                       "memory; on --device cpu the pool is --kv-pages P");
     run("bench --fp16 --model /nonexistent/model.gguf", &r);
     assert_int_equal(r.rc, 2);
     assert_one_line_error(&r, "bench", "--fp16 picks the variant of a --synthetic model");

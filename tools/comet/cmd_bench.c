@@ -82,7 +82,8 @@ static void usage(FILE *f) {
                "                       requests of I + O tokens)\n"
                "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
                "                       weights, workspace and KV pool (0 < F <= 1, default\n"
-               "                       0.9); the pool takes what is left\n");
+               "                       0.9); the pool takes what is left; one GPU only,\n"
+               "                       not with --kv-pages\n");
 }
 
 /* The options of one `comet bench` run. */
@@ -204,6 +205,14 @@ static int parse(int argc, char **argv, opts *o) {
     if (o->kv_pages && o->mem_fraction > 0) {
         fprintf(stderr, "comet bench: give --kv-pages (a fixed pool) or --gpu-memory-fraction "
                         "(a pool sized from the GPU's memory), not both\n");
+        return 2;
+    }
+    if (o->mem_fraction > 0 && (strncmp(o->device, "cuda", 4) || o->tensor_parallel)) {
+        fprintf(stderr,
+                "comet bench: --gpu-memory-fraction sizes the KV pool from one GPU's memory; "
+                "on --device %s%s the pool is --kv-pages P (default: %s)\n",
+                o->device, o->tensor_parallel ? " with --tensor-parallel" : "",
+                strncmp(o->device, "cuda", 4) ? "enough for the requests at once" : "512 pages");
         return 2;
     }
     if (o->throughput && (!o->input_len || !o->output_len)) {

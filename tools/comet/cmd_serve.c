@@ -39,7 +39,8 @@ static void usage(FILE *f) {
                "                         on one GPU, else 512)\n"
                "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
                "                         weights, workspace and KV pool, with what other\n"
-               "                         processes hold counted (0 < F <= 1, default 0.9)\n"
+               "                         processes hold counted (0 < F <= 1, default 0.9);\n"
+               "                         one GPU only, not with --kv-pages\n"
                "  --max-waiting N        queued requests before 503 (default 256)\n"
                "  --max-body-bytes N     request body limit (default 4194304)\n"
                "  --chat-template T      a Jinja file, or chatml | llama3 | llama2 (default: the model's)\n"
@@ -209,6 +210,13 @@ int cmd_serve(int argc, char **argv) {
     if (pages && fraction_given) { /* the fraction only sizes a pool --kv-pages fixes */
         fprintf(stderr, "comet serve: give --kv-pages (a fixed pool) or --gpu-memory-fraction "
                         "(a pool sized from the GPU's memory), not both\n");
+        return 2;
+    }
+    if (fraction_given && (strncmp(device, "cuda", 4) || tensor_parallel)) {
+        fprintf(stderr, "comet serve: --gpu-memory-fraction sizes the KV pool from one GPU's "
+                        "memory; on --device %s%s the pool is --kv-pages N (default %d)\n",
+                device, tensor_parallel ? " with --tensor-parallel" : "",
+                COMET_ENGINE_FIXED_PAGES);
         return 2;
     }
     if (fp16 && !synthetic) {
