@@ -208,11 +208,13 @@ static int parse(int argc, char **argv, opts *o) {
         return 2;
     }
     if (o->mem_fraction > 0 && (strncmp(o->device, "cuda", 4) || o->tensor_parallel)) {
+        char dflt[48] = "enough for the requests at once"; /* a host backend's pool */
+        if (!strncmp(o->device, "cuda", 4))
+            snprintf(dflt, sizeof dflt, "%d pages", COMET_ENGINE_FIXED_PAGES);
         fprintf(stderr,
                 "comet bench: --gpu-memory-fraction sizes the KV pool from one GPU's memory; "
                 "on --device %s%s the pool is --kv-pages P (default: %s)\n",
-                o->device, o->tensor_parallel ? " with --tensor-parallel" : "",
-                strncmp(o->device, "cuda", 4) ? "enough for the requests at once" : "512 pages");
+                o->device, o->tensor_parallel ? " with --tensor-parallel" : "", dflt);
         return 2;
     }
     if (o->throughput && (!o->input_len || !o->output_len)) {
