@@ -526,6 +526,11 @@ def main():
             ap.error("--tag wants KEY=VALUE, got %r" % t)
         k, v = t.split("=", 1)
         tags[k] = v
+    if args.json:  # refused now, not after the first run's minutes
+        try:
+            open(args.json, "a", encoding="utf-8").close()
+        except OSError as e:
+            ap.error("cannot append to --json %s: %s" % (args.json, e.strerror))
     if args.serve:  # what a --synthetic server runs, unless tagged otherwise
         sv = shlex.split(args.serve)
         if "--synthetic" in sv and sv.index("--synthetic") + 1 < len(sv):
@@ -557,6 +562,14 @@ def main():
             proc, host, port, server_cmd = start_server(args)
         srv = Server(host, port, args.model_id, args.api_key)
         mem = server_memory(args.serve_log) if proc else {}
+        try:  # the first contact: a server that is not there is one line, not a traceback
+            st, body = srv.get("/health")
+        except (OSError, http.client.HTTPException) as e:
+            raise SystemExit("serve_load.py: cannot reach the server at %s:%s: %s"
+                             % (host, port, e))
+        if st != 200:
+            raise SystemExit("serve_load.py: GET /health at %s:%s answered %d: %s"
+                             % (host, port, st, body[:200]))
         if srv.model is None:
             st, body = srv.get("/v1/models")
             if st != 200:

@@ -79,6 +79,9 @@ BUDGET=540
 MIN_REQ=4
 RATES=inf
 while [ $# -gt 0 ]; do
+    case "$1" in --model|--lengths|--concurrency|--engines|--budget-s|--min-requests|--rates)
+        [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;;
+    esac
     case "$1" in
         --model) MODEL="${2:-}"; shift 2 ;;
         --lengths) LENGTHS="${2:-}"; shift 2 ;;
@@ -108,6 +111,11 @@ done
 for c in "${CS[@]}"; do
     [[ "$c" =~ ^[1-9][0-9]*$ || "$c" == max ]] || die "bad concurrency '$c': a positive integer or max"
     [ "$c" = max ] || [ "$c" -le 1024 ] || die "concurrency $c is over comet's --max-seqs limit of 1024"
+done
+IFS=',' read -r -a RS <<<"$RATES"
+for r in "${RS[@]}"; do  # what serve_load.py takes: inf, or requests/s above 0
+    [ "$r" = inf ] || { [[ "$r" =~ ^[0-9]*\.?[0-9]+$ ]] && awk "BEGIN { exit !($r > 0) }"; } \
+        || die "bad rate '$r': inf or requests/s above 0"
 done
 for e in "${ENGS[@]}"; do
     case "$e" in w4|fp16|online|llamacpp|llamabench|ops) ;; *) die "unknown engine '$e': online, w4, fp16, llamacpp, llamabench, ops" ;; esac

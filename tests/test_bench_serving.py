@@ -11,6 +11,8 @@ Checks, each against values it did not compute itself:
     the requests sent, TTFT <= E2E, the mean running batch stays within the concurrency, a
     Poisson-rate run, and a run whose prompts are out of the vocabulary reported as failed
     (exit 1) with the server's 400;
+  * serve_load.py and serving_gpu.sh refusing bad arguments and a server that is not there
+    with one line each;
   * bench/plot_serving.py --md on those rows (the PNG only when matplotlib is importable);
   * bench/make_q4_0_gguf.py (only when numpy and the gguf package, or llama.cpp's gguf-py
     on GGUF_PY, are importable): a tiny model read back with the gguf package's own reader:
@@ -209,6 +211,42 @@ class ServeLoad(unittest.TestCase):
             p = run([os.path.join(BENCH, "serve_load.py"), "--url", "http://127.0.0.1:9"] + args)
             self.assertNotEqual(p.returncode, 0)
             self.assertIn(msg, p.stderr)
+
+    def test_no_server(self):
+        # nothing listens on port 9 (discard) here: one line naming the address, no traceback
+        p = run([os.path.join(BENCH, "serve_load.py"), "--url", "http://127.0.0.1:9",
+                 "--model-id", "x", "--warmup", "0"])
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("Traceback", p.stderr)
+        self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+        self.assertIn("cannot reach the server at 127.0.0.1:9", p.stderr)
+        p = run([os.path.join(BENCH, "serve_load.py"), "--url", "http://127.0.0.1:9",
+                 "--json", os.path.join(self.tmp, "no", "dir", "rows.jsonl")])
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("cannot append to --json", p.stderr)
+
+
+class ServingGpuArgs(unittest.TestCase):
+    """bench/serving_gpu.sh refuses bad arguments by name before it builds or runs
+    anything (OUT points at a folder that must stay uncreated)."""
+
+    def test_bad_arguments(self):
+        out = os.path.join(tempfile.mkdtemp(), "gpu-out")
+        for args, msg in ((["--model"], "--model needs a value"),
+                          (["--lengths", "8/4", "--rates"], "--rates needs a value"),
+                          (["--model", "13b"], "--model wants 8b or 70b"),
+                          (["--rates", "fast"], "bad rate 'fast'"),
+                          (["--rates", "0"], "bad rate '0'"),
+                          (["--concurrency", "1025"], "over comet's --max-seqs limit of 1024"),
+                          (["--bogus"], "unknown argument '--bogus'")):
+            p = subprocess.run(["bash", os.path.join(BENCH, "serving_gpu.sh")] + args,
+                               capture_output=True, text=True, timeout=60,
+                               env=dict(os.environ, OUT=out))
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertEqual(p.stderr.count("\n"), 1, p.stderr)
+            self.assertIn(msg, p.stderr)
+            self.assertNotIn("FAILED in step", p.stderr)
+            self.assertFalse(os.path.exists(out))
 
 
 def gguf_python():

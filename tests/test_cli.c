@@ -158,11 +158,36 @@ static void test_serve_synthetic_and_memory_options(void **state) {
     run("serve --synthetic llama3-70b --device cpu", &r);
     assert_one_line_error(&r, "serve", "run with --device cuda");
     run("serve --gpu-memory-fraction 0 --model /nonexistent/model.gguf", &r);
-    assert_one_line_error(&r, "serve", "--gpu-memory-fraction must be above 0");
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in (0, 1]");
     run("serve --gpu-memory-fraction 1.5 --model /nonexistent/model.gguf", &r);
-    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in [0, 1]");
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number in (0, 1]");
+    run("serve --gpu-memory-fraction -1 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "(0, 1], the share of the GPU's memory comet may use "
+                                       "(e.g. 0.9), got '-1'");
+    run("serve --gpu-memory-fraction nan --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "got 'nan'");
     run("serve --gpu-memory-fraction x --model /nonexistent/model.gguf", &r);
     assert_one_line_error(&r, "serve", "--gpu-memory-fraction expects a number");
+    /* --kv-pages fixes the pool the fraction would size: the two together are refused */
+    run("serve --gpu-memory-fraction 0.5 --kv-pages 64 --model /nonexistent/model.gguf", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "give --kv-pages (a fixed pool) or --gpu-memory-fraction");
+    /* the fraction sizes one GPU's pool: elsewhere it would be ignored, so it is refused */
+    run("serve --gpu-memory-fraction 0.5 --device cpu --model /nonexistent/model.gguf", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "--gpu-memory-fraction sizes the KV pool from one GPU's "
+                                       "memory; on --device cpu the pool is --kv-pages N");
+    run("serve --gpu-memory-fraction 0.5 --device cuda --tensor-parallel 2 "
+        "--model /nonexistent/model.gguf",
+        &r);
+    assert_one_line_error(&r, "serve", "on --device cuda with --tensor-parallel the pool is");
+    /* the engine's limit, as bench and the serving scripts take it */
+    run("serve --max-seqs 1025 --model /nonexistent/model.gguf", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "serve", "--max-seqs expects an integer in [1, 1024], got '1025'");
+    run("serve --max-seqs 0 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "serve", "--max-seqs expects an integer in [1, 1024], got '0'");
 }
 
 static void test_prompt_over_context(void **state) {
@@ -401,9 +426,23 @@ static void test_bench_bad_input(void **state) {
     run("bench --throughput --input-len 4 --output-len 4 --max-seqs 1025", &r);
     assert_one_line_error(&r, "bench", "--max-seqs expects an integer in [1, 1024]");
     run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 0", &r);
-    assert_one_line_error(&r, "bench", "--gpu-memory-fraction must be above 0");
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in (0, 1]");
     run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 1.5", &r);
-    assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in [0, 1]");
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction expects a number in (0, 1]");
+    run("bench --throughput --input-len 4 --output-len 4 --gpu-memory-fraction 0.5 "
+        "--model /nonexistent/model.gguf",
+        &r);
+    assert_one_line_error(&r, "bench", "--gpu-memory-fraction sizes the KV pool from one GPU's "
+                                       "memory; on --device cpu the pool is --kv-pages P");
+    run("bench --fp16 --model /nonexistent/model.gguf", &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "bench", "--fp16 picks the variant of a --synthetic model");
+    /* an unwritable --json is refused before the model loads (the model here is missing) */
+    run("bench --model /nonexistent/model.gguf --throughput --input-len 4 --output-len 4 "
+        "--json /nonexistent/dir/x.jsonl",
+        &r);
+    assert_int_equal(r.rc, 2);
+    assert_one_line_error(&r, "bench", "cannot append to --json /nonexistent/dir/x.jsonl");
     run("bench --throughput --input-len 4 --output-len 4 --kv-pages 9 --gpu-memory-fraction .5",
         &r);
     assert_one_line_error(&r, "bench", "give --kv-pages (a fixed pool) or --gpu-memory-fraction");

@@ -138,6 +138,25 @@ int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo
     return 0;
 }
 
+int cli_parse_fraction(const char *cmd, const char *opt, const char *val, double *out) {
+    if (!val) {
+        fprintf(stderr, "comet %s: %s needs a value\n", cmd, opt);
+        return 1;
+    }
+    char *end;
+    errno = 0;
+    double v = strtod(val, &end);
+    if (errno || end == val || *end || !(v > 0.0 && v <= 1.0)) {
+        fprintf(stderr,
+                "comet %s: %s expects a number in (0, 1], the share of the GPU's memory comet "
+                "may use (e.g. 0.9), got '%s'\n",
+                cmd, opt, val);
+        return 1;
+    }
+    *out = v;
+    return 0;
+}
+
 void cli_sampling_init(cli_sampling *s, const comet_sampler_params *defaults) {
     s->p = *defaults;
     s->p.logit_bias = s->bias;

@@ -14,6 +14,7 @@
  * --json FILE appends one JSON object per run (every figure and the parameters) to FILE.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,7 +82,8 @@ static void usage(FILE *f) {
                "                       requests of I + O tokens)\n"
                "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
                "                       weights, workspace and KV pool (0 < F <= 1, default\n"
-               "                       0.9); the pool takes what is left\n");
+               "                       0.9); the pool takes what is left; one GPU only,\n"
+               "                       not with --kv-pages\n");
 }
 
 /* The options of one `comet bench` run. */
@@ -159,7 +161,7 @@ static int parse(int argc, char **argv, opts *o) {
             bad = cli_parse_int("bench", a, val, 1, 1 << 20, &o->requests);
             mode = &o->throughput_only;
         } else if (!strcmp(a, "--max-seqs")) {
-            bad = cli_parse_int("bench", a, val, 1, 1024, &o->max_seqs);
+            bad = cli_parse_int("bench", a, val, 1, COMET_ENGINE_MAX_SEQS, &o->max_seqs);
             mode = &o->throughput_only;
         } else if (!strcmp(a, "--max-batch-tokens")) {
             bad = cli_parse_int("bench", a, val, 1, 1 << 20, &o->max_batch_tokens);
@@ -168,14 +170,7 @@ static int parse(int argc, char **argv, opts *o) {
             bad = cli_parse_int("bench", a, val, 1, 1 << 24, &o->kv_pages);
             mode = &o->throughput_only;
         } else if (!strcmp(a, "--gpu-memory-fraction")) {
-            bad = cli_parse_float("bench", a, val, 0.0, 1.0, &o->mem_fraction);
-            if (!bad && !(o->mem_fraction > 0.0)) {
-                fprintf(stderr,
-                        "comet bench: --gpu-memory-fraction must be above 0 (the share of the "
-                        "GPU's memory comet may use, e.g. 0.9), got '%s'\n",
-                        val);
-                bad = 1;
-            }
+            bad = cli_parse_fraction("bench", a, val, &o->mem_fraction);
             mode = &o->throughput_only;
         } else {
             fprintf(stderr, "comet bench: unknown option '%s' (see comet bench --help)\n", a);
@@ -188,6 +183,11 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (o->model_path && o->synthetic) {
         fprintf(stderr, "comet bench: give --model or --synthetic, not both\n");
+        return 2;
+    }
+    if (o->fp16 && !o->synthetic) {
+        fprintf(stderr, "comet bench: --fp16 picks the variant of a --synthetic model; a "
+                        "--model runs as its file stores it\n");
         return 2;
     }
     if (o->throughput && o->decode_only) {
@@ -207,10 +207,30 @@ static int parse(int argc, char **argv, opts *o) {
                         "(a pool sized from the GPU's memory), not both\n");
         return 2;
     }
+    if (o->mem_fraction > 0 && (strncmp(o->device, "cuda", 4) || o->tensor_parallel)) {
+        char dflt[48] = "enough for the requests at once"; /* a host backend's pool */
+        if (!strncmp(o->device, "cuda", 4))
+            snprintf(dflt, sizeof dflt, "%d pages", COMET_ENGINE_FIXED_PAGES);
+        fprintf(stderr,
+                "comet bench: --gpu-memory-fraction sizes the KV pool from one GPU's memory; "
+                "on --device %s%s the pool is --kv-pages P (default: %s)\n",
+                o->device, o->tensor_parallel ? " with --tensor-parallel" : "", dflt);
+        return 2;
+    }
     if (o->throughput && (!o->input_len || !o->output_len)) {
         fprintf(stderr, "comet bench: --throughput needs --input-len and --output-len\n");
         return 2;
     }
+    /* a --json that cannot be appended to is refused before a run's minutes are spent;
+     * opening for append creates the file the run appends its line to */
+    FILE *f = o->json ? fopen(o->json, "a") : NULL;
+    if (o->json && !f) {
+        fprintf(stderr, "comet bench: cannot append to --json %s: %s\n", o->json,
+                strerror(errno));
+        return 2;
+    }
+    if (f)
+        fclose(f);
     return 0;
 }
 

@@ -33,13 +33,14 @@ static void usage(FILE *f) {
                "  --api-key K            require 'Authorization: Bearer K' on /v1/ routes\n"
                "                         (default: $COMET_API_KEY if set)\n"
                "  --model-id ID          model name clients send (default: the file's base name)\n"
-               "  --max-seqs N           sequences per step (default 64)\n"
+               "  --max-seqs N           sequences per step, 1..1024 (default 64)\n"
                "  --max-batch-tokens N   tokens per step (default: 512, or --max-seqs if more)\n"
                "  --kv-pages N           KV pool pages of 16 tokens (default: sized from memory\n"
                "                         on one GPU, else 512)\n"
                "  --gpu-memory-fraction F  share of the GPU's memory comet may use in all:\n"
                "                         weights, workspace and KV pool, with what other\n"
-               "                         processes hold counted (0 < F <= 1, default 0.9)\n"
+               "                         processes hold counted (0 < F <= 1, default 0.9);\n"
+               "                         one GPU only, not with --kv-pages\n"
                "  --max-waiting N        queued requests before 503 (default 256)\n"
                "  --max-body-bytes N     request body limit (default 4194304)\n"
                "  --chat-template T      a Jinja file, or chatml | llama3 | llama2 (default: the model's)\n"
@@ -115,7 +116,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model_id = NULL, *template_name = NULL, *device = "cpu", *synthetic = NULL;
     long port = 8000, max_seqs = 64, max_batch = 0, pages = 0, max_waiting = 256;
     double mem_fraction = 0.9;
-    int fp16 = 0;
+    int fp16 = 0, fraction_given = 0;
     long max_body = 4L << 20, threads = 0, drain = 30, tensor_parallel = 0;
     int verbose = 0, allow_special_in_messages = 0, batch_invariant = 0;
     /* request defaults given on the command line */
@@ -162,14 +163,9 @@ int cmd_serve(int argc, char **argv) {
         STR_OPT("--device", device)
         STR_OPT("--synthetic", synthetic)
         if (!strcmp(a, "--gpu-memory-fraction")) {
-            if (cli_parse_float("serve", a, val, 0.0, 1.0, &mem_fraction))
+            if (cli_parse_fraction("serve", a, val, &mem_fraction))
                 return 2;
-            if (!(mem_fraction > 0.0)) {
-                fprintf(stderr, "comet serve: --gpu-memory-fraction must be above 0 (the "
-                                "share of the GPU's memory comet may use, e.g. 0.9), got '%s'\n",
-                        val);
-                return 2;
-            }
+            fraction_given = 1;
             i++;
             continue;
         }
@@ -178,7 +174,7 @@ int cmd_serve(int argc, char **argv) {
             continue;
         }
         INT_OPT("--port", port, 0, 65535)
-        INT_OPT("--max-seqs", max_seqs, 1, 4096)
+        INT_OPT("--max-seqs", max_seqs, 1, COMET_ENGINE_MAX_SEQS)
         INT_OPT("--max-batch-tokens", max_batch, 1, 1 << 20)
         INT_OPT("--kv-pages", pages, 1, 1 << 24)
         INT_OPT("--max-waiting", max_waiting, 1, 1 << 20)
@@ -209,6 +205,18 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     if (model_path && synthetic) {
         fprintf(stderr, "comet serve: give --model or --synthetic, not both\n");
+        return 2;
+    }
+    if (pages && fraction_given) { /* the fraction only sizes a pool --kv-pages fixes */
+        fprintf(stderr, "comet serve: give --kv-pages (a fixed pool) or --gpu-memory-fraction "
+                        "(a pool sized from the GPU's memory), not both\n");
+        return 2;
+    }
+    if (fraction_given && (strncmp(device, "cuda", 4) || tensor_parallel)) {
+        fprintf(stderr, "comet serve: --gpu-memory-fraction sizes the KV pool from one GPU's "
+                        "memory; on --device %s%s the pool is --kv-pages N (default %d)\n",
+                device, tensor_parallel ? " with --tensor-parallel" : "",
+                COMET_ENGINE_FIXED_PAGES);
         return 2;
     }
     if (fp16 && !synthetic) {

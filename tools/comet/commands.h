@@ -33,6 +33,11 @@ int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, lo
 int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
                     double *out);
 
+/* Parse --gpu-memory-fraction's value into *out: a number in (0, 1], the share of the GPU's
+ * memory comet may use in all. On failure print one line naming the option, the range and
+ * the value, and return non-zero. */
+int cli_parse_fraction(const char *cmd, const char *opt, const char *val, double *out);
+
 /* The sampling options generate and serve share, into a comet_sampler_params with a
  * "given" mask: --temperature, --top-k, --top-p, --min-p, --repeat-penalty,
  * --repeat-last-n, --presence-penalty, --frequency-penalty and --logit-bias ID=BIAS
