@@ -84,6 +84,18 @@ static void test_throughput_counts(void **state) {
     assert_int_equal(r.kv_pool_seqs, 64 / 2); /* 30 tokens: 2 pages */
 }
 
+/* All submitted at once: the engine's first step takes every request (four prompts of 8
+ * tokens, one output token each: one step of 4 sequences). */
+static void test_throughput_one_first_step(void **state) {
+    (void)state;
+    comet_bench_throughput_params p = tiny_params(8, 1, 4, 4);
+    comet_bench_throughput_result r;
+    assert_int_equal(comet_bench_throughput(tiny, &p, &r), COMET_OK);
+    assert_int_equal(r.output_tokens, 4);
+    assert_int_equal(r.steps, 1);
+    assert_true(r.mean_batch_seqs == 4.0);
+}
+
 /* The longest request the context allows, with one output token (no TPOT). */
 static void test_throughput_whole_context(void **state) {
     (void)state;
@@ -196,6 +208,7 @@ static void test_decode_batch_matches_batch1(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_throughput_counts),
+        cmocka_unit_test(test_throughput_one_first_step),
         cmocka_unit_test(test_throughput_whole_context),
         cmocka_unit_test(test_throughput_preemption),
         cmocka_unit_test(test_throughput_lost_tokens_fail),

@@ -512,6 +512,41 @@ static void test_wait_idle_after_callbacks(void **state) {
     free(ids);
 }
 
+static void on_event_ignored(void *user, const comet_engine_event *ev) {
+    (void)user;
+    (void)ev;
+}
+
+/* A paused engine starts no step: requests submitted meanwhile wait (and wait_idle does not
+ * call it idle), then the first step after comet_engine_pause(e, 0) takes them all. */
+static void test_pause_submits_at_once(void **state) {
+    (void)state;
+    int32_t *ids;
+    int n = make_prompt(1, &ids);
+    comet_engine_params ep = comet_engine_default_params();
+    ep.n_pages = 64;
+    ep.max_seqs = 4;
+    ep.max_batch_tokens = 4 * n;
+    comet_engine *e = comet_engine_init(model, &ep);
+    assert_non_null(e);
+    comet_engine_pause(e, 1);
+    comet_request_params rp = greedy(ids, n, 1);
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(comet_engine_submit(e, &rp, on_event_ignored, NULL, NULL), COMET_OK);
+    assert_false(comet_engine_wait_idle(e, 0.2));
+    comet_engine_stats st;
+    comet_engine_get_stats(e, &st);
+    assert_int_equal(st.steps, 0);
+    comet_engine_pause(e, 0);
+    assert_true(comet_engine_wait_idle(e, 60));
+    comet_engine_get_stats(e, &st);
+    assert_int_equal(st.steps, 1); /* four prompts of n tokens in one step, one token each */
+    assert_int_equal(st.step_seqs, 4);
+    assert_int_equal(st.tokens_generated, 4);
+    comet_engine_free(e);
+    free(ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cancel_and_limits),
@@ -521,6 +556,7 @@ int main(void) {
         cmocka_unit_test(test_tiny_pool_preemption),
         cmocka_unit_test(test_concurrent_equals_alone),
         cmocka_unit_test(test_wait_idle_after_callbacks),
+        cmocka_unit_test(test_pause_submits_at_once),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -240,6 +240,13 @@ typedef struct comet_engine_stats {
 
 void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s);
 
+/* 1: no new step starts (the one running finishes) until comet_engine_pause(e, 0); requests
+ * submitted meanwhile wait, and cancellations take effect when stepping resumes. For callers
+ * that submit a set of requests "all at once" (the offline throughput benchmark), so that the
+ * first step sees them all. Thread-safe. comet_engine_free and cancel_all still stop a
+ * paused engine. */
+void comet_engine_pause(comet_engine *e, int paused);
+
 /* Block until no request is queued or running and the engine thread has left its last
  * step (every callback of the finished requests has returned and the step counters of
  * comet_engine_get_stats are final), or timeout_s passes (< 0: forever). Returns 1 when

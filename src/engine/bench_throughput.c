@@ -97,9 +97,10 @@ static int32_t random_token(uint64_t *state, int V) {
     return (int32_t)(*state % (uint64_t)V);
 }
 
-/* Submit the n requests qs [n] with their prompts [n, I] (O tokens each), all at once, and
- * wait until they finished and the engine is idle. On a refused submit the ones submitted
- * are cancelled and waited for. */
+/* Submit the n requests qs [n] with their prompts [n, I] (O tokens each), all at once (the
+ * engine paused while they go in, so that its first step sees them all), and wait until they
+ * finished and the engine is idle. On a refused submit the ones submitted are cancelled and
+ * waited for. */
 static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n,
                                const int32_t *prompts, int I, int O) {
     comet_request_params rq = comet_request_default_params();
@@ -110,6 +111,7 @@ static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n,
     rq.has_seed = 1;
     int done0 = rn->n_finished, n_sent = 0;
     comet_status st = COMET_OK;
+    comet_engine_pause(e, 1);
     for (; n_sent < n; n_sent++) {
         timed_req *q = &qs[n_sent];
         q->run = rn;
@@ -119,6 +121,7 @@ static comet_status submit_all(comet_engine *e, run *rn, timed_req *qs, int n,
             break;
     }
     rn->t_submitted = comet_now_s();
+    comet_engine_pause(e, 0);
     if (st != COMET_OK) {
         char why[256];
         snprintf(why, sizeof why, "%s",

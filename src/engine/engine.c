@@ -58,7 +58,8 @@ struct comet_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv, idle_cv;
     int stopping;
-    int busy; /* the engine thread is in a step (its callbacks may still run) */
+    int busy;   /* the engine thread is in a step (its callbacks may still run) */
+    int paused; /* comet_engine_pause: no step starts */
     uint64_t next_id;
     req **incoming, **waiting, **running; /* each [max_waiting + max_seqs] */
     int n_incoming, n_waiting, n_running, list_cap;
@@ -423,8 +424,12 @@ static void *engine_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&e->mu);
         e->busy = 0;
-        while (!e->stopping && e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0) {
-            pthread_cond_broadcast(&e->idle_cv);
+        for (;;) {
+            const int idle = e->n_incoming == 0 && e->n_waiting == 0 && e->n_running == 0;
+            if (e->stopping || (!idle && !e->paused))
+                break;
+            if (idle)
+                pthread_cond_broadcast(&e->idle_cv);
             pthread_cond_wait(&e->cv, &e->mu);
             t0 = comet_now_s();
         }
@@ -808,6 +813,13 @@ void comet_engine_get_stats(comet_engine *e, comet_engine_stats *s) {
     s->waiting = e->n_waiting + e->n_incoming;
     s->pages_free = e->run.pool.n_free;
     s->pages_used = e->run.pool.n_pages - e->run.pool.n_free;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void comet_engine_pause(comet_engine *e, int paused) {
+    pthread_mutex_lock(&e->mu);
+    e->paused = paused != 0;
+    pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
