@@ -386,49 +386,35 @@ static jnode *parse_pow(parser *P) {
     return n;
 }
 
-static jnode *parse_math2(parser *P) {
-    jnode *n = parse_pow(P);
-    for (;;) {
-        int ln = line(P), op;
-        if (is_op(P, "*"))
-            op = OP_MUL;
-        else if (is_op(P, "/"))
-            op = OP_DIV;
-        else if (is_op(P, "//"))
-            op = OP_FLOORDIV;
-        else if (is_op(P, "%"))
-            op = OP_MOD;
-        else
-            return n;
-        P->i++;
-        n = bin(P, op, n, parse_pow(P), ln);
-    }
-}
+/* One level of left-associative binary operators: the operator tokens and their ops. */
+typedef struct binop_tok {
+    const char *tok;
+    int op;
+} binop_tok;
 
-static jnode *parse_concat(parser *P) {
-    jnode *n = parse_math2(P);
-    while (is_op(P, "~")) {
+static const binop_tok MUL_OPS[] = {{"*", OP_MUL}, {"/", OP_DIV}, {"//", OP_FLOORDIV},
+                                    {"%", OP_MOD}, {NULL, 0}};
+static const binop_tok CONCAT_OPS[] = {{"~", OP_CONCAT}, {NULL, 0}};
+static const binop_tok ADD_OPS[] = {{"+", OP_ADD}, {"-", OP_SUB}, {NULL, 0}};
+
+/* next (op next)* for the operators of one level, folded to the left. */
+static jnode *parse_left_assoc(parser *P, jnode *(*next)(parser *), const binop_tok *ops) {
+    jnode *n = next(P);
+    for (;;) {
+        const binop_tok *o = ops;
+        while (o->tok && !is_op(P, o->tok))
+            o++;
+        if (!o->tok)
+            return n;
         int ln = line(P);
         P->i++;
-        n = bin(P, OP_CONCAT, n, parse_math2(P), ln);
+        n = bin(P, o->op, n, next(P), ln);
     }
-    return n;
 }
 
-static jnode *parse_math1(parser *P) {
-    jnode *n = parse_concat(P);
-    for (;;) {
-        int ln = line(P), op;
-        if (is_op(P, "+"))
-            op = OP_ADD;
-        else if (is_op(P, "-"))
-            op = OP_SUB;
-        else
-            return n;
-        P->i++;
-        n = bin(P, op, n, parse_concat(P), ln);
-    }
-}
+static jnode *parse_math2(parser *P) { return parse_left_assoc(P, parse_pow, MUL_OPS); }
+static jnode *parse_concat(parser *P) { return parse_left_assoc(P, parse_math2, CONCAT_OPS); }
+static jnode *parse_math1(parser *P) { return parse_left_assoc(P, parse_concat, ADD_OPS); }
 
 static jnode *parse_compare(parser *P) {
     jnode *n = parse_math1(P);
