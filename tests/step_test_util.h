@@ -182,6 +182,74 @@ static inline void *st_malloc(size_t n) {
     return p;
 }
 
+/* ---- batches ------------------------------------------------------------------------------ */
+
+/* Host arrays of one step's batch (st_batch_make); freed by st_batch_free. */
+typedef struct st_batch {
+    comet_batch b;
+    int32_t *tokens, *positions, *token_indptr, *page_indptr, *page_indices, *last_page_len,
+        *logit_rows;
+    int *tok_seq; /* [T] sequence of each token */
+} st_batch;
+
+static inline void st_batch_free(st_batch *h) {
+    free(h->tokens), free(h->positions), free(h->token_indptr), free(h->page_indptr);
+    free(h->page_indices), free(h->last_page_len), free(h->logit_rows), free(h->tok_seq);
+    memset(h, 0, sizeof *h);
+}
+
+/* Sequences s < n_seq with tokens start[s] .. start[s] + n[s] - 1 in this step, their pages
+ * of P tokens pages[s][0..]; tok_seq[t] is seq_ids[s] (NULL: s). Token ids: with V > 0 the
+ * first two 0 and V - 1, then random below V (st_next); V <= 0: all 0. Logits for
+ * rows[0..n_rows). */
+static inline st_batch st_batch_make(int P, int n_seq, const int *start, const int *n,
+                                     int32_t *const *pages, const int *seq_ids, int V,
+                                     const int32_t *rows, int n_rows) {
+    st_batch h;
+    memset(&h, 0, sizeof h);
+    int T = 0, np = 0;
+    for (int s = 0; s < n_seq; s++)
+        T += n[s], np += (start[s] + n[s] + P - 1) / P;
+    h.tokens = st_malloc((size_t)T * 4);
+    h.positions = st_malloc((size_t)T * 4);
+    h.tok_seq = st_malloc((size_t)T * sizeof(int));
+    h.token_indptr = st_malloc((size_t)(n_seq + 1) * 4);
+    h.page_indptr = st_malloc((size_t)(n_seq + 1) * 4);
+    h.page_indices = st_malloc((size_t)np * 4);
+    h.last_page_len = st_malloc((size_t)n_seq * 4);
+    h.logit_rows = st_malloc((size_t)(n_rows > 0 ? n_rows : 1) * 4);
+    int t = 0, p = 0;
+    h.token_indptr[0] = h.page_indptr[0] = 0;
+    for (int s = 0; s < n_seq; s++) {
+        for (int j = 0; j < n[s]; j++, t++) {
+            h.tokens[t] = V <= 0 || t == 0 ? 0
+                          : t == 1     ? V - 1
+                                       : (int32_t)(st_next() % (uint64_t)V);
+            h.positions[t] = start[s] + j;
+            h.tok_seq[t] = seq_ids ? seq_ids[s] : s;
+        }
+        int len = start[s] + n[s], n_pages = (len + P - 1) / P;
+        for (int j = 0; j < n_pages; j++)
+            h.page_indices[p++] = pages[s][j];
+        h.last_page_len[s] = len - (n_pages - 1) * P;
+        h.token_indptr[s + 1] = t;
+        h.page_indptr[s + 1] = p;
+    }
+    if (n_rows)
+        memcpy(h.logit_rows, rows, (size_t)n_rows * 4);
+    h.b = (comet_batch){.n_tokens = T,
+                        .n_seqs = n_seq,
+                        .tokens = h.tokens,
+                        .positions = h.positions,
+                        .token_indptr = h.token_indptr,
+                        .page_indptr = h.page_indptr,
+                        .page_indices = h.page_indices,
+                        .last_page_len = h.last_page_len,
+                        .n_logits = n_rows,
+                        .logit_rows = h.logit_rows};
+    return h;
+}
+
 /* ---- models ------------------------------------------------------------------------------- */
 
 static inline float *st_own_rand(comet_model *m, size_t n, float scale, float offset) {

@@ -252,74 +252,19 @@ static float *fetch_f32(const sbuf *y, size_t n, const char *what) {
     return h;
 }
 
-/* Host arrays of one batch; freed by hb_free. */
-typedef struct hbatch {
-    comet_batch b;
-    int32_t *tokens, *positions, *token_indptr, *page_indptr, *page_indices, *last_page_len,
-        *logit_rows;
-    int *tok_seq; /* [T] sequence of each token */
-} hbatch;
-
-static void hb_free(hbatch *h) {
-    free(h->tokens), free(h->positions), free(h->token_indptr), free(h->page_indptr);
-    free(h->page_indices), free(h->last_page_len), free(h->logit_rows), free(h->tok_seq);
-    memset(h, 0, sizeof *h);
-}
-
-/* Sequences s < n_seq with tokens start[s] .. start[s] + n[s] - 1 in this step, their pages
- * pages[s][0..]; logits for rows[0..n_rows). */
-static hbatch hb_make(int n_seq, const int *start, const int *n, int32_t *const *pages, int V,
+/* st_batch_make at this table's page size, tok_seq the sequence's index. */
+static st_batch hb_make(int n_seq, const int *start, const int *n, int32_t *const *pages, int V,
                       const int32_t *rows, int n_rows) {
-    hbatch h;
-    memset(&h, 0, sizeof h);
-    int T = 0, np = 0;
-    for (int s = 0; s < n_seq; s++)
-        T += n[s], np += (start[s] + n[s] + PAGE - 1) / PAGE;
-    h.tokens = st_malloc((size_t)T * 4);
-    h.positions = st_malloc((size_t)T * 4);
-    h.tok_seq = st_malloc((size_t)T * sizeof(int));
-    h.token_indptr = st_malloc((size_t)(n_seq + 1) * 4);
-    h.page_indptr = st_malloc((size_t)(n_seq + 1) * 4);
-    h.page_indices = st_malloc((size_t)np * 4);
-    h.last_page_len = st_malloc((size_t)n_seq * 4);
-    h.logit_rows = st_malloc((size_t)(n_rows > 0 ? n_rows : 1) * 4);
-    int t = 0, p = 0;
-    h.token_indptr[0] = h.page_indptr[0] = 0;
-    for (int s = 0; s < n_seq; s++) {
-        for (int j = 0; j < n[s]; j++, t++) {
-            h.tokens[t] = t == 0 ? 0 : t == 1 ? V - 1 : (int32_t)(st_next() % (uint64_t)V);
-            h.positions[t] = start[s] + j;
-            h.tok_seq[t] = s;
-        }
-        int len = start[s] + n[s], n_pages = (len + PAGE - 1) / PAGE;
-        for (int j = 0; j < n_pages; j++)
-            h.page_indices[p++] = pages[s][j];
-        h.last_page_len[s] = len - (n_pages - 1) * PAGE;
-        h.token_indptr[s + 1] = t;
-        h.page_indptr[s + 1] = p;
-    }
-    if (n_rows)
-        memcpy(h.logit_rows, rows, (size_t)n_rows * 4);
-    h.b = (comet_batch){.n_tokens = T,
-                        .n_seqs = n_seq,
-                        .tokens = h.tokens,
-                        .positions = h.positions,
-                        .token_indptr = h.token_indptr,
-                        .page_indptr = h.page_indptr,
-                        .page_indices = h.page_indices,
-                        .last_page_len = h.last_page_len,
-                        .n_logits = n_rows,
-                        .logit_rows = h.logit_rows};
-    return h;
+    return st_batch_make(PAGE, n_seq, start, n, pages, NULL, V, rows, n_rows);
 }
 
 /* One sequence of T tokens from position 0 in pages 0, 1, ...; logits for rows. */
-static hbatch hb_single(int T, int V, const int32_t *rows, int n_rows) {
+static st_batch hb_single(int T, int V, const int32_t *rows, int n_rows) {
     int32_t *pages = st_malloc((size_t)((T + PAGE - 1) / PAGE) * 4);
     for (int i = 0; i < (T + PAGE - 1) / PAGE; i++)
         pages[i] = i;
     const int start = 0;
-    hbatch h = hb_make(1, &start, &T, &pages, V, rows, n_rows);
+    st_batch h = hb_make(1, &start, &T, &pages, V, rows, n_rows);
     free(pages);
     return h;
 }
@@ -352,10 +297,10 @@ static void make_act(comet_backend *be, const comet_weights *w, int l, comet_gro
 typedef struct inputs {
     float *x;   /* [T, K] (DOWN: gate then up, [2, T, F]) */
     float *res; /* [T, C] residual */
-    hbatch hb;  /* embed_tokens, lm_head: one sequence */
+    st_batch hb;  /* embed_tokens, lm_head: one sequence */
     /* attention: q [T, H, D], k, v [T, Hkv, D] of the prefix step and of the tested one */
     float *q0, *k0, *v0, *q, *k, *v;
-    hbatch hb0, hb1;
+    st_batch hb0, hb1;
     int n_pages;
 } inputs;
 
@@ -452,7 +397,7 @@ static inputs inputs_make(const row *r) {
 static void inputs_free(inputs *in) {
     free(in->x), free(in->res);
     free(in->q0), free(in->k0), free(in->v0), free(in->q), free(in->k), free(in->v);
-    hb_free(&in->hb), hb_free(&in->hb0), hb_free(&in->hb1);
+    st_batch_free(&in->hb), st_batch_free(&in->hb0), st_batch_free(&in->hb1);
 }
 
 static const char *const ROLE_NAME[COMET_ROLE_COUNT] = {"q", "k", "v", "o", "gate", "up", "down"};
@@ -511,7 +456,7 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                                 .orig_ctx = 8192};
         const int layer = 1;
         for (int step = 0; step < 2; step++) {
-            const hbatch *hb = step ? &in->hb1 : &in->hb0;
+            const st_batch *hb = step ? &in->hb1 : &in->hb0;
             const int T = hb->b.n_tokens;
             if (!T)
                 continue;

@@ -158,67 +158,23 @@ static inline int make_decode_schedule(const int *len, int n_seq, int max_chunk,
     return n_steps;
 }
 
-typedef struct rbatch {
-    comet_batch b;
-    int32_t *tokens, *positions, *token_indptr, *page_indptr, *page_indices, *last_page_len;
-    int *tok_seq; /* [T] sequence of each token */
-} rbatch;
-
 /* The batch of one step; `only` >= 0 keeps that sequence's chunk alone (-1: all). pages[s]
- * lists sequence s's pages in position order. Returns 0 when the step has no tokens. */
-static inline int rbatch_build(rbatch *rb, const step_plan *sp, int32_t *const *pages, int only) {
-    int T = 0, S = 0, np = 0;
+ * lists sequence s's pages in position order; token ids are 0, no logits. Returns 0 (rb
+ * untouched) when the step has no tokens. */
+static inline int rbatch_build(st_batch *rb, const step_plan *sp, int32_t *const *pages, int only) {
+    int start[MAX_SEQS], n[MAX_SEQS], seq[MAX_SEQS], S = 0, T = 0;
+    int32_t *pg[MAX_SEQS];
     for (int i = 0; i < sp->n; i++)
         if (only < 0 || sp->c[i].seq == only) {
+            start[S] = sp->c[i].start, n[S] = sp->c[i].n, seq[S] = sp->c[i].seq;
+            pg[S++] = pages[sp->c[i].seq];
             T += sp->c[i].n;
-            S++;
-            np += (sp->c[i].start + sp->c[i].n + PAGE - 1) / PAGE;
         }
     if (!T)
         return 0;
-    rb->tokens = st_malloc((size_t)T * 4);
-    rb->positions = st_malloc((size_t)T * 4);
-    rb->tok_seq = st_malloc((size_t)T * sizeof(int));
-    rb->token_indptr = st_malloc((size_t)(S + 1) * 4);
-    rb->page_indptr = st_malloc((size_t)(S + 1) * 4);
-    rb->page_indices = st_malloc((size_t)np * 4);
-    rb->last_page_len = st_malloc((size_t)S * 4);
-    int t = 0, s = 0, p = 0;
-    rb->token_indptr[0] = rb->page_indptr[0] = 0;
-    for (int i = 0; i < sp->n; i++) {
-        const chunk *c = &sp->c[i];
-        if (only >= 0 && c->seq != only)
-            continue;
-        for (int j = 0; j < c->n; j++, t++) {
-            rb->tokens[t] = 0;
-            rb->positions[t] = c->start + j;
-            rb->tok_seq[t] = c->seq;
-        }
-        int len = c->start + c->n, n_pages = (len + PAGE - 1) / PAGE;
-        for (int j = 0; j < n_pages; j++)
-            rb->page_indices[p++] = pages[c->seq][j];
-        rb->last_page_len[s] = len - (n_pages - 1) * PAGE;
-        s++;
-        rb->token_indptr[s] = t;
-        rb->page_indptr[s] = p;
-    }
-    rb->b = (comet_batch){.n_tokens = T,
-                          .n_seqs = S,
-                          .tokens = rb->tokens,
-                          .positions = rb->positions,
-                          .token_indptr = rb->token_indptr,
-                          .page_indptr = rb->page_indptr,
-                          .page_indices = rb->page_indices,
-                          .last_page_len = rb->last_page_len,
-                          .n_logits = 0,
-                          .logit_rows = NULL};
+    *rb = st_batch_make(PAGE, S, start, n, pg, seq, 0, NULL, 0);
+    rb->b.logit_rows = NULL; /* no logits: as the engine's steps without them */
     return T;
-}
-
-static inline void rbatch_free(rbatch *rb) {
-    free(rb->tokens), free(rb->positions), free(rb->tok_seq), free(rb->token_indptr);
-    free(rb->page_indptr), free(rb->page_indices), free(rb->last_page_len);
-    memset(rb, 0, sizeof *rb);
 }
 
 /* q [T, H, D], k, v [T, Hkv, D] of the batch's tokens: each value a function of (seed,
@@ -228,7 +184,7 @@ static inline uint64_t key5(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint
     return st_mix(st_mix(st_mix(st_mix(a) + b) + c) + d) + e;
 }
 
-static inline void gen_qkv(const att_cfg *cfg, const rbatch *rb, uint64_t seed, float *q, float *k,
+static inline void gen_qkv(const att_cfg *cfg, const st_batch *rb, uint64_t seed, float *q, float *k,
                            float *v) {
     const int D = cfg->D, H = cfg->H, Hkv = cfg->Hkv;
     for (int t = 0; t < rb->b.n_tokens; t++) {
@@ -301,7 +257,7 @@ static inline void mirror_cuda_cache(comet_kv_cache *kvc, const comet_kv_cache *
  * takes the CUDA cache's values (mirror_cuda_cache) between the append and the attention.
  * Checks guards and that every output element was written. */
 static inline step_out run_step(comet_backend *be, comet_kv_cache *kv, const att_cfg *cfg,
-                                const comet_rope_params *rp, const rbatch *rb, const float *q,
+                                const comet_rope_params *rp, const st_batch *rb, const float *q,
                                 const float *k, const float *v, const char *what, int attend,
                                 const comet_kv_cache *mirror, int bits) {
     const int T = rb->b.n_tokens;
@@ -409,7 +365,7 @@ static inline void attention_steps_case(const att_cfg *cfg, int bits, int rot, c
     double worst = 0, worst_q = 0;
     int max_T = 0, max_S = 0, n_attended = 0;
     for (int i = 0; i < n_steps; i++) {
-        rbatch rb;
+        st_batch rb;
         memset(&rb, 0, sizeof rb);
         int T = rbatch_build(&rb, &steps[i], pages, -1);
         max_T = T > max_T ? T : max_T;
@@ -432,7 +388,7 @@ static inline void attention_steps_case(const att_cfg *cfg, int bits, int rot, c
         if (!attend) {
             step_out_free(&oc), step_out_free(&og);
             free(q), free(k), free(v);
-            rbatch_free(&rb);
+            st_batch_free(&rb);
             continue;
         }
         n_attended++;
@@ -455,7 +411,7 @@ static inline void attention_steps_case(const att_cfg *cfg, int bits, int rot, c
                    (size_t)HD * 4);
         step_out_free(&oc), step_out_free(&og);
         free(q), free(k), free(v);
-        rbatch_free(&rb);
+        st_batch_free(&rb);
     }
 
     /* each sequence alone (same chunks, fresh pool) on CUDA */
@@ -466,7 +422,7 @@ static inline void attention_steps_case(const att_cfg *cfg, int bits, int rot, c
         float *alone = st_malloc((size_t)len[only] * HD * 4);
         memset(alone, 0, (size_t)len[only] * HD * 4);
         for (int i = 0; i < n_steps; i++) {
-            rbatch rb;
+            st_batch rb;
             memset(&rb, 0, sizeof rb);
             int T = rbatch_build(&rb, &steps[i], pages, only);
             if (!T)
@@ -480,7 +436,7 @@ static inline void attention_steps_case(const att_cfg *cfg, int bits, int rot, c
                 memcpy(alone + (size_t)rb.positions[0] * HD, og.out, nq * 4);
             step_out_free(&og);
             free(q), free(k), free(v);
-            rbatch_free(&rb);
+            st_batch_free(&rb);
         }
         double e = st_nerr(alone, mixed[only], (size_t)len[only] * HD);
         if (!(e <= 1e-5))

@@ -137,7 +137,7 @@ static void run_schedule(comet_backend *be, const att_cfg *cfg, int bits, int ro
     comet_kv_cache kv;
     kv_make(be, &kv, cfg, n_pages, bits, rot);
     for (int i = 0; i < n_steps; i++) {
-        rbatch rb;
+        st_batch rb;
         memset(&rb, 0, sizeof rb);
         const int T = rbatch_build(&rb, &steps[i], pages, -1);
         const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
@@ -149,7 +149,7 @@ static void run_schedule(comet_backend *be, const att_cfg *cfg, int bits, int ro
                    (size_t)HD * 4);
         step_out_free(&og);
         free(q), free(k), free(v);
-        rbatch_free(&rb);
+        st_batch_free(&rb);
     }
     comet_kv_cache_free_on(be, &kv);
 }

@@ -105,7 +105,7 @@ static void routing_case(comet_backend *fp32, const att_cfg *cfg, int bits, int 
     int n_mma = 0, n_fp32 = 0;
     double worst = 0;
     for (int i = 0; i < N_STEPS; i++) {
-        rbatch rb;
+        st_batch rb;
         memset(&rb, 0, sizeof rb);
         const int T = rbatch_build(&rb, &PRE_STEPS[i], pages, -1);
         const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
@@ -139,7 +139,7 @@ static void routing_case(comet_backend *fp32, const att_cfg *cfg, int bits, int 
         }
         step_out_free(&oa), step_out_free(&ob);
         free(q), free(k), free(v);
-        rbatch_free(&rb);
+        st_batch_free(&rb);
     }
     print_message("  %s: %d tokens on tensor cores (worst %.3g from the fp32 kernel), %d tokens "
                   "the fp32 kernel's bits\n",
