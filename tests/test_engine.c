@@ -23,6 +23,7 @@
 #include "comet/engine.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
+#include "engine_test_util.h"
 
 #define MAX_GEN 64
 
@@ -83,28 +84,7 @@ static int teardown(void **state) {
 }
 
 /* Prompt i: a prefix of varied length of a fixed text, with a request-specific tail. */
-static int make_prompt(int i, int32_t **ids) {
-    static const char *base =
-        "The old lighthouse keeper climbed the spiral stairs every evening, counting the "
-        "steps, checking the lamp, and writing the weather in a worn leather book. One night "
-        "a ship appeared without lights, drifting slowly toward the rocks below the cliff.";
-    char text[1024];
-    int cut = 20 + (i * 37) % 200;
-    snprintf(text, sizeof text, "%.*s Question %d: what happens next?", cut, base, i);
-    size_t n;
-    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 0, ids, &n), COMET_OK);
-    return (int)n;
-}
-
-static comet_request_params greedy(const int32_t *ids, int n, int max_tokens) {
-    comet_request_params rp = comet_request_default_params();
-    rp.prompt = ids;
-    rp.n_prompt = n;
-    rp.max_tokens = max_tokens;
-    rp.sampling.temperature = 0;
-    rp.ignore_eos = 1;
-    return rp;
-}
+static int make_prompt(int i, int32_t **ids) { return et_prompt(model->tok, i, 0, ids); }
 
 static void run_and_compare(int n_req, int gen_base, comet_engine_params *batched,
                             const char *what) {
@@ -124,7 +104,7 @@ static void run_and_compare(int n_req, int gen_base, comet_engine_params *batche
     comet_engine *e = comet_engine_init(model, &ap);
     assert_non_null(e);
     for (int i = 0; i < n_req; i++) {
-        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        comet_request_params rp = et_greedy(ids[i], n_ids[i], gen_base + i % 7);
         assert_int_equal(comet_engine_submit(e, &rp, on_event, &alone[i], NULL), COMET_OK);
         assert_true(comet_engine_wait_idle(e, 600));
     }
@@ -135,7 +115,7 @@ static void run_and_compare(int n_req, int gen_base, comet_engine_params *batche
     assert_non_null(e);
     uint64_t prev = 0;
     for (int i = 0; i < n_req; i++) {
-        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        comet_request_params rp = et_greedy(ids[i], n_ids[i], gen_base + i % 7);
         uint64_t id;
         assert_int_equal(comet_engine_submit(e, &rp, on_event, &many[i], &id), COMET_OK);
         assert_true(id > prev);
@@ -209,7 +189,7 @@ static void test_cancel_and_limits(void **state) {
     uint64_t rid[6] = {0};
     for (int i = 0; i < 6; i++) {
         pthread_mutex_init(&c[i].mu, NULL);
-        comet_request_params rp = greedy(ids, n, 60);
+        comet_request_params rp = et_greedy(ids, n, 60);
         comet_status st = comet_engine_submit(e, &rp, on_event, &c[i], &rid[i]);
         if (st == COMET_OK) {
             ok[i] = 1;
@@ -246,19 +226,19 @@ static void test_cancel_and_limits(void **state) {
     int32_t *big = malloc((size_t)model->cfg.n_ctx * sizeof(int32_t));
     for (int i = 0; i < model->cfg.n_ctx; i++)
         big[i] = ids[i % n];
-    comet_request_params rp = greedy(big, model->cfg.n_ctx, 1);
+    comet_request_params rp = et_greedy(big, model->cfg.n_ctx, 1);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_CONTEXT);
     char num[32];
     snprintf(num, sizeof num, "%d", model->cfg.n_ctx);
     assert_non_null(strstr(comet_last_error(), num));
     /* prompt + max_tokens past the pool (32 pages x 16 = 512 tokens): refused, not cut short */
-    rp = greedy(big, 3, 600);
+    rp = et_greedy(big, 3, 600);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_CONTEXT);
     assert_non_null(strstr(comet_last_error(), "512"));
-    rp = greedy(big, 0, 1);
+    rp = et_greedy(big, 0, 1);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_INVALID_ARG);
     big[0] = model->cfg.n_vocab;
-    rp = greedy(big, 3, 1);
+    rp = et_greedy(big, 3, 1);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c[0], NULL), COMET_ERR_INVALID_ARG);
     free(big);
     free(ids);
@@ -277,7 +257,7 @@ static void test_prompt_logprobs(void **state) {
     pthread_mutex_init(&a.mu, NULL);
     pthread_mutex_init(&b.mu, NULL);
     /* scoring only (max_tokens 0), and the same with one generated token */
-    comet_request_params rp = greedy(ids, n, 0);
+    comet_request_params rp = et_greedy(ids, n, 0);
     rp.prompt_logprobs = 1;
     rp.top_logprobs = 3;
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &a, NULL), COMET_OK);
@@ -326,10 +306,10 @@ static void test_nonfinite_fails_only_its_request(void **state) {
         pthread_mutex_init(&b.mu, NULL);
     comet_engine *e = comet_engine_init(model, NULL);
     assert_non_null(e);
-    comet_request_params rp = greedy(ids, n, 8);
+    comet_request_params rp = et_greedy(ids, n, 8);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &ref, NULL), COMET_OK);
     assert_true(comet_engine_wait_idle(e, 120));
-    comet_request_params bp = greedy(bad_ids, n, 8);
+    comet_request_params bp = et_greedy(bad_ids, n, 8);
     assert_int_equal(comet_engine_submit(e, &bp, on_event, &a, NULL), COMET_OK);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &b, NULL), COMET_OK);
     assert_true(comet_engine_wait_idle(e, 120));
@@ -388,14 +368,14 @@ static void test_sampling_params(void **state) {
     assert_true(len == 6 && !memcmp(piece, " Paris", 6));
 
     collect ref, c;
-    comet_request_params rp = greedy(ids, (int)n, 24);
+    comet_request_params rp = et_greedy(ids, (int)n, 24);
     run_one(e, &rp, &ref);
     assert_int_equal(ref.toks[0], paris);
 
     const float tiny[] = {1e-38f, 1e-40f, 1e-45f};
     for (int t = 0; t < 3; t++)
         for (uint64_t seed = 1; seed <= 3; seed++) {
-            rp = greedy(ids, (int)n, 24);
+            rp = et_greedy(ids, (int)n, 24);
             rp.sampling.temperature = tiny[t];
             rp.sampling.top_k = 0; /* no filter hides the overflow */
             rp.sampling.seed = seed;
@@ -406,7 +386,7 @@ static void test_sampling_params(void **state) {
         }
 
     comet_logit_bias ban[] = {{paris, -100.0f}};
-    rp = greedy(ids, (int)n, 24);
+    rp = et_greedy(ids, (int)n, 24);
     rp.sampling.logit_bias = ban;
     rp.sampling.n_logit_bias = 1;
     run_one(e, &rp, &c);
@@ -419,7 +399,7 @@ static void test_sampling_params(void **state) {
     assert_int_equal(count_of(&c, paris), 0);
 
     comet_logit_bias force[] = {{42, 100.0f}};
-    rp = greedy(ids, (int)n, 8);
+    rp = et_greedy(ids, (int)n, 8);
     rp.sampling.temperature = 0.7f;
     rp.sampling.logit_bias = force;
     rp.sampling.n_logit_bias = 1;
@@ -429,7 +409,7 @@ static void test_sampling_params(void **state) {
     /* penalties: greedy over 24 tokens repeats " Paris" and the like; each penalty alone
      * changes the text */
     for (int k = 0; k < 3; k++) {
-        rp = greedy(ids, (int)n, 24);
+        rp = et_greedy(ids, (int)n, 24);
         if (k == 0)
             rp.sampling.repeat_penalty = 1.8f;
         else if (k == 1)
@@ -452,13 +432,13 @@ static void test_sampling_params(void **state) {
                      most_ref);
     }
 
-    rp = greedy(ids, (int)n, 4);
+    rp = et_greedy(ids, (int)n, 4);
     comet_logit_bias oov[] = {{49152, 1.0f}};
     rp.sampling.logit_bias = oov;
     rp.sampling.n_logit_bias = 1;
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_ERR_INVALID_ARG);
     assert_non_null(strstr(comet_last_error(), "token id 49152 is outside the vocabulary"));
-    rp = greedy(ids, (int)n, 4);
+    rp = et_greedy(ids, (int)n, 4);
     rp.sampling.temperature = 3.0f;
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_ERR_INVALID_ARG);
     assert_non_null(strstr(comet_last_error(), "temperature must be in [0, 2]"));
@@ -494,7 +474,7 @@ static void test_wait_idle_after_callbacks(void **state) {
     slow_finish s;
     atomic_init(&s.started, 0);
     atomic_init(&s.done, 0);
-    comet_request_params rp = greedy(ids, n, 2);
+    comet_request_params rp = et_greedy(ids, n, 2);
     uint64_t id;
     assert_int_equal(comet_engine_submit(e, &rp, on_slow_finish, &s, &id), COMET_OK);
     while (!atomic_load(&s.started)) /* the request is out of the lists from here on */
@@ -530,7 +510,7 @@ static void test_pause_submits_at_once(void **state) {
     comet_engine *e = comet_engine_init(model, &ep);
     assert_non_null(e);
     comet_engine_pause(e, 1);
-    comet_request_params rp = greedy(ids, n, 1);
+    comet_request_params rp = et_greedy(ids, n, 1);
     for (int i = 0; i < 4; i++)
         assert_int_equal(comet_engine_submit(e, &rp, on_event_ignored, NULL, NULL), COMET_OK);
     assert_false(comet_engine_wait_idle(e, 0.2));

@@ -32,6 +32,7 @@
 #include "comet/engine.h"
 #include "comet/model.h"
 #include "comet/tokenizer.h"
+#include "engine_test_util.h"
 
 #define SKIP 77
 #define MAX_GEN 40
@@ -62,29 +63,8 @@ static void on_event(void *user, const comet_engine_event *ev) {
     pthread_mutex_unlock(&c->mu);
 }
 
-/* Prompt i: a prefix of varied length of a fixed text (as test_engine.c's), with a
- * request-specific tail; `short_cut` keeps it to a few tokens. */
 static int make_prompt(int i, int short_cut, int32_t **ids) {
-    static const char *base =
-        "The old lighthouse keeper climbed the spiral stairs every evening, counting the "
-        "steps, checking the lamp, and writing the weather in a worn leather book. One night "
-        "a ship appeared without lights, drifting slowly toward the rocks below the cliff.";
-    char text[1024];
-    int cut = short_cut ? i % 17 : 20 + (i * 37) % 200;
-    snprintf(text, sizeof text, "%.*s Question %d: what happens next?", cut, base, i);
-    size_t n;
-    assert_int_equal(comet_tokenizer_encode(model->tok, text, strlen(text), 0, ids, &n), COMET_OK);
-    return (int)n;
-}
-
-static comet_request_params greedy(const int32_t *ids, int n, int max_tokens) {
-    comet_request_params rp = comet_request_default_params();
-    rp.prompt = ids;
-    rp.n_prompt = n;
-    rp.max_tokens = max_tokens;
-    rp.sampling.temperature = 0;
-    rp.ignore_eos = 1;
-    return rp;
+    return et_prompt(model->tok, i, short_cut, ids);
 }
 
 static comet_engine_params gpu_params(void) {
@@ -114,7 +94,7 @@ static comet_engine_stats run_and_compare(int n_req, int short_prompts, int gen_
     if (!e)
         fail_msg("%s: %s", what, comet_last_error());
     for (int i = 0; i < n_req; i++) {
-        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        comet_request_params rp = et_greedy(ids[i], n_ids[i], gen_base + i % 7);
         assert_int_equal(comet_engine_submit(e, &rp, on_event, &many[i], NULL), COMET_OK);
     }
     comet_engine_stats st;
@@ -151,7 +131,7 @@ static comet_engine_stats run_and_compare(int n_req, int short_prompts, int gen_
     for (int k = 0; k < n_check; k++) {
         int i = check[k];
         pthread_mutex_init(&alone[k].mu, NULL);
-        comet_request_params rp = greedy(ids[i], n_ids[i], gen_base + i % 7);
+        comet_request_params rp = et_greedy(ids[i], n_ids[i], gen_base + i % 7);
         assert_int_equal(comet_engine_submit(e, &rp, on_event, &alone[k], NULL), COMET_OK);
         assert_true(comet_engine_wait_idle(e, 600));
         assert_int_equal(alone[k].n_toks, many[i].n_toks);
@@ -229,7 +209,7 @@ static void test_pool_from_memory(void **state) {
     int n = make_prompt(3, 0, &ids);
     collect c = {0};
     pthread_mutex_init(&c.mu, NULL);
-    comet_request_params rp = greedy(ids, n, 8);
+    comet_request_params rp = et_greedy(ids, n, 8);
     assert_int_equal(comet_engine_submit(e, &rp, on_event, &c, NULL), COMET_OK);
     assert_true(comet_engine_wait_idle(e, 600));
     assert_int_equal(c.n_toks, 8);
