@@ -6,7 +6,10 @@
  * only the attention op (its kernel and, with key splits, the combine kernel) is timed.
  *
  * Decode: B sequences of L keys each, one query token a sequence (position L - 1), the key
- * splits and workspace of the engine's plan (comet_cuda_attention_splits over all SMs).
+ * splits and workspace of the engine's plan (comet_cuda_attention_splits over all SMs). INT4
+ * decode runs on the tensor-core decode kernel; a format FORMAT:fp32 (the default list has
+ * int4/16:fp32) runs its decode shapes on the fp32 decode kernel instead, in the same run,
+ * by setting COMET_CUDA_ATTN_DECODE_MMA=0 around them (the other formats unset it).
  * Page ids are a shuffled permutation of the pool. So that no call finds its K/V in L2 (as
  * in a model, where the other layers' pages pass through L2 between two calls of one layer),
  * small shapes rotate through several copies of the cache, each call reading its own pages,
@@ -137,8 +140,9 @@ static __global__ void spin(long long ns) {
 /* ---- options ------------------------------------------------------------------------------ */
 
 struct kv_spec {
-    int bits; /* 4, 8 or 16 */
-    int G;    /* channels per (scale, zero) group; D for fp16 */
+    int bits;         /* 4, 8 or 16 */
+    int G;            /* channels per (scale, zero) group; D for fp16 */
+    bool fp32_decode; /* decode on attn_decode_kernel (COMET_CUDA_ATTN_DECODE_MMA=0) */
     std::string name;
 };
 
@@ -159,15 +163,17 @@ static const int MAX_SETS = 256;
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: bench_attention [--model 8b|70b] [--kv int4/16,int4/128,fp16]\n"
+            "usage: bench_attention [--model 8b|70b] [--kv int4/16,int4/16:fp32,int4/128,fp16]\n"
             "         [--ctx 1024,8192,32768] [--batch 1,16,64,256] [--prefill 512,2048,8192]\n"
             "         [--page P] [--rotate auto|none|hadamard] [--peak-gbs X] [--peak-tflops X]\n"
             "         [--reps N]\n"
             "  --model     8b: H 32, Hkv 8, D 128 (default); 70b: H 64, Hkv 8, D 128\n"
             "  --kv        KV formats, comma-separated: int4/G, int8/G (G channels per fp16\n"
             "              (scale, zero) pair; int4 alone: one pair per head vector, G = D) or\n"
-            "              fp16 (default int4/16,int4/128,fp16: comet quantize's group and the\n"
-            "              synthetic llama3-8b's)\n"
+            "              fp16 (default int4/16,int4/16:fp32,int4/128,fp16: comet quantize's\n"
+            "              group and the synthetic llama3-8b's); a ':fp32' suffix runs decode on\n"
+            "              the fp32 decode kernel (COMET_CUDA_ATTN_DECODE_MMA=0, the A/B of the\n"
+            "              tensor-core one; named FORMAT-fp32dec, no prefill rows)\n"
             "  --ctx, --batch  decode contexts L and batches B (every pair; an empty list: none)\n"
             "  --prefill   prefill lengths T (an empty list: none)\n"
             "  --page      KV page size in tokens (default 16, the engine's)\n"
@@ -220,6 +226,9 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         std::string item =
             s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
         kv_spec k;
+        k.fp32_decode = item.size() > 5 && item.compare(item.size() - 5, 5, ":fp32") == 0;
+        if (k.fp32_decode)
+            item.resize(item.size() - 5);
         std::string type = item.substr(0, item.find('/'));
         k.bits = type == "int4" ? 4 : type == "int8" ? 8 : type == "fp16" ? 16 : 0;
         k.G = D;
@@ -230,11 +239,14 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         if (!ok) {
             fprintf(stderr,
                     "bench_attention: --kv: '%s' is not a KV format: int4/G, int8/G (G a multiple "
-                    "of 8 dividing the head dim %d), int4, int8 or fp16\n",
+                    "of 8 dividing the head dim %d), int4, int8 or fp16, each with an optional "
+                    "':fp32' (the fp32 decode kernel)\n",
                     item.c_str(), D);
             return false;
         }
         k.name = k.bits == 16 ? "fp16" : (k.bits == 4 ? "int4/" : "int8/") + std::to_string(k.G);
+        if (k.fp32_decode)
+            k.name += "-fp32dec";
         out->push_back(k);
         if (comma == std::string::npos)
             break;
@@ -244,7 +256,7 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-    const char *kv_arg = "int4/16,int4/128,fp16";
+    const char *kv_arg = "int4/16,int4/16:fp32,int4/128,fp16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -468,6 +480,12 @@ static bool fits(size_t need, double *free_gb) {
  * Decode when T == 0. */
 static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T) {
     const bool decode = T == 0;
+    if (k.fp32_decode && !decode)
+        return; /* the switch moves decode steps only */
+    if (k.fp32_decode)
+        setenv("COMET_CUDA_ATTN_DECODE_MMA", "0", 1);
+    else
+        unsetenv("COMET_CUDA_ATTN_DECODE_MMA");
     const char *mode = decode ? "decode" : "prefill";
     const int P = o.P, H = o.H, Hkv = o.Hkv, D = o.D;
     const int n_seq = decode ? B : 1, keys = decode ? Lctx : T, n_tok = decode ? B : T;

@@ -4,7 +4,8 @@
 # builds nothing) and PyTorch's scaled_dot_product_attention (sdpa_torch.py, the image's
 # python3) on the same GPU, one after the other, then one Markdown report (table.py) with the
 # date, GPU, commit and commands: decode at L 1K / 8K / 32K and B 1 / 16 / 64 / 256, prefill
-# at T 512 / 2K / 8K, comet INT4 (groups of 16 and 128 channels) and FP16 KV against torch FP16.
+# at T 512 / 2K / 8K, comet INT4 (groups of 16 and 128 channels; int4/16 decode also on the fp32
+# decode kernel, int4/16-fp32dec, the A/B of the tensor-core one) and FP16 KV against torch FP16.
 #
 # OUT.md defaults to $OUT/attention.md ($OUT, else ./out); the JSON lines and the logs of both
 # runs go beside it (attention_comet.jsonl / .log, attention_torch.jsonl / .log).

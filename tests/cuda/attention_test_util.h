@@ -64,7 +64,7 @@ static inline comet_rope_params rope_of(const att_cfg *c) {
 enum {
     ATT_LAYERS = 2,
     ATT_LAYER = 1,
-    MAX_SEQS = 8,
+    MAX_SEQS = 256, /* the wide decode batch of test_attention_cuda.c */
     MAX_STEPS = 512
 };
 

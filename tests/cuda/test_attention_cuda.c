@@ -14,9 +14,12 @@
  *   against fp32 on the CPU); and the same sequence's outputs alone and inside the ragged
  *   batch within 1e-5.
  * - paged_attention of decode-only steps (every sequence one token: the flash-decoding
- *   kernel) after a prefill that only fills the cache: contexts of 1, 17, 300 and 5000 keys
- *   in one batch and eight of at most 100 (several key splits and one), GQA 1, 3, 4 and 8
- *   at D 64 and 128, kv_bits 4, 8 and 16, both rotations, within 2e-5 relative norm error
+ *   kernels, attn_decode_mma_kernel for INT4 caches, attn_decode_kernel for the others and
+ *   for INT4 with COMET_CUDA_ATTN_DECODE_MMA=0) after a prefill that only fills the cache:
+ *   contexts of 1, 17, 300 and 5000 keys in one batch and eight of at most 100 (several key
+ *   splits and one), 256 and 64 sequences of 2 to 212 keys, GQA 1 .. 8 at D 64 and 128, KV
+ *   groups of 16 .. 128 channels, kv_bits 4, 8 and 16, both rotations, within 2e-5 relative
+ *   norm error
  *   of the CPU's paged_attention over a cache holding the CUDA cache's values (so a code
  *   that RoPE's last ulp moved does not count, and one key too many or too few does).
  * - with batch_invariant: each sequence's outputs inside a ragged batch equal, bit for bit,
@@ -85,8 +88,9 @@ static void test_attention_ragged(void **state) {
     attention_case(&ATT_CFGS[0], 4, 1, many, 8, 4, 0, 0xA77E9999ull);
 }
 
-/* Decode shapes: GQA groups of 1, 3, 4 and 8 (the decode kernel's register tiles of 1, 4, 4
- * and 8 query heads) at head dims 64 and 128, KV groups of 16, 32, 64 and whole heads. */
+/* Decode shapes: GQA groups of 1 .. 8 (attn_decode_kernel's register tiles of 1, 2, 4 and 8
+ * query heads; attn_decode_mma_kernel's rows) at head dims 64 and 128, KV groups of 16, 32, 64
+ * and whole heads (INT4 caches take the tensor-core kernel at every one of them). */
 static const att_cfg DEC_CFGS[] = {
     {"D64 H9/Hkv3 smollm2", 64, 9, 3, 0, COMET_ROPE_SCALING_NONE, 100000.0f},
     {"D64 H9/Hkv3 G16 smollm2 --kv-group 16", 64, 9, 3, 16, COMET_ROPE_SCALING_NONE, 100000.0f},
@@ -94,12 +98,20 @@ static const att_cfg DEC_CFGS[] = {
     {"D128 H4/Hkv4 G64", 128, 4, 4, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
     {"D64 H16/Hkv2 G32", 64, 16, 2, 32, COMET_ROPE_SCALING_NONE, 10000.0f},
     {"D128 H8/Hkv1 G32", 128, 8, 1, 32, COMET_ROPE_SCALING_NONE, 500000.0f},
+    {"D128 H32/Hkv8 G16 llama3-8b --kv-group 16", 128, 32, 8, 16, COMET_ROPE_SCALING_LLAMA3,
+     500000.0f},
+    {"D128 H16/Hkv8", 128, 16, 8, 0, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H14/Hkv2 G16", 64, 14, 2, 16, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H5/Hkv1 G32", 128, 5, 1, 32, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H12/Hkv2 G64", 64, 12, 2, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
 };
 #define N_DEC_CFGS ((int)(sizeof DEC_CFGS / sizeof DEC_CFGS[0]))
+#define N_DEC_OLD_CFGS 6 /* DEC_CFGS from N_DEC_OLD_CFGS on: the tensor-core kernel's shapes */
 
-/* DEC_CFGS 0, 3 and the last: GQA tiles of 4 (group 3), 1 and 8, head dims 64 and 128 */
+/* DEC_CFGS 0, 3, 5 and 6: GQA tiles of 4 (group 3), 1, 8 and 4, head dims 64 and 128, KV
+ * groups of 64, 32 and 16 channels */
 static int quick_dec_cfg(int cfg) {
-    return !g_quick || cfg == 0 || cfg == 3 || cfg == N_DEC_CFGS - 1;
+    return !g_quick || cfg == 0 || cfg == 3 || cfg == 5 || cfg == 6;
 }
 
 /* Decode-only steps (every sequence one token) after a prefill that only fills the cache:
@@ -118,11 +130,49 @@ static void test_attention_decode(void **state) {
             for (int rot = 0; rot < 2; rot++) {
                 if (!quick_dec_cfg(c) || !quick_rot(b, rot))
                     continue;
+                if (c >= N_DEC_OLD_CFGS && rot != (b + c) % 2)
+                    continue; /* the shapes the tensor-core kernel added: one rotation each */
                 const uint64_t seed =
                     0xDEC00000ull + (uint64_t)c * 100 + (uint64_t)b * 10 + (uint64_t)rot;
                 attention_case(&DEC_CFGS[c], bits[b], rot, lens, 4, 700, 2, seed);
                 attention_case(&DEC_CFGS[c], bits[b], rot, short_lens, 8, 48, 2, seed + 5);
             }
+    /* INT4 on attn_decode_kernel too (COMET_CUDA_ATTN_DECODE_MMA=0, the A/B switch): GQA 3,
+     * 4, 8 and 4, KV groups of 64, 32, 32 and 16 */
+    setenv("COMET_CUDA_ATTN_DECODE_MMA", "0", 1);
+    static const int old_int4[] = {0, 2, 5, N_DEC_OLD_CFGS};
+    for (int i = 0; i < 4; i++)
+        if (!g_quick || i == 3)
+            attention_case(&DEC_CFGS[old_int4[i]], 4, i % 2, lens, 4, 700, 2,
+                           0xDEC0A000ull + (uint64_t)i);
+    unsetenv("COMET_CUDA_ATTN_DECODE_MMA");
+}
+
+/* Wide decode steps: 256 sequences (contexts of 2 to 212 keys, mostly not multiples of the
+ * 16-key page or tile; on a 132-SM GPU one key split; kv_bits 4), then 64 (one split; two or
+ * three at D 64; kv_bits 4, 8 and 16), at LLaMA-3-8B's heads with KV groups of 16 and at D 64
+ * with GQA 7. */
+static void test_attention_decode_wide(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    static int lens[MAX_SEQS];
+    for (int s = 0; s < MAX_SEQS; s++)
+        lens[s] = 2 + (s * 53) % 211;
+    static const int cfgs[] = {N_DEC_OLD_CFGS, N_DEC_OLD_CFGS + 2};
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < 2; c++)
+        for (int b = 0; b < 3; b++) {
+            if (g_quick && (c || b))
+                continue;
+            const att_cfg *cfg = &DEC_CFGS[cfgs[c]];
+            const uint64_t seed = 0xDEC0B000ull + (uint64_t)c * 100 + (uint64_t)b * 10;
+            /* 256 sequences (each also alone) on the tensor-core kernel only: the fp32
+             * kernels take them as they take 64, and the sanitizer runs stay short */
+            if (!g_quick && bits[b] == 4)
+                attention_case(cfg, bits[b], 1, lens, MAX_SEQS, 256, 2, seed);
+            attention_case(cfg, bits[b], (b + 1) % 2, lens + 100, 64, 256, 2, seed + 5);
+        }
 }
 
 /* ---- batch invariance ------------------------------------------------------------------ */
@@ -248,11 +298,11 @@ static void test_attention_batch_invariant(void **state) {
     comet_backend_set_batch_invariant(g_cuda, 1);
     comet_backend_set_batch_invariant(nosplit, 1);
     static const int bits[] = {4, 16};
-    for (int c = 0; c < N_DEC_CFGS; c++)
+    for (int c = 0; c < N_DEC_OLD_CFGS; c++) /* batch-invariant steps never take decode_mma */
         for (int b = 0; b < 2; b++)
             /* quick: D64 kv4, D128 GQA-1 kv16, D128 GQA-8 kv4 (and kv8 below) */
             if (!g_quick || (c == 0 && b == 0) || (c == 3 && b == 1) ||
-                (c == N_DEC_CFGS - 1 && b == 0))
+                (c == N_DEC_OLD_CFGS - 1 && b == 0))
                 invariance_case(nosplit, &DEC_CFGS[c], bits[b], (c + b) % 2,
                                 0xB1A50000ull + (uint64_t)c * 10 + (uint64_t)b);
     invariance_case(nosplit, &ATT_CFGS[0], 8, 0, 0xB1A5FFFFull);
@@ -445,6 +495,7 @@ int main(void) {
         cmocka_unit_test(test_kv_codes_position0),
         cmocka_unit_test(test_attention_ragged),
         cmocka_unit_test(test_attention_decode),
+        cmocka_unit_test(test_attention_decode_wide),
         cmocka_unit_test(test_attention_batch_invariant),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */

@@ -4,6 +4,7 @@
  *   attention_prefill.cuh  the general flash-attention kernel (tiles of several tokens)
  *   attention_mma.cuh      the tensor-core kernel of prefill chunks (fp16 mma, fp32 softmax)
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
+ *   attention_decode_mma.cuh  the tensor-core flash-decoding kernel of INT4 caches
  *   attention_combine.cuh  the combine kernel of split keys
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
@@ -21,6 +22,7 @@
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_decode.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_plan.cuh"
 
@@ -36,6 +38,28 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 4><<<grid, DEC_THREADS, 0, s>>>(a);
     else
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
+}
+
+/* attn_decode_mma_kernel at head dim D (64 or 128) with ngr (scale, zero) groups a key
+ * (D / 16 at most, a power of two: att_decode_mma's layouts). */
+void attn_decode_mma_launch(int D, int ngr, const att_args &a, dim3 grid, cudaStream_t s) {
+    if (D == 64) {
+        if (ngr == 4)
+            attn_decode_mma_kernel<64, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 2)
+            attn_decode_mma_kernel<64, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else
+            attn_decode_mma_kernel<64, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+    } else {
+        if (ngr == 8)
+            attn_decode_mma_kernel<128, 8><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 4)
+            attn_decode_mma_kernel<128, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else if (ngr == 2)
+            attn_decode_mma_kernel<128, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+        else
+            attn_decode_mma_kernel<128, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+    }
 }
 
 template <int D, int BITS>
@@ -133,8 +157,12 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
-        with_kv_bits(L->bits,
-                     [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
+        if (att_decode_mma(L, g)) {
+            attn_decode_mma_launch(D, D / L->G, a, grid, s);
+        } else {
+            with_kv_bits(L->bits,
+                         [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
+        }
         COMET_TRY(launch_check("paged_attention (decode)"));
     } else {
         dim3 grid((unsigned)st->n_tiles * a.n_sub, L->Hkv, n_splits);

@@ -42,8 +42,11 @@ size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
  * softmax in fp32, K/V dequantized in registers; out [T, H, D]. The prefill chunks (a
  * sequence with at least 16 tokens in the step) at D 64 and 128 run on tensor cores with
  * q, V and the softmax weights rounded to fp16 (K an fp16 hi + lo pair; fp32 accumulation
- * and softmax), except in
- * batch-invariant steps (attention_mma.cuh). With `rotate` the cache
+ * and softmax), except in batch-invariant steps (attention_mma.cuh). Decode steps over an
+ * INT4 cache at D 64 and 128 (KV groups of 16, 32, 64 or 128 channels, H / Hkv <= 8) run on
+ * tensor cores with q and the softmax weights as fp16 hi + lo pairs, the codes exact
+ * (attention_decode_mma.cuh; COMET_CUDA_ATTN_DECODE_MMA=0: the fp32 decode kernel). With
+ * `rotate` the cache
  * holds H_D k and H_D v: q is rotated by H_D first and each output head rotated back.
  * n_splits > 1 splits each tile's keys over that many CTAs whose partial max / sum /
  * output go to workspace (comet_cuda_attention_workspace_bytes) and are combined by a

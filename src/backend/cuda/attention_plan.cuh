@@ -1,14 +1,18 @@
 /* attention_plan.cuh — paged attention's plan: the tile list a step is cut into (a run of
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
- * rows over CTAs, the choice between the decode kernel, the general one and the tensor-core
- * one for prefill chunks, the number of key splits and the workspace they need. The host
- * side of attention.h's plan functions.
+ * rows over CTAs, the choice between the decode kernels (fp32 or tensor cores), the general
+ * one and the tensor-core one for prefill chunks, the number of key splits and the workspace
+ * they need. The host side of attention.h's plan functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
 #pragma once
 
+#include <stdlib.h>
+#include <string.h>
+
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
 
 namespace {
@@ -39,6 +43,21 @@ void att_tiling(int D, int g, int *tt, int *n_sub) {
  * batch-invariant (its rows take attn_kernel's fixed spans whatever the step). */
 bool att_decode_step(const comet_cuda_step_view *st, int g) {
     return !st->batch_invariant && st->n_tiles == st->n_tokens && g >= 1 && g <= DEC_MAX_G;
+}
+
+/* Whether a decode step (att_decode_step) takes attn_decode_mma_kernel: an INT4 cache at head
+ * dim 64 or 128, groups of 16, 32, 64 or 128 channels (at most D), at most DMMA_MAX_G query
+ * heads per KV head, unless COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one
+ * process can compare both kernels). */
+bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
+    const char *env = getenv("COMET_CUDA_ATTN_DECODE_MMA");
+    if (env && !strcmp(env, "0"))
+        return false;
+    if (L->bits != 4 || (L->D != 64 && L->D != 128) || g < 1 || g > DMMA_MAX_G)
+        return false;
+    const int ngr = L->D / L->G; /* a power of two up to D / 16: G in 16, 32, .., D */
+    return L->G % 16 == 0 && L->D % L->G == 0 && ngr >= 1 && ngr <= L->D / 16 &&
+           (ngr & (ngr - 1)) == 0;
 }
 
 /* Whether the step's prefill chunks (sequences with at least ATT_MMA_MIN_TOKENS tokens in
@@ -85,9 +104,13 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
                    : 1;
     }
     long blocks, min_keys;
+    bool whole_waves = false;
     if (att_decode_step(st, g)) {
         blocks = (long)st->n_tokens * L->Hkv;
         min_keys = DEC_MIN_KEYS;
+        /* two CTAs of attn_decode_mma_kernel fit an SM (its registers): a third of a
+         * second wave would cost as much as a whole one, so its splits round down */
+        whole_waves = att_decode_mma(L, g);
     } else {
         int tt, n_sub;
         att_tiling(L->D, g, &tt, &n_sub);
@@ -97,7 +120,7 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
     const long target = 2L * (n_sm > 0 ? n_sm : 1);
     if (blocks >= target)
         return 1;
-    long splits = (target + blocks - 1) / blocks;
+    long splits = whole_waves ? target / blocks : (target + blocks - 1) / blocks;
     const long by_len = st->max_kv_len / min_keys;
     if (splits > by_len)
         splits = by_len;
