@@ -16,7 +16,7 @@ pages of 16 slots in shuffled order, codes, scales and zeros random; the output 
 within 2e-5 relative norm error of attention over the dequantized cache (the decode bound
 of tests/cuda/attention_test_util.h); it prints each case's error. --test-shapes runs the
 test's inputs (q, K, V as attention_test_util.h makes them, RoPE, the KV quantizer) at the
-shapes of its decode cases over ~5000 keys instead; --uncentred emulates the codes c and
+shapes and lengths of its INT4 decode cases (TEST_SHAPES) instead; --uncentred emulates the codes c and
 zeros z as stored (the kernel before centring, 1e-5 to 1e-4 there). Needs numpy:
 
   python3 -m pip install --user numpy && python3 scripts/decode_mma_emu.py --test-shapes
@@ -316,12 +316,12 @@ def run(D, G, g, n_keys, n_splits, seed, theta=0.0, Hkv=2, kvh=1, P=16):
     print(f"D {D} G {G} g {g} keys {n_keys} splits {n_splits}: relative norm error {err:.3g}")
     return err
 
-# the failing shapes of tests/cuda/test_attention_cuda.c's decode cases at ~5000 keys, with the
-# splits comet_cuda_attention_splits picks on a 132-SM GPU for 3 decode tokens: (D, G, g,
-# keys, splits, RoPE base)
-TEST_SHAPES = [(128, 32, 4, 4999, 11, 500000.0),  # D128 H32/Hkv8 G32 llama3-8b
-               (64, 64, 3, 4999, 29, 100000.0),   # D64 H9/Hkv3 smollm2
-               (64, 16, 3, 4999, 29, 100000.0)]   # D64 H9/Hkv3 G16 smollm2 --kv-group 16
+# tests/cuda/test_attention_cuda.c's INT4 decode cases at their worst steps on the H100 (the
+# longest sequence; the splits comet_cuda_attention_splits picks on 132 SMs for 3 or 4 decode
+# tokens): (D, G, g, keys, splits, RoPE base)
+TEST_SHAPES = [(128, 32, 4, 4999, 11, 500000.0),  # D128 H32/Hkv8 G32 llama3-8b, 3 seqs
+               (64, 64, 3, 624, 9, 100000.0),     # D64 H9/Hkv3 smollm2, 4 seqs
+               (64, 16, 3, 680, 10, 100000.0)]    # D64 H9/Hkv3 G16 smollm2 --kv-group 16, 4 seqs
 
 if __name__ == "__main__":
     import argparse
@@ -332,7 +332,7 @@ if __name__ == "__main__":
     ap.add_argument("--uncentred", action="store_true",
                     help="codes c and zeros z as stored (the kernel before centring)")
     ap.add_argument("--test-shapes", action="store_true",
-                    help="the test's inputs and shapes at ~5000 keys instead of the random cases")
+                    help="the test's inputs and shapes (TEST_SHAPES) instead of the random cases")
     o = ap.parse_args()
     if o.trunc:
         MODEL.update(chunk=o.trunc[0], bits=o.trunc[1])
