@@ -17,12 +17,19 @@ constexpr int DMMA_WARPS = 4, DMMA_THREADS = 32 * DMMA_WARPS, DMMA_STAGES = 3;
 /* Most query heads a CTA takes: the g rows of one m16 tile that are not padding */
 constexpr int DMMA_MAX_G = 8;
 
-/* Two fp16 codes of w (nibbles at bits 0..3 and 16..19) as an exact half2: the nibbles under
- * the exponent of 1024 (one lop3), less 1024. */
+__device__ __forceinline__ __half2 dmma_h2(uint32_t x) {
+    return *reinterpret_cast<const __half2 *>(&x);
+}
+__device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
+    return *reinterpret_cast<const uint32_t *>(&x);
+}
+
+/* Two fp16 codes of w (nibbles at bits 0..3 and 16..19) less 8, as an exact half2 in -8..7:
+ * the nibbles under the exponent of 1024 (one lop3), less 1032. */
 __device__ __forceinline__ uint32_t dmma_nib2(uint32_t w) {
     uint32_t r;
     asm("lop3.b32 %0, %1, %2, %3, 0xea;\n" : "=r"(r) : "r"(w), "n"(0x000f000f), "n"(0x64006400));
-    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&r), __float2half2_rn(1024.0f));
+    const __half2 h = __hsub2(*reinterpret_cast<const __half2 *>(&r), __float2half2_rn(1032.0f));
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
@@ -35,14 +42,31 @@ __device__ __forceinline__ void dmma_split(float x0, float x1, uint32_t &hi, uin
     lo = *reinterpret_cast<const uint32_t *>(&l);
 }
 
+/* The zeros of centred codes, z + 8 s, of two (scale, zero) words (fp16 s low, z high) as an
+ * fp16 pair hi + lo = z + 8 s exactly (TwoSum of 8 s and z; fp16 arithmetic keeps subnormals,
+ * so the sum's rounding error is exact in lo), so that s (c - 8) + hi + lo = s c + z. Exact
+ * while |z| < 32768 and s < 2048 (the intermediates stay finite; checked over random fp16
+ * pairs, subnormals included); groups with larger values give infinities or NaN. */
+__device__ __forceinline__ void dmma_zero8(uint32_t w0, uint32_t w1, uint32_t &hi, uint32_t &lo) {
+    const __half2 s = dmma_h2(__byte_perm(w0, w1, 0x5410)),
+                  z = dmma_h2(__byte_perm(w0, w1, 0x7632));
+    const __half2 e8 = __float2half2_rn(8.0f);
+    const __half2 h = __hfma2(s, e8, z);           /* RN(8 s + z) */
+    const __half2 zv = __hfma2(s, __hneg2(e8), h); /* RN(h - 8 s): z's share of h */
+    const __half2 av = __hsub2(h, zv);             /* 8 s's share of h */
+    const __half2 l = __hadd2(__hfma2(s, e8, __hneg2(av)), __hsub2(z, zv));
+    hi = dmma_u32(h);
+    lo = dmma_u32(l);
+}
+
 /* d = A B on mma.sync m16n8k16 (fp16 operands, fp32 d) with a zero accumulator, so that the
- * product needs no zeroed registers; rows 8..15 of A are zeros (a1 = a3 = 0). */
-__device__ __forceinline__ void dmma_mma0(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                          uint32_t b1) {
+ * product needs no zeroed registers; A's fragment registers a0..a3. */
+__device__ __forceinline__ void dmma_mma0(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                          uint32_t a3, uint32_t b0, uint32_t b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
         "{%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
         : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1), "f"(0.0f));
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1), "f"(0.0f));
 }
 
 /* 2^x by the SFU alone (ex2.approx.ftz: about 2^-22 relative, results below 2^-126 flushed
@@ -51,13 +75,6 @@ __device__ __forceinline__ float dmma_exp2(float x) {
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
     return y;
-}
-
-__device__ __forceinline__ __half2 dmma_h2(uint32_t x) {
-    return *reinterpret_cast<const __half2 *>(&x);
-}
-__device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
-    return *reinterpret_cast<const uint32_t *>(&x);
 }
 
 /* Flash-decoding over an INT4 paged cache on tensor cores (mma.sync m16n8k16, fp16 operands,
@@ -73,37 +90,46 @@ __device__ __forceinline__ uint32_t dmma_u32(__half2 x) {
  * rows as stored (rows padded by 16 bytes: the lanes' 32-bit reads fall in distinct banks),
  * the (scale, zero) words transposed to [group][key]. Keys past the split's end copy its last
  * key and are masked.
- * Scores. An INT4 code c is exact in fp16 (lop3 under the exponent of 1024, one half2
- * subtract per two codes), so with K = s c + z per (key, group) a key's score is
- *   q . k = sum over groups of s (q_grp . c_grp) + z sum(q_grp):
- * k-step b of the mma takes channels 16b .. 16b + 15 (one group or a part of one: G is 16,
- * 32, 64 or 128, NGR = D / G groups a key, a template parameter), its product with a fresh accumulator is scaled by the keys' s in fp32 and
- * added; the z terms are one more mma, of the per-group sums of q against the keys' zeros
- * (fp16 as stored). q is held as fp16 hi + lo (two mmas per k-step; q alone in fp16 misses
- * the decode bound of 2e-5 by an order of magnitude), scaled first by a power of two per head
- * that puts its largest channel in [64, 128): the lo parts stay normal and the group sums
- * (at most 128 channels) stay below fp16's 65504. Within a k-step the channels are permuted
- * so that a lane's four of each key come from one 32-bit word of the code row (bytes t & 1 and
- * (t & 1) + 2 of word 2b + t / 2 for lane column t); q's fragments follow the same order.
- * Softmax. fp32 online softmax in base 2 on the accumulator registers (a head's row is held
- * by a quad of lanes); P = 2^(s - max + 8) <= 256, so that P times a V scale stays an fp16
- * normal down to tiny weights (the factor cancels in O / l and in the split combine) and
- * finite for V scales below 256 (groups whose values span less than 3840); the
- * rescaling of O is skipped when no row's max moved in the tile (it would multiply by 1).
- * O += P V, as O^T += V^T P^T: the 16 channels of block b are the M rows (no padding rows;
- * the heads are the 8 columns), keys the k16 step. V = s c + z per (key, group) too: the B
- * operand is (P s)^T as fp16 hi + lo (hi = P_hi s rounded, lo = the rest of P_hi s by an
- * fp16 FMA, exact, plus P_lo s; P's accumulator layout of S is the B layout of P^T), the A
- * operand V's codes: a lane gathers byte gi of the block (channels 16b + 2gi, + 1) of four
- * keys' code rows with byte permutes, so one lop3 gives the pair of keys a register wants.
- * The z terms sum P z per (group, head) in one more mma a tile (the keys' zeros against P^T
- * hi + lo), added to the group's channels at the end. Every product is fp16 x fp16 exact in
- * fp32; the roundings are fp16 hi + lo splits (about 2^-22) and fp32 sums; the lane-level
- * index math is emulated on the CPU by scripts/decode_mma_emu.py.
- * End: the warps meet in shared memory and merge in warp order (deterministic); one split
- * writes the normalized rows (rotated back by H_D when the cache is rotated), several write
- * the unnormalized rows and (max in natural-log units, sum) to the workspace for
- * attn_combine_kernel, as attn_decode_kernel does. */
+ * Scores. An INT4 code c less 8 is exact in fp16 (lop3 under the exponent of 1024, one half2
+ * subtract of 1032 per two codes), so with K = s c + z = s (c - 8) + z8, z8 = z + 8 s, per
+ * (key, group) a key's score is
+ *   q . k = sum over groups of s (q_grp . (c_grp - 8)) + z8 sum(q_grp).
+ * Centred, neither term is much larger than the score: with codes 0..15 and z near -8 s (a group
+ * around 0) both would be about 8 s sum(q_grp) and cancel, and mma.sync's fp32 sums, which cut each
+ * product and the accumulator toward zero at 2^-23 or so of the largest (not IEEE rounding), then
+ * lose 2^-23 of the large terms in every partial sum: 1e-4 at 5000 keys instead of 3e-6
+ * (scripts/decode_mma_emu.py --test-shapes). z8 enters as fp16 hi + lo, exact (dmma_zero8). k-step
+ * b of the mma takes channels 16b .. 16b + 15 (one group or a part of one: G is 16, 32, 64 or 128,
+ * NGR = D / G groups a key, a template parameter), its product with a fresh accumulator is scaled
+ * by the keys' s in fp32 and added; the z terms are one more mma, of the per-group sums of q
+ * against the keys' z8 (row gi: qz_hi against z8_hi (k columns 0..7) and z8_lo (8..15); row gi + 8,
+ * a padding head: qz_lo z8_hi, added to row gi). q is held as fp16 hi + lo (two mmas per k-step; q
+ * alone in fp16 misses the decode bound of 2e-5 by an order of magnitude), scaled first by a power
+ * of two per head that puts its largest channel in [64, 128): the lo parts stay normal and the
+ * group sums (at most 128 channels) stay below fp16's 65504. Within a k-step the channels are
+ * permuted so that a lane's four of each key come from one 32-bit word of the code row (bytes t & 1
+ * and (t & 1) + 2 of word 2b + t / 2 for lane column t); q's fragments follow the same order.
+ * Softmax. fp32 online softmax in base 2 on the accumulator registers (a head's row is held by a
+ * quad of lanes); P = 2^(s - max + 8) <= 256, so that P times a V scale stays an fp16 normal down
+ * to tiny weights (the factor cancels in O / l and in the split combine) and finite for V scales
+ * below 256 (groups whose values span less than 3840); the rescaling of O is skipped when no row's
+ * max moved in the tile (it would multiply by 1).
+ * O += P V, as O^T += V^T P^T: the 16 channels of block b are the M rows (no padding rows; the
+ * heads are the 8 columns), keys the k16 step. V = s (c - 8) + z8 per (key, group) too (a mean-free
+ * V averaged over thousands of keys would otherwise be the small difference of two sums 8 s P
+ * each): the B operand is (P s)^T as fp16 hi + lo (hi = P_hi s rounded, lo = the rest of P_hi s by
+ * an fp16 FMA, exact, plus P_lo s; P's accumulator layout of S is the B layout of P^T), the A
+ * operand V's centred codes: a lane gathers byte gi of the block (channels 16b + 2gi, + 1) of four
+ * keys' code rows with byte permutes, so one lop3 gives the pair of keys a register wants. The z
+ * terms sum P z8 per (group, head) in two more mmas a tile (the keys' z8, hi in row gi and lo in
+ * row gi + 8, against P^T hi and P^T lo), added to the group's channels at the end. Every product
+ * is fp16 x fp16 exact in fp32; the roundings are fp16 hi + lo splits (about 2^-22) and fp32 sums
+ * (mma.sync's truncating ones included); the lane-level index math and those roundings are emulated
+ * on the CPU by scripts/decode_mma_emu.py.
+ * End: the warps meet in shared memory and merge in warp order (deterministic); one split writes
+ * the normalized rows (rotated back by H_D when the cache is rotated), several write the
+ * unnormalized rows and (max in natural-log units, sum) to the workspace for attn_combine_kernel,
+ * as attn_decode_kernel does. */
 template <int D, int NGR>
 static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(att_args a) {
     static_assert(D == 64 || D == 128, "head dims 64 and 128");
@@ -251,14 +277,16 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         float s[2][4];
 #pragma unroll
         for (int n = 0; n < 2; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
             const int key = 8 * n + gi; /* this lane's B column */
             const uint32_t z0 = 2 * ti < NGR ? ksz[2 * ti * 16 + key] : 0u;
             const uint32_t z1 = 2 * ti + 1 < NGR ? ksz[(2 * ti + 1) * 16 + key] : 0u;
-            const uint32_t zb = __byte_perm(z0, z1, 0x7632); /* the zeros of groups 2ti, +1 */
-            const uint32_t azh[4] = {qzh, 0u, 0u, 0u}, azl[4] = {qzl, 0u, 0u, 0u};
-            comet_ptx::mma_f16(s[n], azh, zb, 0u);
-            comet_ptx::mma_f16(s[n], azl, zb, 0u);
+            uint32_t zh, zl; /* the zeros z + 8 s of groups 2ti, 2ti + 1 as fp16 hi + lo */
+            dmma_zero8(z0, z1, zh, zl);
+            /* row gi: qz_hi (z_hi + z_lo) (k columns 0..7 against zh, 8..15 against zl); row
+             * gi + 8 (a padding head): qz_lo z_hi, added to row gi */
+            dmma_mma0(s[n], qzh, qzl, qzh, 0u, zh, zl);
+            s[n][0] += s[n][2];
+            s[n][1] += s[n][3];
             const unsigned char *crow = sb + key * CS + 4 * (ti >> 1);
 #pragma unroll
             for (int b = 0; b < NB; b++) {
@@ -266,7 +294,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
                 const uint32_t b0 = dmma_nib2(w), b1 = dmma_nib2(w >> 4);
                 float c[4];
                 const uint32_t al[4] = {ql[b][0], 0u, ql[b][1], 0u};
-                dmma_mma0(c, qh[b][0], qh[b][1], b0, b1);
+                dmma_mma0(c, qh[b][0], 0u, qh[b][1], 0u, b0, b1);
                 comet_ptx::mma_f16(c, al, b0, b1);
                 const uint2 sc =
                     *reinterpret_cast<const uint2 *>(ksz + (16 * b / G) * 16 + 8 * n + 2 * ti);
@@ -298,6 +326,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
                 ot[b][2] *= c0, ot[b][3] *= c1;
             }
             za[0] *= c0, za[1] *= c1;
+            za[2] *= c0, za[3] *= c1;
             l_r *= corr;
             m_r = mnew;
         }
@@ -322,8 +351,10 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
                 z01 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 2 * ti);
                 z89 = *reinterpret_cast<const uint2 *>(vsz + gi * 16 + 8 + 2 * ti);
             }
-            const uint32_t az[4] = {__byte_perm(z01.x, z01.y, 0x7632), 0u,
-                                    __byte_perm(z89.x, z89.y, 0x7632), 0u};
+            /* z + 8 s as fp16 hi (row gi) + lo (row gi + 8: za[2], za[3], added at the end) */
+            uint32_t az[4];
+            dmma_zero8(z01.x, z01.y, az[0], az[1]);
+            dmma_zero8(z89.x, z89.y, az[2], az[3]);
             comet_ptx::mma_f16(za, az, ph0, ph2);
             comet_ptx::mma_f16(za, az, pl0, pl2);
         }
@@ -370,8 +401,8 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
             *reinterpret_cast<float2 *>(o0 + 16 * b) = make_float2(ot[b][0], ot[b][2]);
             *reinterpret_cast<float2 *>(o1 + 16 * b) = make_float2(ot[b][1], ot[b][3]);
         }
-        zw[(warp * DMMA_MAX_G + 2 * ti) * 8 + gi] = za[0];
-        zw[(warp * DMMA_MAX_G + 2 * ti + 1) * 8 + gi] = za[1];
+        zw[(warp * DMMA_MAX_G + 2 * ti) * 8 + gi] = za[0] + za[2];
+        zw[(warp * DMMA_MAX_G + 2 * ti + 1) * 8 + gi] = za[1] + za[3];
         if (ti == 0) {
             mw[2 * (warp * DMMA_MAX_G + gi)] = m_r;
             mw[2 * (warp * DMMA_MAX_G + gi) + 1] = l_r;
