@@ -15,14 +15,13 @@
 namespace {
 
 /* Whether step kernels launch with programmatic dependent launch: on an sm_90+ device unless
- * COMET_CUDA_PDL is 0 (no kernel: the W4Ax GEMMs read it too) or "gemm" (the GEMMs only, the
- * A/B of this launch). Read once per process and device. */
+ * COMET_CUDA_PDL=0 (the switch the W4Ax GEMMs read too). Read once per process and device. */
 inline int step_pdl_on() {
     static int env = -1;
     static signed char on_dev[64];
     if (env < 0) {
         const char *v = getenv("COMET_CUDA_PDL");
-        env = !(v && (!strcmp(v, "0") || !strcmp(v, "gemm")));
+        env = !(v && !strcmp(v, "0"));
     }
     int dev = 0;
     if (!env || cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
