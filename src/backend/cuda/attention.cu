@@ -31,13 +31,13 @@ namespace {
 template <int BITS>
 void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
     if (a.g <= 1)
-        launch_kernel(attn_decode_kernel<BITS, 1>, grid, dim3(DEC_THREADS), 0, s, a);
+        attn_decode_kernel<BITS, 1><<<grid, DEC_THREADS, 0, s>>>(a);
     else if (a.g <= 2)
-        launch_kernel(attn_decode_kernel<BITS, 2>, grid, dim3(DEC_THREADS), 0, s, a);
+        attn_decode_kernel<BITS, 2><<<grid, DEC_THREADS, 0, s>>>(a);
     else if (a.g <= 4)
-        launch_kernel(attn_decode_kernel<BITS, 4>, grid, dim3(DEC_THREADS), 0, s, a);
+        attn_decode_kernel<BITS, 4><<<grid, DEC_THREADS, 0, s>>>(a);
     else
-        launch_kernel(attn_decode_kernel<BITS, 8>, grid, dim3(DEC_THREADS), 0, s, a);
+        attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
 }
 
 /* attn_decode_mma_kernel at head dim D (64 or 128) with ngr (scale, zero) groups a key
@@ -45,20 +45,20 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
 void attn_decode_mma_launch(int D, int ngr, const att_args &a, dim3 grid, cudaStream_t s) {
     if (D == 64) {
         if (ngr == 4)
-            launch_kernel(attn_decode_mma_kernel<64, 4>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<64, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
         else if (ngr == 2)
-            launch_kernel(attn_decode_mma_kernel<64, 2>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<64, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
         else
-            launch_kernel(attn_decode_mma_kernel<64, 1>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<64, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
     } else {
         if (ngr == 8)
-            launch_kernel(attn_decode_mma_kernel<128, 8>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<128, 8><<<grid, DMMA_THREADS, 0, s>>>(a);
         else if (ngr == 4)
-            launch_kernel(attn_decode_mma_kernel<128, 4>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<128, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
         else if (ngr == 2)
-            launch_kernel(attn_decode_mma_kernel<128, 2>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<128, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
         else
-            launch_kernel(attn_decode_mma_kernel<128, 1>, grid, dim3(DMMA_THREADS), 0, s, a);
+            attn_decode_mma_kernel<128, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
     }
 }
 
@@ -72,7 +72,7 @@ comet_status attn_mma_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
                                "cuda backend: paged_attention (tensor cores): %d bytes of "
                                "shared memory refused: %s",
                                smem, cudaGetErrorString(e));
-    launch_kernel(attn_mma_kernel<D, BITS>, grid, dim3(MMA_THREADS), smem, s, a);
+    attn_mma_kernel<D, BITS><<<grid, MMA_THREADS, smem, s>>>(a);
     return COMET_OK;
 }
 
@@ -92,7 +92,7 @@ comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
                                "cuda backend: paged_attention: %zu bytes of "
                                "shared memory refused: %s",
                                smem, cudaGetErrorString(e));
-    launch_kernel(attn_kernel<DMAX, SPANS>, grid, dim3(ATT_THREADS), smem, s, a);
+    attn_kernel<DMAX, SPANS><<<grid, ATT_THREADS, smem, s>>>(a);
     return COMET_OK;
 }
 
@@ -185,8 +185,8 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     }
     if (n_splits > 1) {
         const int threads = (D + 31) / 32 * 32;
-        launch_kernel(attn_combine_kernel, dim3(st->n_tokens, H), dim3(threads), 0, s, a.ws_acc,
-                      a.ws_ml, H, D, n_splits, rotate, (int)(a.span > 0), out);
+        attn_combine_kernel<<<dim3(st->n_tokens, H), threads, 0, s>>>(
+            a.ws_acc, a.ws_ml, H, D, n_splits, rotate, a.span > 0, out);
         COMET_TRY(launch_check("paged_attention (split combine)"));
     }
     return COMET_OK;

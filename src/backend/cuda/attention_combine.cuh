@@ -19,7 +19,6 @@ static __global__ void attn_combine_kernel(const float *__restrict__ ws_acc,
                                            int n_splits, int rotate, int spans,
                                            float *__restrict__ out) {
     __shared__ float buf[COMET_CUDA_KV_MAX_HEAD_DIM];
-    step_pdl_begin();
     const int t = blockIdx.x, h = blockIdx.y, d = threadIdx.x;
     const size_t base = ((size_t)t * H + h) * n_splits;
     float sum = 0.0f, acc = 0.0f;

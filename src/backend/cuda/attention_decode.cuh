@@ -30,7 +30,6 @@ namespace {
  * attn_kernel's layout for attn_combine_kernel. */
 template <int BITS, int GM>
 static __global__ void __launch_bounds__(DEC_THREADS) attn_decode_kernel(att_args a) {
-    step_pdl_begin();
     /* keys in flight per group: all the registers the raw bytes and scores may take beside
      * GM x 8 query and GM x 8 output values */
     constexpr int KU = GM >= 8 ? 4 : 8;

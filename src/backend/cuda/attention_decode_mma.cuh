@@ -132,7 +132,6 @@ __device__ __forceinline__ float dmma_exp2(float x) {
  * as attn_decode_kernel does. */
 template <int D, int NGR>
 static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(att_args a) {
-    step_pdl_begin();
     static_assert(D == 64 || D == 128, "head dims 64 and 128");
     static_assert(NGR >= 1 && NGR <= D / 16 && D % (16 * NGR) == 0, "groups of 16k channels");
     constexpr int G = D / NGR;     /* channels of a (scale, zero) group (a.L.G) */

@@ -102,7 +102,6 @@ __device__ __forceinline__ void kv_half8(const kv_raw8<BITS> &r, uint4 &hi, uint
  * attn_kernel's do. */
 template <int D, int BITS>
 static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a) {
-    step_pdl_begin();
     constexpr int KS = D + 8;      /* halves per K / V row in shared memory */
     constexpr int NK = D / 16;     /* k-steps of Q K^T */
     constexpr int NO = D / 8;      /* n-tiles of O */

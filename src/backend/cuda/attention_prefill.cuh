@@ -32,7 +32,6 @@ namespace {
  * starts again. */
 template <int DMAX, bool SPANS>
 static __global__ void __launch_bounds__(ATT_THREADS) attn_kernel(att_args a) {
-    step_pdl_begin();
     constexpr int R = att_rows(DMAX), RW = R / 8, ACC = R * DMAX / ATT_THREADS,
                   RSTEP = ATT_THREADS / DMAX, KS = DMAX + 1;
     extern __shared__ float smem[];

@@ -20,7 +20,6 @@ namespace {
  * zeros for a token outside them); float4 when C % 4 == 0. */
 static __global__ void embed_kernel(const float *__restrict__ embd, int C, int row0, int V,
                                     const int32_t *__restrict__ tokens, float *__restrict__ x) {
-    step_pdl_begin();
     const int t = blockIdx.x;
     const int row = tokens[t] - row0;
     float *dst = x + (size_t)t * C;
@@ -47,7 +46,6 @@ static __global__ void embed_kernel(const float *__restrict__ embd, int C, int r
 static __global__ void gather_rows_f16_kernel(const __half *__restrict__ src, int C,
                                               const int32_t *__restrict__ rows,
                                               __half *__restrict__ dst) {
-    step_pdl_begin();
     const int r = blockIdx.x;
     const __half *s = src + (size_t)rows[r] * C;
     __half *d = dst + (size_t)r * C;
@@ -99,7 +97,6 @@ struct unstack_args {
 
 /* Grid (column blocks, T): ys[i][t, c - col0[i]] = y[t, c] for the columns c of part i. */
 static __global__ void unstack_kernel(unstack_args a) {
-    step_pdl_begin();
     const int t = blockIdx.y;
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.N; c += gridDim.x * blockDim.x) {
         int i = 0;
@@ -120,8 +117,7 @@ comet_status comet_cuda_embed(const float *embd, int C, int row0, int V, const i
     if (T < 1 || C < 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: embed_tokens: T = %d, C = %d",
                                T, C);
-    launch_kernel(embed_kernel, dim3(T), dim3(256), 0, static_cast<cudaStream_t>(stream), embd, C,
-                  row0, V, tokens, x);
+    embed_kernel<<<T, 256, 0, static_cast<cudaStream_t>(stream)>>>(embd, C, row0, V, tokens, x);
     return launch_check("embed_tokens");
 }
 
@@ -129,9 +125,8 @@ comet_status comet_cuda_gather_rows_f16(const uint16_t *src, int C, const int32_
                                         uint16_t *dst, void *stream) {
     if (n_rows < 1)
         return COMET_OK;
-    launch_kernel(gather_rows_f16_kernel, dim3(n_rows), dim3(256), 0,
-                  static_cast<cudaStream_t>(stream), reinterpret_cast<const __half *>(src), C, rows,
-                  reinterpret_cast<__half *>(dst));
+    gather_rows_f16_kernel<<<n_rows, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        reinterpret_cast<const __half *>(src), C, rows, reinterpret_cast<__half *>(dst));
     return launch_check("lm_head (row gather)");
 }
 
@@ -175,8 +170,7 @@ comet_status comet_cuda_unstack(const float *y, int T, int N, int n_parts, const
                                "columns in all, the stack has %d",
                                a.col0[n_parts], N);
     const unsigned blocks = (unsigned)((N + 1023) / 1024 < 64 ? (N + 1023) / 1024 : 64);
-    launch_kernel(unstack_kernel, dim3(blocks, T), dim3(256), 0, static_cast<cudaStream_t>(stream),
-                  a);
+    unstack_kernel<<<dim3(blocks, T), 256, 0, static_cast<cudaStream_t>(stream)>>>(a);
     return launch_check("matmul (stack split)");
 }
 

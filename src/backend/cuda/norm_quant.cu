@@ -62,7 +62,6 @@ struct row_args {
  * their share of the row. */
 template <int MODE>
 static __global__ void __launch_bounds__(NORM_THREADS) row_quant_kernel(row_args a) {
-    step_pdl_begin();
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nthreads = blockDim.x, nwarps = nthreads >> 5;
     const int K = a.K;
@@ -171,11 +170,11 @@ comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_
                           ? (f->K + ROW_F16_PER_CTA - 1) / ROW_F16_PER_CTA
                           : (f->K / f->B + ROW_THREADS / 32 - 1) / (ROW_THREADS / 32);
     if (mode == ROW_NORM)
-        launch_kernel(row_quant_kernel<ROW_NORM>, dim3(T), dim3(NORM_THREADS), 0, s, a);
+        row_quant_kernel<ROW_NORM><<<T, NORM_THREADS, 0, s>>>(a);
     else if (mode == ROW_SILU)
-        launch_kernel(row_quant_kernel<ROW_SILU>, dim3(T, parts), dim3(ROW_THREADS), 0, s, a);
+        row_quant_kernel<ROW_SILU><<<dim3(T, parts), ROW_THREADS, 0, s>>>(a);
     else
-        launch_kernel(row_quant_kernel<ROW_PLAIN>, dim3(T, parts), dim3(ROW_THREADS), 0, s, a);
+        row_quant_kernel<ROW_PLAIN><<<dim3(T, parts), ROW_THREADS, 0, s>>>(a);
     return launch_check(op);
 }
 

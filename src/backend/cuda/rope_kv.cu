@@ -50,7 +50,6 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
                                              float *k, const float *__restrict__ v, int rotate) {
     __shared__ float ks[COMET_CUDA_KV_MAX_HEAD_DIM], vs[COMET_CUDA_KV_MAX_HEAD_DIM];
     __shared__ float sz[2][COMET_CUDA_KV_MAX_HEAD_DIM / 8][2];
-    step_pdl_begin();
     const int t = blockIdx.x, y = blockIdx.y, D = L.D, half = D / 2, tid = threadIdx.x;
     const int pos = positions[t];
     const bool is_q = y < H;
@@ -163,9 +162,10 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
     kv_args ka = kv_args_make(L, storage, layer);
     dim3 grid(st->n_tokens, H + L->Hkv);
     with_kv_bits(L->bits, [&](auto bits) {
-        launch_kernel(rope_kv_append_kernel<decltype(bits)::value>, grid, dim3(128), 0,
-                      static_cast<cudaStream_t>(stream), ka, st->positions, st->token_indptr,
-                      st->n_seqs, st->page_indptr, st->page_indices, inv_freq, q, H, k, v, rotate);
+        rope_kv_append_kernel<decltype(bits)::value>
+            <<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(
+                ka, st->positions, st->token_indptr, st->n_seqs, st->page_indptr, st->page_indices,
+                inv_freq, q, H, k, v, rotate);
     });
     return launch_check("rope_kv_append");
 }
