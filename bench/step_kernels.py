@@ -50,7 +50,7 @@ def read_rows(path):
             continue
         unit = r.get("Metric Unit", "")
         v = float(r["Metric Value"].replace(",", ""))
-        scale = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}.get(unit)
+        scale = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "second": 1e6, "s": 1e6}.get(unit)
         if scale is None:
             sys.exit(f"step_kernels.py: unknown unit '{unit}' in {path}")
         rows[int(r["ID"])] = (r["Kernel Name"], v * scale, r.get("Grid Size", ""))
