@@ -264,6 +264,50 @@ static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int to
         free(u16);
         gfree(&uy), gfree(&uy16);
     }
+    /* 4. the output split by columns into 2 or 3 parts (y_parts: a stacked GEMM's roles), the
+     * middle one dropped (NULL) in a second run: each part holds exactly its columns of the
+     * plain run's y, and nothing past it is written */
+    if (N % 4 == 0 && N >= 8) {
+        const int np = N >= 12 ? 3 : 2;
+        int c0[4] = {0, N / np / 4 * 4, np == 3 ? 2 * N / 3 / 4 * 4 : N, N};
+        for (int drop = 0; drop < 2; drop++) {
+            guarded gp[3];
+            comet_cuda_w4ax_gemm gs = g;
+            gs.y = NULL, gs.y_f16 = NULL, gs.y_parts = np;
+            for (int i = 0; i < np; i++) {
+                gp[i] = galloc((size_t)M * (c0[i + 1] - c0[i]) * 4);
+                gpoison(&gp[i]);
+                gs.y_col0[i] = c0[i];
+                gs.y_part[i] = drop && i == 1 ? NULL : (float *)gp[i].p;
+            }
+            gs.y_col0[np] = N;
+            launch_or_die(&gs, NULL);
+            CUDA_OK(cudaDeviceSynchronize());
+            for (int i = 0; i < np; i++) {
+                const int w = c0[i + 1] - c0[i];
+                float *hp = malloc((size_t)M * w * 4);
+                CUDA_OK(cudaMemcpy(hp, gp[i].p, (size_t)M * w * 4, cudaMemcpyDeviceToHost));
+                size_t bad = 0;
+                for (int t = 0; t < M; t++)
+                    for (int c = 0; c < w; c++) {
+                        uint32_t got, want = 0xFFFFFFFFu;
+                        memcpy(&got, &hp[(size_t)t * w + c], 4);
+                        if (!(drop && i == 1))
+                            memcpy(&want, &hy[(size_t)t * N + c0[i] + c], 4);
+                        bad += got != want;
+                    }
+                if (bad) {
+                    fprintf(stderr, "  output part %d of %d (columns %d..%d%s): %zu values differ "
+                            "from the plain output's\n", i, np, c0[i], c0[i + 1] - 1,
+                            drop && i == 1 ? ", dropped" : "", bad);
+                    fails++;
+                }
+                fails += gcheck(&gp[i], "y part");
+                free(hp);
+                gfree(&gp[i]);
+            }
+        }
+    }
     size_t bad_y = 0, bad_16 = 0;
     double worst = 0;
     for (size_t i = 0; i < ny; i++) {
@@ -658,6 +702,27 @@ static void test_bad_args(void) {
     a.pipe_tiles = -1;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.pipe_tiles = 0;
+    /* output parts (y_parts): 2 or 3, tiling 0 .. N at multiples of 4, 16-byte aligned, not
+     * all NULL, no fp16 output beside them */
+    comet_cuda_w4ax_gemm sp = a;
+    float *p0 = (float *)((char *)buf + 20480), *p1 = (float *)((char *)buf + 24576);
+    sp.y = NULL, sp.y_parts = 2, sp.y_col0[1] = 8, sp.y_col0[2] = 16;
+    sp.y_part[0] = p0, sp.y_part[1] = p1;
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_OK);
+    sp.y_part[0] = NULL; /* one part dropped */
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_OK);
+    sp.y_part[1] = NULL; /* every part dropped */
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
+    sp.y_part[0] = p0, sp.y_part[1] = p1 + 1; /* 4-byte aligned */
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
+    sp.y_part[1] = p1, sp.y_col0[1] = 6; /* not a multiple of 4 */
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
+    sp.y_col0[1] = 8, sp.y_col0[2] = 12; /* short of N */
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
+    sp.y_col0[2] = 16, sp.y_parts = 1;
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
+    sp.y_parts = 2, sp.y_f16 = (uint16_t *)p1;
+    ARG_OK(comet_cuda_gemm_w4ax(&sp, NULL) == COMET_ERR_INVALID_ARG);
     /* K past COMET_CUDA_W4AX_MAX_K: the kernels' split ranges are int arithmetic */
     comet_cuda_w4ax_gemm k = a;
     k.K = COMET_CUDA_W4AX_MAX_K + 64, k.kernel = COMET_W4AX_KERNEL_AUTO;

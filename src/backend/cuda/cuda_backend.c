@@ -220,6 +220,7 @@ static comet_status ensure_workspace(cuda_impl *im, size_t need) {
 /* The launch of cuda_gemm_w4ax, on the backend's device (current). */
 comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M,
                                             int n8, const int8_t *qa, const float *sa, float *y,
+                                            int n_parts, const int *widths, float *const *ys,
                                             int batch_invariant) {
     /* pdl: the GEMM's first weight loads may overlap the previous kernel on the stream. Safe
      * here: weights are written only by w4ax_load's synchronized copies and freed only after
@@ -237,6 +238,11 @@ comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weig
                               .kernel = COMET_W4AX_KERNEL_AUTO,
                               .pdl = im->pdl_on,
                               .batch_invariant = batch_invariant};
+    if (n_parts > 0) {
+        g.y = NULL, g.y_parts = n_parts;
+        for (int i = 0; i < n_parts; i++)
+            g.y_col0[i + 1] = g.y_col0[i] + widths[i], g.y_part[i] = ys[i];
+    }
     COMET_TRY(ensure_workspace(im, comet_cuda_gemm_w4ax_workspace_bytes(&g)));
     g.workspace = im->workspace;
     g.workspace_bytes = im->workspace_bytes;
@@ -259,7 +265,8 @@ comet_status comet_cuda_be_gemm_w4ax(comet_backend *be, const comet_w4ax_weight 
                                w->device, im->device);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "gemm_w4ax: cudaSetDevice");
-    comet_status st = comet_cuda_be_gemm_w4ax_launch(im, w, M, n8, qa, sa, y, be->batch_invariant);
+    comet_status st = comet_cuda_be_gemm_w4ax_launch(im, w, M, n8, qa, sa, y, 0, NULL, NULL,
+                                                     be->batch_invariant);
     comet_cuda_be_leave(prev);
     return st;
 }

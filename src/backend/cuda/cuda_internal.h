@@ -177,9 +177,13 @@ comet_status comet_cuda_be_step_view(const cuda_impl *im, const comet_step *st, 
 /* The KV pool's layout (cuda_kv.h) for kv's sizes and format (cuda_backend.c). */
 comet_cuda_kv_layout comet_cuda_be_kv_layout(const comet_kv_cache *kv);
 /* y [M, N] = the W4Ax GEMM of w on (qa, sa), kernel AUTO (with batch_invariant: the plan
- * fixed by w's shape, gemm_w4ax.h), on im's stream (cuda_backend.c). */
+ * fixed by w's shape, gemm_w4ax.h), on im's stream (cuda_backend.c). With n_parts 2 or 3 the
+ * output goes by columns to ys[i] [M, widths[i]] instead (y unused; widths sum to N, each a
+ * multiple of 4; a NULL ys[i] drops its columns): a stacked group's roles, written by the
+ * GEMM itself. */
 comet_status comet_cuda_be_gemm_w4ax_launch(cuda_impl *im, const comet_w4ax_weight *w, int M,
                                             int n8, const int8_t *qa, const float *sa, float *y,
+                                            int n_parts, const int *widths, float *const *ys,
                                             int batch_invariant);
 
 /* ---- helpers the backend's files share ---- */

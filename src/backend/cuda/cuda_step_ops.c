@@ -249,34 +249,44 @@ static cudaError_t grow_buffer(cuda_impl *im, void **buf, size_t *bytes, size_t 
     return e;
 }
 
-/* y [T, N] = the linear cl (N x K) of group gr applied to act. */
+/* y [T, N] = the linear cl (N x K) of group gr applied to act; with n_parts > 0 (W4Ax only)
+ * the output goes by columns to ys[i] [T, widths[i]] instead
+ * (comet_cuda_be_gemm_w4ax_launch). */
 static comet_status lin_gemm(cuda_impl *im, const cuda_lin *cl, const cuda_grp *gr, const void *act,
-                             int T, float *y, int batch_invariant) {
+                             int T, float *y, int n_parts, const int *widths, float *const *ys,
+                             int batch_invariant) {
     if (cl->kind == LIN_W4AX) {
         const int8_t *qa = act;
         const float *sa =
             (const float *)((const char *)act + comet_cuda_act_scales_offset(T, cl->K));
-        return comet_cuda_be_gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y,
-                                              batch_invariant);
+        return comet_cuda_be_gemm_w4ax_launch(im, cl->w4, T, gr->fmt.n8, qa, sa, y, n_parts,
+                                              widths, ys, batch_invariant);
     }
+    COMET_ASSERT(n_parts == 0);
     return gemm_f16(im, cl->w16, cl->N, cl->K, act, T, y, "matmul");
 }
 
-/* The stack of group g (QKV or GATE_UP) applied to act, then its columns split into ys[i]
- * [T, N_i] per role (a NULL ys[i] is skipped). */
+/* The stack of group g (QKV or GATE_UP) applied to act, its columns split into ys[i] [T, N_i]
+ * per role (a NULL ys[i] is skipped): by the W4Ax GEMM's own stores where it can (no copy
+ * kernel: two launches fewer a layer), else through the stack buffer and an unstack copy. */
 static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer, comet_group g,
                                const void *act, int T, float *const *ys, int batch_invariant) {
     const cuda_grp *gr = group_of(w, layer, g);
     comet_role roles[3];
     const int n_roles = comet_group_roles(g, roles);
     int widths[3];
-    for (int i = 0; i < n_roles; i++)
+    int direct = gr->stack.kind == LIN_W4AX;
+    for (int i = 0; i < n_roles; i++) {
         widths[i] = w->lin[(size_t)layer * COMET_ROLE_COUNT + roles[i]].N;
+        direct &= widths[i] % 4 == 0 && (uintptr_t)ys[i] % 16 == 0;
+    }
+    if (direct)
+        return lin_gemm(im, &gr->stack, gr, act, T, NULL, n_roles, widths, ys, batch_invariant);
     cudaError_t e = grow_buffer(im, &im->stack_ws, &im->stack_ws_bytes,
                                 (size_t)T * gr->stack.N * sizeof(float));
     if (e != cudaSuccess)
         return comet_cuda_be_fail(e, "matmul: growing the stacked output");
-    COMET_TRY(lin_gemm(im, &gr->stack, gr, act, T, im->stack_ws, batch_invariant));
+    COMET_TRY(lin_gemm(im, &gr->stack, gr, act, T, im->stack_ws, 0, NULL, NULL, batch_invariant));
     return comet_cuda_unstack(im->stack_ws, T, gr->stack.N, n_roles, widths, ys, im->stream);
 }
 
@@ -298,7 +308,8 @@ comet_status comet_cuda_be_matmul(comet_backend *be, const comet_weights *w, int
                 ys[i] = y;
         st = stack_gemm(im, w, layer, g, act, T, ys, be->batch_invariant);
     } else {
-        st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y, be->batch_invariant);
+        st = lin_gemm(im, cl, group_of(w, layer, g), act, T, y, 0, NULL, NULL,
+                      be->batch_invariant);
     }
     comet_cuda_be_leave(prev);
     if (st < 0)

@@ -276,8 +276,35 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g) {
     return COMET_OK;
 }
 
+/* The column split of the output (y_parts), when there is one. */
+comet_status check_parts(const comet_cuda_w4ax_gemm *g) {
+    if (g->y_parts == 0)
+        return COMET_OK;
+    if (g->y_parts < 2 || g->y_parts > 3 || g->y_f16)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "gemm_w4ax: y_parts %d: 0, or 2 or 3 without y_f16", g->y_parts);
+    int any = 0;
+    for (int i = 0; i < g->y_parts; i++) {
+        const int c0 = g->y_col0[i], c1 = g->y_col0[i + 1];
+        if ((i == 0 && c0 != 0) || c1 <= c0 || c0 % 4 || c1 % 4 ||
+            (i == g->y_parts - 1 && c1 != g->N))
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "gemm_w4ax: output part %d has columns %d .. %d of N = %d; "
+                                   "the parts must tile 0 .. N in order at multiples of 4",
+                                   i, c0, c1 - 1, g->N);
+        if ((uintptr_t)g->y_part[i] % 16)
+            return comet_set_error(COMET_ERR_INVALID_ARG,
+                                   "gemm_w4ax: output part %d is not 16-byte aligned", i);
+        any |= g->y_part[i] != NULL;
+    }
+    if (!any)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: every output part is NULL");
+    return COMET_OK;
+}
+
 comet_status check_pointers(const comet_cuda_w4ax_gemm *g) {
-    if (!g->qw || !g->sw || !g->qa || !g->sa || (!g->y && !g->y_f16))
+    COMET_TRY(check_parts(g));
+    if (!g->qw || !g->sw || !g->qa || !g->sa || (!g->y && !g->y_f16 && !g->y_parts))
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "gemm_w4ax: qw, sw, qa, sa and one of y, y_f16 must be non-NULL");
     if ((uintptr_t)g->qw % 16 || (uintptr_t)g->qa % 16 || (uintptr_t)g->sw % 16)
@@ -372,6 +399,14 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     p.M = g->M, p.N = g->N, p.Np = (g->N + 15) / 16 * 16, p.K = g->K, p.nb = g->K / g->B,
     p.S = pl.S;
     p.qw = g->qw, p.sw = g->sw, p.qa = g->qa, p.sa = g->sa, p.y = g->y, p.y16 = g->y_f16;
+    p.y_parts = g->y_parts;
+    if (g->y_parts) {
+        p.y = nullptr;
+        for (int i = 0; i <= g->y_parts; i++)
+            p.y_col0[i] = g->y_col0[i];
+        for (int i = 0; i < 3; i++)
+            p.y_part[i] = i < g->y_parts ? g->y_part[i] : nullptr;
+    }
     p.bsum = g->bsum;
     p.counter = (unsigned *)g->workspace;
     p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;

@@ -82,7 +82,7 @@ typedef struct comet_cuda_w4ax_gemm {
     const uint16_t *sw; /* packed fp16 scales [K/B, roundup(N,16)], 16-byte aligned */
     const int8_t *qa;   /* [M, K] activation codes, 16-byte aligned */
     const float *sa;    /* [M, K/B] fp32 activation scales */
-    float *y;           /* [M, N] fp32 output, or NULL */
+    float *y;           /* [M, N] fp32 output, or NULL (or unused: y_parts) */
     uint16_t *y_f16;    /* [M, N] fp16 output (bits), or NULL; at least one of y, y_f16 */
     int32_t *bsum;      /* tests: [M, N, K/B] int32 block sums written from the very
                           * accumulators the kernel scales, or NULL. Only a build of
@@ -127,6 +127,16 @@ typedef struct comet_cuda_w4ax_gemm {
                                * at its start, pdl or not: a caller's kernel launched after one
                                * of them with the attribute must itself wait before reading y
                                * or writing qa, sa, y or the workspace. 0 = plain stream order. */
+    int y_parts;              /* 0 = the fp32 output is y. 2 or 3 = it is split by columns
+                               * (a stacked GEMM's roles: q, k, v or gate, up) into
+                               * y_part[i] [M, y_col0[i + 1] - y_col0[i]], columns y_col0[i] ..
+                               * y_col0[i + 1] - 1 of each token row, written where the kernels
+                               * would write y (no copy after the GEMM); y is ignored and y_f16
+                               * must be NULL. 0 = y_col0[0] < y_col0[1] < ... < y_col0[y_parts]
+                               * = N, each a multiple of 4; each y_part[i] 16-byte aligned device
+                               * memory, or NULL to drop those columns (at least one non-NULL) */
+    int y_col0[4];
+    float *y_part[3];
     int batch_invariant;      /* 1 = a token row's outputs do not depend on M, bit for bit: with
                                * kernel AUTO and splits 0 the plan takes a split count fixed by
                                * N, K, B and the device, and the stream (small M), wgmma or

@@ -25,6 +25,9 @@ struct params {
     const float *sa;
     float *y;
     uint16_t *y16;
+    int y_parts;       /* 0: outputs in y; 2-3: column parts y_part[i] (comet_cuda_w4ax_gemm) */
+    int y_col0[4];
+    float *y_part[3];
     int32_t *bsum;
     float *part;           /* [S, M, N] split-K partials */
     unsigned *counter;     /* one per (blockIdx.x, blockIdx.y) tile; per tile id with stream-K */
@@ -85,17 +88,29 @@ __device__ __forceinline__ void cp_async16_tok(void *smem, const void *gmem) {
     cp_async16_tok_s((uint32_t)__cvta_generic_to_shared(smem), gmem);
 }
 
+/* Where the fp32 output of token t, column n goes: y [M, N], or the column part holding n
+ * (NULL: not stored). The parts start at multiples of 4, so columns n .. n + 3 (n % 4 == 0)
+ * share one. */
+__device__ __forceinline__ float *out_at(const params &p, int t, int n) {
+    if (!p.y_parts)
+        return p.y ? p.y + (size_t)t * p.N + n : nullptr;
+    const int i = n < p.y_col0[1] ? 0 : (p.y_parts > 2 && n >= p.y_col0[2] ? 2 : 1);
+    float *b = p.y_part[i];
+    return b ? b + (size_t)t * (p.y_col0[i + 1] - p.y_col0[i]) + (n - p.y_col0[i]) : nullptr;
+}
+
 /* Final value of one output element (split-K already reduced). */
 __device__ __forceinline__ void store_out(const params &p, int t, int n, float v) {
     size_t i = (size_t)t * p.N + n;
-    if (p.y)
-        p.y[i] = v;
+    if (float *d = out_at(p, t, n))
+        *d = v;
     if (p.y16)
         p.y16[i] = __half_as_ushort(__float2half_rn(v));
 }
 
 /* Whether outputs n .. n + 3 of a token (n % 4 == 0) may be stored as one vector: N % 4 == 0,
- * y 16-byte and y16 8-byte aligned (the caller's pointers need not be) */
+ * y 16-byte and y16 8-byte aligned (the caller's pointers need not be; column parts are, and
+ * their widths are multiples of 4) */
 __device__ __forceinline__ bool out4_ok(const params &p) {
     return (p.N & 3) == 0 && ((uintptr_t)p.y & 15) == 0 && ((uintptr_t)p.y16 & 7) == 0;
 }
@@ -106,8 +121,8 @@ __device__ __forceinline__ bool out4_ok(const params &p) {
 __device__ __forceinline__ void store_out4(const params &p, int t, int n, float4 v, bool ok) {
     if (ok && n < p.N) { /* N % 4 == 0: all four exist */
         const size_t i = (size_t)t * p.N + n;
-        if (p.y)
-            *reinterpret_cast<float4 *>(p.y + i) = v;
+        if (float *d = out_at(p, t, n))
+            *reinterpret_cast<float4 *>(d) = v;
         if (p.y16) {
             const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
             *reinterpret_cast<uint2 *>(p.y16 + i) = make_uint2(
