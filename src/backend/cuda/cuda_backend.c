@@ -646,6 +646,8 @@ comet_backend *comet_backend_cuda_init(int device) {
     const int attn_splits_on = !(attn_splits && !strcmp(attn_splits, "0"));
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
     im->attn_mma_on = !(attn_mma && !strcmp(attn_mma, "0"));
+    const char *stack_split = getenv("COMET_CUDA_STACK_SPLIT");
+    im->stack_split_on = !(stack_split && !strcmp(stack_split, "0"));
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;

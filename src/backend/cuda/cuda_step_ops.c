@@ -275,7 +275,7 @@ static comet_status stack_gemm(cuda_impl *im, const comet_weights *w, int layer,
     comet_role roles[3];
     const int n_roles = comet_group_roles(g, roles);
     int widths[3];
-    int direct = gr->stack.kind == LIN_W4AX;
+    int direct = gr->stack.kind == LIN_W4AX && im->stack_split_on;
     for (int i = 0; i < n_roles; i++) {
         widths[i] = w->lin[(size_t)layer * COMET_ROLE_COUNT + roles[i]].N;
         direct &= widths[i] % 4 == 0 && (uintptr_t)ys[i] % 16 == 0;
