@@ -21,8 +21,12 @@
 
 namespace {
 
-/* The last sequence s with token_indptr[s] <= t. */
+/* The last sequence s with token_indptr[s] <= t (token_indptr is non-decreasing). When
+ * token_indptr[t] == t < token_indptr[t + 1], that is t itself: a decode step's tokens take
+ * two independent loads instead of log2(n_seqs) dependent ones. */
 __device__ __forceinline__ int seq_of_token(const int32_t *token_indptr, int n_seqs, int t) {
+    if (t < n_seqs && token_indptr[t] == t && token_indptr[t + 1] > t)
+        return t;
     int lo = 0, hi = n_seqs - 1;
     while (lo < hi) {
         int mid = (lo + hi + 1) >> 1;
