@@ -93,8 +93,11 @@ __device__ __forceinline__ void kv_half8_fast(const kv_raw8<BITS> &r, uint4 &hi,
  * at a time through two stages of shared memory: while the warps run the MMAs and softmax of
  * tile i from one stage, each thread holds in registers the K and V codes (and their groups'
  * scale and zero) of its D / 32 (D = 128: 4) 8-channel units of tile i + 1, loaded before
- * the math began; after the math it dequantizes them (kv_half8_fast: fp16 K hi, K lo and V,
- * kv_half8's bits) into the other stage, and one barrier ends the tile. Keys past the split's
+ * the math began, and dequantizes them (kv_half8_fast: fp16 K hi, K lo and V, kv_half8's
+ * bits) into the other stage in the course of the math (a K unit after each k-step pair of
+ * S, a V unit after each 16-key step of O, so that their logic and FMAs issue while the tensor
+ * cores work); one barrier ends the tile. A page id is a shift and a load (P a power of
+ * two). Keys past the split's
  * end are zeros. The math of a tile is attn_mma_kernel's per warp (S = Q K^T + Q K_lo^T,
  * scaled, masked, online softmax with the running max at an integer, P in fp16, O += P V),
  * skipped by a warp whose rows all lie before the tile. The end (one split: O / l, rotated
@@ -109,6 +112,9 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
     constexpr int UNITS = D / 8;   /* 8-channel units of a key */
     constexpr int UPT = MMA_KT * UNITS / MMA2_THREADS; /* units a thread loads a key tile */
     static_assert(MMA_KT * UNITS % MMA2_THREADS == 0, "whole units a thread");
+    /* the math stores unit i of K after k-step pair i of S and unit i of V after key step i of
+     * O (D / 32 units a thread: 4 at D = 128, 2 at D = 64) */
+    static_assert(UPT == NK / 2 && UPT <= MMA_KT / 16, "a unit a k-step pair");
     static_assert(D % 32 == 0 && D <= 128, "head dims 64 and 128");
     constexpr bool LO = BITS != 16; /* K_lo: fp16 K is exact for an fp16 cache */
     constexpr int STAGE = mma2_stage_bytes(D, BITS) / 2; /* halves of a stage */
@@ -150,27 +156,37 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
             vr[i] = kv_raw8<BITS>{};
             if (j < kcnt) {
                 const int kpos = k0 + j;
-                const int page = a.page_indices[pbase + kpos / L.P], slot = kpos % L.P;
+                const int page =
+                    a.page_indices[pbase + (a.p_shift >= 0 ? kpos >> a.p_shift : kpos / L.P)];
+                const int slot = a.p_shift >= 0 ? kpos & (L.P - 1) : kpos % L.P;
                 const int szo = BITS == 16 ? 0 : 4 * (c / L.G);
                 kr[i] = kv_fetch8<BITS>(L, kv_tile(L, page, 0, kvh), slot, c, szo);
                 vr[i] = kv_fetch8<BITS>(L, kv_tile(L, page, 1, kvh), slot, c, szo);
             }
         }
     };
-    /* ... dequantized into stage st: K [64, KS], V [64, KS], K_lo [64, KS] */
+    /* ... unit i of K (store_k) or V (store_v) dequantized into stage st: K [64, KS], V [64,
+     * KS], K_lo [64, KS] */
+    auto store_k = [&](int st, int i) {
+        __half *Ks = stage0 + st * STAGE, *Kl = Ks + 2 * MMA_KT * KS;
+        const int u = tid + i * MMA2_THREADS, j = u / UNITS, c = (u % UNITS) * 8;
+        uint4 kh, kl;
+        kv_half8_fast<BITS, LO>(kr[i], kh, kl);
+        *reinterpret_cast<uint4 *>(Ks + j * KS + c) = kh;
+        if constexpr (LO)
+            *reinterpret_cast<uint4 *>(Kl + j * KS + c) = kl;
+    };
+    auto store_v = [&](int st, int i) {
+        __half *Vs = stage0 + st * STAGE + MMA_KT * KS;
+        const int u = tid + i * MMA2_THREADS, j = u / UNITS, c = (u % UNITS) * 8;
+        uint4 vh, vl;
+        kv_half8_fast<BITS, false>(vr[i], vh, vl);
+        *reinterpret_cast<uint4 *>(Vs + j * KS + c) = vh;
+    };
     auto store = [&](int st) {
-        __half *Ks = stage0 + st * STAGE, *Vs = Ks + MMA_KT * KS, *Kl = Vs + MMA_KT * KS;
 #pragma unroll
-        for (int i = 0; i < UPT; i++) {
-            const int u = tid + i * MMA2_THREADS, j = u / UNITS, c = (u % UNITS) * 8;
-            uint4 kh, kl, vh, vl;
-            kv_half8_fast<BITS, LO>(kr[i], kh, kl);
-            kv_half8_fast<BITS, false>(vr[i], vh, vl);
-            *reinterpret_cast<uint4 *>(Ks + j * KS + c) = kh;
-            *reinterpret_cast<uint4 *>(Vs + j * KS + c) = vh;
-            if constexpr (LO)
-                *reinterpret_cast<uint4 *>(Kl + j * KS + c) = kl;
-        }
+        for (int i = 0; i < UPT; i++)
+            store_k(st, i), store_v(st, i);
     };
 #pragma unroll
     for (int i = 0; i < UPT; i++) {
@@ -225,7 +241,13 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
         if (next)
             fetch(k0 + MMA_KT); /* in flight during this tile's math */
         const __half *Ks = stage0 + st * STAGE, *Vs = Ks + MMA_KT * KS, *Kl = Vs + MMA_KT * KS;
-        if (k0 <= wmax) { /* else every key of the tile is past this warp's rows */
+        /* The next tile's units go to the other stage, which no warp reads in this tile,
+         * interleaved with the math (the logic and FMA of their dequantization issue while
+         * the tensor cores work). After the last tile they store its units once more: that
+         * stage is not read again. */
+        if (k0 > wmax) { /* every key of the tile is past this warp's rows: the stores alone */
+            store(st ^ 1);
+        } else {
             float s[NS][4];
 #pragma unroll
             for (int n = 0; n < NS; n++)
@@ -244,6 +266,8 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
                         comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
                         comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
                     }
+                    if (n == NS - 1)
+                        store_k(st ^ 1, kk / 2);
                 }
 
             /* online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3), as attn_mma_kernel */
@@ -292,10 +316,10 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
                     comet_ptx::mma_f16(o[n], pa, b[0], b[1]);
                     comet_ptx::mma_f16(o[n + 1], pa, b[2], b[3]);
                 }
+                if (kk < UPT)
+                    store_v(st ^ 1, kk);
             }
         }
-        if (next)
-            store(st ^ 1); /* the stage every warp finished reading before the last barrier */
         __syncthreads();
     }
 #pragma unroll
