@@ -94,9 +94,9 @@ __device__ __forceinline__ void kv_half8_fast(const kv_raw8<BITS> &r, uint4 &hi,
  * tile i from one stage, each thread holds in registers the K and V codes (and their groups'
  * scale and zero) of its D / 32 (D = 128: 4) 8-channel units of tile i + 1, loaded before
  * the math began, and dequantizes them (kv_half8_fast: fp16 K hi, K lo and V, kv_half8's
- * bits) into the other stage in the course of the math (a K unit after each k-step pair of
- * S, a V unit after each 16-key step of O, so that their logic and FMAs issue while the tensor
- * cores work); one barrier ends the tile. A page id is a shift and a load (P a power of
+ * bits) into the other stage in the course of the math (a K and a V unit after each 16-key
+ * step of O: by then S and the softmax have given the loads time to land, and their logic and
+ * FMAs issue while the tensor cores work); one barrier ends the tile. A page id is a shift and a load (P a power of
  * two). Keys past the split's
  * end are zeros. The math of a tile is attn_mma_kernel's per warp (S = Q K^T + Q K_lo^T,
  * scaled, masked, online softmax with the running max at an integer, P in fp16, O += P V),
@@ -112,9 +112,9 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
     constexpr int UNITS = D / 8;   /* 8-channel units of a key */
     constexpr int UPT = MMA_KT * UNITS / MMA2_THREADS; /* units a thread loads a key tile */
     static_assert(MMA_KT * UNITS % MMA2_THREADS == 0, "whole units a thread");
-    /* the math stores unit i of K after k-step pair i of S and unit i of V after key step i of
-     * O (D / 32 units a thread: 4 at D = 128, 2 at D = 64) */
-    static_assert(UPT == NK / 2 && UPT <= MMA_KT / 16, "a unit a k-step pair");
+    /* the math stores unit i of K and V after 16-key step i of O (D / 32 units a thread: 4 at
+     * D = 128, 2 at D = 64) */
+    static_assert(UPT <= MMA_KT / 16, "a unit a key step");
     static_assert(D % 32 == 0 && D <= 128, "head dims 64 and 128");
     constexpr bool LO = BITS != 16; /* K_lo: fp16 K is exact for an fp16 cache */
     constexpr int STAGE = mma2_stage_bytes(D, BITS) / 2; /* halves of a stage */
@@ -266,8 +266,6 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
                         comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
                         comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
                     }
-                    if (n == NS - 1)
-                        store_k(st ^ 1, kk / 2);
                 }
 
             /* online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3), as attn_mma_kernel */
@@ -317,7 +315,7 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
                     comet_ptx::mma_f16(o[n + 1], pa, b[2], b[3]);
                 }
                 if (kk < UPT)
-                    store_v(st ^ 1, kk);
+                    store_k(st ^ 1, kk), store_v(st ^ 1, kk);
             }
         }
         __syncthreads();
