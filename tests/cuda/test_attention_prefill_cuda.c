@@ -1,6 +1,7 @@
 /* test_attention_prefill_cuda.c — the CUDA backend's paged_attention on prefill chunks (the
- * tensor-core kernel attn_mma_kernel: a sequence with at least 16 tokens in a step, head dims
- * 64 and 128) against the CPU backend's (comet_backend_cpu_init(1), its fp32 simulation),
+ * tensor-core kernels, a sequence with at least 16 tokens in a step, head dims 64 and 128:
+ * attn_mma2_kernel by default at GQA groups up to 8, attn_mma_kernel beyond and with
+ * COMET_CUDA_ATTN_MMA=1) against the CPU backend's (comet_backend_cpu_init(1), its fp32 simulation),
  * with the shared run of attention_test_util.h:
  *
  * - fixed schedules of three steps over four sequences: chunks of 130, 77 and 200 tokens
@@ -18,6 +19,9 @@
  * - the routing: the same steps on a backend with COMET_CUDA_ATTN_MMA=0 (fp32 kernels only):
  *   the chunks of at least 16 tokens differ from its outputs (the tensor-core kernel ran) by
  *   at most the bounds above, every other token is the same bits.
+ * - the two tensor-core kernels: the plan's choice (comet_cuda_attention_prefill_kernel), the
+ *   fixed schedules on COMET_CUDA_ATTN_MMA=1 and default backends with one key split (every
+ *   token the same bits), and attn_mma_kernel alone against the CPU.
  * - random ragged schedules (chunks of 1..128 tokens, several sequences a step) on the
  *   LLaMA-3-8B head shape.
  * COMET_CUDA_TEST_QUICK=1 (the sanitizer set): one rotation per KV format and the fixed
