@@ -1,6 +1,7 @@
 /* test_attention_prefill_cuda.c — the CUDA backend's paged_attention on prefill chunks (the
- * tensor-core kernel attn_mma_kernel: a sequence with at least 16 tokens in a step, head dims
- * 64 and 128) against the CPU backend's (comet_backend_cpu_init(1), its fp32 simulation),
+ * tensor-core kernels, a sequence with at least 16 tokens in a step, head dims 64 and 128:
+ * attn_mma2_kernel by default at GQA groups up to 8, attn_mma_kernel beyond and with
+ * COMET_CUDA_ATTN_MMA=1) against the CPU backend's (comet_backend_cpu_init(1), its fp32 simulation),
  * with the shared run of attention_test_util.h:
  *
  * - fixed schedules of three steps over four sequences: chunks of 130, 77 and 200 tokens
@@ -18,6 +19,9 @@
  * - the routing: the same steps on a backend with COMET_CUDA_ATTN_MMA=0 (fp32 kernels only):
  *   the chunks of at least 16 tokens differ from its outputs (the tensor-core kernel ran) by
  *   at most the bounds above, every other token is the same bits.
+ * - the two tensor-core kernels: the plan's choice (comet_cuda_attention_prefill_kernel), the
+ *   fixed schedules on COMET_CUDA_ATTN_MMA=1 and default backends with one key split (every
+ *   token the same bits), and attn_mma_kernel alone against the CPU.
  * - random ragged schedules (chunks of 1..128 tokens, several sequences a step) on the
  *   LLaMA-3-8B head shape.
  * COMET_CUDA_TEST_QUICK=1 (the sanitizer set): one rotation per KV format and the fixed
@@ -26,6 +30,7 @@
 #include "cuda_skip.h"
 
 #include "attention_test_util.h"
+#include "backend/cuda/attention.h"
 
 /* GQA groups 1 .. 8 at head dims 64 and 128 */
 static const att_cfg PRE_CFGS[] = {
@@ -165,6 +170,131 @@ static void test_attention_prefill_routing(void **state) {
     comet_backend_free(fp32);
 }
 
+/* The two tensor-core kernels: which one the plan names (comet_cuda_attention_prefill_kernel:
+ * the pipelined attn_mma2_kernel by default at every GQA group of PRE_CFGS, 1..8; the first,
+ * attn_mma_kernel, with the step view's attn_mma 1 and above 8 query heads per KV head; none
+ * in batch-invariant and decode steps), then PRE_STEPS on a backend with
+ * COMET_CUDA_ATTN_MMA=1 against the default one, both with COMET_CUDA_ATTN_SPLITS=0 (one key
+ * split): every token the same bits (attn_mma2_kernel does attn_mma_kernel's arithmetic;
+ * only its CTAs' rows and loads differ), and, once more, the first kernel alone against the
+ * CPU (attention_steps_case on the COMET_CUDA_ATTN_MMA=1 backend, with its key splits). */
+static void kernels_case(comet_backend *mma1, comet_backend *mma2, const att_cfg *cfg, int bits,
+                         int rot, uint64_t seed) {
+    enum {
+        N_SEQ = 4,
+        N_STEPS = 3
+    };
+    const int HD = cfg->H * cfg->D;
+    const comet_rope_params rp = rope_of(cfg);
+    char what[160];
+    snprintf(what, sizeof what, "prefill kernels %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
+    int n_pages = 0;
+    for (int s = 0; s < N_SEQ; s++)
+        n_pages += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    int32_t *ids = st_malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        ids[i] = (i * 7 + 3) % n_pages; /* n_pages is not a multiple of 7: a permutation */
+    int32_t *pages[N_SEQ];
+    for (int s = 0, o = 0; s < N_SEQ; s++) {
+        pages[s] = ids + o;
+        o += (PRE_LEN[s] + PAGE - 1) / PAGE;
+    }
+    comet_kv_cache kva, kvb;
+    kv_make(mma1, &kva, cfg, n_pages, bits, rot);
+    kv_make(mma2, &kvb, cfg, n_pages, bits, rot);
+    int n_chunk = 0;
+    for (int i = 0; i < N_STEPS; i++) {
+        st_batch rb;
+        memset(&rb, 0, sizeof rb);
+        const int T = rbatch_build(&rb, &PRE_STEPS[i], pages, -1);
+        const size_t nq = (size_t)T * HD, nk = (size_t)T * cfg->Hkv * cfg->D;
+        float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+        gen_qkv(cfg, &rb, seed, q, k, v);
+        step_out oa = run_step(mma1, &kva, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        step_out ob = run_step(mma2, &kvb, cfg, &rp, &rb, q, k, v, what, 1, NULL, bits);
+        for (int t = 0; t < T; t++)
+            if (memcmp(oa.out + (size_t)t * HD, ob.out + (size_t)t * HD, (size_t)HD * 4)) {
+                const int s = rb.tok_seq[t];
+                fail_msg("%s, step %d: token %d (sequence %d, position %d) differs between "
+                         "attn_mma_kernel and attn_mma2_kernel (want the same bits with one key "
+                         "split)",
+                         what, i, t, s, rb.positions[t]);
+            }
+        for (int s = 0; s < rb.b.n_seqs; s++) {
+            const int n = rb.token_indptr[s + 1] - rb.token_indptr[s];
+            n_chunk += n >= 16 ? n : 0;
+        }
+        step_out_free(&oa), step_out_free(&ob);
+        free(q), free(k), free(v);
+        st_batch_free(&rb);
+    }
+    print_message("  %s: %d chunk tokens, the same bits on both tensor-core kernels\n", what,
+                  n_chunk);
+    comet_kv_cache_free_on(mma1, &kva);
+    comet_kv_cache_free_on(mma2, &kvb);
+    free(ids);
+}
+
+static comet_backend *backend_with(const char *mma, const char *splits) {
+    setenv("COMET_CUDA_ATTN_MMA", mma, 1);
+    if (splits)
+        setenv("COMET_CUDA_ATTN_SPLITS", splits, 1);
+    comet_backend *be = comet_backend_cuda_init(0);
+    unsetenv("COMET_CUDA_ATTN_MMA");
+    unsetenv("COMET_CUDA_ATTN_SPLITS");
+    if (!be)
+        fail_msg("comet_backend_cuda_init with COMET_CUDA_ATTN_MMA=%s: %s", mma,
+                 comet_last_error());
+    return be;
+}
+
+static void test_attention_prefill_kernels(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    /* the plan's choice */
+    for (int c = 0; c < N_PRE_CFGS; c++) {
+        const att_cfg *cfg = &PRE_CFGS[c];
+        const comet_cuda_kv_layout L =
+            comet_cuda_kv_layout_make(1, 64, PAGE, cfg->Hkv, cfg->D, 4, cfg->G ? cfg->G : cfg->D);
+        comet_cuda_step_view v;
+        memset(&v, 0, sizeof v);
+        v.n_tokens = 130, v.n_seqs = 1, v.n_tiles = 9, v.max_kv_len = 130, v.attn_mma = 2;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, cfg->H), 2);
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, 9 * cfg->Hkv), 1);
+        v.attn_mma = 1;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, cfg->H), 1);
+        v.attn_mma = 0;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, cfg->H), 0);
+        v.attn_mma = 2, v.batch_invariant = 1;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, cfg->H), 0);
+        v.batch_invariant = 0, v.n_tokens = 16, v.n_tiles = 16; /* 16 decode tokens */
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L, &v, cfg->H), 0);
+    }
+    comet_backend *mma1 = backend_with("1", "0"), *mma2 = backend_with("2", "0");
+    static const int bits[] = {4, 8, 16};
+    for (int c = 0; c < N_PRE_CFGS; c++)
+        for (int b = 0; b < 3; b++)
+            for (int rot = 0; rot < 2; rot++)
+                if (quick_rot(b, rot) && (!g_quick || c % 3 == b))
+                    kernels_case(mma1, mma2, &PRE_CFGS[c], bits[b], rot,
+                                 0x9BEFB000ull + (uint64_t)c * 100 + (uint64_t)b * 10 +
+                                     (uint64_t)rot);
+    comet_backend_free(mma1);
+    comet_backend_free(mma2);
+    /* attn_mma_kernel against the CPU, with the default backend's key splits */
+    comet_backend *dflt = g_cuda;
+    g_cuda = backend_with("1", NULL);
+    for (int c = 0; c < N_PRE_CFGS; c++) {
+        const int b = c % 3;
+        attention_steps_case(&PRE_CFGS[c], bits[b], (c / 3) % 2, PRE_LEN, 4, 0, 0, PRE_STEPS, 3, 1,
+                             0x9BEFC000ull + (uint64_t)c);
+    }
+    comet_backend_free(g_cuda);
+    g_cuda = dflt;
+}
+
 /* Random ragged schedules on the LLaMA-3-8B shape: prefill chunks of 1..128 tokens and
  * decode tokens of three sequences mixed in each step. */
 static void test_attention_prefill_ragged(void **state) {
@@ -200,6 +330,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_prefill_chunks),
         cmocka_unit_test(test_attention_prefill_routing),
+        cmocka_unit_test(test_attention_prefill_kernels),
         cmocka_unit_test(test_attention_prefill_ragged),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */

@@ -3,6 +3,7 @@
  *   attention_common.cuh   launch constants, kernel arguments, K/V code reads, span merge
  *   attention_prefill.cuh  the general flash-attention kernel (tiles of several tokens)
  *   attention_mma.cuh      the tensor-core kernel of prefill chunks (fp16 mma, fp32 softmax)
+ *   attention_mma2.cuh     its pipelined form (128 query rows a CTA, two K/V stages)
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
  *   attention_decode_mma.cuh  the tensor-core flash-decoding kernel of INT4 caches
  *   attention_combine.cuh  the combine kernel of split keys
@@ -21,6 +22,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_mma2.cuh"
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_combine.cuh"
@@ -80,6 +82,26 @@ template <int BITS>
 comet_status attn_mma_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
     return D == 64 ? attn_mma_launch_d<64, BITS>(a, grid, s)
                    : attn_mma_launch_d<128, BITS>(a, grid, s);
+}
+
+template <int D, int BITS>
+comet_status attn_mma2_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
+    constexpr int smem = mma2_smem_bytes(D, BITS);
+    cudaError_t e = cudaFuncSetAttribute(attn_mma2_kernel<D, BITS>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: paged_attention (pipelined tensor cores): %d bytes "
+                               "of shared memory refused: %s",
+                               smem, cudaGetErrorString(e));
+    attn_mma2_kernel<D, BITS><<<grid, MMA2_THREADS, smem, s>>>(a);
+    return COMET_OK;
+}
+
+template <int BITS>
+comet_status attn_mma2_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
+    return D == 64 ? attn_mma2_launch_d<64, BITS>(a, grid, s)
+                   : attn_mma2_launch_d<128, BITS>(a, grid, s);
 }
 
 template <int DMAX, bool SPANS>
@@ -169,8 +191,10 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
         const bool mma = att_mma_step(st, D, q, out);
         a.tc_min = mma ? ATT_MMA_MIN_TOKENS : 0;
         if (mma) {
+            const bool mma2 = att_mma2(st, g);
             comet_status r = with_kv_bits(L->bits, [&](auto bits) {
-                return attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
+                return mma2 ? attn_mma2_launch<decltype(bits)::value>(D, a, grid, s)
+                            : attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
             });
             if (r < 0)
                 return r;

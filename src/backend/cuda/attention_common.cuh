@@ -49,7 +49,8 @@ struct att_args {
     int tc_min;  /* > 0: the tiles of sequences with at least tc_min tokens in the step take
                   * attn_mma_kernel and attn_kernel skips them; 0: attn_kernel takes all */
     int lk_log2; /* decode: log2 of the lanes that share one key */
-    int p_shift; /* decode: log2(P) when P is a power of two, else -1 */
+    int p_shift; /* log2(P) when P is a power of two, else -1 (the decode kernels and
+                  * attn_mma2_kernel) */
     float scale;
     const float *q;
     float *out;

@@ -1,5 +1,7 @@
 /* attention_mma.cuh — the tensor-core prefill kernel (attn_mma_kernel): the prefill chunks of
- * at least ATT_MMA_MIN_TOKENS tokens at head dims 64 and 128, outside batch-invariant steps;
+ * at least ATT_MMA_MIN_TOKENS tokens at head dims 64 and 128, outside batch-invariant steps,
+ * where its pipelined form attn_mma2_kernel (attention_mma2.cuh, the same arithmetic) does not
+ * take them: GQA groups above 8, or every chunk with COMET_CUDA_ATTN_MMA=1 (the A/B);
  * fp16 operands on mma.sync m16n8k16 with fp32 accumulators and an fp32 online softmax (K
  * from INT4 / INT8 codes as an fp16 hi + lo pair).
  * The other tiles of such a step take attn_kernel (attention_prefill.cuh) in a launch of

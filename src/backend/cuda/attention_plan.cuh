@@ -1,7 +1,7 @@
 /* attention_plan.cuh — paged attention's plan: the tile list a step is cut into (a run of
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
  * rows over CTAs, the choice between the decode kernels (fp32 or tensor cores), the general
- * one and the tensor-core one for prefill chunks, the number of key splits and the workspace
+ * one and the tensor-core ones for prefill chunks, the number of key splits and the workspace
  * they need. The host side of attention.h's plan functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
@@ -14,6 +14,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
+#include "backend/cuda/attention_mma2.cuh"
 
 namespace {
 
@@ -61,7 +62,8 @@ bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
 }
 
 /* Whether the step's prefill chunks (sequences with at least ATT_MMA_MIN_TOKENS tokens in
- * it) take attn_mma_kernel: the backend lets them (st->attn_mma), head dim 64 or 128, q and
+ * it) take a tensor-core kernel (attn_mma_kernel, or attn_mma2_kernel: att_mma2): the backend
+ * lets them (st->attn_mma nonzero), head dim 64 or 128, q and
  * out 16-byte aligned (its float4 loads and stores), a step that may hold such a chunk
  * (T >= ATT_MMA_MIN_TOKENS; which tiles are chunks the kernels read from the step's
  * token_indptr) and not batch-invariant (there every row takes attn_kernel's fixed spans,
@@ -69,6 +71,13 @@ bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
 bool att_mma_step(const comet_cuda_step_view *st, int D, const void *q, const void *out) {
     return st->attn_mma && !st->batch_invariant && (D == 64 || D == 128) &&
            st->n_tokens >= ATT_MMA_MIN_TOKENS && ((uintptr_t)q | (uintptr_t)out) % 16 == 0;
+}
+
+/* Whether a step's prefill chunks (att_mma_step) take attn_mma2_kernel rather than
+ * attn_mma_kernel: the backend asks for it (st->attn_mma 2, its default) and the GQA group
+ * fits a tile in its 128 rows (g <= MMA2_MAX_G). */
+bool att_mma2(const comet_cuda_step_view *st, int g) {
+    return st->attn_mma == 2 && g >= 1 && g <= MMA2_MAX_G;
 }
 
 } /* namespace */
@@ -129,6 +138,16 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
     if (splits > 64)
         splits = 64;
     return splits > 1 ? (int)splits : 1;
+}
+
+int comet_cuda_attention_prefill_kernel(const comet_cuda_kv_layout *L,
+                                        const comet_cuda_step_view *st, int H) {
+    if (L->Hkv < 1 || H < 1 || H % L->Hkv)
+        return 0;
+    const int g = H / L->Hkv;
+    if (att_decode_step(st, g) || !att_mma_step(st, L->D, NULL, NULL))
+        return 0;
+    return att_mma2(st, g) ? 2 : 1;
 }
 
 size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,

@@ -645,7 +645,9 @@ comet_backend *comet_backend_cuda_init(int device) {
     const char *attn_splits = getenv("COMET_CUDA_ATTN_SPLITS");
     const int attn_splits_on = !(attn_splits && !strcmp(attn_splits, "0"));
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
-    im->attn_mma_on = !(attn_mma && !strcmp(attn_mma, "0"));
+    im->attn_mma_on = attn_mma && !strcmp(attn_mma, "0")   ? 0
+                      : attn_mma && !strcmp(attn_mma, "1") ? 1
+                                                           : 2;
     const char *stack_split = getenv("COMET_CUDA_STACK_SPLIT");
     im->stack_split_on = !(stack_split && !strcmp(stack_split, "0"));
     be->ops = &cuda_ops;

@@ -42,8 +42,9 @@ typedef struct cuda_impl {
     int n_sm;    /* multiprocessors of the device (attention's split choice) */
     int attn_sm; /* n_sm as attention's split choice sees it; 0 (COMET_CUDA_ATTN_SPLITS=0, for
                   * tests and debugging): keys never split across CTAs */
-    /* prefill chunks' attention on tensor cores; 0 with COMET_CUDA_ATTN_MMA=0 (A/B runs
-     * against the fp32 kernel, debugging) */
+    /* prefill chunks' attention (the step view's attn_mma): 2 the pipelined tensor-core
+     * kernel, 1 with COMET_CUDA_ATTN_MMA=1 the first tensor-core kernel, 0 with
+     * COMET_CUDA_ATTN_MMA=0 the fp32 one (A/B runs, debugging) */
     int attn_mma_on;
     cudaStream_t stream;
     void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */

@@ -88,8 +88,11 @@ typedef struct comet_cuda_step_view {
     int max_kv_len;      /* the longest sequence after the append (host value) */
     int batch_invariant; /* the backend's batch_invariant (backend.h): attention
                                     * then takes the tile kernel over fixed key spans */
-    int attn_mma;        /* 1: prefill chunks may take the tensor-core attention kernel
-                          * (the backend's default; COMET_CUDA_ATTN_MMA=0: never) */
+    int attn_mma;        /* prefill chunks' attention: 2 (the backend's default) the
+                          * pipelined tensor-core kernel (attn_mma2_kernel) where it applies,
+                          * else the first one (attn_mma_kernel); 1 (COMET_CUDA_ATTN_MMA=1)
+                          * attn_mma_kernel always; 0 (COMET_CUDA_ATTN_MMA=0) the fp32
+                          * kernel */
 } comet_cuda_step_view;
 
 #endif
