@@ -409,15 +409,11 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     cudaError_t e;
     if (pl.fp8) { /* the e4m3 copy of the codes and the start values (w4ax_fp8_prep_kernel) */
         plan_t pp = {};
-        const long long threads = (long long)g->M * (g->K / 16);
-        if ((threads + 255) / 256 > INT_MAX)
-            return comet_set_error(COMET_ERR_INVALID_ARG,
-                                   "gemm_w4ax: M=%d K=%d is past the fp8 prep's grid; split the "
-                                   "call along M or set fp8 to -1",
-                                   g->M, g->K);
-        pp.grid = dim3((unsigned)((threads + 255) / 256)), pp.block = dim3(256), pp.pdl = pl.pdl;
-        e = launch(w4ax_fp8_prep_kernel, pp, st, (const int8_t *)g->qa, g->M, g->K, g->B, g->n8,
-                   qa8, const_cast<float *>(f8.ainit));
+        const int k16 = g->K / 16;
+        pp.grid = dim3((unsigned)g->M), pp.block = dim3(k16 < 256 ? (k16 + 31) / 32 * 32 : 256);
+        pp.pdl = pl.pdl;
+        e = launch(w4ax_fp8_prep_kernel, pp, st, (const int8_t *)g->qa, g->K, g->B, g->n8, qa8,
+                   const_cast<float *>(f8.ainit));
         if (e != cudaSuccess)
             return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of the fp8 prep failed: %s",
                                    cudaGetErrorString(e));

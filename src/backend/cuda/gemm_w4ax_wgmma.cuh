@@ -676,48 +676,52 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
  * block's fp32 accumulators there, so with the weights as u = v + 8 (lo8x) the wgmma leaves
  * S x 2^-9, and every partial sum on the way, -8 A + the sum of u a over a prefix of the block =
  * (sum of v a over the prefix) - 8 (sum of a past it), stays within 64 B units of 2^-9, the
- * bound of the int32 sums (without the start value it would reach 120 B). One thread per 16
- * bytes; the B / 16 threads of a block are consecutive lanes. Launched with pdl like the GEMM: it
- * waits before reading qa and writing the workspace. */
-__global__ void __launch_bounds__(256) w4ax_fp8_prep_kernel(const int8_t *qa, int M, int K, int B,
-                                                            int n8, uint8_t *qa8, float *ainit) {
+ * bound of the int32 sums (without the start value it would reach 120 B). One CTA per token row,
+ * each thread 16 bytes at a time (the B / 16 threads of a block consecutive lanes): bytes to fp16
+ * by the 0x6400 exponent trick (exact), two at a time to e4m3 (F2FP), code sums by dp4a. Launched
+ * with pdl like the GEMM: it waits before reading qa and writing the workspace. */
+__global__ void __launch_bounds__(256)
+    w4ax_fp8_prep_kernel(const int8_t *qa, int K, int B, int n8, uint8_t *qa8, float *ainit) {
     pdl_trigger();
     pdl_wait();
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    const int k16 = K / 16;
-    const bool ok = i < (long long)M * k16;
-    const int t = ok ? (int)(i / k16) : 0, c = ok ? (int)(i % k16) : 0, b = c * 16 / B;
-    const bool f8 = b >= n8;
-    int sum = 0;
-    if (ok) {
-        uint4 v = *reinterpret_cast<const uint4 *>(qa + i * 16);
-        if (f8) {
-            uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    const int t = blockIdx.x, k16 = K / 16, nb = K / B, lanes = B / 16, lsh = B == 128 ? 3 : 2;
+    const int8_t *row = qa + (size_t)t * K;
+    uint8_t *row8 = qa8 + (size_t)t * K;
+    const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f); /* 1024 + the xor's 128 */
+    for (int c0 = 0; c0 < k16; c0 += blockDim.x) {    /* every lane takes part in the shuffles */
+        const int c = c0 + threadIdx.x, b = c >> lsh; /* c / lanes */
+        const bool ok = c < k16, f8 = b >= n8;
+        int sum = 0;
+        if (ok) {
+            uint4 v = *reinterpret_cast<const uint4 *>(row + (size_t)c * 16);
+            if (f8) {
+                uint32_t w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int h = 0; h < 4; h++) {
-                uint32_t o = 0;
+                for (int h = 0; h < 4; h++) {
+                    sum = __dp4a((int)w[h], 0x01010101, sum);
+                    const uint32_t x = w[h] ^ 0x80808080u; /* bytes a + 128, unsigned */
+                    uint32_t e[2];
 #pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    const int a = (int8_t)(w[h] >> (8 * j));
-                    sum += a;
-                    o |= (uint32_t)__nv_cvt_float_to_fp8((float)a, __NV_SATFINITE, __NV_E4M3)
-                         << (8 * j);
+                    for (int p = 0; p < 2; p++) { /* bytes 2p, 2p + 1 as 0x64xx fp16: 1024 + x */
+                        const uint32_t hx = __byte_perm(x, 0x64646464u, p ? 0x7362 : 0x5140);
+                        const __half2 a = __hsub2(*reinterpret_cast<const __half2 *>(&hx), bias);
+                        e[p] = __nv_cvt_halfraw2_to_fp8x2(a, __NV_SATFINITE, __NV_E4M3);
+                    }
+                    w[h] = e[0] | e[1] << 16;
                 }
-                w[h] = o;
+                v = make_uint4(w[0], w[1], w[2], w[3]);
             }
-            v = make_uint4(w[0], w[1], w[2], w[3]);
+            *reinterpret_cast<uint4 *>(row8 + (size_t)c * 16) = v;
         }
-        *reinterpret_cast<uint4 *>(qa8 + i * 16) = v;
-    }
-    for (int o = 1; o < B / 16; o <<= 1) /* the block's threads: aligned groups of B / 16 lanes */
-        sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-    if (ok && c % (B / 16) == 0) {
-        const int nb = K / B;
-        const float v = f8 ? (float)(-8 * sum) * (1.0f / 512.0f) : 0.0f;
-        ainit[ws_fp8_ainit_index(t, b, nb)] = v, ainit[ws_fp8_ainit_index(t, b, nb) + 2] = v;
-        if (t == M - 1 && !(t & 1)) /* the last pair's missing token: zeros */
-            ainit[ws_fp8_ainit_index(t, b, nb) + 1] = ainit[ws_fp8_ainit_index(t, b, nb) + 3] =
-                0.0f;
+        for (int o = 1; o < lanes; o <<= 1) /* the block's threads: aligned groups of lanes */
+            sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
+        if (ok && (c & (lanes - 1)) == 0) {
+            const float val = f8 ? (float)(-8 * sum) * (1.0f / 512.0f) : 0.0f;
+            const size_t i = ws_fp8_ainit_index(t, b, nb);
+            ainit[i] = val, ainit[i + 2] = val;
+            if (t == gridDim.x - 1 && !(t & 1)) /* M odd: the last pair's missing token, zeros */
+                ainit[i + 1] = ainit[i + 3] = 0.0f;
+        }
     }
 }
 
