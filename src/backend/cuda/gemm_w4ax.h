@@ -137,8 +137,10 @@ typedef struct comet_cuda_w4ax_gemm {
     int fp8;                  /* wgmma kernel: 1 = the INT4 blocks (n8 and after) on FP8 (e4m3)
                                * wgmma, exact as the INT8 path (the same y bit for bit; their
                                * codes must then lie in [-8, 7]): a prep kernel first writes the
-                               * codes' e4m3 copy into the workspace (M * K bytes and M * K/B
-                               * floats more); -1 = the INT8 wgmma for every block; 0 = as the
+                               * codes' e4m3 copy into the workspace (M * K bytes and 8 bytes
+                               * per token and block more; size it with
+                               * comet_cuda_gemm_w4ax_workspace_bytes, 16-byte aligned); -1 = the
+                               * INT8 wgmma for every block; 0 = as the
                                * environment variable COMET_GEMM_FP8 says, read once per process
                                * ("1" on, else off). Other kernels ignore it. */
 } comet_cuda_w4ax_gemm;
