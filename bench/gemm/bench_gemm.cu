@@ -26,15 +26,9 @@
  * --graph, each call follows a different shape, so what one kernel leaves on the SMs (registers,
  * shared memory, its carveout) meets the next one's plan.
  *
- * --fp8 off|on sets comet_cuda_w4ax_gemm.fp8 (-1 / 1: the wgmma kernel's INT4 blocks on INT8 or
- * FP8 wgmma; without it the environment variable COMET_GEMM_FP8 decides). --fp8 ab times ours
- * both ways in the same process, case by case (off first in even cases, on first in odd ones),
- * prints an "fp8ab" line per case and a summary of on / off per M; its rows and main summary
- * are the FP8 ones (bench/gemm/fp8_ab.sh).
- *
  * Usage: bench_gemm [--quick] [--graph] [--pdl] [--chain] [--out results.md] [--ms 1,16]
  *        [--fracs 0.125] [--shapes 8] [--kernel K] [--splits S] [--tok T] [--pipe-tiles PT]
- *        [--fp8 off|on|ab] [--one M N K kernel]
+ *        [--one M N K kernel]
  * Prints one row per (shape, M, fraction), then the summary; --out also writes the markdown
  * table (with GPU, date) to the given file. */
 #include <cublasLt.h>
@@ -135,8 +129,6 @@ static int g_splits = 0;                                    /* --splits: force t
 static int g_tok = 0; /* --tok: force the wgmma kernel's token tile (32, 64 or 128) */
 static int g_pt = 0;  /* --pipe-tiles: force the pipe kernel's weight tiles per item (1-4) */
 static int g_pdl = 0; /* --pdl: programmatic dependent launch for our calls */
-static int g_fp8 = 0; /* --fp8 off|on: comet_cuda_w4ax_gemm.fp8 (-1 / 1); 0: COMET_GEMM_FP8 */
-static bool g_fp8_ab = false; /* --fp8 ab: ours timed with fp8 -1 and 1 in every case */
 
 /* our call's shape and the command line's plan options, no buffers (the plan, its name and its
  * workspace depend on exactly these) */
@@ -144,7 +136,7 @@ static comet_cuda_w4ax_gemm ours_call(const ctx_t *c) {
     comet_cuda_w4ax_gemm g = {};
     g.M = c->M, g.N = c->N, g.K = c->K, g.B = c->B, g.n8 = c->n8, g.kernel = g_kernel,
     g.splits = g_splits;
-    g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl, g.fp8 = g_fp8;
+    g.tile_tokens = g_tok, g.pipe_tiles = g_pt, g.pdl = g_pdl;
     return g;
 }
 
@@ -184,7 +176,6 @@ struct row_t {
     shape_t s;
     int M;
     double frac, us, fp16_us, int8_us, bytes, ops;
-    double us_off; /* --fp8 ab: ours with fp8 = -1 (us: with fp8 = 1) */
     std::string plan;
 };
 
@@ -299,21 +290,6 @@ int main(int argc, char **argv) {
             g_pt = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) /* --shapes 8: first 8 shapes */
             n_shapes_arg = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--fp8") && i + 1 < argc) { /* --fp8 off|on|ab */
-            const char *v = argv[++i];
-            if (!strcmp(v, "off") || !strcmp(v, "on"))
-                g_fp8 = !strcmp(v, "on") ? 1 : -1;
-            else if (!strcmp(v, "ab"))
-                g_fp8_ab = true;
-            else {
-                fprintf(stderr, "--fp8 takes off, on or ab, not %s\n", v);
-                return 2;
-            }
-        }
-    }
-    if (g_fp8_ab && chain) {
-        fprintf(stderr, "bench_gemm: --fp8 ab times single calls, not --chain\n");
-        return 2;
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -476,24 +452,11 @@ int main(int argc, char **argv) {
                 fill_codes<<<1024, 256>>>(c.qa, xpool / 2, K, B, c.n8, 8);
                 c.wstride = w4b, c.swstride = swb / 2, c.nsw = ns4;
                 c.sastride = (size_t)M * nb;
-                double t4 = 0, t4_off = NAN;
-                for (int v = 0; v < (g_fp8_ab ? 2 : 1); v++) {
-                    if (g_fp8_ab) /* off first in even cases, on first in odd ones */
-                        g_fp8 = (v == 0) == (rows.size() % 2 == 0) ? -1 : 1;
-                    const comet_cuda_w4ax_gemm gv = ours_call(&c);
-                    ensure_ws(c, gv);
-                    const double t = timed([&](int set) { run_ours(&c, set); }, 64);
-                    if (g_fp8_ab && g_fp8 == -1)
-                        t4_off = t;
-                    else
-                        t4 = t;
-                }
-                if (g_fp8_ab)
-                    g_fp8 = 1; /* the rows are the FP8 ones */
                 const comet_cuda_w4ax_gemm g = ours_call(&c);
+                ensure_ws(c, g);
+                double t4 = timed([&](int set) { run_ours(&c, set); }, 64);
                 row_t r;
                 r.s = s, r.M = M, r.frac = fr, r.us = t4, r.fp16_us = t16, r.int8_us = t8;
-                r.us_off = t4_off;
                 r.ops = 2.0 * M * N * K;
                 r.bytes = (double)N * K / 2 + (double)N * nb * 2 + (double)M * K +
                           (double)M * nb * 4 + (double)M * N * 2;
@@ -503,9 +466,6 @@ int main(int argc, char **argv) {
                        "%6.2f  %s\n",
                        s.model, s.layer, N, K, M, fr * 100, t4, r.ops / t4 * 1e-6,
                        r.bytes / t4 * 1e-3, t16, t8, t16 / t4, t8 / t4, roof / t4, r.plan.c_str());
-                if (g_fp8_ab)
-                    printf("fp8ab %s %s %d %d %d %.1f off_us %.2f on_us %.2f fp16_us %.2f\n",
-                           s.model, s.layer, N, K, M, fr * 100, t4_off, t4, t16);
                 fflush(stdout);
                 rows.push_back(r);
             }
@@ -547,35 +507,6 @@ int main(int argc, char **argv) {
     snprintf(line, sizeof line,
              "\nLowest ratio vs cuBLAS FP16 over every shape, M and fraction: %.2f\n", worst_all);
     sum += line;
-    if (g_fp8_ab) { /* FP8 on against off, same process, per M */
-        sum += "\nFP8 wgmma on / off (--fp8 ab), the 8 LLaMA-3 shapes, 12.5% INT8: geomean speedup "
-               "off_us / on_us, x cuBLAS FP16 both ways\n\n| M | speedup | min (shape) | max | "
-               "x FP16 off | x FP16 on | min x FP16 on (shape) |\n|---|---|---|---|---|---|---|\n";
-        for (int M : Ms) {
-            double ls = 0, loff = 0, lon = 0, mn = 1e9, mx = 0, mn16 = 1e9;
-            int n = 0;
-            std::string mn_name, mn16_name;
-            for (const row_t &r : rows) {
-                if (r.M != M || r.frac != 0.125 || strncmp(r.s.model, "LLaMA-3", 7))
-                    continue;
-                const double sp = r.us_off / r.us;
-                ls += std::log(sp), loff += std::log(r.fp16_us / r.us_off);
-                lon += std::log(r.fp16_us / r.us), n++;
-                mx = std::max(mx, sp);
-                if (sp < mn)
-                    mn = sp, mn_name = std::string(r.s.model) + " " + r.s.layer;
-                if (r.fp16_us / r.us < mn16)
-                    mn16 = r.fp16_us / r.us, mn16_name = std::string(r.s.model) + " " + r.s.layer;
-            }
-            if (!n)
-                continue;
-            snprintf(line, sizeof line,
-                     "| %d | %.3f | %.3f (%s) | %.3f | %.2f | %.2f | %.2f (%s) |\n", M,
-                     std::exp(ls / n), mn, mn_name.c_str(), mx, std::exp(loff / n),
-                     std::exp(lon / n), mn16, mn16_name.c_str());
-            sum += line;
-        }
-    }
     printf("%s", sum.c_str());
 
     if (out) {

@@ -6,10 +6,7 @@
  *   - fp32 outputs agree within fp32 rounding of the outer sum, fp16 outputs within fp16
  *     rounding, and two runs give identical bits (deterministic split-K);
  *   - guard words around every output stay intact, and poisoned outputs are all written;
- *   - outputs one element past an aligned address get the aligned run's bits;
- *   - the wgmma kernel's FP8 path (fp8 = 1: every token tile, cluster and global splits, the
- *     automatic plan) gives the INT8 path's fp32 outputs bit for bit, also on extreme codes
- *     (cm_fp8_extremes).
+ *   - outputs one element past an aligned address get the aligned run's bits.
  * Usage: test_gemm_w4ax_cuda [--quick | --no-sm90a | --pdl]
  *   --quick: a few shapes, for compute-sanitizer;
  *   --pdl: only the chained calls with programmatic dependent launch (test_pdl_chain);
@@ -18,8 +15,7 @@
  *     scripts/gpu/build.sh) run on an sm_90 GPU: the automatic
  *     plans must keep to the stream and tiled kernels and be right, forcing the wgmma kernel
  *     must be refused, and pdl (sm_90 code has its instructions) must hold.
- * The parts run as cmocka tests (cm_bad_args, cm_shared_workspace, cm_pdl_chain, cm_shapes,
- * cm_fp8_extremes;
+ * The parts run as cmocka tests (cm_bad_args, cm_shared_workspace, cm_pdl_chain, cm_shapes;
  * COMET_TEST_FILTER=name runs one), each failing when one of its checks fails; a line per
  * check or case, then "N of M checks failed". Exit status 0 when every check passes. */
 #include <math.h>
@@ -103,38 +99,7 @@ typedef struct {
     float *dsa;
 } inputs;
 
-/* The FP8 path's extreme codes (test_fp8_extremes): weight code of row n and activation code of
- * token t at position kb of an INT4 block of B channels; class 7 of each is random. */
-static int extreme_w(int n, int kb, int B) {
-    switch (n % 8) {
-    case 0: return 7;                     /* u = 15, the largest FP8 weight */
-    case 1: return -8;                    /* u = 0 */
-    case 2: return kb < B / 2 ? -8 : 7;   /* large partial sums, then cancelling ones */
-    case 3: return kb % 2 ? 7 : -8;       /* alternating */
-    case 4: return kb < B - 4 ? -8 : 1;   /* large, then small */
-    case 5: return kb < B / 4 ? 7 : -1;   /* u = 15 first, then small */
-    case 6: return kb % 32 < 16 ? -8 : 7; /* cancelling within each k32 step */
-    default: return (int)(rnd() % 16) - 8;
-    }
-}
-static int extreme_a(int t, int kb, int B) {
-    switch (t % 8) {
-    case 0: return -8;
-    case 1: return 7;
-    case 2: return kb < B / 2 ? -8 : 7;
-    case 3: return kb % 2 ? 7 : -8;
-    case 4: return kb < B - 4 ? -8 : 1;
-    case 5: return kb < B / 4 ? 7 : -8;
-    case 6: return kb % 32 < 16 ? 7 : -8;
-    default: return (int)(rnd() % 16) - 8;
-    }
-}
-
-static inputs inputs_make_codes(const shape *s, int extreme);
-static inputs inputs_make(const shape *s) { return inputs_make_codes(s, 0); }
-
-/* inputs_make, the INT4 blocks' codes from extreme_w / extreme_a where `extreme` */
-static inputs inputs_make_codes(const shape *s, int extreme) {
+static inputs inputs_make(const shape *s) {
     const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
     const size_t qb = comet_w4_plain_bytes(N, K), pqb = comet_cuda_w4ax_packed_qw_bytes(N, K);
     const size_t psb = comet_cuda_w4ax_packed_sw_bytes(N, K, B);
@@ -146,17 +111,12 @@ static inputs inputs_make_codes(const shape *s, int extreme) {
     uint16_t *psw = malloc(psb);
     for (size_t i = 0; i < qb; i++)
         in.qw[i] = (uint8_t)rnd();
-    if (extreme)
-        for (int n = 0; n < N; n++)
-            for (int k = 0; k < K; k++)
-                comet_w4_plain_set(in.qw, K, n, k, extreme_w(n, k % B, B));
     for (int i = 0; i < N * nb; i++) /* positive normal fp16 in [2^-9, 2^-2) */
         in.sw[i] = (uint16_t)(((6 + rnd() % 7) << 10) | (rnd() & 0x3FF));
     for (int t = 0; t < M; t++)
         for (int k = 0; k < K; k++)
-            in.qa[(size_t)t * K + k] = k / B < n8 ? (int8_t)(rnd() & 0xFF)
-                                       : extreme  ? (int8_t)extreme_a(t, k % B, B)
-                                                  : (int8_t)((int)(rnd() % 16) - 8);
+            in.qa[(size_t)t * K + k] =
+                k / B < n8 ? (int8_t)(rnd() & 0xFF) : (int8_t)((int)(rnd() % 16) - 8);
     for (int i = 0; i < M * nb; i++)
         in.sa[i] = (float)(rnd() % 1000 + 1) * 1e-4f;
     if (comet_cuda_w4ax_pack(N, K, B, in.qw, in.sw, pqw, psw) != COMET_OK) {
@@ -188,12 +148,10 @@ static void launch_or_die(const comet_cuda_w4ax_gemm *g, cudaStream_t st) {
     }
 }
 
-/* Run one kernel configuration and compare with the oracle. fp8: comet_cuda_w4ax_gemm.fp8; at 1
- * a wgmma plan must take the FP8 path where there are INT4 blocks, and its fp32 outputs must
- * equal those of the same plan on the INT8 path (fp8 = -1) bit for bit. Returns failures. */
-static int run_case_fp8(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt,
-                        int pdl, int fp8, const inputs *in, const float *y_ref,
-                        const int32_t *bs_ref, const double *mag) {
+/* Run one kernel configuration and compare with the oracle. Returns failures. */
+static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt, int pdl,
+                    const inputs *in, const float *y_ref, const int32_t *bs_ref,
+                    const double *mag) {
     const int M = s->M, N = s->N, nb = s->K / s->B;
     size_t ny = (size_t)M * N, nbs = ny * nb;
     guarded gy = galloc(ny * 4), gy16 = galloc(ny * 2), gbs = galloc(nbs * 4);
@@ -210,8 +168,7 @@ static int run_case_fp8(const shape *s, comet_w4ax_kernel kernel, int splits, in
                               .splits = splits,
                               .tile_tokens = tok,
                               .pipe_tiles = pt,
-                              .pdl = pdl,
-                              .fp8 = fp8};
+                              .pdl = pdl};
     size_t wsb = comet_cuda_gemm_w4ax_workspace_bytes(&g);
     void *ws = NULL;
     if (wsb) {
@@ -281,35 +238,6 @@ static int run_case_fp8(const shape *s, comet_w4ax_kernel kernel, int splits, in
     if (memcmp(hy, hy2, ny * 4)) {
         fprintf(stderr, "  two runs differ (non-deterministic)\n");
         fails++;
-    }
-    if (fp8 == 1 && !no_sm90a) {
-        /* the FP8 path taken, and the same fp32 bits as the INT8 path's (the block sums are
-         * exact either way and meet the same products in the same order) */
-        const int f8_plan = strstr(plan, " fp8") != NULL;
-        if (!strncmp(plan, "wgmma", 5) && s->n8 < nb && !f8_plan) {
-            fprintf(stderr, "  fp8 = 1 and the wgmma plan %s does not take the FP8 path\n", plan);
-            fails++;
-        }
-        if (f8_plan) {
-            comet_cuda_w4ax_gemm gi = g;
-            gi.fp8 = -1, gi.y = gy.p, gi.y_f16 = NULL, gi.bsum = NULL;
-            gpoison(&gy);
-            launch_or_die(&gi, NULL);
-            CUDA_OK(cudaDeviceSynchronize());
-            CUDA_OK(cudaMemcpy(hy2, gy.p, ny * 4, cudaMemcpyDeviceToHost));
-            size_t nd = 0, first_d = 0;
-            for (size_t i = 0; i < ny; i++)
-                if (memcmp(&hy[i], &hy2[i], 4) && nd++ == 0)
-                    first_d = i;
-            if (nd) {
-                fprintf(stderr,
-                        "  FP8 fp32 outputs differ from the INT8 path's in %zu of %zu; first "
-                        "t=%zu n=%zu %.9g vs %.9g\n",
-                        nd, ny, first_d / N, first_d % N, (double)hy[first_d],
-                        (double)hy2[first_d]);
-                fails++;
-            }
-        }
     }
     /* 3. outputs one element past an aligned address (y 4-byte, y_f16 2-byte aligned): the
      * four-wide stores (store_out4) fall back to single ones, with the same bits */
@@ -410,42 +338,9 @@ static int run_case_fp8(const shape *s, comet_w4ax_kernel kernel, int splits, in
     return fails;
 }
 
-static int run_case(const shape *s, comet_w4ax_kernel kernel, int splits, int tok, int pt, int pdl,
-                    const inputs *in, const float *y_ref, const int32_t *bs_ref,
-                    const double *mag) {
-    return run_case_fp8(s, kernel, splits, tok, pt, pdl, 0, in, y_ref, bs_ref, mag);
-}
-
-/* The wgmma kernel's FP8 path (fp8 = 1) on shape s: the automatic plan, every token tile, 3
- * (cluster) and 10 (global) splits; every case against the oracle and the INT8 path's bits.
- * quick (and shapes with over 2^24 block sums, whose host checks dominate): the automatic plan
- * and the 32- and 128-token tiles. */
-static int run_fp8_cases(const shape *s, int quick, const inputs *in, const float *y_ref,
-                         const int32_t *bs_ref, const double *mag) {
-    const int nb = s->K / s->B;
-    quick = quick || (size_t)s->M * s->N * nb > ((size_t)1 << 24);
-    int fails = run_case_fp8(s, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 1, in, y_ref, bs_ref, mag) > 0;
-    for (int tok = 16; tok <= 128; tok *= 2)
-        if (!quick || tok == 128 || tok == 32)
-            fails += run_case_fp8(s, COMET_W4AX_KERNEL_WGMMA, 0, tok, 0, 0, 1, in, y_ref, bs_ref,
-                                  mag) > 0;
-    if (!quick) {
-        fails += run_case_fp8(s, COMET_W4AX_KERNEL_WGMMA, nb > 3 ? 3 : nb, 0, 0, 0, 1, in, y_ref,
-                              bs_ref, mag) > 0;
-        if (nb >= 10)
-            fails += run_case_fp8(s, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, 1, in, y_ref, bs_ref,
-                                  mag) > 0;
-    }
-    return fails;
-}
-
-/* Every kernel on shape s, the FP8 rows too; extreme: test_fp8_extremes's codes,
- * through the wgmma kernel's FP8 path only */
-static void test_shape_codes(const shape *s, int quick, int extreme);
-static void test_shape(const shape *s, int quick) { test_shape_codes(s, quick, 0); }
-static void test_shape_codes(const shape *s, int quick, int extreme) {
+static void test_shape(const shape *s, int quick) {
     const int M = s->M, N = s->N, K = s->K, B = s->B, nb = K / B, n8 = s->n8;
-    inputs in = inputs_make_codes(s, extreme);
+    inputs in = inputs_make(s);
     float *y_ref = malloc((size_t)M * N * 4);
     int32_t *bs_ref = malloc((size_t)M * N * nb * 4);
     double *mag = malloc((size_t)M * N * sizeof(double));
@@ -470,15 +365,6 @@ static void test_shape_codes(const shape *s, int quick, int extreme) {
             mag[(size_t)t * N + n] = m;
         }
 
-    /* the FP8 rows; in the quick (sanitizer) set only where the automatic plan is the wgmma
-     * kernel's (M > 32) */
-    if (!no_sm90a && n8 < nb && (!quick || M > 32 || extreme))
-        n_fail += run_fp8_cases(s, quick, &in, y_ref, bs_ref, mag);
-    if (extreme) {
-        inputs_free(&in);
-        free(y_ref), free(bs_ref), free(mag);
-        return;
-    }
     n_fail += run_case(s, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, &in, y_ref, bs_ref, mag) > 0;
     if (!quick || M <= 64) {
         /* every kernel on the same inputs, and a forced split count */
@@ -607,64 +493,33 @@ static void test_pdl_chain(void) {
     typedef struct {
         shape s;
         comet_w4ax_kernel kernel;
-        int splits, tok, pt, qa_y1, fp8;
+        int splits, tok, pt, qa_y1;
     } cfg;
     const cfg cases[] = {
-        {{1, 8192, 4096, 128, 4},
-         COMET_W4AX_KERNEL_AUTO,
-         0,
-         0,
-         0,
-         0,
-         0}, /* pipe (M = 1 with pdl) */
-        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0},
-        {{2, 8192, 4096, 128, 4},
-         COMET_W4AX_KERNEL_AUTO,
-         0,
-         0,
-         0,
-         0,
-         0}, /* pipe, 2 tiles per item */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0},   /* pipe */
-        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0, 0}, /* global split-K */
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0},  /* pipe, 16 tokens */
+        {{1, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe (M = 1 with pdl) */
+        {{1, 4096, 14336, 64, 28}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe, 2 tiles per item */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* pipe */
+        {{8, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* global split-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},  /* pipe, 16 tokens */
         /* 32 tokens, cluster split-K */
-        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0, 0},
-        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0, 0}, /* cluster split-K */
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0},
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, 0}, /* global split-K */
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0, 0, 0, 0},
-        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0}, /* stream-K */
-        {{16, 4096, 4096, 128, 4},
-         COMET_W4AX_KERNEL_PIPE,
-         0,
-         0,
-         3,
-         0,
-         0}, /* pipe, 3 tiles per item */
+        {{16, 6144, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 0, 0, 0},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 0},
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 0}, /* cluster split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0}, /* global split-K */
+        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_TILED, 0, 0, 0, 0},
+        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0}, /* stream-K */
+        {{16, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 3, 0}, /* pipe, 3 tiles per item */
         /* pipe, 3 tiles per item, a 3-slot ring with one early position (8B gate_up at M = 16) */
-        {{16, 28672, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 0},
+        {{16, 28672, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0},
         /* activation codes written by the previous kernel */
-        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1, 0}, /* pipe */
-        {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1, 0}, /* pipe */
-        {{8, 4096, 2048, 64, 4},
-         COMET_W4AX_KERNEL_PIPE,
-         0,
-         0,
-         2,
-         1,
-         0}, /* pipe, 2 tiles per item */
-        {{8, 4096, 2048, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 1, 0},
-        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1, 0}, /* pipe, 16 tokens */
-        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 1, 0},
-        /* the FP8 path: its prep kernel reads the codes (written by the previous kernel in the
-         * last one) and writes the workspace only after the wait, the GEMM reads them after its
-         * own */
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 1},
-        {{100, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_WGMMA, 10, 0, 0, 0, 1}, /* global split-K */
-        {{65, 17920, 2048, 64, 8}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 0, 1},    /* stream-K */
-        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 1, 1},
+        {{2, 8192, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
+        {{4, 4096, 4096, 128, 4}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe */
+        {{8, 4096, 2048, 64, 4}, COMET_W4AX_KERNEL_PIPE, 0, 0, 2, 1},  /* pipe, 2 tiles per item */
+        {{8, 4096, 2048, 128, 4}, COMET_W4AX_KERNEL_STREAM, 0, 0, 0, 1},
+        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_AUTO, 0, 0, 0, 1}, /* pipe, 16 tokens */
+        {{16, 4096, 1024, 128, 2}, COMET_W4AX_KERNEL_WGMMA, 0, 16, 0, 1},
     };
     const size_t n_sa1 = 65 * 17920; /* the largest output written over sa1 */
     float *y1, *sa1, *y2;
@@ -705,8 +560,7 @@ static void test_pdl_chain(void) {
                                    .splits = cases[c].splits,
                                    .tile_tokens = cases[c].tok,
                                    .pipe_tiles = cases[c].pt,
-                                   .pdl = 1,
-                                   .fp8 = cases[c].fp8};
+                                   .pdl = 1};
         /* one workspace for both calls, as the CUDA backend shares one: the pdl call must not
          * touch the counters or partials before the previous call is done with them */
         const size_t wsb2 = comet_cuda_gemm_w4ax_workspace_bytes(&g2),
@@ -843,11 +697,6 @@ static void test_bad_args(void) {
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
     a.pdl = 0;
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_OK);
-    a.fp8 = 2; /* fp8 is -1, 0 or 1 */
-    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
-    a.fp8 = -2;
-    ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
-    a.fp8 = 0;
     a.pipe_tiles = 5; /* 0 (automatic) or 1-4 */
     ARG_OK(comet_cuda_gemm_w4ax(&a, NULL) == COMET_ERR_INVALID_ARG);
     a.pipe_tiles = -1;
@@ -1005,25 +854,7 @@ static void test_shapes(void) {
     }
 }
 
-/* The FP8 path on codes at the edges of its exactness argument (w4ax_fp8_prep_kernel): every
- * INT4 block pairs each weight class of extreme_w (u = 15 and 0 throughout, large partial sums
- * followed by cancelling or small ones, alternating, ...) with each activation class of
- * extreme_a, so that |S| reaches 64 B (all -8 x -8) and the sums without the start values would
- * reach 120 B (u = 15 with a = -8). The block sums (debug mode: INT32_MIN where the fp32 sum is
- * not an integer x 2^-9) must equal the oracle's and the outputs the INT8 path's, at both block
- * sizes, on every token tile and split mode, a 128-token tile with stream-K included. */
-static void test_fp8_extremes(void) {
-    const shape shapes[] = {{128, 136, 1024, 128, 1},
-                            {64, 64, 1536, 64, 2},
-                            {16, 40, 512, 128, 0},
-                            {256, 136, 4096, 128, 4},
-                            {65, 17920, 2048, 64, 8}};
-    for (size_t i = 0; i < (g_quick ? 2 : sizeof shapes / sizeof shapes[0]); i++)
-        test_shape_codes(&shapes[i], g_quick, 1);
-}
-
 COUNTED_TEST(cm_bad_args, test_bad_args())
-COUNTED_TEST(cm_fp8_extremes, if (no_sm90a) skip(); test_fp8_extremes())
 COUNTED_TEST(cm_shared_workspace, if (no_sm90a) skip(); test_shared_workspace())
 COUNTED_TEST(cm_pdl_chain, if (g_quick && !no_sm90a) skip(); test_pdl_chain())
 COUNTED_TEST(cm_shapes, test_shapes())
@@ -1047,7 +878,6 @@ int main(int argc, char **argv) {
         /* a 58 MB GEMM heads each chain: kept out of the sanitizer runs */
         cmocka_unit_test(cm_pdl_chain),
         cmocka_unit_test(cm_shapes),
-        cmocka_unit_test(cm_fp8_extremes),
     };
     if (!strcmp(mode, "--pdl")) /* the chained calls alone */
         cmocka_set_test_filter("cm_pdl_chain");

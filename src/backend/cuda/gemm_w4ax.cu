@@ -113,10 +113,9 @@ int ws_cluster_capacity(int kpb, int tok, int S) {
                                                                    : 3][S]
                                        : uncached;
     if (c == 0) {
-        void (*kern)(params, CUtensorMap, ws_f8_args) =
-            with_ws_config(kpb, tok, [](auto k, auto t) {
-                return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, true>;
-            });
+        void (*kern)(params, CUtensorMap) = with_ws_config(kpb, tok, [](auto k, auto t) {
+            return &w4ax_ws_kernel<decltype(k)::value, decltype(t)::value, false, true>;
+        });
         cudaLaunchConfig_t cfg = {};
         cudaLaunchAttribute attr[1];
         attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -172,11 +171,10 @@ cudaError_t launch(void (*kernel)(KA...), const plan_t &pl, cudaStream_t st, A..
     return e;
 }
 
-/* TMA descriptor of the activation codes qa [M, K] (bytes: g->qa, or the fp8 plan's copy):
- * boxes of B bytes x tok rows, swizzled as the wgmma descriptor expects, rows past M read as
- * zeros. cuTensorMapEncodeTiled is a host function of the driver, reached through the runtime
- * (no -lcuda). */
-comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, const void *qa, int tok, CUtensorMap *map) {
+/* TMA descriptor of the activation codes qa [M, K] (bytes): boxes of B bytes x tok rows,
+ * swizzled as the wgmma descriptor expects, rows past M read as zeros. cuTensorMapEncodeTiled
+ * is a host function of the driver, reached through the runtime (no -lcuda). */
+comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, int tok, CUtensorMap *map) {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
     static std::once_flag once;
     std::call_once(once, [] {
@@ -192,8 +190,8 @@ comet_status make_tmap_a(const comet_cuda_w4ax_gemm *g, const void *qa, int tok,
                                "gemm_w4ax: the driver has no cuTensorMapEncodeTiled");
     cuuint64_t dims[2] = {(cuuint64_t)g->K, (cuuint64_t)g->M}, strides[1] = {(cuuint64_t)g->K};
     cuuint32_t box[2] = {(cuuint32_t)g->B, (cuuint32_t)tok}, estr[2] = {1, 1};
-    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void *>(qa), dims,
-                        strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+    CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, (void *)g->qa, dims, strides, box,
+                        estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                         g->B == 128 ? CU_TENSOR_MAP_SWIZZLE_128B : CU_TENSOR_MAP_SWIZZLE_64B,
                         CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
@@ -221,30 +219,21 @@ cudaError_t launch_stream(const plan_t &pl, const params &p, cudaStream_t st) {
                : launch(w4ax_stream_kernel<MI, KPB, STREAM_WARPS, BSUM, false, G>, pl, st, p);
 }
 
-template <int KPB, int TOK, bool BSUM, bool F8>
-cudaError_t launch_ws_f8(const plan_t &pl, const params &p, const CUtensorMap &tmap,
-                         const ws_f8_args &f8, cudaStream_t st) {
+template <int KPB, int TOK, bool BSUM>
+cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap, cudaStream_t st) {
     if constexpr (TOK == 128)
         if (pl.streamk || pl.persist)
-            return launch(w4ax_ws_kernel<KPB, TOK, BSUM, false, true, F8>, pl, st, p, tmap, f8);
-    return pl.cluster
-               ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, true, false, F8>, pl, st, p, tmap, f8)
-               : launch(w4ax_ws_kernel<KPB, TOK, BSUM, false, false, F8>, pl, st, p, tmap, f8);
-}
-
-template <int KPB, int TOK, bool BSUM>
-cudaError_t launch_ws(const plan_t &pl, const params &p, const CUtensorMap &tmap,
-                      const ws_f8_args &f8, cudaStream_t st) {
-    return pl.fp8 ? launch_ws_f8<KPB, TOK, BSUM, true>(pl, p, tmap, f8, st)
-                  : launch_ws_f8<KPB, TOK, BSUM, false>(pl, p, tmap, f8, st);
+            return launch(w4ax_ws_kernel<KPB, TOK, BSUM, false, true>, pl, st, p, tmap);
+    return pl.cluster ? launch(w4ax_ws_kernel<KPB, TOK, BSUM, true>, pl, st, p, tmap)
+                      : launch(w4ax_ws_kernel<KPB, TOK, BSUM>, pl, st, p, tmap);
 }
 
 template <bool BSUM>
 cudaError_t launch_variant(const plan_t &pl, int kpb, const params &p, const CUtensorMap &tmap,
-                           const ws_f8_args &f8, cudaStream_t st) {
+                           cudaStream_t st) {
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
         return with_ws_config(kpb, pl.tok, [&](auto k, auto t) {
-            return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, f8, st);
+            return launch_ws<decltype(k)::value, decltype(t)::value, BSUM>(pl, p, tmap, st);
         });
     if (pl.kernel == COMET_W4AX_KERNEL_PIPE)
         return with_mi_kpb(pl.MI, kpb, [&](auto m, auto k) {
@@ -276,9 +265,6 @@ comet_status check_args(const comet_cuda_w4ax_gemm *g) {
     if (g->pdl != 0 && g->pdl != 1)
         return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: pdl %d is neither 0 nor 1",
                                g->pdl);
-    if (g->fp8 < -1 || g->fp8 > 1)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "gemm_w4ax: fp8 %d is not -1, 0 or 1",
-                               g->fp8);
     if ((int)g->kernel < 0 || g->kernel >= COMET_W4AX_KERNEL_COUNT || g->splits < 0 ||
         (g->tile_tokens != 0 && g->tile_tokens != 16 && g->tile_tokens != 32 &&
          g->tile_tokens != 64 && g->tile_tokens != 128) ||
@@ -365,8 +351,6 @@ extern "C" const char *comet_cuda_gemm_w4ax_plan_name(const comet_cuda_w4ax_gemm
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " pdl");
     if (pl.invariant)
         snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " invariant");
-    if (pl.fp8)
-        snprintf(cl + strlen(cl), sizeof cl - strlen(cl), " fp8");
     snprintf(buf, sizeof buf, "%s MI=%d S=%d%s grid=%ux%ux%u",
              pl.kernel == COMET_W4AX_KERNEL_STREAM  ? "stream"
              : pl.kernel == COMET_W4AX_KERNEL_PIPE  ? "pipe"
@@ -411,9 +395,6 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
                                "gemm_w4ax: the plan needs %zu workspace bytes, got %zu; size it "
                                "with comet_cuda_gemm_w4ax_workspace_bytes",
                                pl.ws_bytes, g->workspace ? g->workspace_bytes : (size_t)0);
-    if (pl.fp8 && (uintptr_t)g->workspace % 16)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "gemm_w4ax: the fp8 plan needs a 16-byte aligned workspace");
     params p;
     p.M = g->M, p.N = g->N, p.Np = (g->N + 15) / 16 * 16, p.K = g->K, p.nb = g->K / g->B,
     p.S = pl.S;
@@ -428,41 +409,27 @@ extern "C" comet_status comet_cuda_gemm_w4ax(const comet_cuda_w4ax_gemm *g, void
     }
     p.bsum = g->bsum;
     p.counter = (unsigned *)g->workspace;
-    p.part = pl.ws_split ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
+    p.part = pl.ws_bytes ? (float *)((char *)g->workspace + counter_bytes(pl)) : nullptr;
     p.tiles_n = pl.tiles_n, p.tiles_m = pl.tiles_m;
     p.pp_depth = pl.pp_depth, p.pp_rows = pl.pp_rows, p.pp_early = pl.pp_early, p.pdl = pl.pdl;
     p.persist = pl.persist;
-    uint8_t *qa8 = pl.fp8 ? (uint8_t *)g->workspace + pl.fp8_off : nullptr;
-    ws_f8_args f8;
-    f8.n8 = g->n8, f8.ainit = pl.fp8 ? (const float *)(qa8 + fp8_ainit_off(g->M, g->K)) : nullptr;
     CUtensorMap tmap;
     memset(&tmap, 0, sizeof tmap);
     if (pl.kernel == COMET_W4AX_KERNEL_WGMMA)
-        COMET_TRY(make_tmap_a(g, pl.fp8 ? (const void *)qa8 : (const void *)g->qa, pl.tok, &tmap));
+        COMET_TRY(make_tmap_a(g, pl.tok, &tmap));
     cudaStream_t st = (cudaStream_t)stream;
     const int kpb = g->B / 64;
     cudaError_t e;
-    if (pl.fp8) { /* the e4m3 copy of the codes and the start values (w4ax_fp8_prep_kernel) */
-        plan_t pp = {};
-        const int k16 = g->K / 16;
-        pp.grid = dim3((unsigned)g->M), pp.block = dim3(k16 < 256 ? (k16 + 31) / 32 * 32 : 256);
-        pp.pdl = pl.pdl;
-        e = launch(w4ax_fp8_prep_kernel, pp, st, (const int8_t *)g->qa, g->K, g->B, g->n8, qa8,
-                   const_cast<float *>(f8.ainit));
-        if (e != cudaSuccess)
-            return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of the fp8 prep failed: %s",
-                                   cudaGetErrorString(e));
-    }
-    if (pl.ws_split > 0 && counters_needed(pl) > WS_COUNTERS &&
+    if (pl.ws_bytes > 0 && counters_needed(pl) > WS_COUNTERS &&
         (e = cudaMemsetAsync(g->workspace, 0, counter_bytes(pl), st)) != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA,
                                "gemm_w4ax: zeroing %zu workspace counters failed: %s",
                                counters_needed(pl), cudaGetErrorString(e));
 #ifdef COMET_W4AX_TEST_INSTANCES
-    e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, f8, st)
-                : launch_variant<false>(pl, kpb, p, tmap, f8, st);
+    e = g->bsum ? launch_variant<true>(pl, kpb, p, tmap, st)
+                : launch_variant<false>(pl, kpb, p, tmap, st);
 #else
-    e = launch_variant<false>(pl, kpb, p, tmap, f8, st);
+    e = launch_variant<false>(pl, kpb, p, tmap, st);
 #endif
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA, "gemm_w4ax: launch of %s failed: %s",

@@ -89,8 +89,7 @@ typedef struct comet_cuda_w4ax_gemm {
                           * gemm_w4ax.cu with COMET_W4AX_TEST_INSTANCES (test_gemm_w4ax_cuda's)
                           * has the kernels that write them; elsewhere a call with bsum is
                           * refused with COMET_ERR_UNSUPPORTED */
-    void *workspace;    /* tile counters + split-K / stream-K partials (+ fp8's token copy),
-                          * or NULL when none
+    void *workspace;    /* tile counters + split-K / stream-K partials, or NULL when none
                           * is needed; zero-filled once by the caller when allocated (the
                           * kernels leave the counters at zero again). Shareable by calls
                           * made one after another on ONE stream: the counters occupy the
@@ -144,15 +143,6 @@ typedef struct comet_cuda_w4ax_gemm {
                                * tiled kernel, which give the same bits for the same splits; no
                                * pipe kernel, stream-K or persistent tiles. Slower than the
                                * automatic plan (bench/results). 0 = the fastest plan per M. */
-    int fp8;                  /* wgmma kernel: 1 = the INT4 blocks (n8 and after) on FP8 (e4m3)
-                               * wgmma, exact as the INT8 path (the same y bit for bit; their
-                               * codes must then lie in [-8, 7]): a prep kernel first writes the
-                               * codes' e4m3 copy into the workspace (M * K bytes and 8 bytes
-                               * per token and block more; size it with
-                               * comet_cuda_gemm_w4ax_workspace_bytes, 16-byte aligned); -1 = the
-                               * INT8 wgmma for every block; 0 = as the
-                               * environment variable COMET_GEMM_FP8 says, read once per process
-                               * ("1" on, else off). Other kernels ignore it. */
 } comet_cuda_w4ax_gemm;
 
 /* Workspace bytes that comet_cuda_gemm_w4ax needs for this call's plan on the current

@@ -56,23 +56,6 @@ __host__ __device__ constexpr unsigned pdl_prefetch_per_slice(int slices) {
 
 __device__ __forceinline__ uint32_t lo16x(uint32_t w) { return (w << 4) & 0xF0F0F0F0u; }
 __device__ __forceinline__ uint32_t hi16x(uint32_t w) { return w & 0xF0F0F0F0u; }
-/* The FP8 unpacking of the same nibbles (wgmma kernel, INT4 blocks): nibble n (two's
- * complement v in [-8, 7]) becomes the byte u = n ^ 8 = v + 8 in [0, 15], whose e4m3 value is
- * u x 2^-9 exactly (subnormals for u < 8, exponent -6 for u >= 8); the fp32 sum of a block is
- * then 2^-9 (S + 8 A), A the block's sum of activation codes (w4ax_fp8_prep_kernel removes
- * 8 A). k8 = 0x08080808 (f8_k8) in a register: a LOP3 takes one immediate, so the mask and the
- * xor are one instruction (lo8x) and hi8x one shift more, as the x16 trick's three per word. */
-__device__ __forceinline__ uint32_t f8_k8() {
-    uint32_t k;
-    asm volatile("mov.b32 %0, 0x08080808;\n" : "=r"(k));
-    return k;
-}
-__device__ __forceinline__ uint32_t lo8x(uint32_t w, uint32_t k8) {
-    uint32_t r; /* (w & 0x0F0F0F0F) ^ k8 */
-    asm("lop3.b32 %0, %1, 0x0F0F0F0F, %2, 0x6A;\n" : "=r"(r) : "r"(w), "r"(k8));
-    return r;
-}
-__device__ __forceinline__ uint32_t hi8x(uint32_t w, uint32_t k8) { return lo8x(w >> 4, k8); }
 
 template <int MI>
 __device__ __forceinline__ void zero_acc(float (&acc)[MI][4]) {

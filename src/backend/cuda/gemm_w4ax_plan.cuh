@@ -12,7 +12,6 @@
 #include <climits>
 #include <mutex>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 namespace {
@@ -104,28 +103,9 @@ struct plan_t {
     bool pdl;       /* launch with programmatic stream serialization (g->pdl where pdl_supported) */
     bool invariant; /* the batch-invariant plan (batch_invariant_call) */
     int carveout;   /* shared memory asked of each SM, % of its maximum (a launch hint); 0: none */
-    bool fp8;       /* wgmma: INT4 blocks on FP8 wgmma, after w4ax_fp8_prep (fp8_wanted) */
     dim3 grid, block;
     size_t smem, ws_bytes;
-    size_t ws_split; /* workspace bytes of the counters and partials (0: none needed) */
-    size_t fp8_off;  /* fp8: byte offset in the workspace of qa8 [M, K], then ainit [M, nb] */
 };
-
-/* The fp8 workspace region (plan_t::fp8_off): qa8 [M, K] bytes, then at this offset from it the
- * start values ainit, ws_fp8_ainit_index's layout over (M + 1) / 2 token pairs */
-size_t fp8_ainit_off(int M, int K) { return ((size_t)M * K + 255) / 256 * 256; }
-size_t fp8_ainit_bytes(int M, int nb) { return (size_t)(M + 1) / 2 * nb * 4 * sizeof(float); }
-
-/* Whether g asks for the FP8 wgmma instances: g->fp8 1 yes, -1 no, 0 as the environment
- * variable COMET_GEMM_FP8 says ("1" yes; unset or anything else no), read once per process.
- * Off by default: its same-run A/B against the INT8 path has not run yet (docs/gemm.md). */
-bool fp8_wanted(const comet_cuda_w4ax_gemm *g) {
-    static const bool env = [] {
-        const char *e = getenv("COMET_GEMM_FP8");
-        return e && !strcmp(e, "1");
-    }();
-    return g->fp8 == 1 || (g->fp8 == 0 && env);
-}
 
 /* Devices whose properties the host code caches (per-device tables; a device past this is
  * asked again on every call). */
@@ -499,9 +479,9 @@ void plan_wgmma(plan_t &pl, const comet_cuda_w4ax_gemm *g, int np16, const plan_
             pl.streamk = true, pl.S = 1, pl.cluster = false, pl.grid = dim3((unsigned)sms, 1, 1);
     }
     pl.block = dim3(WS_THREADS);
-    pl.smem = (size_t)ws_smem_bytes(kpb, pl.tok, pl.fp8);
+    pl.smem = (size_t)ws_smem_bytes(kpb, pl.tok);
     /* persistent tiles past one wave: the ring runs on across a CTA's tiles (M >= 1024: 0.974x) */
-    const int persist_smem = ws_persist_smem_bytes(kpb, pl.tok, pl.fp8);
+    const int persist_smem = ws_persist_smem_bytes(kpb, pl.tok);
     if (!pl.streamk && pl.S == 1 && g->splits == 0 && pl.tok == 128 && ctas > slots &&
         nb <= WS_PERSIST_MAX_NB && pl.tiles_m >= WS_PERSIST_MIN_TILES_M &&
         dev.smem_optin >= persist_smem)
@@ -525,7 +505,6 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g, const plan_device &dev) {
     } else if (pl.kernel == COMET_W4AX_KERNEL_PIPE) {
         plan_pipe(pl, g, np16, dev);
     } else if (pl.kernel == COMET_W4AX_KERNEL_WGMMA) {
-        pl.fp8 = g->n8 < nb && fp8_wanted(g); /* its stages are larger at 128 tokens */
         plan_wgmma(pl, g, np16, dev);
     } else { /* tiled: 128 x 128 tiles, splits that fill the SMs */
         pl.MI = 4;
@@ -544,13 +523,6 @@ plan_t make_plan(const comet_cuda_w4ax_gemm *g, const plan_device &dev) {
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.S * g->M * g->N * sizeof(float);
     if (pl.streamk) /* two partial tiles per CTA */
         pl.ws_bytes = counter_bytes(pl) + (size_t)pl.grid.x * 2 * WS_ROWS * pl.tok * sizeof(float);
-    pl.ws_split = pl.ws_bytes;
-    /* FP8: the token codes' e4m3 copy and start values past the counters and partials (never
-     * on the counter region that another call sharing the workspace relies on being zero) */
-    if (pl.fp8) {
-        pl.fp8_off = ((pl.ws_bytes ? pl.ws_bytes : counter_bytes(pl)) + 255) / 256 * 256;
-        pl.ws_bytes = pl.fp8_off + fp8_ainit_off(g->M, g->K) + fp8_ainit_bytes(g->M, nb);
-    }
     return pl;
 }
 
@@ -568,22 +540,10 @@ static_assert(ws_persist_smem_bytes(1, 128) <= MAX_SMEM_SM90 &&
                   ws_persist_smem_bytes(2, 128) <= MAX_SMEM_SM90 &&
                   2 * 8 * ws_stages(1, 128) <= 256 && 2 * 8 * ws_stages(2, 128) <= 256,
               "the persistent wgmma plans' staging tile does not fit");
-/* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB); the
- * FP8 instances' stages too */
+/* the CTAs that ws_ctas_per_sm puts on one SM fit its 228 KB (each also reserves 1 KB) */
 constexpr bool ws_fits_sm(int kpb, int tok) {
-    return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok, true) + 1024) <= 228 * 1024 &&
-           ws_smem_bytes(kpb, tok, true) <= MAX_SMEM;
+    return ws_ctas_per_sm(tok) * (ws_smem_bytes(kpb, tok) + 1024) <= 228 * 1024;
 }
-static_assert(ws_persist_smem_bytes(1, 128, true) <= MAX_SMEM_SM90 &&
-                  ws_persist_smem_bytes(2, 128, true) <= MAX_SMEM_SM90,
-              "the FP8 persistent wgmma plans do not fit");
-static_assert(ws_stage_bytes(1, 64, true) == ws_stage_bytes(1, 64) &&
-                  ws_stage_bytes(2, 64, true) == ws_stage_bytes(2, 64) &&
-                  ws_stage_bytes(1, 32, true) == ws_stage_bytes(1, 32) &&
-                  ws_stage_bytes(2, 32, true) == ws_stage_bytes(2, 32) &&
-                  ws_stage_bytes(1, 16, true) == ws_stage_bytes(1, 16) &&
-                  ws_stage_bytes(2, 16, true) == ws_stage_bytes(2, 16),
-              "below 128 tokens the FP8 start values fit the stages' padding");
 static_assert(ws_fits_sm(1, 16) && ws_fits_sm(2, 16) && ws_fits_sm(1, 32) && ws_fits_sm(2, 32) &&
                   ws_fits_sm(1, 64) && ws_fits_sm(2, 64) && ws_fits_sm(1, 128) &&
                   ws_fits_sm(2, 128),

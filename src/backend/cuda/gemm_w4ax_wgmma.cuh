@@ -7,9 +7,6 @@
 
 #include "backend/cuda/gemm_w4ax_tiled.cuh"
 
-#include <cuda_fp8.h>
-#include <type_traits>
-
 namespace {
 
 /* Shared-memory matrix descriptor: K-major, swizzle 128 B (KPB 2) or 64 B (KPB 1); the
@@ -85,20 +82,11 @@ __host__ __device__ constexpr int ws_stages(int kpb, int tok) {
            : tok == 64                ? (kpb == 1 ? 12 : 8)
                                       : (kpb == 1 ? 16 : 10);
 }
-/* A stage: the token tile, the weight slices, the activation scales and, in the FP8 instances
- * (f8), the start values of the token pairs (ws_fp8_ainit_index), 16 bytes a pair: one more KB
- * at 128 tokens only. */
-__host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok, bool f8 = false) {
-    return (tok * 64 * kpb + (WS_ROWS / 16) * kpb * 512 + tok * (f8 ? 12 : 4) + 1023) / 1024 * 1024;
+__host__ __device__ constexpr int ws_stage_bytes(int kpb, int tok) {
+    return (tok * 64 * kpb + (WS_ROWS / 16) * kpb * 512 + tok * 4 + 1023) / 1024 * 1024;
 }
-__host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok, bool f8 = false) {
-    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok, f8) + 1024 + 2 * 8 * ws_stages(kpb, tok);
-}
-/* FP8 start values (w4ax_fp8_prep_kernel): float index of token t's value in block b, stored
- * twice per token pair as (t0, t1, t0, t1), so that one 16-byte load starts the four accumulators
- * of a pair (weight rows g and g + 8) of a consumer thread; pairs are nb records of 4 floats */
-__host__ __device__ constexpr size_t ws_fp8_ainit_index(int t, int b, int nb) {
-    return ((size_t)(t >> 1) * nb + b) * 4 + (t & 1);
+__host__ __device__ constexpr int ws_smem_bytes(int kpb, int tok) {
+    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) + 1024 + 2 * 8 * ws_stages(kpb, tok);
 }
 /* Persistent plans (make_plan: 128-token tiles past one wave, WS_PERSIST_* in
  * gemm_w4ax_plan.cuh): one CTA per SM runs tiles blockIdx.x, + gridDim.x, ... (the stream-K
@@ -108,12 +96,12 @@ __host__ __device__ constexpr size_t ws_fp8_ainit_index(int t, int b, int nb) {
  * shared memory, 171 / 192 KiB per CTA at B = 64 / 128, so a device whose opt-in limit is lower
  * keeps the grid); direct stores measured 0.998x the grid's time where the staged tile measured
  * 0.988x. Measurements: docs/gemm.md "Plan rules". */
-__host__ __device__ constexpr int ws_persist_staging_offset(int kpb, int tok, bool f8 = false) {
-    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok, f8) +
+__host__ __device__ constexpr int ws_persist_staging_offset(int kpb, int tok) {
+    return ws_stages(kpb, tok) * ws_stage_bytes(kpb, tok) +
            256; /* past the ring's 2 x ST barriers */
 }
-__host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok, bool f8 = false) {
-    return ws_persist_staging_offset(kpb, tok, f8) + tok * (128 + 4) * 4 + 1024;
+__host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok) {
+    return ws_persist_staging_offset(kpb, tok) + tok * (128 + 4) * 4 + 1024;
 }
 
 /* Split-K hand-off among the 256 consumer threads only (named barrier 1): like
@@ -136,22 +124,12 @@ __host__ __device__ constexpr int ws_persist_smem_bytes(int kpb, int tok, bool f
     return last;
 }
 
-/* The FP8 instances' own arguments: a parameter of the wgmma kernel after the others (params,
- * which every kernel takes by value, stays as it is: a larger one changed the machine code of
- * the stream and tiled kernels) */
-struct ws_f8_args {
-    int n8;             /* blocks 0..n8-1 of a row are INT8 (s8 wgmma), the rest FP8 */
-    const float *ainit; /* accumulator start values of the INT4 blocks, -8 x (the block's sum of
-                         * codes) x 2^-9 (w4ax_fp8_prep_kernel), ws_fp8_ainit_index's layout */
-};
-
-template <int KPB, int TOK, bool BSUM, bool CL = false, bool SK = false, bool F8 = false>
+template <int KPB, int TOK, bool BSUM, bool CL = false, bool SK = false>
 __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
-    w4ax_ws_kernel(const __grid_constant__ params p, const __grid_constant__ CUtensorMap tmap_a,
-                   const __grid_constant__ ws_f8_args f8) {
+    w4ax_ws_kernel(const __grid_constant__ params p, const __grid_constant__ CUtensorMap tmap_a) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int KS = 64 * KPB, A_BYTES = TOK * KS, W_BYTES = (WS_ROWS / 16) * KPB * 512;
-    constexpr int ST = ws_stages(KPB, TOK), STAGE = ws_stage_bytes(KPB, TOK, F8), NACC = TOK / 2;
+    constexpr int ST = ws_stages(KPB, TOK), STAGE = ws_stage_bytes(KPB, TOK), NACC = TOK / 2;
     /* registers per thread after setmaxnreg: at one CTA per SM 168 at launch, 128 x 40 + 256 x
      * 232 <= 65536; at two, 80 at launch (384 x 80 per CTA), 128 x 24 + 256 x 104 <= 30720; at
      * three, 56 at launch, 128 x 24 + 256 x 72 = 384 x 56 */
@@ -258,17 +236,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                         cp_async4(st + A_BYTES + W_BYTES + tt * 4,
                                   p.sa + (size_t)(t < p.M ? t : 0) * p.nb + b, t < p.M);
                 }
-                if constexpr (F8) { /* the token pairs' start values, 16 bytes a pair */
-                    constexpr int PAIRS_PER_LANE = (TOK / 2 + 31) / 32;
-#pragma unroll
-                    for (int j = 0; j < PAIRS_PER_LANE; j++) {
-                        const int pp = lane * PAIRS_PER_LANE + j, t = t0 + 2 * pp;
-                        if (pp < TOK / 2)
-                            cp_async16(st + A_BYTES + W_BYTES + TOK * 4 + pp * 16,
-                                       f8.ainit + ws_fp8_ainit_index(t < p.M ? t : 0, b, p.nb),
-                                       t < p.M);
-                    }
-                }
                 cp_async_mbar_arrive(&full[slot]);
             }
         });
@@ -290,10 +257,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
     bool row_ok = false;
     const uint16_t *sw_src = p.sw;
     float acc[NACC];
-    /* Fold the sums dd of block b0 + x (stage q) into acc: int32 (INT8 wgmma, 16 S) or fp32
-     * (FP8 wgmma, S x 2^-9 exactly), with the weight scales sw0, sw1 scaled to match (next_sw),
-     * so that the products dd x sa x sw and the fma chain are the same bits either way. */
-    auto promote = [&](const auto &dd, int q, int x, float sw0, float sw1) {
+    /* Fold the int32 sums dd of block b0 + x (stage q) into acc. */
+    auto promote = [&](const int(&dd)[NACC], int q, int x, float sw0, float sw1) {
         const uint8_t *st = smem + (q % ST) * STAGE;
         const float *ss = reinterpret_cast<const float *>(st + A_BYTES + W_BYTES);
 #pragma unroll
@@ -306,17 +271,8 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                 acc[j * 4 + r] = fmaf(df, sc, acc[j * 4 + r]);
                 if (BSUM) {
                     int t = t0 + 8 * j + 2 * tq + (r & 1), n = nrow + (r >> 1) * 8;
-                    if (t < p.M && n < p.N) {
-                        int32_t s;
-                        if constexpr (std::is_same_v<std::decay_t<decltype(dd[0])>, float>) {
-                            /* S, or INT32_MIN where the fp32 sum is not an integer x 2^-9 */
-                            const float u = dd[j * 4 + r] * 512.0f;
-                            s = (float)(int)u == u ? (int)u : INT32_MIN;
-                        } else {
-                            s = dd[j * 4 + r] >> 4;
-                        }
-                        p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = s;
-                    }
+                    if (t < p.M && n < p.N)
+                        p.bsum[((size_t)t * p.N + n) * p.nb + b0 + x] = dd[j * 4 + r] >> 4;
                 }
             }
         }
@@ -350,10 +306,9 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
         w[0] = ok ? ld_sw(q) : 0;
         w[1] = ok ? ld_sw(q + 8) : 0;
     };
-    /* the weight scales of block x times unit (1/16 for the x16 trick's 16 S, 2^9 for the FP8
-     * blocks' S x 2^-9), advancing the look-ahead queue */
-    auto next_sw = [&](int x, float &sw0, float &sw1, float unit = 0.0625f) {
-        sw0 = f16f(swq[0][0]) * unit, sw1 = f16f(swq[0][1]) * unit;
+    /* the weight scales of block x (/16), advancing the look-ahead queue */
+    auto next_sw = [&](int x, float &sw0, float &sw1) {
+        sw0 = f16f(swq[0][0]) * 0.0625f, sw1 = f16f(swq[0][1]) * 0.0625f;
 #pragma unroll
         for (int i = 0; i + 1 < SWD; i++)
             swq[i][0] = swq[i + 1][0], swq[i][1] = swq[i + 1][1];
@@ -402,59 +357,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); /* (empty when serial) */
     };
-    /* FP8 instances, INT4 blocks: wait for stage q, unpack its weight fragments (lo8x, hi8x)
-     * and start each accumulator at its token's ainit value (both weight rows alike) */
-    [[maybe_unused]] auto load_a_f8 = [&](int q, uint32_t(&af)[KPB][2][4], float(&e)[NACC]) {
-        const uint32_t k8 = f8_k8();
-        const int slot = q % ST;
-        const uint8_t *st = smem + slot * STAGE;
-        mbar_wait(&full[slot], (q / ST) & 1);
-#pragma unroll
-        for (int c = 0; c < KPB; c++) {
-            uint4 wf =
-                *reinterpret_cast<const uint4 *>(st + A_BYTES + (cw * KPB + c) * 512 + lane * 16);
-            af[c][0][0] = lo8x(wf.x, k8), af[c][0][1] = hi8x(wf.x, k8),
-            af[c][0][2] = lo8x(wf.y, k8), af[c][0][3] = hi8x(wf.y, k8);
-            af[c][1][0] = lo8x(wf.z, k8), af[c][1][1] = hi8x(wf.z, k8),
-            af[c][1][2] = lo8x(wf.w, k8), af[c][1][3] = hi8x(wf.w, k8);
-        }
-        const float4 *ini = reinterpret_cast<const float4 *>(st + A_BYTES + W_BYTES + TOK * 4);
-#pragma unroll
-        for (int j = 0; j < TOK / 8; j++) { /* tokens 8 j + 2 tq, + 1: pair 4 j + tq */
-            const float4 v = ini[4 * j + tq];
-            e[j * 4 + 0] = v.x, e[j * 4 + 1] = v.y, e[j * 4 + 2] = v.z, e[j * 4 + 3] = v.w;
-        }
-    };
-    /* stage q's 2*KPB e4m3 wgmma into e (which holds the start values), one commit group */
-    [[maybe_unused]] auto issue_f8 = [&](int q, const uint32_t(&af)[KPB][2][4], float(&e)[NACC]) {
-        const uint32_t b_base = smem_u32(smem + (q % ST) * STAGE);
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-        for (int c = 0; c < KPB; c++)
-#pragma unroll
-            for (int h = 0; h < 2; h++)
-                if constexpr (TOK == 128)
-                    wgmma_f8_128(e, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                 smem_desc<KPB>(b_base + (c * 2 + h) * 32), 1);
-                else if constexpr (TOK == 64)
-                    wgmma_f8_64(e, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                smem_desc<KPB>(b_base + (c * 2 + h) * 32), 1);
-                else if constexpr (TOK == 16)
-                    wgmma_f8_16(e, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                smem_desc<KPB>(b_base + (c * 2 + h) * 32), 1);
-                else
-                    wgmma_f8_32(e, af[c][h][0], af[c][h][1], af[c][h][2], af[c][h][3],
-                                smem_desc<KPB>(b_base + (c * 2 + h) * 32), 1);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    };
     int q = 0; /* stage sequence number, over all segments */
     for_each_segment([&](int tile, int sb0, int sb1) {
         tile_origin(tile, t0, nt0);
         nrow = (nt0 + cw) * 16 + g, row_ok = nrow < p.Np, sw_src = p.sw + (row_ok ? nrow : 0);
         b0 = sb0, nblk = sb1 - sb0;
-        /* blocks [0, nint) of the segment on the INT8 wgmma, the rest (FP8 instances: the INT4
-         * blocks, b >= n8) on the FP8 one, in block order */
-        const int nint = F8 ? max(0, min(nblk, f8.n8 - b0)) : nblk;
 #pragma unroll
         for (int i = 0; i < NACC; i++)
             acc[i] = 0.0f;
@@ -477,11 +384,11 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                                        release(q);
                                        q++;
             };
-            if (nint > 0) {
+            if (nblk > 0) {
                 int x = 0;
                 load_a(q, afa);
                 issue(q, afa, da, true);
-                for (; x + 2 < nint; x += 2) {
+                for (; x + 2 < nblk; x += 2) {
                     load_a(q + 1, afb);
                     issue(q + 1, afb, db, true);
                     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -491,7 +398,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
                     finish(db, x + 1);
                 }
-                if (x + 1 < nint) {
+                if (x + 1 < nblk) {
                     load_a(q + 1, afb);
                     issue(q + 1, afb, db, true);
                     asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -506,7 +413,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
         } else {
             /* one block at a time: A from registers, issue, wait, promote, release */
             int d[NACC];
-            for (int x = 0; x < nint; x++, q++) {
+            for (int x = 0; x < nblk; x++, q++) {
                 float sw0, sw1;
                 next_sw(x, sw0, sw1);
                 uint32_t af[KPB][2][4];
@@ -514,21 +421,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
                 issue(q, af, d);
                 asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
                 promote(d, q, x, sw0, sw1);
-                release(q);
-            }
-        }
-        if constexpr (F8) {
-            /* the INT4 blocks on FP8 wgmma, one block at a time: the sums arrive in fp32 as
-             * S x 2^-9 (exact: tests/cuda/test_gemm_w4ax_cuda.c, fp8 rows and extremes) */
-            float e[NACC];
-            for (int x = nint; x < nblk; x++, q++) {
-                float sw0, sw1;
-                next_sw(x, sw0, sw1, 512.0f);
-                uint32_t af[KPB][2][4];
-                load_a_f8(q, af, e);
-                issue_f8(q, af, e);
-                asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-                promote(e, q, x, sw0, sw1);
                 release(q);
             }
         }
@@ -586,7 +478,7 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
              * next tile's blocks): the first barrier keeps this tile's writes behind the other
              * warpgroup's reads of the previous one. */
                 store_tile_staged(
-                    reinterpret_cast<float *>(smem + ws_persist_staging_offset(KPB, TOK, F8)));
+                    reinterpret_cast<float *>(smem + ws_persist_staging_offset(KPB, TOK)));
                 return;
             }
             W4AX_WS_FOR_EACH(store_out(p, t, n, acc[j * 4 + r]))
@@ -666,63 +558,6 @@ __global__ void __launch_bounds__(WS_THREADS, ws_ctas_per_sm(TOK))
      * not pass for a result (y would be left unwritten). */
     __trap();
 #endif
-}
-
-/* The FP8 wgmma instances' token input (plan fp8), made before each such call from the int8
- * codes the quantizers write: qa8 [M, K] holds the INT8 blocks' bytes (blocks 0..n8-1 of each
- * row) unchanged and the INT4 blocks' codes, which must lie in [-8, 7], as e4m3 values (exact);
- * ainit (ws_fp8_ainit_index) holds, per token and INT4 block, -8 A x 2^-9 with A the block's
- * sum of codes (|8 A| <= 64 B, exact in fp32), 0 for INT8 blocks. The kernel starts each INT4
- * block's fp32 accumulators there, so with the weights as u = v + 8 (lo8x) the wgmma leaves
- * S x 2^-9, and every partial sum on the way, -8 A + the sum of u a over a prefix of the block =
- * (sum of v a over the prefix) - 8 (sum of a past it), stays within 64 B units of 2^-9, the
- * bound of the int32 sums (without the start value it would reach 120 B). One CTA per token row,
- * each thread 16 bytes at a time (the B / 16 threads of a block consecutive lanes): bytes to fp16
- * by the 0x6400 exponent trick (exact), two at a time to e4m3 (F2FP), code sums by dp4a. Launched
- * with pdl like the GEMM: it waits before reading qa and writing the workspace. */
-__global__ void __launch_bounds__(256)
-    w4ax_fp8_prep_kernel(const int8_t *qa, int K, int B, int n8, uint8_t *qa8, float *ainit) {
-    pdl_trigger();
-    pdl_wait();
-    const int t = blockIdx.x, k16 = K / 16, nb = K / B, lanes = B / 16, lsh = B == 128 ? 3 : 2;
-    const int8_t *row = qa + (size_t)t * K;
-    uint8_t *row8 = qa8 + (size_t)t * K;
-    const __half2 bias = __floats2half2_rn(1152.0f, 1152.0f); /* 1024 + the xor's 128 */
-    for (int c0 = 0; c0 < k16; c0 += blockDim.x) {    /* every lane takes part in the shuffles */
-        const int c = c0 + threadIdx.x, b = c >> lsh; /* c / lanes */
-        const bool ok = c < k16, f8 = b >= n8;
-        int sum = 0;
-        if (ok) {
-            uint4 v = *reinterpret_cast<const uint4 *>(row + (size_t)c * 16);
-            if (f8) {
-                uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int h = 0; h < 4; h++) {
-                    sum = __dp4a((int)w[h], 0x01010101, sum);
-                    const uint32_t x = w[h] ^ 0x80808080u; /* bytes a + 128, unsigned */
-                    uint32_t e[2];
-#pragma unroll
-                    for (int p = 0; p < 2; p++) { /* bytes 2p, 2p + 1 as 0x64xx fp16: 1024 + x */
-                        const uint32_t hx = __byte_perm(x, 0x64646464u, p ? 0x7362 : 0x5140);
-                        const __half2 a = __hsub2(*reinterpret_cast<const __half2 *>(&hx), bias);
-                        e[p] = __nv_cvt_halfraw2_to_fp8x2(a, __NV_SATFINITE, __NV_E4M3);
-                    }
-                    w[h] = e[0] | e[1] << 16;
-                }
-                v = make_uint4(w[0], w[1], w[2], w[3]);
-            }
-            *reinterpret_cast<uint4 *>(row8 + (size_t)c * 16) = v;
-        }
-        for (int o = 1; o < lanes; o <<= 1) /* the block's threads: aligned groups of lanes */
-            sum += __shfl_xor_sync(0xFFFFFFFFu, sum, o);
-        if (ok && (c & (lanes - 1)) == 0) {
-            const float val = f8 ? (float)(-8 * sum) * (1.0f / 512.0f) : 0.0f;
-            const size_t i = ws_fp8_ainit_index(t, b, nb);
-            ainit[i] = val, ainit[i + 2] = val;
-            if (t == gridDim.x - 1 && !(t & 1)) /* M odd: the last pair's missing token, zeros */
-                ainit[i + 1] = ainit[i + 3] = 0.0f;
-        }
-    }
 }
 
 } // namespace

@@ -4,8 +4,8 @@
  *  - streaming 16-byte global load (ld_stream), also used by bench/gemm/floor.cu so that
  *    the decode floor is measured with the kernels' own instruction;
  *  - programmatic dependent launch (pdl_trigger, pdl_wait) and L2 prefetch;
- *  - mma.sync m16n8k32 s8, mma.sync m16n8k16 f16 (fp32 accumulators), wgmma m64nNk32 s8 and
- *    e4m3 (fp32 accumulators) (N = 128, 64, 32, 16);
+ *  - mma.sync m16n8k32 s8, mma.sync m16n8k16 f16 (fp32 accumulators) and wgmma m64nNk32 s8
+ *    (N = 128, 64, 32, 16);
  *  - cp.async (16 / 4 bytes, zero-fill), ldmatrix x4 (plain and transposed);
  *  - mbarriers, TMA 2-D tile and 1-D bulk copies that complete on them;
  *  - thread-block cluster barrier, rank and distributed-shared-memory loads.
@@ -262,92 +262,6 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *smem) {
                  "%7}, {%8, %9, %10, %11}, %12, p;\n}\n"
                  : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
                    "+r"(d[6]), "+r"(d[7])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-#endif
-}
-
-/* The same on FP8 (e4m3 x e4m3, fp32 accumulators d, added to unless scale_d == 0), 128 tokens:
- * A and B in the s8 instruction's fragment and shared-memory layouts. */
-[[maybe_unused]] __device__ __forceinline__ void wgmma_f8_128(float (&d)[64], uint32_t a0,
-                                                              uint32_t a1, uint32_t a2, uint32_t a3,
-                                                              uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
-                 "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
-                 "%26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, "
-                 "%38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, "
-                 "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "
-                 "%62, %63}, "
-                 "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-                   "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-                   "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-                   "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-                   "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-                   "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-#endif
-}
-
-/* The same on FP8 (e4m3 x e4m3, fp32 accumulators d, added to unless scale_d == 0), 64 tokens:
- * A and B in the s8 instruction's fragment and shared-memory layouts. */
-[[maybe_unused]] __device__ __forceinline__ void wgmma_f8_64(float (&d)[32], uint32_t a0,
-                                                             uint32_t a1, uint32_t a2, uint32_t a3,
-                                                             uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
-                 "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, "
-                 "%26, %27, %28, %29, %30, %31}, "
-                 "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-                   "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-                   "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-                   "+f"(d[30]), "+f"(d[31])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-#endif
-}
-
-/* The same on FP8 (e4m3 x e4m3, fp32 accumulators d, added to unless scale_d == 0), 32 tokens:
- * A and B in the s8 instruction's fragment and shared-memory layouts. */
-[[maybe_unused]] __device__ __forceinline__ void wgmma_f8_32(float (&d)[16], uint32_t a0,
-                                                             uint32_t a1, uint32_t a2, uint32_t a3,
-                                                             uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
-                 "%14, %15}, "
-                 "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-                   "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
-#endif
-}
-
-/* The same on FP8 (e4m3 x e4m3, fp32 accumulators d, added to unless scale_d == 0), 16 tokens:
- * A and B in the s8 instruction's fragment and shared-memory layouts. */
-[[maybe_unused]] __device__ __forceinline__ void wgmma_f8_16(float (&d)[8], uint32_t a0,
-                                                             uint32_t a1, uint32_t a2, uint32_t a3,
-                                                             uint64_t desc, int scale_d) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7}, "
-                 "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-                   "+f"(d[6]), "+f"(d[7])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "l"(desc), "r"(scale_d));
 #endif
 }
