@@ -64,58 +64,41 @@ void attn_decode_mma_launch(int D, int ngr, const att_args &a, dim3 grid, cudaSt
     }
 }
 
-template <int D, int BITS>
-comet_status attn_mma_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
-    constexpr int smem = mma_smem_bytes(D, BITS);
-    cudaError_t e = cudaFuncSetAttribute(attn_mma_kernel<D, BITS>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+/* kernel<<<grid, threads, smem, s>>>(a) after raising its dynamic shared memory limit to smem
+ * bytes; `what` names the kernel in the error when the device refuses them. */
+comet_status launch_smem(void (*kernel)(att_args), dim3 grid, int threads, size_t smem,
+                         cudaStream_t s, const char *what, const att_args &a) {
+    cudaError_t e =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA,
-                               "cuda backend: paged_attention (tensor cores): %d bytes of "
-                               "shared memory refused: %s",
-                               smem, cudaGetErrorString(e));
-    attn_mma_kernel<D, BITS><<<grid, MMA_THREADS, smem, s>>>(a);
+                               "cuda backend: paged_attention%s: %zu bytes of shared memory "
+                               "refused: %s",
+                               what, smem, cudaGetErrorString(e));
+    kernel<<<grid, threads, smem, s>>>(a);
     return COMET_OK;
 }
 
 template <int BITS>
 comet_status attn_mma_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
-    return D == 64 ? attn_mma_launch_d<64, BITS>(a, grid, s)
-                   : attn_mma_launch_d<128, BITS>(a, grid, s);
-}
-
-template <int D, int BITS>
-comet_status attn_mma2_launch_d(const att_args &a, dim3 grid, cudaStream_t s) {
-    constexpr int smem = mma2_smem_bytes(D, BITS);
-    cudaError_t e = cudaFuncSetAttribute(attn_mma2_kernel<D, BITS>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA,
-                               "cuda backend: paged_attention (pipelined tensor cores): %d bytes "
-                               "of shared memory refused: %s",
-                               smem, cudaGetErrorString(e));
-    attn_mma2_kernel<D, BITS><<<grid, MMA2_THREADS, smem, s>>>(a);
-    return COMET_OK;
+    return D == 64 ? launch_smem(attn_mma_kernel<64, BITS>, grid, MMA_THREADS,
+                                 mma_smem_bytes(64, BITS), s, " (tensor cores)", a)
+                   : launch_smem(attn_mma_kernel<128, BITS>, grid, MMA_THREADS,
+                                 mma_smem_bytes(128, BITS), s, " (tensor cores)", a);
 }
 
 template <int BITS>
 comet_status attn_mma2_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
-    return D == 64 ? attn_mma2_launch_d<64, BITS>(a, grid, s)
-                   : attn_mma2_launch_d<128, BITS>(a, grid, s);
+    return D == 64 ? launch_smem(attn_mma2_kernel<64, BITS>, grid, MMA2_THREADS,
+                                 mma2_smem_bytes(64, BITS), s, " (pipelined tensor cores)", a)
+                   : launch_smem(attn_mma2_kernel<128, BITS>, grid, MMA2_THREADS,
+                                 mma2_smem_bytes(128, BITS), s, " (pipelined tensor cores)", a);
 }
 
 template <int DMAX, bool SPANS>
 comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
-    const size_t smem = att_smem_bytes(DMAX);
-    cudaError_t e = cudaFuncSetAttribute(attn_kernel<DMAX, SPANS>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
-        return comet_set_error(COMET_ERR_CUDA,
-                               "cuda backend: paged_attention: %zu bytes of "
-                               "shared memory refused: %s",
-                               smem, cudaGetErrorString(e));
-    attn_kernel<DMAX, SPANS><<<grid, ATT_THREADS, smem, s>>>(a);
-    return COMET_OK;
+    return launch_smem(attn_kernel<DMAX, SPANS>, grid, ATT_THREADS, att_smem_bytes(DMAX), s, "",
+                       a);
 }
 
 template <bool SPANS>

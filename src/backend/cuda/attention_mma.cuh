@@ -71,6 +71,205 @@ __device__ __forceinline__ void kv_half8(const kv_raw8<BITS> &r, uint4 &hi, uint
     }
 }
 
+/* The pieces of a tensor-core prefill kernel's CTA that attn_mma_kernel and attn_mma2_kernel
+ * (attention_mma2.cuh) share. Rows are (token, query head of the GQA group) pairs, token-major;
+ * a warp owns 16 of them, a thread rows r0 and r0 + 8 of its warp (r0 = 16 warp + lane / 4). */
+
+/* The CTA's ROWS query rows (rows of them real, zeros after) into Qf [ROWS, D] fp32, their
+ * positions into rowpos (-1 after), rotated by H_D when the cache is. */
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void mma_load_q(const att_args &a, float *Qf, int *rowpos, int t0,
+                                           int rows, int kvh, int tid) {
+    const int g = a.g, H = a.H;
+    for (int i = tid; i < ROWS * D / 4; i += THREADS) {
+        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+        float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < rows)
+            val = *reinterpret_cast<const float4 *>(
+                a.q + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d);
+        *reinterpret_cast<float4 *>(Qf + r * D + d) = val;
+    }
+    if (tid < ROWS)
+        rowpos[tid] = tid < rows ? a.positions[t0 + tid / g] : -1;
+    __syncthreads();
+    if (a.rotate)
+        wht_smem(Qf, rows, D, D);
+}
+
+/* This thread's state before the key loop: its m16n8k16 A fragments of Q (rows r0, r0 + 8)
+ * in fp16, its rows' positions, its warp's last position (-1 when the warp has no row), O = 0,
+ * running maxima -inf and sums 0. */
+template <int D>
+__device__ __forceinline__ void mma_rows_init(uint32_t (&qa)[D / 16][4], int &pos0, int &pos1,
+                                              int &wmax, float (&o)[D / 8][4], float (&m_r)[2],
+                                              float (&l_r)[2], const float *Qf,
+                                              const int *rowpos, int r0, int ti) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+        const float *q0 = Qf + r0 * D + kk * 16 + 2 * ti, *q1 = q0 + 8 * D;
+        qa[kk][0] = half2_bits(q0[0], q0[1]);
+        qa[kk][1] = half2_bits(q1[0], q1[1]);
+        qa[kk][2] = half2_bits(q0[8], q0[9]);
+        qa[kk][3] = half2_bits(q1[8], q1[9]);
+    }
+    pos0 = rowpos[r0], pos1 = rowpos[r0 + 8];
+    wmax = max(pos0, pos1);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
+#pragma unroll
+    for (int n = 0; n < D / 8; n++)
+        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    m_r[0] = m_r[1] = -INFINITY;
+    l_r[0] = l_r[1] = 0.0f;
+}
+
+/* s = Q K^T (+ Q K_lo^T with LO) of a key tile: Ks, Kl [MMA_KT, D + 8] fp16 in shared memory. */
+template <int D, bool LO>
+__device__ __forceinline__ void mma_scores(float (&s)[MMA_KT / 8][4],
+                                           const uint32_t (&qa)[D / 16][4], const __half *Ks,
+                                           const __half *Kl, int lane) {
+    constexpr int KS = D + 8, NS = MMA_KT / 8;
+#pragma unroll
+    for (int n = 0; n < NS; n++)
+        s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk += 2)
+#pragma unroll
+        for (int n = 0; n < NS; n++) {
+            uint32_t b[4]; /* k-steps kk and kk + 1 of keys 8n .. 8n + 7 */
+            const int off = (n * 8 + (lane & 7)) * KS + kk * 16 + (lane >> 3) * 8;
+            comet_ptx::ldsm_x4(b, Ks + off);
+            comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
+            comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
+            if constexpr (LO) {
+                comet_ptx::ldsm_x4(b, Kl + off);
+                comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
+                comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
+            }
+        }
+}
+
+/* The online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3) over the tile at k0: scores
+ * scaled by sl2 (log2 units), keys past kend or past the row's position masked; a row's four
+ * threads (one quad) hold its 64 scores. The running max moves in whole steps (m_r), O and
+ * l are rescaled to it, and mref is the reference the tile's exponents take. */
+template <int D>
+__device__ __forceinline__ void mma_softmax(float (&s)[MMA_KT / 8][4], float (&mref)[2],
+                                            float (&m_r)[2], float (&l_r)[2],
+                                            float (&o)[D / 8][4], int k0, int kend, int pos0,
+                                            int pos1, int ti, float sl2) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < MMA_KT / 8; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+            const int key = k0 + n * 8 + 2 * ti + (e & 1);
+            const bool valid = key < kend && key <= (e < 2 ? pos0 : pos1);
+            s[n][e] = valid ? s[n][e] * sl2 : -INFINITY;
+            mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
+        }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float mnew = fmaxf(m_r[h], ceilf(mx[h]));
+        /* a row that has seen no key keeps max -inf; its reference 0 keeps every
+         * exponent -inf (weight 0) */
+        const float corr = mnew == -INFINITY ? 1.0f : exp2f(m_r[h] - mnew);
+        mref[h] = mnew == -INFINITY ? 0.0f : mnew;
+        m_r[h] = mnew;
+        l_r[h] *= corr;
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
+    }
+}
+
+/* O += P V over keys 16kk .. 16kk + 15 of the tile: P = 2^(s - mref) rounded to fp16 (l sums
+ * the rounded values), V [MMA_KT, D + 8] fp16 in shared memory. */
+template <int D>
+__device__ __forceinline__ void mma_pv_step(int kk, const float (&s)[MMA_KT / 8][4],
+                                            const float (&mref)[2], float (&l_r)[2],
+                                            float (&o)[D / 8][4], const __half *Vs, int lane) {
+    constexpr int KS = D + 8;
+    uint32_t pa[4];
+#pragma unroll
+    for (int f = 0; f < 4; f++) { /* a0: row r0 keys 2ti.., a1: row r0 + 8, a2/a3: +8 keys */
+        const float *sv = s[2 * kk + (f >> 1)] + 2 * (f & 1);
+        const float ref = mref[f & 1];
+        const __half2 ph = __floats2half2_rn(exp2f(sv[0] - ref), exp2f(sv[1] - ref));
+        const float2 pf = __half22float2(ph);
+        l_r[f & 1] += pf.x + pf.y;
+        pa[f] = *reinterpret_cast<const uint32_t *>(&ph);
+    }
+#pragma unroll
+    for (int n = 0; n < D / 8; n += 2) {
+        uint32_t b[4]; /* keys 16kk .. 16kk + 15 of channels 8n .. 8n + 15 */
+        comet_ptx::ldsm_x4_trans(
+            b, Vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * KS + (n + (lane >> 4)) * 8);
+        comet_ptx::mma_f16(o[n], pa, b[0], b[1]);
+        comet_ptx::mma_f16(o[n + 1], pa, b[2], b[3]);
+    }
+}
+
+/* After the key loop: each row's sum over its quad (fixed order), then with several splits
+ * the unnormalized rows and (max in natural-log units, sum) to the workspace for
+ * attn_combine_kernel; with one, O / l through Qf [rows, D] (whose bytes the K/V tiles used:
+ * SYNC first waits until every warp has read them), rotated back by H_D when the cache is
+ * rotated, written out coalesced. */
+template <int D, int THREADS, bool SYNC>
+__device__ __forceinline__ void mma_finish(const att_args &a, float (&o)[D / 8][4],
+                                           const float (&m_r)[2], float (&l_r)[2], float *Qf,
+                                           int r0, int rows, int t0, int kvh, int split, int ti,
+                                           int tid) {
+    const int g = a.g, H = a.H;
+#pragma unroll
+    for (int h = 0; h < 2; h++) { /* the row sum over the quad, in a fixed order */
+        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 1);
+        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 2);
+    }
+    if (a.n_splits > 1) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int r = r0 + 8 * h;
+            if (r >= rows)
+                continue;
+            const size_t slot = ((size_t)(t0 + r / g) * H + kvh * g + r % g) * a.n_splits + split;
+            float *dst = a.ws_acc + slot * D + 2 * ti;
+#pragma unroll
+            for (int n = 0; n < D / 8; n++)
+                *reinterpret_cast<float2 *>(dst + 8 * n) =
+                    make_float2(o[n][2 * h], o[n][2 * h + 1]);
+            if (ti == 0) {
+                a.ws_ml[2 * slot] = m_r[h] == -INFINITY ? -INFINITY : m_r[h] * 0.693147180559945f;
+                a.ws_ml[2 * slot + 1] = l_r[h];
+            }
+        }
+        return;
+    }
+    if (SYNC)
+        __syncthreads();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int r = r0 + 8 * h;
+        const float l = l_r[h];
+#pragma unroll
+        for (int n = 0; n < D / 8; n++)
+            *reinterpret_cast<float2 *>(Qf + r * D + 8 * n + 2 * ti) =
+                l > 0.0f ? make_float2(o[n][2 * h] / l, o[n][2 * h + 1] / l)
+                         : make_float2(0.0f, 0.0f);
+    }
+    __syncthreads();
+    if (a.rotate)
+        wht_smem(Qf, rows, D, D);
+    for (int i = tid; i < rows * D / 4; i += THREADS) {
+        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
+        *reinterpret_cast<float4 *>(a.out + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d) =
+            *reinterpret_cast<const float4 *>(Qf + r * D + d);
+    }
+}
+
 /* Flash-attention of prefill chunks on tensor cores (FlashAttention-2's warp layout).
  *
  * Grid: attn_kernel's (blockIdx.x = tile * n_sub + sub, blockIdx.y = KV head, blockIdx.z =
@@ -126,7 +325,7 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gi = lane >> 2, ti = lane & 3; /* the mma fragments' row group, column pair */
     const int tile = blockIdx.x / a.n_sub, sub = blockIdx.x % a.n_sub;
-    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g, H = a.H;
+    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g;
     const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
     const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
     if (seq_end - seq_beg < a.tc_min)
@@ -150,41 +349,12 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
     const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
     const int pbase = a.page_indptr[seq];
 
-    for (int i = tid; i < MMA_ROWS * D / 4; i += MMA_THREADS) {
-        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < rows)
-            val = *reinterpret_cast<const float4 *>(
-                a.q + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d);
-        *reinterpret_cast<float4 *>(Qf + r * D + d) = val;
-    }
-    if (tid < MMA_ROWS)
-        rowpos[tid] = tid < rows ? a.positions[t0 + tid / g] : -1;
-    __syncthreads();
-    if (a.rotate)
-        wht_smem(Qf, rows, D, D);
-
+    mma_load_q<D, MMA_ROWS, MMA_THREADS>(a, Qf, rowpos, t0, rows, kvh, tid);
     const int r0 = warp * 16 + gi; /* this thread's rows r0 and r0 + 8 */
     uint32_t qa[NK][4];
-#pragma unroll
-    for (int kk = 0; kk < NK; kk++) {
-        const float *q0 = Qf + r0 * D + kk * 16 + 2 * ti, *q1 = q0 + 8 * D;
-        qa[kk][0] = half2_bits(q0[0], q0[1]);
-        qa[kk][1] = half2_bits(q1[0], q1[1]);
-        qa[kk][2] = half2_bits(q0[8], q0[9]);
-        qa[kk][3] = half2_bits(q1[8], q1[9]);
-    }
-    const int pos0 = rowpos[r0], pos1 = rowpos[r0 + 8];
-    int wmax = max(pos0, pos1); /* the warp's last position: -1 when it has no row */
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
-
-    float o[NO][4];
-#pragma unroll
-    for (int n = 0; n < NO; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    int pos0, pos1, wmax;
+    float o[NO][4], m_r[2], l_r[2];
+    mma_rows_init<D>(qa, pos0, pos1, wmax, o, m_r, l_r, Qf, rowpos, r0, ti);
     const float sl2 = a.scale * 1.44269504088896341f; /* 1/sqrt(D) and log2(e) */
 
     for (int k0 = kbeg; k0 < kend; k0 += MMA_KT) {
@@ -224,122 +394,14 @@ static __global__ void __launch_bounds__(MMA_THREADS) attn_mma_kernel(att_args a
         if (k0 > wmax) /* every key of the tile is past this warp's rows */
             continue;
 
-        float s[NS][4];
+        float s[NS][4], mref[2];
+        mma_scores<D, LO>(s, qa, Ks, Kl, lane);
+        mma_softmax<D>(s, mref, m_r, l_r, o, k0, kend, pos0, pos1, ti, sl2);
 #pragma unroll
-        for (int n = 0; n < NS; n++)
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < NK; kk += 2)
-#pragma unroll
-            for (int n = 0; n < NS; n++) {
-                uint32_t b[4]; /* k-steps kk and kk + 1 of keys 8n .. 8n + 7 */
-                const int off = (n * 8 + (lane & 7)) * KS + kk * 16 + (lane >> 3) * 8;
-                comet_ptx::ldsm_x4(b, Ks + off);
-                comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
-                comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
-                if constexpr (LO) {
-                    comet_ptx::ldsm_x4(b, Kl + off);
-                    comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
-                    comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
-                }
-            }
-
-        /* online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3); a row's four threads
-         * (one quad) hold its 64 scores */
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int n = 0; n < NS; n++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int key = k0 + n * 8 + 2 * ti + (e & 1);
-                const bool valid = key < kend && key <= (e < 2 ? pos0 : pos1);
-                s[n][e] = valid ? s[n][e] * sl2 : -INFINITY;
-                mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-            }
-        float mref[2];
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-            const float mnew = fmaxf(m_r[h], ceilf(mx[h]));
-            /* a row that has seen no key keeps max -inf; its reference 0 keeps every
-             * exponent -inf (weight 0) */
-            const float corr = mnew == -INFINITY ? 1.0f : exp2f(m_r[h] - mnew);
-            mref[h] = mnew == -INFINITY ? 0.0f : mnew;
-            m_r[h] = mnew;
-            l_r[h] *= corr;
-#pragma unroll
-            for (int n = 0; n < NO; n++)
-                o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
-        }
-#pragma unroll
-        for (int kk = 0; kk < MMA_KT / 16; kk++) {
-            uint32_t pa[4];
-#pragma unroll
-            for (int f = 0; f < 4;
-                 f++) { /* a0: row r0 keys 2ti.., a1: row r0 + 8, a2/a3: +8 keys */
-                const float *sv = s[2 * kk + (f >> 1)] + 2 * (f & 1);
-                const float ref = mref[f & 1];
-                const __half2 ph = __floats2half2_rn(exp2f(sv[0] - ref), exp2f(sv[1] - ref));
-                const float2 pf = __half22float2(ph);
-                l_r[f & 1] += pf.x + pf.y;
-                pa[f] = *reinterpret_cast<const uint32_t *>(&ph);
-            }
-#pragma unroll
-            for (int n = 0; n < NO; n += 2) {
-                uint32_t b[4]; /* keys 16kk .. 16kk + 15 of channels 8n .. 8n + 15 */
-                comet_ptx::ldsm_x4_trans(b,
-                                         Vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * KS +
-                                             (n + (lane >> 4)) * 8);
-                comet_ptx::mma_f16(o[n], pa, b[0], b[1]);
-                comet_ptx::mma_f16(o[n + 1], pa, b[2], b[3]);
-            }
-        }
+        for (int kk = 0; kk < MMA_KT / 16; kk++)
+            mma_pv_step<D>(kk, s, mref, l_r, o, Vs, lane);
     }
-#pragma unroll
-    for (int h = 0; h < 2; h++) { /* the row sum over the quad, in a fixed order */
-        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 1);
-        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 2);
-    }
-
-    if (a.n_splits > 1) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = r0 + 8 * h;
-            if (r >= rows)
-                continue;
-            const size_t slot = ((size_t)(t0 + r / g) * H + kvh * g + r % g) * a.n_splits + split;
-            float *dst = a.ws_acc + slot * D + 2 * ti;
-#pragma unroll
-            for (int n = 0; n < NO; n++)
-                *reinterpret_cast<float2 *>(dst + 8 * n) =
-                    make_float2(o[n][2 * h], o[n][2 * h + 1]);
-            if (ti == 0) {
-                a.ws_ml[2 * slot] = m_r[h] == -INFINITY ? -INFINITY : m_r[h] * 0.693147180559945f;
-                a.ws_ml[2 * slot + 1] = l_r[h];
-            }
-        }
-        return;
-    }
-    __syncthreads(); /* K / V are read: their bytes take the normalized rows */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = r0 + 8 * h;
-        const float l = l_r[h];
-#pragma unroll
-        for (int n = 0; n < NO; n++)
-            *reinterpret_cast<float2 *>(Qf + r * D + 8 * n + 2 * ti) =
-                l > 0.0f ? make_float2(o[n][2 * h] / l, o[n][2 * h + 1] / l)
-                         : make_float2(0.0f, 0.0f);
-    }
-    __syncthreads();
-    if (a.rotate)
-        wht_smem(Qf, rows, D, D);
-    for (int i = tid; i < rows * D / 4; i += MMA_THREADS) {
-        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        *reinterpret_cast<float4 *>(a.out + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d) =
-            *reinterpret_cast<const float4 *>(Qf + r * D + d);
-    }
+    mma_finish<D, MMA_THREADS, true>(a, o, m_r, l_r, Qf, r0, rows, t0, kvh, split, ti, tid);
 }
 
 } /* namespace */

@@ -130,7 +130,7 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
      * short ones fill the last wave */
     const int bx = gridDim.x - 1 - blockIdx.x;
     const int tile = bx / a.n_sub, sub = bx % a.n_sub;
-    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g, H = a.H;
+    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g;
     const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
     const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
     if (seq_end - seq_beg < a.tc_min || sub != 0)
@@ -196,41 +196,12 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
     if (kbeg < kend)
         fetch(kbeg); /* in flight while Q loads */
 
-    for (int i = tid; i < MMA2_ROWS * D / 4; i += MMA2_THREADS) {
-        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        float4 val = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (r < rows)
-            val = *reinterpret_cast<const float4 *>(
-                a.q + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d);
-        *reinterpret_cast<float4 *>(Qf + r * D + d) = val;
-    }
-    if (tid < MMA2_ROWS)
-        rowpos[tid] = tid < rows ? a.positions[t0 + tid / g] : -1;
-    __syncthreads();
-    if (a.rotate)
-        wht_smem(Qf, rows, D, D);
-
+    mma_load_q<D, MMA2_ROWS, MMA2_THREADS>(a, Qf, rowpos, t0, rows, kvh, tid);
     const int r0 = warp * 16 + gi; /* this thread's rows r0 and r0 + 8 */
     uint32_t qa[NK][4];
-#pragma unroll
-    for (int kk = 0; kk < NK; kk++) {
-        const float *q0 = Qf + r0 * D + kk * 16 + 2 * ti, *q1 = q0 + 8 * D;
-        qa[kk][0] = half2_bits(q0[0], q0[1]);
-        qa[kk][1] = half2_bits(q1[0], q1[1]);
-        qa[kk][2] = half2_bits(q0[8], q0[9]);
-        qa[kk][3] = half2_bits(q1[8], q1[9]);
-    }
-    const int pos0 = rowpos[r0], pos1 = rowpos[r0 + 8];
-    int wmax = max(pos0, pos1); /* the warp's last position: -1 when it has no row */
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1)
-        wmax = max(wmax, __shfl_xor_sync(0xffffffffu, wmax, off));
-
-    float o[NO][4];
-#pragma unroll
-    for (int n = 0; n < NO; n++)
-        o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    float m_r[2] = {-INFINITY, -INFINITY}, l_r[2] = {0.0f, 0.0f};
+    int pos0, pos1, wmax;
+    float o[NO][4], m_r[2], l_r[2];
+    mma_rows_init<D>(qa, pos0, pos1, wmax, o, m_r, l_r, Qf, rowpos, r0, ti);
     const float sl2 = a.scale * 1.44269504088896341f; /* 1/sqrt(D) and log2(e) */
 
     __syncthreads(); /* Q is read: stage 0 takes the first tile */
@@ -248,122 +219,20 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
         if (k0 > wmax) { /* every key of the tile is past this warp's rows: the stores alone */
             store(st ^ 1);
         } else {
-            float s[NS][4];
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-                s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-#pragma unroll
-            for (int kk = 0; kk < NK; kk += 2)
-#pragma unroll
-                for (int n = 0; n < NS; n++) {
-                    uint32_t b[4]; /* k-steps kk and kk + 1 of keys 8n .. 8n + 7 */
-                    const int off = (n * 8 + (lane & 7)) * KS + kk * 16 + (lane >> 3) * 8;
-                    comet_ptx::ldsm_x4(b, Ks + off);
-                    comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
-                    comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
-                    if constexpr (LO) {
-                        comet_ptx::ldsm_x4(b, Kl + off);
-                        comet_ptx::mma_f16(s[n], qa[kk], b[0], b[1]);
-                        comet_ptx::mma_f16(s[n], qa[kk + 1], b[2], b[3]);
-                    }
-                }
-
-            /* online softmax of rows r0 (e = 0, 1) and r0 + 8 (e = 2, 3), as attn_mma_kernel */
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int n = 0; n < NS; n++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int key = k0 + n * 8 + 2 * ti + (e & 1);
-                    const bool valid = key < kend && key <= (e < 2 ? pos0 : pos1);
-                    s[n][e] = valid ? s[n][e] * sl2 : -INFINITY;
-                    mx[e >> 1] = fmaxf(mx[e >> 1], s[n][e]);
-                }
-            float mref[2];
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                const float mnew = fmaxf(m_r[h], ceilf(mx[h]));
-                const float corr = mnew == -INFINITY ? 1.0f : exp2f(m_r[h] - mnew);
-                mref[h] = mnew == -INFINITY ? 0.0f : mnew;
-                m_r[h] = mnew;
-                l_r[h] *= corr;
-#pragma unroll
-                for (int n = 0; n < NO; n++)
-                    o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
-            }
+            float s[NS][4], mref[2];
+            mma_scores<D, LO>(s, qa, Ks, Kl, lane);
+            mma_softmax<D>(s, mref, m_r, l_r, o, k0, kend, pos0, pos1, ti, sl2);
 #pragma unroll
             for (int kk = 0; kk < MMA_KT / 16; kk++) {
-                uint32_t pa[4];
-#pragma unroll
-                for (int f = 0; f < 4; f++) { /* a0: row r0 keys 2ti.., a1: r0 + 8, a2/a3: +8 */
-                    const float *sv = s[2 * kk + (f >> 1)] + 2 * (f & 1);
-                    const float ref = mref[f & 1];
-                    const __half2 ph = __floats2half2_rn(exp2f(sv[0] - ref), exp2f(sv[1] - ref));
-                    const float2 pf = __half22float2(ph);
-                    l_r[f & 1] += pf.x + pf.y;
-                    pa[f] = *reinterpret_cast<const uint32_t *>(&ph);
-                }
-#pragma unroll
-                for (int n = 0; n < NO; n += 2) {
-                    uint32_t b[4]; /* keys 16kk .. 16kk + 15 of channels 8n .. 8n + 15 */
-                    comet_ptx::ldsm_x4_trans(
-                        b, Vs + (kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * KS +
-                               (n + (lane >> 4)) * 8);
-                    comet_ptx::mma_f16(o[n], pa, b[0], b[1]);
-                    comet_ptx::mma_f16(o[n + 1], pa, b[2], b[3]);
-                }
+                mma_pv_step<D>(kk, s, mref, l_r, o, Vs, lane);
                 if (kk < UPT)
                     store_k(st ^ 1, kk), store_v(st ^ 1, kk);
             }
         }
         __syncthreads();
     }
-#pragma unroll
-    for (int h = 0; h < 2; h++) { /* the row sum over the quad, in a fixed order */
-        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 1);
-        l_r[h] += __shfl_xor_sync(0xffffffffu, l_r[h], 2);
-    }
-
-    if (a.n_splits > 1) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = r0 + 8 * h;
-            if (r >= rows)
-                continue;
-            const size_t slot = ((size_t)(t0 + r / g) * H + kvh * g + r % g) * a.n_splits + split;
-            float *dst = a.ws_acc + slot * D + 2 * ti;
-#pragma unroll
-            for (int n = 0; n < NO; n++)
-                *reinterpret_cast<float2 *>(dst + 8 * n) =
-                    make_float2(o[n][2 * h], o[n][2 * h + 1]);
-            if (ti == 0) {
-                a.ws_ml[2 * slot] = m_r[h] == -INFINITY ? -INFINITY : m_r[h] * 0.693147180559945f;
-                a.ws_ml[2 * slot + 1] = l_r[h];
-            }
-        }
-        return;
-    }
     /* the loop's last barrier: the stages are read, their bytes take the normalized rows */
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int r = r0 + 8 * h;
-        const float l = l_r[h];
-#pragma unroll
-        for (int n = 0; n < NO; n++)
-            *reinterpret_cast<float2 *>(Qf + r * D + 8 * n + 2 * ti) =
-                l > 0.0f ? make_float2(o[n][2 * h] / l, o[n][2 * h + 1] / l)
-                         : make_float2(0.0f, 0.0f);
-    }
-    __syncthreads();
-    if (a.rotate)
-        wht_smem(Qf, rows, D, D);
-    for (int i = tid; i < rows * D / 4; i += MMA2_THREADS) {
-        const int r = i / (D / 4), d = (i % (D / 4)) * 4;
-        *reinterpret_cast<float4 *>(a.out + ((size_t)(t0 + r / g) * H + kvh * g + r % g) * D + d) =
-            *reinterpret_cast<const float4 *>(Qf + r * D + d);
-    }
+    mma_finish<D, MMA2_THREADS, false>(a, o, m_r, l_r, Qf, r0, rows, t0, kvh, split, ti, tid);
 }
 
 } /* namespace */
