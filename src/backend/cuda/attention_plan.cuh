@@ -116,9 +116,7 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
     bool whole_waves = false;
     if (att_decode_step(st, g)) {
         blocks = (long)st->n_tokens * L->Hkv;
-        /* COMET_CUDA_ATTN_MIN_KEYS=N (read at every call): another floor, for A/B runs */
-        const char *mk = getenv("COMET_CUDA_ATTN_MIN_KEYS");
-        min_keys = mk && atoi(mk) >= 16 ? atoi(mk) : DEC_MIN_KEYS;
+        min_keys = DEC_MIN_KEYS;
         /* two CTAs of attn_decode_mma_kernel fit an SM (its registers): a third of a
          * second wave would cost as much as a whole one, so its splits round down */
         whole_waves = att_decode_mma(L, g);
