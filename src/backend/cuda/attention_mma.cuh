@@ -44,6 +44,25 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     return *reinterpret_cast<const uint32_t *>(&h);
 }
 
+/* Eight fp32 values as fp16 (hi) and, with LO, what rounding left of each as fp16 (lo: hi +
+ * lo is the fp32 value to about 2^-22 of it). */
+template <bool LO>
+__device__ __forceinline__ void half8_hi_lo(const float (&f)[8], uint4 &hi, uint4 &lo) {
+    uint32_t h[4], l[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        const __half2 x = __floats2half2_rn(f[2 * e], f[2 * e + 1]);
+        h[e] = *reinterpret_cast<const uint32_t *>(&x);
+        if constexpr (LO) {
+            const float2 xf = __half22float2(x);
+            l[e] = half2_bits(__fsub_rn(f[2 * e], xf.x), __fsub_rn(f[2 * e + 1], xf.y));
+        }
+    }
+    hi = make_uint4(h[0], h[1], h[2], h[3]);
+    if constexpr (LO)
+        lo = make_uint4(l[0], l[1], l[2], l[3]);
+}
+
 /* The eight channels of r (kv_fetch8) as fp16 (16 bytes each): fp16 codes as stored, INT4 /
  * INT8 codes dequantized in fp32 as kv_dequant8 does and rounded to fp16 (hi), with LO the
  * rest rounded to fp16 as well (lo: hi + lo is the fp32 value to about 2^-22 of it). An
@@ -55,19 +74,7 @@ __device__ __forceinline__ void kv_half8(const kv_raw8<BITS> &r, uint4 &hi, uint
     } else {
         float f[8];
         kv_dequant8<BITS>(r, f);
-        uint32_t h[4], l[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const __half2 x = __floats2half2_rn(f[2 * e], f[2 * e + 1]);
-            h[e] = *reinterpret_cast<const uint32_t *>(&x);
-            if constexpr (LO) {
-                const float2 xf = __half22float2(x);
-                l[e] = half2_bits(f[2 * e] - xf.x, f[2 * e + 1] - xf.y);
-            }
-        }
-        hi = make_uint4(h[0], h[1], h[2], h[3]);
-        if constexpr (LO)
-            lo = make_uint4(l[0], l[1], l[2], l[3]);
+        half8_hi_lo<LO>(f, hi, lo);
     }
 }
 

@@ -60,19 +60,7 @@ __device__ __forceinline__ void kv_half8_fast(const kv_raw8<BITS> &r, uint4 &hi,
                 m = __byte_perm(r.w[e / 4], 0x4B000000u, 0x7540 + (e & 3));
             f[e] = __fadd_rn(__fmaf_rn(__uint_as_float(m), s, ns), z);
         }
-        uint32_t h[4], l[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const __half2 x = __floats2half2_rn(f[2 * e], f[2 * e + 1]);
-            h[e] = *reinterpret_cast<const uint32_t *>(&x);
-            if constexpr (LO) {
-                const float2 xf = __half22float2(x);
-                l[e] = half2_bits(__fsub_rn(f[2 * e], xf.x), __fsub_rn(f[2 * e + 1], xf.y));
-            }
-        }
-        hi = make_uint4(h[0], h[1], h[2], h[3]);
-        if constexpr (LO)
-            lo = make_uint4(l[0], l[1], l[2], l[3]);
+        half8_hi_lo<LO>(f, hi, lo);
     }
 }
 
