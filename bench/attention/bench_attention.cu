@@ -203,14 +203,25 @@ static bool parse_int(const char *s, int lo, int hi, int *out) {
     return true;
 }
 
-static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::vector<int> *out) {
-    out->clear();
+/* The comma-separated items of arg ("a,b,c"; an empty arg has none) */
+static std::vector<std::string> split_commas(const char *arg) {
+    std::vector<std::string> items;
     std::string s(arg);
     size_t pos = 0;
     while (pos < s.size()) {
         size_t comma = s.find(',', pos);
-        std::string item =
-            s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        items.push_back(
+            s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+        if (comma == std::string::npos)
+            break;
+        pos = comma + 1;
+    }
+    return items;
+}
+
+static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::vector<int> *out) {
+    out->clear();
+    for (const std::string &item : split_commas(arg)) {
         int v;
         if (!parse_int(item.c_str(), lo, hi, &v)) {
             fprintf(stderr, "bench_attention: %s: '%s' is not an integer in %d..%d\n", what,
@@ -218,21 +229,13 @@ static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::v
             return false;
         }
         out->push_back(v);
-        if (comma == std::string::npos)
-            break;
-        pos = comma + 1;
     }
     return true;
 }
 
 static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
     out->clear();
-    std::string s(arg);
-    size_t pos = 0;
-    while (pos < s.size()) {
-        size_t comma = s.find(',', pos);
-        std::string item =
-            s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    for (std::string item : split_commas(arg)) {
         kv_spec k;
         k.fp32_decode = item.size() > 5 && item.compare(item.size() - 5, 5, ":fp32") == 0;
         k.mma1 = item.size() > 5 && item.compare(item.size() - 5, 5, ":mma1") == 0;
@@ -260,9 +263,6 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         if (k.mma1)
             k.name += "-mma1";
         out->push_back(k);
-        if (comma == std::string::npos)
-            break;
-        pos = comma + 1;
     }
     return true;
 }
