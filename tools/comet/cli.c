@@ -120,16 +120,22 @@ int cli_parse_int(const char *cmd, const char *opt, const char *val, long lo, lo
     return 0;
 }
 
+/* *v = val as a whole decimal number; 0 when val is one, 1 when not (no message) */
+static int parse_double(const char *val, double *v) {
+    char *end;
+    errno = 0;
+    *v = strtod(val, &end);
+    return errno || end == val || *end;
+}
+
 int cli_parse_float(const char *cmd, const char *opt, const char *val, double lo, double hi,
                     double *out) {
     if (!val) {
         fprintf(stderr, "comet %s: %s needs a value\n", cmd, opt);
         return 1;
     }
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (errno || end == val || *end || !(v >= lo && v <= hi)) {
+    double v;
+    if (parse_double(val, &v) || !(v >= lo && v <= hi)) {
         fprintf(stderr, "comet %s: %s expects a number in [%g, %g], got '%s'\n", cmd, opt, lo, hi,
                 val);
         return 1;
@@ -143,10 +149,8 @@ int cli_parse_fraction(const char *cmd, const char *opt, const char *val, double
         fprintf(stderr, "comet %s: %s needs a value\n", cmd, opt);
         return 1;
     }
-    char *end;
-    errno = 0;
-    double v = strtod(val, &end);
-    if (errno || end == val || *end || !(v > 0.0 && v <= 1.0)) {
+    double v;
+    if (parse_double(val, &v) || !(v > 0.0 && v <= 1.0)) {
         fprintf(stderr,
                 "comet %s: %s expects a number in (0, 1], the share of the GPU's memory comet "
                 "may use (e.g. 0.9), got '%s'\n",
