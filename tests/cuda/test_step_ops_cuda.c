@@ -14,6 +14,9 @@
  * - silu_mul_quant (DOWN): as act_quant, except that codes may differ within 1e-4 of a .5
  *   boundary and scales by 1e-6 relative: the CUDA expf and glibc's expf may differ by an
  *   ulp (the quantizer itself is checked bit-exact by act_quant).
+ * - comet_cuda_rmsnorm_quant's forms (the row in shared memory, the early gather loads) against
+ *   its plain form (COMET_CUDA_NORM_SMEM=0), bit for bit, at widths 4096 to 33024 and 1 to 65
+ *   rows, W4Ax and fp16.
  * - matmul of the W4Ax variants, every role of every layer, from one activation (the CPU's
  *   codes and scales uploaded in the CUDA layout): within 1e-4 relative norm error (exact
  *   int32 block sums on both sides) and 1e-3 relative per row.
@@ -36,11 +39,13 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <cuda_runtime_api.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_prims.h"
 #include "backend/batch.h"
 #include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/norm_quant.h"
 #include "comet/model.h"
 #include "engine/kv_pages.h"
 #include "numerics/quant.h"
@@ -281,6 +286,115 @@ static void test_act_ops(void **state) {
     pair_free(&p);
 }
 
+/* ---- rmsnorm_quant's two forms on wide rows ----------------------------------------------- */
+
+/* comet_cuda_rmsnorm_quant on T rows of K channels (a random permutation, n8 INT8 blocks of B,
+ * or fp16) with COMET_CUDA_NORM_SMEM=0 (x read back from global memory) and with the default
+ * (the row kept in shared memory up to 32768 channels; up to 64 rows the gather's perm and norm
+ * entries loaded before the reduction): x after the residual add, the codes and the scales (or
+ * the fp16 values) must be the same bits; x + residual bit-exact with the host's sum, and the
+ * scales within 1e-5 of the host's double-precision RMSNorm (a wrong gather or channel moves
+ * them by far more). */
+static void norm_forms_case(int T, int K, int kind, int with_res, uint64_t seed) {
+    const int B = 128, n8 = K / B / 4;
+    const size_t n = (size_t)T * K;
+    char what[128];
+    snprintf(what, sizeof what, "rmsnorm_quant forms T %d K %d %s%s", T, K,
+             kind == COMET_CUDA_ACT_W4AX ? "w4ax" : "f16", with_res ? " +residual" : "");
+    st_seed(seed);
+    float *x0 = st_malloc(n * 4), *r0 = st_malloc(n * 4), *nw = st_malloc((size_t)K * 4);
+    int32_t *perm = st_malloc((size_t)K * 4);
+    st_fill_act(x0, T, K, 1.0f);
+    st_fill_act(r0, T, K, 0.5f);
+    for (int k = 0; k < K; k++) {
+        nw[k] = 0.5f + 0.5f * st_u();
+        perm[k] = k;
+    }
+    for (int k = K - 1; k > 0; k--) {
+        const int j = (int)(st_next() % (uint64_t)(k + 1));
+        const int32_t t = perm[k];
+        perm[k] = perm[j], perm[j] = t;
+    }
+    const size_t act_bytes = comet_act_bytes(T, K);
+    sbuf rg = sb_from(g_cuda, r0, n * 4), ng = sb_from(g_cuda, nw, (size_t)K * 4);
+    sbuf pg = sb_from(g_cuda, perm, (size_t)K * 4);
+    uint8_t *act[2];
+    float *xo[2];
+    for (int form = 0; form < 2; form++) {
+        sbuf xg = sb_from(g_cuda, x0, n * 4), ag = sb_alloc(g_cuda, act_bytes);
+        st_sync_ok(g_cuda);
+        const comet_cuda_act_fmt f = {.kind = kind, .K = K, .B = B, .n8 = n8,
+                                      .perm = (const int32_t *)sb_ptr(&pg)};
+        if (form == 0)
+            setenv("COMET_CUDA_NORM_SMEM", "0", 1);
+        const comet_status r = comet_cuda_rmsnorm_quant(
+            sb_f(&xg), with_res ? sb_f(&rg) : NULL, sb_f(&ng), 1e-5f, T, &f, sb_ptr(&ag), NULL);
+        unsetenv("COMET_CUDA_NORM_SMEM");
+        if (r != COMET_OK)
+            fail_msg("%s: %s", what, comet_last_error());
+        if (cudaDeviceSynchronize() != cudaSuccess)
+            fail_msg("%s: %s", what, cudaGetErrorString(cudaGetLastError()));
+        xo[form] = sb_fetch(&xg, n * 4);
+        act[form] = sb_fetch(&ag, act_bytes);
+        SB_CHECK_GUARDS(&xg, what);
+        SB_CHECK_GUARDS(&ag, what);
+        sb_free(&xg), sb_free(&ag);
+    }
+    const size_t used = kind == COMET_CUDA_ACT_W4AX
+                            ? st_act_scales_offset(T, K) + (size_t)T * (K / B) * 4
+                            : n * 2;
+    if (memcmp(xo[0], xo[1], n * 4))
+        fail_msg("%s: x after the op differs between the forms", what);
+    for (size_t i = 0; i < used; i++)
+        if (act[0][i] != act[1][i])
+            fail_msg("%s: activation byte %zu of %zu differs between the forms: %02x vs %02x",
+                     what, i, used, act[0][i], act[1][i]);
+    double worst = 0;
+    for (int t = 0; t < T; t++) {
+        double ss = 0;
+        for (int k = 0; k < K; k++) {
+            const size_t i = (size_t)t * K + k;
+            const float v = with_res ? x0[i] + r0[i] : x0[i];
+            if (memcmp(&v, &xo[1][i], 4))
+                fail_msg("%s: x[%d, %d] = %.9g, the host's sum %.9g", what, t, k, xo[1][i], v);
+            ss += (double)v * v;
+        }
+        const double inv = 1.0 / sqrt(ss / K + 1e-5);
+        for (int b = 0; kind == COMET_CUDA_ACT_W4AX && b < K / B; b++) {
+            double amax = 0;
+            for (int k = b * B; k < (b + 1) * B; k++)
+                amax = fmax(amax, fabs(xo[1][(size_t)t * K + perm[k]] * inv * nw[perm[k]]));
+            float sc;
+            memcpy(&sc, act[1] + st_act_scales_offset(T, K) + ((size_t)t * (K / B) + b) * 4, 4);
+            const double want = amax / (b < n8 ? 127.0 : 7.0);
+            const double e = fabs(sc - want) / want;
+            if (!(e <= 1e-5))
+                fail_msg("%s: row %d block %d scale %.9g, the host's %.9g", what, t, b, sc, want);
+            worst = fmax(worst, e);
+        }
+    }
+    print_message("  %s: the forms agree bit for bit; scales within %.3g of the host\n", what,
+                  worst);
+    sb_free(&rg), sb_free(&ng), sb_free(&pg);
+    free(x0), free(r0), free(nw), free(perm);
+    free(xo[0]), free(xo[1]), free(act[0]), free(act[1]);
+}
+
+static void test_norm_forms(void **state) {
+    (void)state;
+    static const int Ks[] = {4096, 8192, 16384, 32768, 33024};
+    static const int Ts[] = {1, 3, 64, 65};
+    for (int ki = 0; ki < 5; ki++)
+        for (int ti = 0; ti < 4; ti++) {
+            if (Ks[ki] > 16384 && Ts[ti] > 3)
+                continue;
+            const uint64_t seed = 0x4E0F0000ull + (uint64_t)ki * 10 + (uint64_t)ti;
+            norm_forms_case(Ts[ti], Ks[ki], COMET_CUDA_ACT_W4AX, ti % 2, seed);
+            if (ti == 0)
+                norm_forms_case(Ts[ti], Ks[ki], COMET_CUDA_ACT_F16, 1, seed + 5);
+        }
+}
+
 /* ---- matmul ---------------------------------------------------------------------------- */
 
 /* y [T, N] of role r from acts ac (CPU) and ag (CUDA); returns the CUDA and CPU outputs. */
@@ -396,6 +510,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_act_ops, (void *)&V_W16),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A8),
+        cmocka_unit_test(test_norm_forms),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
         cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));
