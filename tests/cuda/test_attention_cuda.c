@@ -25,6 +25,9 @@
  * - with batch_invariant: each sequence's outputs inside a ragged batch equal, bit for bit,
  *   its outputs alone, token by token and in chunks of 37.
  * COMET_CUDA_TEST_QUICK=1 runs the sanitizer set: each kernel instance once (g_quick).
+ * - rope_kv_append's register kernel against its shared-memory kernel
+ *   (COMET_CUDA_ROPE_KV_REG=0): q, k and every byte of the pool the same, over signed zeros,
+ *   constant groups, values beyond fp16, NaN, tiny values, and positions up to 100000.
  * - KV codes, scales and zeros (fp16 values for kv 16) bit-exact with comet_quant_kv_group
  *   (after comet_wht with the hadamard rotation) when every position is 0 (RoPE is then the
  *   identity), read from the device storage in the layout of cuda_kv.h.
@@ -469,6 +472,139 @@ static void test_kv_codes_position0(void **state) {
                 kv_codes_case(&ATT_CFGS[c], bits[b], rot);
 }
 
+/* ---- rope_kv_append's two forms ----------------------------------------------------------- */
+
+/* k or v of one (token, KV head): pattern p of six, so that every group kind meets both
+ * forms: random with a channel bias, zeros of random sign (which zero the CPU's scan keeps
+ * decides the stored scale's and zero's sign bits), a constant (scale 0), one value beyond
+ * fp16 or one NaN (NaN scale, codes 0), tiny values among signed zeros. */
+static void kv_pattern(float *x, int D, int p) {
+    for (int c = 0; c < D; c++) {
+        const float u = st_u();
+        switch (p) {
+        case 0: x[c] = u + 0.5f * (float)(c % 5); break;
+        case 1: x[c] = st_next() & 1 ? -0.0f : 0.0f; break;
+        case 2: x[c] = 0.375f; break;
+        case 3: x[c] = c == D / 3 ? 1e5f : u; break;
+        case 4: x[c] = c == D - 1 ? NAN : u; break;
+        default: x[c] = st_next() % 3 ? 1e-30f * u : st_next() & 1 ? -0.0f : 0.0f; break;
+        }
+    }
+}
+
+/* rope_kv_append on one step of five sequences (prefill chunks of 37 and 20 tokens, decode
+ * tokens at positions 5, 77 and 100000: angles past the fast reduction of double sin / cos)
+ * with COMET_CUDA_ROPE_KV_REG=0 (the shared-memory kernel) and with the default (the register
+ * kernel), each on a fresh pool: q and k after RoPE and every byte of the pool the same. Pages
+ * written by no token all map to page 0, which the step never writes. */
+static void rope_forms_case(const att_cfg *cfg, int bits, int rot, uint64_t seed) {
+    enum { S = 5 };
+    static const int start[S] = {0, 4093, 5, 100000, 77}, n[S] = {37, 20, 1, 1, 1};
+    const int D = cfg->D, H = cfg->H, Hkv = cfg->Hkv;
+    char what[160];
+    snprintf(what, sizeof what, "rope_kv_append forms %s kv%d %s", cfg->name, bits,
+             rot ? "hadamard" : "none");
+    int32_t *pages[S];
+    int n_pages = 1;
+    for (int s = 0; s < S; s++) {
+        const int np = (start[s] + n[s] + PAGE - 1) / PAGE;
+        pages[s] = st_malloc((size_t)np * 4);
+        for (int j = 0; j < np; j++)
+            pages[s][j] = (j + 1) * PAGE > start[s] ? n_pages++ : 0;
+    }
+    st_seed(seed);
+    st_batch rb = st_batch_make(PAGE, S, start, n, pages, NULL, 0, NULL, 0);
+    rb.b.logit_rows = NULL;
+    const int T = rb.b.n_tokens;
+    const size_t nq = (size_t)T * H * D, nk = (size_t)T * Hkv * D;
+    float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+    for (size_t i = 0; i < nq; i++)
+        q[i] = 2.0f * st_u();
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < Hkv; h++) {
+            kv_pattern(k + ((size_t)t * Hkv + h) * D, D, (t * 7 + h) % 6);
+            kv_pattern(v + ((size_t)t * Hkv + h) * D, D, (t * 5 + h + 3) % 6);
+        }
+    const comet_rope_params rp = rope_of(cfg);
+    const comet_cuda_kv_layout L =
+        comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, PAGE, Hkv, D, bits, cfg->G > 0 ? cfg->G : D);
+    uint8_t *store[2];
+    float *qo[2], *ko[2];
+    for (int form = 0; form < 2; form++) {
+        comet_kv_cache kv;
+        kv_make(g_cuda, &kv, cfg, n_pages, bits, rot);
+        /* a pool starts zeroed or not: fill it so both forms start from the same bytes */
+        uint8_t *fill = st_malloc(L.total_bytes);
+        memset(fill, 0x5A, L.total_bytes);
+        OP_OK(g_cuda, g_cuda->ops->upload(g_cuda, kv.storage, fill, L.total_bytes), "upload");
+        free(fill);
+        sbuf qb = sb_from(g_cuda, q, nq * 4), kb = sb_from(g_cuda, k, nk * 4),
+             vb = sb_from(g_cuda, v, nk * 4);
+        comet_step st;
+        OP_OK(g_cuda, g_cuda->ops->step_begin(g_cuda, &rb.b, &st), "step_begin");
+        if (form == 0)
+            setenv("COMET_CUDA_ROPE_KV_REG", "0", 1);
+        OP_OK(g_cuda,
+              g_cuda->ops->rope_kv_append(g_cuda, &kv, ATT_LAYER, &st, &rp, sb_f(&qb), H,
+                                          sb_f(&kb), sb_f(&vb)),
+              what);
+        unsetenv("COMET_CUDA_ROPE_KV_REG");
+        st_sync_ok(g_cuda);
+        qo[form] = sb_fetch(&qb, nq * 4);
+        ko[form] = sb_fetch(&kb, nk * 4);
+        store[form] = st_malloc(L.total_bytes);
+        OP_OK(g_cuda, g_cuda->ops->download(g_cuda, store[form], kv.storage, L.total_bytes),
+              "download (KV)");
+        SB_CHECK_GUARDS(&qb, what);
+        SB_CHECK_GUARDS(&kb, what);
+        SB_CHECK_GUARDS(&vb, what);
+        sb_free(&qb), sb_free(&kb), sb_free(&vb);
+        comet_kv_cache_free_on(g_cuda, &kv);
+    }
+    if (memcmp(qo[0], qo[1], nq * 4) || memcmp(ko[0], ko[1], nk * 4))
+        fail_msg("%s: q or k after RoPE differs between the forms", what);
+    size_t first = 0;
+    while (first < L.total_bytes && store[0][first] == store[1][first])
+        first++;
+    if (first < L.total_bytes)
+        fail_msg("%s: KV pool byte %zu of %zu differs between the forms: %02x vs %02x "
+                 "(head tile %zu)",
+                 what, first, L.total_bytes, store[0][first], store[1][first],
+                 first / L.head_tile_bytes);
+    print_message("  %s: %d tokens, q, k and the pool the same bits\n", what, T);
+    for (int form = 0; form < 2; form++)
+        free(store[form]), free(qo[form]), free(ko[form]);
+    for (int s = 0; s < S; s++)
+        free(pages[s]);
+    free(q), free(k), free(v);
+    st_batch_free(&rb);
+}
+
+/* Both rope_kv_append kernels on every head shape of this file (D 32 .. 256, GQA 1 .. 16, KV
+ * groups of 16 .. 256 channels) and two whose head dim is not a power of two (groups of 24 and
+ * 48 channels: the fold of 8-channel runs in three and six steps), KV 4 / 8 / 16, both
+ * rotations where D allows. */
+static void test_rope_kv_forms(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    static const att_cfg odd[] = {
+        {"D96 H6/Hkv2 G24", 96, 6, 2, 24, COMET_ROPE_SCALING_NONE, 10000.0f},
+        {"D96 H3/Hkv3 G48", 96, 3, 3, 48, COMET_ROPE_SCALING_NONE, 10000.0f},
+    };
+    static const int bits[] = {4, 8, 16};
+    for (int b = 0; b < 3; b++) {
+        for (int rot = 0; rot < 2; rot++) {
+            for (int c = 0; c < N_ATT_CFGS; c++)
+                rope_forms_case(&ATT_CFGS[c], bits[b], rot, 0x50F00000ull + (uint64_t)c);
+            for (int c = 0; c < N_DEC_CFGS; c++)
+                if (!g_quick || c == 2)
+                    rope_forms_case(&DEC_CFGS[c], bits[b], rot, 0x50F10000ull + (uint64_t)c);
+        }
+        for (int c = 0; c < 2; c++)
+            rope_forms_case(&odd[c], bits[b], 0, 0x50F20000ull + (uint64_t)c);
+    }
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 int main(void) {
@@ -493,6 +629,7 @@ int main(void) {
     comet_backend_set_simulate(g_cpu, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_codes_position0),
+        cmocka_unit_test(test_rope_kv_forms),
         cmocka_unit_test(test_attention_ragged),
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_attention_decode_wide),

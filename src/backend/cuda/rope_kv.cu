@@ -1,7 +1,10 @@
 /* rope_kv.cu — RoPE fused with the paged KV append (rope_kv.h): q and k rotated in place,
  * then every token's k and v rotated by H_D (when the cache is), quantized per group and
- * written into its page slot in the layout of cuda_kv.h. Attention over the pages is in
- * attention.cu; the paged KV helpers both use are in paged_kv.cuh.
+ * written into its page slot in the layout of cuda_kv.h. Two kernels give the same bits: the
+ * register form (rope_kv_append_reg_kernel, the default: shuffles for the butterflies and the
+ * group ranges) and the shared-memory form (rope_kv_append_kernel, COMET_CUDA_ROPE_KV_REG=0,
+ * for A/B runs). Attention over the pages is in attention.cu; the paged KV helpers both use
+ * are in paged_kv.cuh.
  *
  * Numerics follow the CPU reference (src/backend/cpu, src/numerics/quant.c): KV scales,
  * zeros and codes and the Hadamard butterflies use the _rn intrinsics, so nvcc does not
@@ -16,6 +19,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "backend/cuda/paged_kv.cuh"
 
@@ -38,7 +43,8 @@ __device__ __forceinline__ int seq_of_token(const int32_t *token_indptr, int n_s
     return lo;
 }
 
-/* Grid (T, H + Hkv), 128 threads, thread f owning the RoPE pairs f, f + 128, ... of a head.
+/* The shared-memory form (COMET_CUDA_ROPE_KV_REG=0).
+ * Grid (T, H + Hkv), 128 threads, thread f owning the RoPE pairs f, f + 128, ... of a head.
  * Blocks y < H rotate a query head in place and finish. Blocks y >= H rotate KV head
  * y - H of k in place and keep it, with v, in shared memory; with `rotate` both go through
  * the Walsh-Hadamard butterflies there; then one thread per (K or V, group) finds the
@@ -142,6 +148,247 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
     }
 }
 
+/* ---- the register form ---------------------------------------------------------------- */
+
+constexpr int ROPE_THREADS = 128;
+constexpr unsigned FULL = 0xffffffffu;
+
+/* One Walsh-Hadamard butterfly of stage h on the value x at index i whose partner (index
+ * i ^ h) holds o: wht_smem's v[j] = a + b, v[j + h] = a - b with a at the lower index. */
+__device__ __forceinline__ float wht_bf(float x, float o, bool upper) {
+    return upper ? __fsub_rn(o, x) : __fadd_rn(x, o);
+}
+
+/* The scan of comet_quant_kv_group (mn = x < mn ? x : mn and mx = x > mx ? x : mx from
+ * x[0], in channel order) over the concatenation of a lower and an upper run: the upper
+ * run's extreme only where strictly beyond the lower's, so that of equal values (+0 and -0)
+ * the first one wins, as in the scan. */
+struct kv_range {
+    float mn, mx;
+    bool ok;
+};
+__device__ __forceinline__ kv_range kv_range_cat(const kv_range &lo, const kv_range &hi) {
+    return {hi.mn < lo.mn ? hi.mn : lo.mn, hi.mx > lo.mx ? hi.mx : lo.mx, lo.ok && hi.ok};
+}
+/* The range of the 8 lanes (an aligned run of 8 channels) holding r, in every one of them */
+__device__ __forceinline__ kv_range kv_range_lanes8(kv_range r, int lane) {
+#pragma unroll
+    for (int off = 1; off < 8; off <<= 1) {
+        const kv_range o = {__shfl_xor_sync(FULL, r.mn, off), __shfl_xor_sync(FULL, r.mx, off),
+                            __shfl_xor_sync(FULL, (int)r.ok, off) != 0};
+        r = lane & off ? kv_range_cat(o, r) : kv_range_cat(r, o);
+    }
+    return r;
+}
+
+/* Grid (T, H + Hkv), ROPE_THREADS threads; the same results, bit for bit, as
+ * rope_kv_append_kernel (COMET_CUDA_ROPE_KV_REG=0 runs that one), in fewer serial steps.
+ * Blocks y < H rotate a query head in place and finish. A block y >= H (KV head y - H) first
+ * issues the loads its end needs (the token's sequence and page slot, v into registers), then
+ * RoPE on k as the query blocks do (angles in double from the CPU's table, cos and sin rounded
+ * to float), k to shared memory; after one barrier thread i holds channels e = i + 128 r of k
+ * and v in registers. With `rotate` the butterflies of stages h < 32 run across lanes
+ * (shuffles), stages 32 and 64 through one exchange in shared memory (each thread reads the
+ * four values its two stages combine), stage 128 inside the thread, each butterfly the
+ * operation wht_smem does on the same operands. Each group's min and max (and whether every
+ * value fits fp16) come from an 8-lane shuffle reduction and, for groups wider than 8
+ * channels, the fold of their 8-channel runs in channel order through shared memory, ties
+ * kept as the CPU's scan keeps them (kv_range_cat); every thread then derives its group's
+ * fp16 scale and zero itself (the same operations as the group's first channel, which stores
+ * them) and its code; at 4 bits the even channel's thread stores the byte with its neighbour's
+ * code. */
+template <int BITS>
+static __global__ void __launch_bounds__(ROPE_THREADS)
+    rope_kv_append_reg_kernel(kv_args L, const int32_t *__restrict__ positions,
+                              const int32_t *__restrict__ token_indptr, int n_seqs,
+                              const int32_t *__restrict__ page_indptr,
+                              const int32_t *__restrict__ page_indices,
+                              const double *__restrict__ inv_freq, float *q, int H, float *k,
+                              const float *__restrict__ v, int rotate) {
+    constexpr int R = COMET_CUDA_KV_MAX_HEAD_DIM / ROPE_THREADS; /* channels a thread */
+    __shared__ float ks[COMET_CUDA_KV_MAX_HEAD_DIM], vs[COMET_CUDA_KV_MAX_HEAD_DIM];
+    __shared__ kv_range runs[2][COMET_CUDA_KV_MAX_HEAD_DIM / 8];
+    const int t = blockIdx.x, y = blockIdx.y, D = L.D, half = D / 2, tid = threadIdx.x;
+    const int lane = tid & 31;
+    const int pos = positions[t];
+    const bool is_q = y < H;
+    const int kvh = y - H;
+    float *row = is_q ? q + ((size_t)t * H + y) * D : k + ((size_t)t * L.Hkv + kvh) * D;
+    /* the KV block's page slot and v, loaded while RoPE computes its angles */
+    uint8_t *tile[2] = {NULL, NULL};
+    int slot = 0;
+    float vr[R];
+    if (!is_q) {
+        const int s = seq_of_token(token_indptr, n_seqs, t);
+        const int page = page_indices[page_indptr[s] + pos / L.P];
+        slot = pos % L.P;
+        tile[0] = kv_tile(L, page, 0, kvh), tile[1] = kv_tile(L, page, 1, kvh);
+        const float *vrow = v + ((size_t)t * L.Hkv + kvh) * D;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int e = tid + ROPE_THREADS * r;
+            vr[r] = e < D ? vrow[e] : 0.0f;
+        }
+    }
+    for (int f = tid; f < half; f += ROPE_THREADS) {
+        const double ang = (double)pos * inv_freq[f];
+        const float cs = (float)cos(ang), sn = (float)sin(ang);
+        const float x0 = row[f], x1 = row[f + half];
+        const float r0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+        const float r1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+        row[f] = r0;
+        row[f + half] = r1;
+        if (!is_q) {
+            ks[f] = r0;
+            ks[f + half] = r1;
+        }
+    }
+    if (is_q)
+        return;
+    __syncthreads();
+    float kr[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int e = tid + ROPE_THREADS * r;
+        kr[r] = e < D ? ks[e] : 0.0f;
+    }
+    if (rotate) { /* D is a power of two */
+        for (int h = 1; h < D && h < 32; h <<= 1) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const bool up = lane & h;
+                kr[r] = wht_bf(kr[r], __shfl_xor_sync(FULL, kr[r], h), up);
+                vr[r] = wht_bf(vr[r], __shfl_xor_sync(FULL, vr[r], h), up);
+            }
+        }
+        if (D > 32) { /* stages 32 and 64 (those below D) across warps; a thread rewrites
+                       * only the ks entries it read itself */
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int e = tid + ROPE_THREADS * r;
+                if (e < D)
+                    ks[e] = kr[r], vs[e] = vr[r];
+            }
+            __syncthreads();
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+                const int e = tid + ROPE_THREADS * r;
+                if (e >= D)
+                    continue;
+#pragma unroll
+                for (int w = 0; w < 2; w++) {
+                    const float *x = w ? vs : ks;
+                    float z;
+                    if (D == 64) {
+                        z = wht_bf(x[e], x[e ^ 32], e & 32);
+                    } else { /* stage 32 at e and at e ^ 64, then stage 64 */
+                        const float y0 = wht_bf(x[e], x[e ^ 32], e & 32);
+                        const float y1 = wht_bf(x[e ^ 64], x[e ^ 96], e & 32);
+                        z = wht_bf(y0, y1, e & 64);
+                    }
+                    if (w)
+                        vr[r] = z;
+                    else
+                        kr[r] = z;
+                }
+            }
+            if (D > 128) { /* stage 128: channels tid and tid + 128 of this thread */
+                const float k0 = kr[0], v0 = vr[0];
+                kr[0] = wht_bf(k0, kr[R - 1], false), kr[R - 1] = wht_bf(kr[R - 1], k0, true);
+                vr[0] = wht_bf(v0, vr[R - 1], false), vr[R - 1] = wht_bf(vr[R - 1], v0, true);
+            }
+        }
+        const float norm = __fdiv_rn(1.0f, __fsqrt_rn((float)D));
+#pragma unroll
+        for (int r = 0; r < R; r++)
+            kr[r] = __fmul_rn(kr[r], norm), vr[r] = __fmul_rn(vr[r], norm);
+    }
+    if constexpr (BITS == 16) {
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int e = tid + ROPE_THREADS * r;
+            if (e >= D)
+                continue;
+            reinterpret_cast<__half *>(tile[0] + (size_t)slot * L.code_row)[e] =
+                __float2half_rn(kr[r]);
+            reinterpret_cast<__half *>(tile[1] + (size_t)slot * L.code_row)[e] =
+                __float2half_rn(vr[r]);
+        }
+        return;
+    }
+    const int G = L.G, levels = (1 << BITS) - 1;
+    kv_range rg[2][R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int e = tid + ROPE_THREADS * r;
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            const float x = w ? vr[r] : kr[r];
+            /* lanes past D (whole runs of 8: D % 8 == 0) reduce among themselves */
+            rg[w][r] = kv_range_lanes8({x, x, fabsf(x) <= 65504.0f}, lane);
+            if (G > 8 && e < D && (e & 7) == 0)
+                runs[w][e >> 3] = rg[w][r];
+        }
+    }
+    if (G > 8) {
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int e = tid + ROPE_THREADS * r;
+            if (e >= D)
+                continue;
+            const int r0 = (e / G) * (G >> 3), n = G >> 3;
+#pragma unroll
+            for (int w = 0; w < 2; w++) {
+                kv_range acc = runs[w][r0];
+                for (int j = 1; j < n; j++)
+                    acc = kv_range_cat(acc, runs[w][r0 + j]);
+                rg[w][r] = acc;
+            }
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int e = tid + ROPE_THREADS * r;
+        unsigned code[2];
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            /* comet_quant_kv_group: zero rounded down, scale up; a NaN scale for a group fp16
+             * cannot hold; codes 0 where the scale is 0 or NaN */
+            __half hs = __ushort_as_half((unsigned short)0x7e00u), hz = __ushort_as_half(0);
+            if (rg[w][r].ok) {
+                hz = __float2half_rd(rg[w][r].mn);
+                hs = __float2half_ru(
+                    __fdiv_rn(__fsub_rn(rg[w][r].mx, __half2float(hz)), (float)levels));
+            }
+            const float sc = __half2float(hs), z = __half2float(hz);
+            code[w] = 0u;
+            if (e < D && sc != 0.0f && sc == sc) {
+                float c = rintf(__fmul_rn(__fsub_rn(w ? vr[r] : kr[r], z), __fdiv_rn(1.0f, sc)));
+                c = c < 0.0f ? 0.0f : c > (float)levels ? (float)levels : c;
+                code[w] = (unsigned)c;
+            }
+            if (e < D && e % G == 0) {
+                __half *dst = reinterpret_cast<__half *>(tile[w] + L.sz_offset +
+                                                         (size_t)slot * L.sz_row + 4 * (e / G));
+                dst[0] = hs;
+                dst[1] = hz;
+            }
+        }
+#pragma unroll
+        for (int w = 0; w < 2; w++) {
+            uint8_t *codes = tile[w] + (size_t)slot * L.code_row;
+            if constexpr (BITS == 4) {
+                const unsigned odd = __shfl_xor_sync(FULL, code[w], 1);
+                if (e < D && !(e & 1))
+                    codes[e >> 1] = (uint8_t)(code[w] | odd << 4);
+            } else if (e < D) {
+                codes[e] = (uint8_t)code[w];
+            }
+        }
+    }
+}
+
 } /* namespace */
 
 extern "C" {
@@ -165,9 +412,19 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
                                st->n_tokens, H, layer, L->n_layer);
     kv_args ka = kv_args_make(L, storage, layer);
     dim3 grid(st->n_tokens, H + L->Hkv);
+    /* COMET_CUDA_ROPE_KV_REG=0 (read at every call): the shared-memory form, for A/B runs;
+     * the same bits either way */
+    const char *env = getenv("COMET_CUDA_ROPE_KV_REG");
+    const bool reg = !(env && !strcmp(env, "0"));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
     with_kv_bits(L->bits, [&](auto bits) {
-        rope_kv_append_kernel<decltype(bits)::value>
-            <<<grid, 128, 0, static_cast<cudaStream_t>(stream)>>>(
+        constexpr int BITS = decltype(bits)::value;
+        if (reg)
+            rope_kv_append_reg_kernel<BITS><<<grid, ROPE_THREADS, 0, s>>>(
+                ka, st->positions, st->token_indptr, st->n_seqs, st->page_indptr, st->page_indices,
+                inv_freq, q, H, k, v, rotate);
+        else
+            rope_kv_append_kernel<BITS><<<grid, ROPE_THREADS, 0, s>>>(
                 ka, st->positions, st->token_indptr, st->n_seqs, st->page_indptr, st->page_indices,
                 inv_freq, q, H, k, v, rotate);
     });
