@@ -382,6 +382,8 @@ static void norm_forms_case(int T, int K, int kind, int with_res, uint64_t seed)
 
 static void test_norm_forms(void **state) {
     (void)state;
+    /* the launches below run on the legacy stream of the backend's device (0) */
+    assert_int_equal(cudaSetDevice(0), cudaSuccess);
     static const int Ks[] = {4096, 8192, 16384, 32768, 33024};
     static const int Ts[] = {1, 3, 64, 65};
     for (int ki = 0; ki < 5; ki++)
