@@ -43,6 +43,27 @@ __device__ __forceinline__ int seq_of_token(const int32_t *token_indptr, int n_s
     return lo;
 }
 
+/* RoPE on one head's row in place, pairs (f, f + D / 2) for f = tid, tid + stride, ...: the
+ * angle pos * inv_freq[f] in double (the CPU's table), cos and sin rounded to float, the
+ * rotation in round-to-nearest float ops as the CPU does them. A k head (keep) also keeps the
+ * rotated row in ks. */
+__device__ __forceinline__ void rope_row(float *row, float *ks, bool keep, int pos,
+                                         const double *inv_freq, int half, int tid, int stride) {
+    for (int f = tid; f < half; f += stride) {
+        const double ang = (double)pos * inv_freq[f];
+        const float cs = (float)cos(ang), sn = (float)sin(ang);
+        const float x0 = row[f], x1 = row[f + half];
+        const float r0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+        const float r1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+        row[f] = r0;
+        row[f + half] = r1;
+        if (keep) {
+            ks[f] = r0;
+            ks[f + half] = r1;
+        }
+    }
+}
+
 /* The shared-memory form (COMET_CUDA_ROPE_KV_REG=0).
  * Grid (T, H + Hkv), 128 threads, thread f owning the RoPE pairs f, f + 128, ... of a head.
  * Blocks y < H rotate a query head in place and finish. Blocks y >= H rotate KV head
@@ -64,19 +85,7 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
     const int pos = positions[t];
     const bool is_q = y < H;
     float *row = is_q ? q + ((size_t)t * H + y) * D : k + ((size_t)t * L.Hkv + (y - H)) * D;
-    for (int f = tid; f < half; f += blockDim.x) {
-        const double ang = (double)pos * inv_freq[f];
-        const float cs = (float)cos(ang), sn = (float)sin(ang);
-        const float x0 = row[f], x1 = row[f + half];
-        const float r0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-        const float r1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
-        row[f] = r0;
-        row[f + half] = r1;
-        if (!is_q) {
-            ks[f] = r0;
-            ks[f + half] = r1;
-        }
-    }
+    rope_row(row, ks, !is_q, pos, inv_freq, half, tid, blockDim.x);
     if (is_q)
         return;
     const int kvh = y - H;
@@ -230,19 +239,7 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
             vr[r] = e < D ? vrow[e] : 0.0f;
         }
     }
-    for (int f = tid; f < half; f += ROPE_THREADS) {
-        const double ang = (double)pos * inv_freq[f];
-        const float cs = (float)cos(ang), sn = (float)sin(ang);
-        const float x0 = row[f], x1 = row[f + half];
-        const float r0 = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-        const float r1 = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
-        row[f] = r0;
-        row[f + half] = r1;
-        if (!is_q) {
-            ks[f] = r0;
-            ks[f + half] = r1;
-        }
-    }
+    rope_row(row, ks, !is_q, pos, inv_freq, half, tid, ROPE_THREADS);
     if (is_q)
         return;
     __syncthreads();
