@@ -64,6 +64,29 @@ __device__ __forceinline__ void rope_row(float *row, float *ks, bool keep, int p
     }
 }
 
+/* comet_quant_kv_group's fp16 scale and zero of a group with range [mn, mx]: the zero
+ * rounded down, the scale up; a NaN scale (zero 0) for a group fp16 cannot hold (!ok) */
+__device__ __forceinline__ void kv_scale_zero(float mn, float mx, bool ok, int levels, __half &hs,
+                                              __half &hz) {
+    hs = __ushort_as_half((unsigned short)0x7e00u), hz = __ushort_as_half(0);
+    if (ok) {
+        hz = __float2half_rd(mn);
+        hs = __float2half_ru(__fdiv_rn(__fsub_rn(mx, __half2float(hz)), (float)levels));
+    }
+}
+
+/* comet_quant_kv_group's code of x at scale sc and zero z: 0 where the scale is 0 or NaN,
+ * and for a channel that is not there (!live) */
+__device__ __forceinline__ unsigned kv_code(bool live, float x, float z, float sc, int levels) {
+    unsigned code = 0u;
+    if (live && sc != 0.0f && sc == sc) {
+        float c = rintf(__fmul_rn(__fsub_rn(x, z), __fdiv_rn(1.0f, sc)));
+        c = c < 0.0f ? 0.0f : c > (float)levels ? (float)levels : c;
+        code = (unsigned)c;
+    }
+    return code;
+}
+
 /* The shared-memory form (COMET_CUDA_ROPE_KV_REG=0).
  * Grid (T, H + Hkv), 128 threads, thread f owning the RoPE pairs f, f + 128, ... of a head.
  * Blocks y < H rotate a query head in place and finish. Blocks y >= H rotate KV head
@@ -119,13 +142,8 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
             mn = x[c] < mn ? x[c] : mn;
             mx = x[c] > mx ? x[c] : mx;
         }
-        /* comet_quant_kv_group: zero rounded down, scale up; a NaN scale for a group fp16
-         * cannot hold */
-        __half hs = __ushort_as_half((unsigned short)0x7e00u), hz = __ushort_as_half(0);
-        if (ok) {
-            hz = __float2half_rd(mn);
-            hs = __float2half_ru(__fdiv_rn(__fsub_rn(mx, __half2float(hz)), (float)levels));
-        }
+        __half hs, hz;
+        kv_scale_zero(mn, mx, ok, levels, hs, hz);
         __half *dst =
             reinterpret_cast<__half *>(tile[which] + L.sz_offset + (size_t)slot * L.sz_row + 4 * g);
         dst[0] = hs;
@@ -135,13 +153,8 @@ static __global__ void rope_kv_append_kernel(kv_args L, const int32_t *__restric
     }
     __syncthreads();
     auto code = [&](int which, int c) -> unsigned {
-        const float sc = sz[which][c / L.G][0], z = sz[which][c / L.G][1];
-        if (sc == 0.0f || sc != sc)
-            return 0u;
-        const float x = which ? vs[c] : ks[c];
-        float r = rintf(__fmul_rn(__fsub_rn(x, z), __fdiv_rn(1.0f, sc)));
-        r = r < 0.0f ? 0.0f : r > (float)levels ? (float)levels : r;
-        return (unsigned)r;
+        return kv_code(true, which ? vs[c] : ks[c], sz[which][c / L.G][1], sz[which][c / L.G][0],
+                       levels);
     };
     if constexpr (BITS == 4) {
         for (int i = tid; i < D; i += blockDim.x) { /* i: (which, byte) over 2 * D/2 bytes */
@@ -350,21 +363,9 @@ static __global__ void __launch_bounds__(ROPE_THREADS)
         unsigned code[2];
 #pragma unroll
         for (int w = 0; w < 2; w++) {
-            /* comet_quant_kv_group: zero rounded down, scale up; a NaN scale for a group fp16
-             * cannot hold; codes 0 where the scale is 0 or NaN */
-            __half hs = __ushort_as_half((unsigned short)0x7e00u), hz = __ushort_as_half(0);
-            if (rg[w][r].ok) {
-                hz = __float2half_rd(rg[w][r].mn);
-                hs = __float2half_ru(
-                    __fdiv_rn(__fsub_rn(rg[w][r].mx, __half2float(hz)), (float)levels));
-            }
-            const float sc = __half2float(hs), z = __half2float(hz);
-            code[w] = 0u;
-            if (e < D && sc != 0.0f && sc == sc) {
-                float c = rintf(__fmul_rn(__fsub_rn(w ? vr[r] : kr[r], z), __fdiv_rn(1.0f, sc)));
-                c = c < 0.0f ? 0.0f : c > (float)levels ? (float)levels : c;
-                code[w] = (unsigned)c;
-            }
+            __half hs, hz;
+            kv_scale_zero(rg[w][r].mn, rg[w][r].mx, rg[w][r].ok, levels, hs, hz);
+            code[w] = kv_code(e < D, w ? vr[r] : kr[r], __half2float(hz), __half2float(hs), levels);
             if (e < D && e % G == 0) {
                 __half *dst = reinterpret_cast<__half *>(tile[w] + L.sz_offset +
                                                          (size_t)slot * L.sz_row + 4 * (e / G));
