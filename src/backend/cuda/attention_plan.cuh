@@ -8,13 +8,12 @@
  */
 #pragma once
 
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma2.cuh"
+#include "backend/cuda/env_switch.h"
 
 namespace {
 
@@ -51,8 +50,7 @@ bool att_decode_step(const comet_cuda_step_view *st, int g) {
  * heads per KV head, unless COMET_CUDA_ATTN_DECODE_MMA=0 (read at every call, so that one
  * process can compare both kernels). */
 bool att_decode_mma(const comet_cuda_kv_layout *L, int g) {
-    const char *env = getenv("COMET_CUDA_ATTN_DECODE_MMA");
-    if (env && !strcmp(env, "0"))
+    if (comet_cuda_env_off("COMET_CUDA_ATTN_DECODE_MMA"))
         return false;
     if (L->bits != 4 || (L->D != 64 && L->D != 128) || g < 1 || g > DMMA_MAX_G)
         return false;

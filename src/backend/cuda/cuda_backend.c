@@ -43,6 +43,7 @@
 #include <cuda.h> /* types of the two driver functions below, reached through the runtime */
 
 #include "backend/cuda/cuda_internal.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm_w4ax.h"
 #include "backend/w4ax_check.h"
 #include "comet/log.h"
@@ -638,18 +639,14 @@ comet_backend *comet_backend_cuda_init(int device) {
     }
     im->device = device;
     im->capturing = -1;
-    const char *graphs = getenv("COMET_CUDA_GRAPHS");
-    im->graphs_on = !(graphs && !strcmp(graphs, "0"));
-    const char *pdl = getenv("COMET_CUDA_PDL");
-    im->pdl_on = !(pdl && !strcmp(pdl, "0"));
-    const char *attn_splits = getenv("COMET_CUDA_ATTN_SPLITS");
-    const int attn_splits_on = !(attn_splits && !strcmp(attn_splits, "0"));
+    im->graphs_on = !comet_cuda_env_off("COMET_CUDA_GRAPHS");
+    im->pdl_on = !comet_cuda_env_off("COMET_CUDA_PDL");
+    const int attn_splits_on = !comet_cuda_env_off("COMET_CUDA_ATTN_SPLITS");
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
     im->attn_mma_on = attn_mma && !strcmp(attn_mma, "0")   ? 0
                       : attn_mma && !strcmp(attn_mma, "1") ? 1
                                                            : 2;
-    const char *stack_split = getenv("COMET_CUDA_STACK_SPLIT");
-    im->stack_split_on = !(stack_split && !strcmp(stack_split, "0"));
+    im->stack_split_on = !comet_cuda_env_off("COMET_CUDA_STACK_SPLIT");
     be->ops = &cuda_ops;
     be->n_threads = 1;
     be->impl = im;

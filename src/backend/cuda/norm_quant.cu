@@ -15,10 +15,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/env_switch.h"
 
 namespace {
 
@@ -212,12 +211,11 @@ comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_
     if (mode == ROW_NORM) {
         /* COMET_CUDA_NORM_SMEM=0 (read at every call): x read back from global memory and
          * no early loads, for A/B runs; the same bits either way */
-        const char *env = getenv("COMET_CUDA_NORM_SMEM");
-        const bool fast = !(env && !strcmp(env, "0"));
+        const bool fast = !comet_cuda_env_off("COMET_CUDA_NORM_SMEM");
         a.smem_row = fast && f->K <= NORM_SMEM_MAX_K;
         const int smem = a.smem_row ? f->K * (int)sizeof(float) : 0;
         /* up to NORM_PRELOAD_MAX_T rows (each CTA has an SM to itself anyway) the form that
-         * loads the gather's perm and norm entries first (45 registers: one CTA an SM);
+         * loads the gather's perm and norm entries first (52 registers: one CTA an SM);
          * beyond, the one that keeps two CTAs an SM */
         void (*kernel)(row_args) = fast && T <= NORM_PRELOAD_MAX_T
                                        ? row_quant_kernel<ROW_NORM, true>

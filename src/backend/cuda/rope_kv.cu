@@ -19,10 +19,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 #include "backend/cuda/paged_kv.cuh"
+#include "backend/cuda/env_switch.h"
 
 namespace {
 
@@ -412,8 +411,7 @@ comet_status comet_cuda_rope_kv_append(const comet_cuda_kv_layout *L, void *stor
     dim3 grid(st->n_tokens, H + L->Hkv);
     /* COMET_CUDA_ROPE_KV_REG=0 (read at every call): the shared-memory form, for A/B runs;
      * the same bits either way */
-    const char *env = getenv("COMET_CUDA_ROPE_KV_REG");
-    const bool reg = !(env && !strcmp(env, "0"));
+    const bool reg = !comet_cuda_env_off("COMET_CUDA_ROPE_KV_REG");
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     with_kv_bits(L->bits, [&](auto bits) {
         constexpr int BITS = decltype(bits)::value;
