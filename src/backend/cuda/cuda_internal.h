@@ -58,10 +58,10 @@ typedef struct cuda_impl {
     void *attn_ws;             /* attention's split partials, grown on demand */
     size_t attn_ws_bytes;
     void *stack_ws; /* a stacked group's GEMM output [T, N] fp32, grown on demand */
+    size_t stack_ws_bytes;
     /* the W4Ax GEMM of a stacked group stores each role's columns in its buffer; 0 with
      * COMET_CUDA_STACK_SPLIT=0 (the A/B against the output in stack_ws and an unstack copy) */
     int stack_split_on;
-    size_t stack_ws_bytes;
     double *rope_dev; /* [ROPE_SLOTS, ROPE_SLOT_FREQS] inv_freq tables, allocated on first use */
     comet_rope_params rope_key[ROPE_SLOTS];
     int rope_used, rope_next;
