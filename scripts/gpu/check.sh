@@ -67,7 +67,8 @@ if has ops; then
     if [ "${COMET_RACECHECK:-0}" = 1 ] && command -v compute-sanitizer >/dev/null; then
         # racecheck on the quick set (COMET_CUDA_TEST_QUICK=1), one process per test case
         for tc in test_step_ops_cuda:test_op_table test_step_ops_cuda:test_act_ops \
-            test_step_ops_cuda:test_matmul test_attention_cuda:test_kv_codes_position0 \
+            test_step_ops_cuda:test_matmul test_step_ops_cuda:test_norm_cluster_forms \
+            test_attention_cuda:test_kv_codes_position0 \
             test_attention_cuda:test_attention_decode \
             test_attention_cuda:test_attention_batch_invariant \
             test_attention_prefill_cuda:test_attention_prefill_chunks; do

@@ -14,9 +14,11 @@
  * - silu_mul_quant (DOWN): as act_quant, except that codes may differ within 1e-4 of a .5
  *   boundary and scales by 1e-6 relative: the CUDA expf and glibc's expf may differ by an
  *   ulp (the quantizer itself is checked bit-exact by act_quant).
- * - comet_cuda_rmsnorm_quant's forms (the row in shared memory, the early gather loads) against
- *   its plain form (COMET_CUDA_NORM_SMEM=0), bit for bit, at widths 4096 to 33024 and 1 to 65
- *   rows, W4Ax and fp16.
+ * - comet_cuda_rmsnorm_quant's forms (the row in shared memory, the early gather loads, the
+ *   thread-block cluster of 2, 4 or 8 CTAs a row) against each other, bit for bit: one CTA a row
+ *   with and without the row in shared memory at widths 4096 to 33024 and 1 to 65 rows; the
+ *   cluster forms against one CTA a row at widths 2048 to 16384 (blocks of 128 and 64, odd
+ *   widths) and 1 to 17 rows; W4Ax and fp16, with and without the residual.
  * - matmul of the W4Ax variants, every role of every layer, from one activation (the CPU's
  *   codes and scales uploaded in the CUDA layout): within 1e-4 relative norm error (exact
  *   int32 block sums on both sides) and 1e-3 relative per row.
@@ -286,21 +288,53 @@ static void test_act_ops(void **state) {
     pair_free(&p);
 }
 
-/* ---- rmsnorm_quant's two forms on wide rows ----------------------------------------------- */
+/* ---- rmsnorm_quant's forms ------------------------------------------------------------------ */
 
-/* comet_cuda_rmsnorm_quant on T rows of K channels (a random permutation, n8 INT8 blocks of B,
- * or fp16) with COMET_CUDA_NORM_SMEM=0 (x read back from global memory) and with the default
- * (the row kept in shared memory up to 32768 channels; up to 64 rows the gather's perm and norm
- * entries loaded before the reduction): x after the residual add, the codes and the scales (or
- * the fp16 values) must be the same bits; x + residual bit-exact with the host's sum, and the
- * scales within 1e-5 of the host's double-precision RMSNorm (a wrong gather or channel moves
- * them by far more). */
-static void norm_forms_case(int T, int K, int kind, int with_res, uint64_t seed) {
-    const int B = 128, n8 = K / B / 4;
+/* A setting of comet_cuda_rmsnorm_quant's two switches (NULL: unset) */
+typedef struct norm_setting {
+    const char *smem, *cluster; /* COMET_CUDA_NORM_SMEM, COMET_CUDA_NORM_CLUSTER */
+} norm_setting;
+
+static const norm_setting NS_GLOBAL = {"0", NULL}; /* one CTA a row, x read back from global */
+static const norm_setting NS_ROW = {NULL, "0"};    /* one CTA a row, the row in shared memory */
+static const norm_setting NS_DEFAULT = {NULL, NULL};
+static const norm_setting NS_C2 = {NULL, "2"}, NS_C8 = {NULL, "8"};
+
+static void set_env(const char *name, const char *value) {
+    if (value)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
+/* 1 when the cluster form must engage (an sm_90 device; the build's default architectures
+ * "90a;80" hold its sm_90 code) */
+static int g_cluster_device = -1;
+
+static int cluster_device(void) {
+    if (g_cluster_device < 0) {
+        int major = 0;
+        g_cluster_device = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) ==
+                                   cudaSuccess &&
+                               major == 9;
+    }
+    return g_cluster_device;
+}
+
+/* comet_cuda_rmsnorm_quant on T rows of K channels (a random permutation, n8 = K / B / 4 INT8
+ * blocks of B, or fp16) under each setting in `set` (set[0] the reference): x after the residual
+ * add, the codes and the scales (or the fp16 values) must be the same bits in every setting; x +
+ * residual bit-exact with the host's sum, and the scales within 1e-5 of the host's
+ * double-precision RMSNorm (a wrong gather or channel moves them by far more). On an sm_90
+ * device a setting that allows the cluster form must name it (comet_cuda_rmsnorm_quant_form)
+ * at up to 16 rows of up to 32768 channels, and one CTA a row beyond. */
+static void norm_forms_case(int T, int K, int B, int kind, int with_res, uint64_t seed,
+                            const norm_setting *set, int n_set) {
+    const int n8 = K / B / 4;
     const size_t n = (size_t)T * K;
-    char what[128];
-    snprintf(what, sizeof what, "rmsnorm_quant forms T %d K %d %s%s", T, K,
-             kind == COMET_CUDA_ACT_W4AX ? "w4ax" : "f16", with_res ? " +residual" : "");
+    char what[160];
+    snprintf(what, sizeof what, "rmsnorm_quant forms T %d K %d %s B %d%s", T, K,
+             kind == COMET_CUDA_ACT_W4AX ? "w4ax" : "f16", B, with_res ? " +residual" : "");
     st_seed(seed);
     float *x0 = st_malloc(n * 4), *r0 = st_malloc(n * 4), *nw = st_malloc((size_t)K * 4);
     int32_t *perm = st_malloc((size_t)K * 4);
@@ -316,56 +350,73 @@ static void norm_forms_case(int T, int K, int kind, int with_res, uint64_t seed)
         perm[k] = perm[j], perm[j] = t;
     }
     const size_t act_bytes = comet_act_bytes(T, K);
+    const size_t used = kind == COMET_CUDA_ACT_W4AX
+                            ? st_act_scales_offset(T, K) + (size_t)T * (K / B) * 4
+                            : n * 2;
     sbuf rg = sb_from(g_cuda, r0, n * 4), ng = sb_from(g_cuda, nw, (size_t)K * 4);
     sbuf pg = sb_from(g_cuda, perm, (size_t)K * 4);
-    uint8_t *act[2];
-    float *xo[2];
-    for (int form = 0; form < 2; form++) {
+    uint8_t *act[8];
+    float *xo[8];
+    char forms[256] = "";
+    assert_true(n_set >= 1 && n_set <= 8);
+    for (int form = 0; form < n_set; form++) {
         sbuf xg = sb_from(g_cuda, x0, n * 4), ag = sb_alloc(g_cuda, act_bytes);
         st_sync_ok(g_cuda);
         const comet_cuda_act_fmt f = {.kind = kind, .K = K, .B = B, .n8 = n8,
                                       .perm = (const int32_t *)sb_ptr(&pg)};
-        if (form == 0)
-            setenv("COMET_CUDA_NORM_SMEM", "0", 1);
+        set_env("COMET_CUDA_NORM_SMEM", set[form].smem);
+        set_env("COMET_CUDA_NORM_CLUSTER", set[form].cluster);
+        const char *name = comet_cuda_rmsnorm_quant_form(T, K);
         const comet_status r = comet_cuda_rmsnorm_quant(
             sb_f(&xg), with_res ? sb_f(&rg) : NULL, sb_f(&ng), 1e-5f, T, &f, sb_ptr(&ag), NULL);
         unsetenv("COMET_CUDA_NORM_SMEM");
-        if (r != COMET_OK)
+        unsetenv("COMET_CUDA_NORM_CLUSTER");
+        if (r != COMET_OK || !name)
             fail_msg("%s: %s", what, comet_last_error());
+        const int may_cluster = !(set[form].smem && !strcmp(set[form].smem, "0")) &&
+                                !(set[form].cluster && !strcmp(set[form].cluster, "0"));
+        const int is_cluster = !strncmp(name, "cluster", 7);
+        if (cluster_device() && is_cluster != (may_cluster && T <= 16 && K <= 32768))
+            fail_msg("%s: COMET_CUDA_NORM_SMEM=%s COMET_CUDA_NORM_CLUSTER=%s takes the form "
+                     "\"%s\" on this sm_90 device",
+                     what, set[form].smem ? set[form].smem : "(unset)",
+                     set[form].cluster ? set[form].cluster : "(unset)", name);
+        snprintf(forms + strlen(forms), sizeof forms - strlen(forms), "%s%s", form ? ", " : "",
+                 name);
         if (cudaDeviceSynchronize() != cudaSuccess)
-            fail_msg("%s: %s", what, cudaGetErrorString(cudaGetLastError()));
+            fail_msg("%s: %s (%s)", what, cudaGetErrorString(cudaGetLastError()), name);
         xo[form] = sb_fetch(&xg, n * 4);
         act[form] = sb_fetch(&ag, act_bytes);
         SB_CHECK_GUARDS(&xg, what);
         SB_CHECK_GUARDS(&ag, what);
         sb_free(&xg), sb_free(&ag);
+        if (memcmp(xo[0], xo[form], n * 4))
+            fail_msg("%s: x after the op differs between the forms %s", what, forms);
+        for (size_t i = 0; i < used; i++)
+            if (act[0][i] != act[form][i])
+                fail_msg("%s: activation byte %zu of %zu differs between the forms %s: %02x vs "
+                         "%02x",
+                         what, i, used, forms, act[0][i], act[form][i]);
     }
-    const size_t used = kind == COMET_CUDA_ACT_W4AX
-                            ? st_act_scales_offset(T, K) + (size_t)T * (K / B) * 4
-                            : n * 2;
-    if (memcmp(xo[0], xo[1], n * 4))
-        fail_msg("%s: x after the op differs between the forms", what);
-    for (size_t i = 0; i < used; i++)
-        if (act[0][i] != act[1][i])
-            fail_msg("%s: activation byte %zu of %zu differs between the forms: %02x vs %02x",
-                     what, i, used, act[0][i], act[1][i]);
+    const int last = n_set - 1;
     double worst = 0;
     for (int t = 0; t < T; t++) {
         double ss = 0;
         for (int k = 0; k < K; k++) {
             const size_t i = (size_t)t * K + k;
             const float v = with_res ? x0[i] + r0[i] : x0[i];
-            if (memcmp(&v, &xo[1][i], 4))
-                fail_msg("%s: x[%d, %d] = %.9g, the host's sum %.9g", what, t, k, xo[1][i], v);
+            if (memcmp(&v, &xo[last][i], 4))
+                fail_msg("%s: x[%d, %d] = %.9g, the host's sum %.9g", what, t, k, xo[last][i], v);
             ss += (double)v * v;
         }
         const double inv = 1.0 / sqrt(ss / K + 1e-5);
         for (int b = 0; kind == COMET_CUDA_ACT_W4AX && b < K / B; b++) {
             double amax = 0;
             for (int k = b * B; k < (b + 1) * B; k++)
-                amax = fmax(amax, fabs(xo[1][(size_t)t * K + perm[k]] * inv * nw[perm[k]]));
+                amax = fmax(amax, fabs(xo[last][(size_t)t * K + perm[k]] * inv * nw[perm[k]]));
             float sc;
-            memcpy(&sc, act[1] + st_act_scales_offset(T, K) + ((size_t)t * (K / B) + b) * 4, 4);
+            memcpy(&sc, act[last] + st_act_scales_offset(T, K) + ((size_t)t * (K / B) + b) * 4,
+                   4);
             const double want = amax / (b < n8 ? 127.0 : 7.0);
             const double e = fabs(sc - want) / want;
             if (!(e <= 1e-5))
@@ -373,17 +424,22 @@ static void norm_forms_case(int T, int K, int kind, int with_res, uint64_t seed)
             worst = fmax(worst, e);
         }
     }
-    print_message("  %s: the forms agree bit for bit; scales within %.3g of the host\n", what,
-                  worst);
+    print_message("  %s: the forms (%s) agree bit for bit; scales within %.3g of the host\n",
+                  what, forms, worst);
     sb_free(&rg), sb_free(&ng), sb_free(&pg);
     free(x0), free(r0), free(nw), free(perm);
-    free(xo[0]), free(xo[1]), free(act[0]), free(act[1]);
+    for (int form = 0; form < n_set; form++)
+        free(xo[form]), free(act[form]);
 }
 
+/* One CTA a row with the row read back from global memory, kept in shared memory, and the
+ * default, at widths up to 33024 (past the shared-memory row) and 1 to 65 rows (past the early
+ * loads' 64). */
 static void test_norm_forms(void **state) {
     (void)state;
     /* the launches below run on the legacy stream of the backend's device (0) */
     assert_int_equal(cudaSetDevice(0), cudaSuccess);
+    const norm_setting set[] = {NS_GLOBAL, NS_ROW, NS_DEFAULT};
     static const int Ks[] = {4096, 8192, 16384, 32768, 33024};
     static const int Ts[] = {1, 3, 64, 65};
     for (int ki = 0; ki < 5; ki++)
@@ -391,10 +447,67 @@ static void test_norm_forms(void **state) {
             if (Ks[ki] > 16384 && Ts[ti] > 3)
                 continue;
             const uint64_t seed = 0x4E0F0000ull + (uint64_t)ki * 10 + (uint64_t)ti;
-            norm_forms_case(Ts[ti], Ks[ki], COMET_CUDA_ACT_W4AX, ti % 2, seed);
+            norm_forms_case(Ts[ti], Ks[ki], 128, COMET_CUDA_ACT_W4AX, ti % 2, seed, set, 3);
             if (ti == 0)
-                norm_forms_case(Ts[ti], Ks[ki], COMET_CUDA_ACT_F16, 1, seed + 5);
+                norm_forms_case(Ts[ti], Ks[ki], 128, COMET_CUDA_ACT_F16, 1, seed + 5, set, 3);
         }
+}
+
+/* The cluster form (default 4 CTAs a row, and 2 and 8) against one CTA a row (the row in shared
+ * memory, COMET_CUDA_NORM_CLUSTER=0), bit for bit: LLaMA widths 2048 to 16384 (one to two
+ * batches of 8 row values a thread; 16 to 128 blocks of 128, so virtual warps with one to four
+ * blocks, past the two whose perm and norm load early), 1, 2, 3 and 16 rows and 17 (one CTA a
+ * row in every setting), with and without the residual; blocks of 64 at 4096, 4160 (65
+ * blocks: K not a multiple of 128, warps without a block) and 8192; fp16 at 4096, 4100 (K not a
+ * multiple of 32) and 14336. A COMET_CUDA_NORM_CLUSTER that is not 0, 2, 4 or 8 is refused.
+ * COMET_CUDA_TEST_QUICK=1 (the sanitizer set) keeps K 4096 at 1 and 2 rows (with and without
+ * the residual), 16384 at 3 (a second batch of row values, four blocks a warp), 4160 in
+ * blocks of 64 and fp16 at 4100. */
+static void test_norm_cluster_forms(void **state) {
+    (void)state;
+    assert_int_equal(cudaSetDevice(0), cudaSuccess);
+    const char *q = getenv("COMET_CUDA_TEST_QUICK");
+    const int quick = q && *q && strcmp(q, "0"); /* the sanitizer set: every path once */
+    const norm_setting set[] = {NS_ROW, NS_DEFAULT, NS_C2, NS_C8};
+    static const int Ks[] = {2048, 4096, 5120, 8192, 14336, 16384};
+    static const int Ts[] = {1, 2, 3, 16, 17};
+    for (int ki = 0; ki < 6; ki++)
+        for (int ti = 0; ti < 5; ti++) {
+            if (quick && !((Ks[ki] == 4096 && Ts[ti] <= 2) || (Ks[ki] == 16384 && Ts[ti] == 3)))
+                continue;
+            norm_forms_case(Ts[ti], Ks[ki], 128, COMET_CUDA_ACT_W4AX, (ki + ti) % 2,
+                            0x4E0C0000ull + (uint64_t)ki * 10 + (uint64_t)ti, set, 4);
+        }
+    static const int K64[] = {4096, 4160, 8192};
+    for (int ki = quick; ki < 3 - quick; ki++) {
+        norm_forms_case(1, K64[ki], 64, COMET_CUDA_ACT_W4AX, 1, 0x4E0C0100ull + (uint64_t)ki, set,
+                        4);
+        if (!quick)
+            norm_forms_case(16, K64[ki], 64, COMET_CUDA_ACT_W4AX, 0, 0x4E0C0110ull + (uint64_t)ki,
+                            set, 4);
+    }
+    static const int K16[] = {4096, 4100, 14336};
+    static const int T16[] = {1, 3, 17};
+    for (int ki = quick; ki < 3 - quick; ki++)
+        for (int ti = 0; ti < 3 - 2 * quick; ti++)
+            norm_forms_case(T16[ti], K16[ki], 128, COMET_CUDA_ACT_F16, ti != 1,
+                            0x4E0C0200ull + (uint64_t)ki * 10 + (uint64_t)ti, set, 4);
+    /* a bad switch value is an error, not a silent default */
+    setenv("COMET_CUDA_NORM_CLUSTER", "3", 1);
+    const char *name = comet_cuda_rmsnorm_quant_form(1, 4096);
+    const comet_cuda_act_fmt f = {.kind = COMET_CUDA_ACT_F16, .K = 4096, .B = 128, .n8 = 0};
+    sbuf xg = sb_alloc(g_cuda, 4096 * 4), ng = sb_alloc(g_cuda, 4096 * 4),
+         ag = sb_alloc(g_cuda, comet_act_bytes(1, 4096));
+    const comet_status r =
+        comet_cuda_rmsnorm_quant(sb_f(&xg), NULL, sb_f(&ng), 1e-5f, 1, &f, sb_ptr(&ag), NULL);
+    unsetenv("COMET_CUDA_NORM_CLUSTER");
+    if (name || r != COMET_ERR_INVALID_ARG)
+        fail_msg("COMET_CUDA_NORM_CLUSTER=3: form %s, status %s (want NULL and invalid_arg)",
+                 name ? name : "NULL", comet_status_name(r));
+    if (!strstr(comet_last_error(), "COMET_CUDA_NORM_CLUSTER"))
+        fail_msg("COMET_CUDA_NORM_CLUSTER=3: the error does not name the switch: %s",
+                 comet_last_error());
+    sb_free(&xg), sb_free(&ng), sb_free(&ag);
 }
 
 /* ---- matmul ---------------------------------------------------------------------------- */
@@ -513,6 +626,7 @@ int main(void) {
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A4),
         cmocka_unit_test_prestate(test_matmul, (void *)&V_W4A8),
         cmocka_unit_test(test_norm_forms),
+        cmocka_unit_test(test_norm_cluster_forms),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
         cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));

@@ -54,6 +54,17 @@ typedef struct comet_cuda_act_fmt {
 comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const float *norm, float eps,
                                       int T, const comet_cuda_act_fmt *f, void *act, void *stream);
 
+/* Which form comet_cuda_rmsnorm_quant takes for T rows of K channels on the current device under
+ * the environment of this moment (a static string): "cluster 2", "cluster 4" or "cluster 8"
+ * (sm_90, up to 16 rows of up to 32768 channels: a thread-block cluster of that many CTAs a
+ * row; COMET_CUDA_NORM_CLUSTER=0 turns it off, =2, 4 or 8 sets the CTAs, unset: 4), else
+ * "row shared early", "row shared", "row global early" or "row global" (one CTA a row; the row
+ * kept in shared memory up to 32768 channels, the gather's perm and norm loaded before the
+ * reduction up to 64 rows; COMET_CUDA_NORM_SMEM=0: "row global"). Every form gives the same
+ * bits. NULL with the error set for T < 1, K < 1 or a COMET_CUDA_NORM_CLUSTER that is not 0,
+ * 2, 4 or 8 (which comet_cuda_rmsnorm_quant refuses with COMET_ERR_INVALID_ARG). */
+const char *comet_cuda_rmsnorm_quant_form(int T, int K);
+
 /* act = x [T, f->K] in format f (no norm). */
 comet_status comet_cuda_act_quant(const float *x, int T, const comet_cuda_act_fmt *f, void *act,
                                   void *stream);

@@ -8,7 +8,8 @@
  *    (N = 128, 64, 32, 16);
  *  - cp.async (16 / 4 bytes, zero-fill), ldmatrix x4 (plain and transposed);
  *  - mbarriers, TMA 2-D tile and 1-D bulk copies that complete on them;
- *  - thread-block cluster barrier, rank and distributed-shared-memory loads.
+ *  - thread-block cluster barrier (whole, or split into arrive and wait), rank and
+ *    distributed-shared-memory addresses, loads and stores.
  * Kernel-specific helpers (promotion, weight-scale loads, output stores) stay with their
  * kernels. */
 #pragma once
@@ -172,6 +173,31 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *smem) {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
     return r;
+}
+/* The two halves of that barrier: arrive.relaxed orders nothing (a start-up handshake: every
+ * CTA of the cluster is running once the wait returns), arrive.release publishes this thread's
+ * earlier shared-memory writes (local and remote) to the threads that return from the wait,
+ * whose reads after it see them (acquire). */
+[[maybe_unused]] __device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void cluster_arrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n" ::: "memory");
+}
+[[maybe_unused]] __device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+/* The shared::cluster address of shared-memory location p in CTA `rank` of the cluster, and a
+ * 4-byte store there (a posted write: it completes by the writer's next cluster_arrive). */
+[[maybe_unused]] __device__ __forceinline__ uint32_t dsmem_addr(const void *p, unsigned rank) {
+    uint32_t remote;
+    asm("mapa.shared::cluster.u32 %0, %1, %2;\n"
+        : "=r"(remote)
+        : "r"((uint32_t)__cvta_generic_to_shared(p)), "r"(rank));
+    return remote;
+}
+[[maybe_unused]] __device__ __forceinline__ void st_dsmem(uint32_t addr, float v) {
+    asm volatile("st.shared::cluster.f32 [%0], %1;\n" ::"r"(addr), "f"(v) : "memory");
 }
 [[maybe_unused]] __device__ __forceinline__ float ld_dsmem(const float *p, int rank) {
     uint32_t local = (uint32_t)__cvta_generic_to_shared(p), remote;
