@@ -14,8 +14,9 @@
  * within 1e-6 of the backend's own matmul of its role); rope_kv_append + paged_attention
  * over a ragged batch with cached prefixes in partly filled, shuffled pages (four head
  * shapes, LLaMA-3 RoPE scaling among them, kv_bits 4, 8, 16, rotation none and hadamard; q
- * after RoPE within 1e-5, the output within the row's tolerance); lm_head over logit rows
- * out of order. Acts are compared as fp32: a host backend's act is fp32 [T, K]; a device
+ * after RoPE within 1e-5, the output within the row's tolerance); rope_kv_append +
+ * paged_attention_quant (where a backend has it) at the models' heads, its attention output
+ * as attention's and its act of O as rmsnorm_quant's; lm_head over logit rows out of order. Acts are compared as fp32: a host backend's act is fp32 [T, K]; a device
  * backend's is read in the CUDA layout of model_ops.h (INT8 codes [T, K] at byte 0 and fp32
  * block scales at roundup(T*K, 256) for a W4Ax group, else fp16 [T, K]). Every output is
  * poisoned (NaN) before the op and framed by guard bytes.
@@ -69,12 +70,14 @@ typedef enum op_id {
     OP_MATMUL_GROUP,
     OP_ATTENTION, /* rope_kv_append, then paged_attention */
     OP_LM_HEAD,
+    OP_ATTENTION_QUANT, /* rope_kv_append, then paged_attention_quant (the reference and a
+                         * backend without it: paged_attention, then act_quant of O) */
     OP_COUNT
 } op_id;
 
-static const char *const OP_NAME[OP_COUNT] = {"embed_tokens",   "rmsnorm_quant", "act_quant",
-                                              "silu_mul_quant", "matmul",        "matmul_group",
-                                              "attention",      "lm_head"};
+static const char *const OP_NAME[OP_COUNT] = {
+    "embed_tokens", "rmsnorm_quant", "act_quant", "silu_mul_quant",       "matmul",
+    "matmul_group", "attention",     "lm_head",   "paged_attention_quant"};
 
 typedef struct variant {
     const char *name;
@@ -175,6 +178,16 @@ static comet_weights *weights_of(int v, int i) {
         OP_OK(be, be->ops->weights_load(be, model_of(v), &g_w[v][i]), "weights_load");
     return g_w[v][i];
 }
+
+/* Bounds, per variant: the CUDA backend keeps fp32 and W16 linears in fp16 (activations
+ * and weights, cuBLAS), so their outputs carry fp16 rounding (act 2^-11 relative, matmul and
+ * lm_head 2e-2). A W4Ax act may differ from the reference's by one code where x/s lies within
+ * rounding of a .5 boundary (the norms sum in different orders): one such INT4 code in a
+ * T = 1 row of 256 is ~3e-2 of the row's norm, an INT8 one ~2e-3; an act that is wrong
+ * (permutation, scale, block) is off by O(1). act_quant's W4Ax act is the same quantizer on
+ * the same input: bit-exact. */
+static double act_tol(int v) { return v == V_W4A4 ? 5e-2 : v == V_W4A8 ? 1e-2 : 1e-3; }
+static double matmul_tol(int v) { return v == V_W4A4 || v == V_W4A8 ? 1e-3 : 2e-2; }
 
 /* ---- one run of a row on one backend -------------------------------------------------------- */
 
@@ -333,7 +346,7 @@ static inputs inputs_make(const row *r) {
     const comet_model *m = r->op == OP_ATTENTION ? NULL : model_of(r->variant);
     st_seed(0xB0B5ull * 1000003u + (uint64_t)r->op * 7919u + (uint64_t)r->T * 31u +
             (uint64_t)r->variant);
-    if (r->op == OP_ATTENTION) {
+    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const att_batch *ab = &ATT_BATCHES[r->att_batch];
         int32_t *pages[MAX_SEQS] = {NULL};
@@ -440,7 +453,9 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
     memset(o, 0, sizeof *o);
     if (r->op == OP_MATMUL_GROUP && !op->matmul_group && i != MAX_BACKENDS)
         return 0;
-    if (r->op == OP_ATTENTION) {
+    if (r->op == OP_ATTENTION_QUANT && !op->paged_attention_quant && i != MAX_BACKENDS)
+        return 0;
+    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const comet_kv_format fmt = {
             .type = comet_kv_type_from_bits(r->kv_bits), .group = a->G, .rotation = r->kv_rot};
@@ -455,6 +470,9 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                                 .high_freq_factor = 4.0f,
                                 .orig_ctx = 8192};
         const int layer = 1;
+        /* OP_ATTENTION_QUANT: the model's weights (its heads are the shape's) and act */
+        const comet_model *m = r->op == OP_ATTENTION_QUANT ? model_of(r->variant) : NULL;
+        const comet_weights *w = m ? weights_of(r->variant, i) : NULL;
         for (int step = 0; step < 2; step++) {
             const st_batch *hb = step ? &in->hb1 : &in->hb0;
             const int T = hb->b.n_tokens;
@@ -470,7 +488,34 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                 be,
                 op->rope_kv_append(be, &kv, layer, &st, &rp, sb_f(&qb), a->H, sb_f(&kb), sb_f(&vb)),
                 "rope_kv_append");
-            if (step) {
+            if (step && m) {
+                const int K = a->H * a->D;
+                assert_int_equal(comet_group_width(m, COMET_GROUP_O), K);
+                sbuf ab = sb_alloc(be, comet_act_bytes(T, K));
+                if (op->paged_attention_quant) {
+                    OP_OK(be,
+                          op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
+                                                    w, sb_ptr(&ab)),
+                          "paged_attention_quant");
+                } else {
+                    OP_OK(be, op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)),
+                          "paged_attention");
+                    OP_OK(be, op->act_quant(be, w, layer, COMET_GROUP_O, sb_f(&ob), T, sb_ptr(&ab)),
+                          "act_quant");
+                }
+                OP_OK(be, op->sync(be), "sync");
+                outs_add(o, fetch_f32(&qb, nq, "rope_kv_append (q)"), nq, 1e-5, "q after RoPE");
+                outs_add(o, fetch_f32(&ob, nq, "paged_attention_quant (out)"), nq, r->tol,
+                         "attention output");
+                outs_add(o, fetch_act(be, m, layer, COMET_GROUP_O, &ab, T, K, "act of O"), nq,
+                         act_tol(r->variant), "act of O");
+                SB_CHECK_GUARDS(&ab, "paged_attention_quant (act)");
+                if (op->paged_attention_quant)
+                    PERF(be, i, r, "paged_attention_quant",
+                         op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
+                                                   w, sb_ptr(&ab)));
+                sb_free(&ab);
+            } else if (step) {
                 OP_OK(be, op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)),
                       "paged_attention");
                 OP_OK(be, op->sync(be), "sync");
@@ -621,10 +666,12 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
 /* One row: the reference once, then every backend against it. */
 static void test_row(void **state) {
     const row *r = *state;
-    if (r->op == OP_MATMUL_GROUP) { /* optional: skipped where no backend has it */
+    if (r->op == OP_MATMUL_GROUP || r->op == OP_ATTENTION_QUANT) {
+        /* optional: skipped where no backend has it */
         int any = 0;
         for (int i = 0; i < g_n_bks; i++)
-            any |= g_bks[i].be->ops->matmul_group != NULL;
+            any |= r->op == OP_MATMUL_GROUP ? g_bks[i].be->ops->matmul_group != NULL
+                                            : g_bks[i].be->ops->paged_attention_quant != NULL;
         if (!any)
             skip();
     }
@@ -690,16 +737,6 @@ static row *add_row(op_id op, int v, int T, double tol) {
     r->op = op, r->variant = v, r->T = T, r->tol = tol, r->layer = 1;
     return r;
 }
-
-/* Bounds, per variant: the CUDA backend keeps fp32 and W16 linears in fp16 (activations
- * and weights, cuBLAS), so their outputs carry fp16 rounding (act 2^-11 relative, matmul and
- * lm_head 2e-2). A W4Ax act may differ from the reference's by one code where x/s lies within
- * rounding of a .5 boundary (the norms sum in different orders): one such INT4 code in a
- * T = 1 row of 256 is ~3e-2 of the row's norm, an INT8 one ~2e-3; an act that is wrong
- * (permutation, scale, block) is off by O(1). act_quant's W4Ax act is the same quantizer on
- * the same input: bit-exact. */
-static double act_tol(int v) { return v == V_W4A4 ? 5e-2 : v == V_W4A8 ? 1e-2 : 1e-3; }
-static double matmul_tol(int v) { return v == V_W4A4 || v == V_W4A8 ? 1e-3 : 2e-2; }
 
 static void make_rows(void) {
     static const int Ts_act[] = {1, 5, 130}, Ts_mm[] = {1, 7, 70}, Ts_lm[] = {1, 9, 40};
@@ -770,6 +807,27 @@ static void make_rows(void) {
                     snprintf(r->name, sizeof r->name, "attention/kv%d%s/%s/%s/T%d", bits[kb],
                              rot ? "h" : "", ATT_SHAPES[a].name, ATT_BATCHES[bi].name, T);
                 }
+    /* paged_attention_quant at the models' heads (ATT_SHAPES[0]: D 64, H 6, Hkv 2), the
+     * quantized o_proj inputs and the fp16 one: decode steps (on a 132-SM GPU with kv 4, the
+     * first splits its keys 4 ways: the fused kernel) and a mixed one (the two kernels); the
+     * output as attention's rows, the act as rmsnorm_quant's (its input carries attention's
+     * rounding) */
+    static const int qv[3] = {V_W4A4, V_W4A8, V_W16}, qb[3] = {0, 4, 2};
+    for (int vi = 0; vi < 3; vi++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int kb = 0; kb < 2; kb++) {
+                int T = 0;
+                for (int s = 0; s < ATT_BATCHES[qb[bi]].n_seq; s++)
+                    T += ATT_BATCHES[qb[bi]].add[s];
+                row *r = add_row(OP_ATTENTION_QUANT, qv[vi], T, bits[kb] == 8 ? 1e-3 : 5e-3);
+                r->kv_bits = bits[kb];
+                r->kv_rot =
+                    (vi + bi + kb) % 2 ? COMET_KV_ROTATION_HADAMARD : COMET_KV_ROTATION_NONE;
+                r->att_shape = 0, r->att_batch = qb[bi];
+                snprintf(r->name, sizeof r->name, "paged_attention_quant/%s/kv%d%s/%s/%s/T%d",
+                         VARIANTS[qv[vi]].name, bits[kb], r->kv_rot ? "h" : "", ATT_SHAPES[0].name,
+                         ATT_BATCHES[qb[bi]].name, T);
+            }
 }
 
 /* ---- main -------------------------------------------------------------------------------- */

@@ -10,7 +10,7 @@
  * device for CUDA) unless its comment says "host".
  *
  * The table holds only what the layer loop (forward.c) and the runner call: memory, the
- * weights and the KV pool, the step ops, decode graphs, sampling and destroy (23 function
+ * weights and the KV pool, the step ops, decode graphs, sampling and destroy (24 function
  * slots).
  * A backend's building blocks stay behind it: the CPU backends' fp32 primitives are in
  * backend/cpu/cpu_prims.h, the W4Ax GEMM has its own C API (backend/cpu/ref_gemm_w4ax.h,
@@ -18,7 +18,7 @@
  *
  * Ops return COMET_OK or a negative status (never abort on a runtime failure); shape
  * violations are bugs and assert. A backend may leave an optional op NULL (matmul_group,
- * the graph ops, sample); comet_forward_init refuses a backend without a step op, naming it.
+ * paged_attention_quant, the graph ops, sample); comet_forward_init refuses a backend without a step op, naming it.
  *
  * Shape letters: T tokens in the step, C hidden, F FFN, H/Hkv heads, D head dim, V vocab,
  * K a linear's input width, B activation block. Activations are row-major [T, width] fp32.
@@ -181,6 +181,16 @@ typedef struct comet_backend_ops {
                                    int H, float *k, const float *v);
     comet_status (*paged_attention)(comet_backend *be, const comet_kv_cache *kv, int layer,
                                     const comet_step *st, const float *q, int H, float *out);
+    /* paged_attention_quant (optional; NULL: the layer loop calls paged_attention, then
+     * act_quant of group O): both in one call, out [T, H, D] as paged_attention writes it
+     * and act as act_quant(be, w, layer, COMET_GROUP_O, out, T, act) makes it from out, the
+     * same bits; act: comet_act_bytes(T, H * D). A backend may fuse the two (CUDA: a decode
+     * step's split merge with the quantization, attention.h). The layer loop calls it only
+     * where nothing reads out between the two (not when a whole o_proj gathers every
+     * rank's heads first). */
+    comet_status (*paged_attention_quant)(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                          const comet_step *st, const float *q, int H, float *out,
+                                          const comet_weights *w, void *act);
     comet_status (*lm_head)(comet_backend *be, const comet_weights *w, const void *act,
                             const comet_step *st, float *logits);
 

@@ -6,6 +6,7 @@
  *       q, k, v = a·Wq, a·Wk, a·Wv (one matmul_group where the backend has it)
  *       rope_kv_append(q, k, v)
  *       a = act_quant(attention(q, KV cache))                                  group o
+ *           (one call, paged_attention_quant, where the backend has it)
  *       a = rmsnorm_quant(x += a·Wo, ffn_norm)                                 group gate_up
  *       a = silu_mul_quant(a·Wgate, a·Wup)                                     group down
  *       down output = a·Wdown
@@ -402,16 +403,22 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         COMET_ASSERT(!c->qkv_bias); /* a q/k/v bias (Qwen2) is added here, before RoPE */
         PROF("rope_kv_append");
         COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
-        PROF("paged_attention");
-        COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
-        const float *att = fc->att;
-        if (fc->att_cols) { /* a whole o_proj reads every rank's heads */
-            PROF("gather heads");
-            COMET_TRY(comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full, -1));
-            att = fc->att_full;
+        if (op->paged_attention_quant && !fc->att_cols) { /* one call, maybe one kernel */
+            PROF("paged_attention + act_quant");
+            COMET_TRY(op->paged_attention_quant(be, kv, l, st, fc->q, H, fc->att, w, fc->act));
+        } else {
+            PROF("paged_attention");
+            COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
+            const float *att = fc->att;
+            if (fc->att_cols) { /* a whole o_proj reads every rank's heads */
+                PROF("gather heads");
+                COMET_TRY(
+                    comet_comm_gather_cols(fc->comm, fc->att, T, fc->att_cols, fc->att_full, -1));
+                att = fc->att_full;
+            }
+            PROF("act_quant");
+            COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, att, T, fc->act));
         }
-        PROF("act_quant");
-        COMET_TRY(op->act_quant(be, w, l, COMET_GROUP_O, att, T, fc->act));
         OBSERVE(l, COMET_GROUP_O);
         PROF("matmul o");
         COMET_TRY(op->matmul(be, w, l, COMET_ROLE_O, fc->act, T, fc->tmp));

@@ -50,7 +50,9 @@
 
 #include "backend/backend.h"
 #include "backend/batch.h"
+#include "backend/cuda/attention.h"
 #include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/norm_quant.h"
 #include "comet/model.h"
 #include "engine/kv_pages.h"
 #include "numerics/quant.h"
@@ -605,6 +607,208 @@ static void test_rope_kv_forms(void **state) {
     }
 }
 
+/* ---- paged_attention_quant: the split merge fused with o_proj's quantization ---------------- */
+
+/* One decode step (every sequence one token, at position len[s] - 1 after a prefill that
+ * only fills the cache) of a model with cfg's heads, quantized W4A{a_bits} with blocks of B
+ * (FMPQ: a permuted o_proj input, INT8 outlier blocks with a_bits 4), three ways on one
+ * CUDA pool: paged_attention then act_quant (O) as two ops, paged_attention_quant with
+ * COMET_CUDA_ATTN_QUANT_FUSED=0 (the same two kernels) and paged_attention_quant (the fused
+ * kernel where comet_cuda_attention_quant_fused says so). The attention output (fp32) and
+ * the activation's codes and scales must be the same bytes all three ways. want_fused: the
+ * step splits its keys on this GPU (comet_cuda_attention_splits), so the third way must run
+ * the fused kernel. */
+static void attention_quant_case(const att_cfg *cfg, int bits, int rot, const int *len, int n_seq,
+                                 int a_bits, int B, int want_fused, uint64_t seed) {
+    const int D = cfg->D, H = cfg->H, Hkv = cfg->Hkv, K = H * D;
+    char what[192];
+    snprintf(what, sizeof what, "paged_attention_quant %s kv%d %s, %d seqs, w4a%d B%d", cfg->name,
+             bits, rot ? "hadamard" : "none", n_seq, a_bits, B);
+    comet_model *m = st_model(seed, ATT_LAYERS, 128, 128, H, Hkv, D, 64);
+    st_quantize(m, 4, a_bits, B);
+    const comet_linear *wo = comet_model_linear(m, ATT_LAYER, COMET_ROLE_O);
+    assert_int_equal(wo->fmt, COMET_WFMT_QSIM);
+    assert_int_equal(wo->block, B);
+    comet_weights *w = NULL;
+    OP_OK(g_cuda, g_cuda->ops->weights_load(g_cuda, m, &w), "weights_load");
+
+    int n_pages = 1, max_len = 0;
+    for (int s = 0; s < n_seq; s++) {
+        n_pages += (len[s] + PAGE - 1) / PAGE;
+        max_len = len[s] > max_len ? len[s] : max_len;
+    }
+    int32_t *ids = st_malloc((size_t)n_pages * 4);
+    for (int i = 0; i < n_pages; i++)
+        ids[i] = n_pages - 1 - i;
+    int32_t *pages[MAX_SEQS];
+    for (int s = 0, o = 0; s < n_seq; s++) {
+        pages[s] = ids + o;
+        o += (len[s] + PAGE - 1) / PAGE;
+    }
+    step_plan *steps = st_malloc(MAX_STEPS * sizeof *steps);
+    st_seed(seed);
+    const int n_steps = make_decode_schedule(len, n_seq, 700, 1, steps);
+    comet_kv_cache kv;
+    kv_make(g_cuda, &kv, cfg, n_pages, bits, rot);
+    const comet_rope_params rp = rope_of(cfg);
+    for (int i = 0; i + 1 < n_steps; i++) { /* the prefill: rope_kv_append only */
+        st_batch rb;
+        memset(&rb, 0, sizeof rb);
+        const int T = rbatch_build(&rb, &steps[i], pages, -1);
+        const size_t nq = (size_t)T * K, nk = (size_t)T * Hkv * D;
+        float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+        gen_qkv(cfg, &rb, seed, q, k, v);
+        step_out o = run_step(g_cuda, &kv, cfg, &rp, &rb, q, k, v, what, 0, NULL, bits);
+        step_out_free(&o);
+        free(q), free(k), free(v);
+        st_batch_free(&rb);
+    }
+    assert_true(steps[n_steps - 1].attend);
+    st_batch rb;
+    memset(&rb, 0, sizeof rb);
+    const int T = rbatch_build(&rb, &steps[n_steps - 1], pages, -1);
+    assert_int_equal(T, n_seq);
+    const size_t nq = (size_t)T * K, nk = (size_t)T * Hkv * D;
+    float *q = st_malloc(nq * 4), *k = st_malloc(nk * 4), *v = st_malloc(nk * 4);
+    gen_qkv(cfg, &rb, seed, q, k, v);
+    sbuf qb = sb_from(g_cuda, q, nq * 4), kb = sb_from(g_cuda, k, nk * 4),
+         vb = sb_from(g_cuda, v, nk * 4);
+    comet_step st;
+    OP_OK(g_cuda, g_cuda->ops->step_begin(g_cuda, &rb.b, &st), "step_begin");
+    OP_OK(g_cuda,
+          g_cuda->ops->rope_kv_append(g_cuda, &kv, ATT_LAYER, &st, &rp, sb_f(&qb), H, sb_f(&kb),
+                                      sb_f(&vb)),
+          what);
+    const size_t act_bytes = comet_act_bytes(T, K);
+    const size_t used = st_act_scales_offset(T, K) + (size_t)T * (K / B) * 4;
+    sbuf ob[3], ab[3];
+    for (int form = 0; form < 3; form++) {
+        ob[form] = sb_alloc(g_cuda, nq * 4);
+        ab[form] = sb_alloc(g_cuda, act_bytes);
+    }
+    /* whether the default form runs the fused kernel, as the backend decides it */
+    int n_sm = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+    const comet_cuda_kv_layout L =
+        comet_cuda_kv_layout_make(ATT_LAYERS, n_pages, PAGE, Hkv, D, bits, cfg->G > 0 ? cfg->G : D);
+    const comet_cuda_step_view view = {
+        .n_tokens = T, .n_seqs = T, .n_tiles = T, .max_kv_len = max_len, .batch_invariant = 0};
+    const int splits = comet_cuda_attention_splits(&L, &view, H, n_sm);
+    const comet_cuda_act_fmt fmt = {
+        .kind = COMET_CUDA_ACT_W4AX, .K = K, .B = B, .n8 = wo->n8, .perm = (const int32_t *)ids};
+    const int fused = comet_cuda_attention_quant_fused(&L, &view, H, splits, &fmt, sb_ptr(&ob[2]));
+    const char *no_split = getenv("COMET_CUDA_ATTN_SPLITS");
+    if (want_fused && !fused && !(no_split && !strcmp(no_split, "0")))
+        fail_msg("%s: %d key splits on %d SMs: the fused kernel does not take the step", what,
+                 splits, n_sm);
+    OP_OK(g_cuda,
+          g_cuda->ops->paged_attention(g_cuda, &kv, ATT_LAYER, &st, sb_f(&qb), H, sb_f(&ob[0])),
+          what);
+    OP_OK(g_cuda,
+          g_cuda->ops->act_quant(g_cuda, w, ATT_LAYER, COMET_GROUP_O, sb_f(&ob[0]), T,
+                                 sb_ptr(&ab[0])),
+          what);
+    for (int form = 1; form < 3; form++) {
+        if (form == 1)
+            setenv("COMET_CUDA_ATTN_QUANT_FUSED", "0", 1);
+        OP_OK(g_cuda,
+              g_cuda->ops->paged_attention_quant(g_cuda, &kv, ATT_LAYER, &st, sb_f(&qb), H,
+                                                 sb_f(&ob[form]), w, sb_ptr(&ab[form])),
+              what);
+        unsetenv("COMET_CUDA_ATTN_QUANT_FUSED");
+    }
+    st_sync_ok(g_cuda);
+    float *out[3];
+    uint8_t *act[3];
+    for (int form = 0; form < 3; form++) {
+        out[form] = sb_fetch(&ob[form], nq * 4);
+        act[form] = sb_fetch(&ab[form], used);
+        SB_CHECK_GUARDS(&ob[form], what);
+        SB_CHECK_GUARDS(&ab[form], what);
+    }
+    const long nan_at = st_first_nan(out[0], nq);
+    if (nan_at >= 0)
+        fail_msg("%s: attention output element %ld of %zu is NaN (unwritten?)", what, nan_at, nq);
+    int n_int8 = 0; /* INT8 codes outside [-8, 7]: the outlier blocks took part */
+    for (size_t i = 0; i < (size_t)T * K; i++)
+        n_int8 += (int8_t)act[0][i] < -8 || (int8_t)act[0][i] > 7;
+    static const char *const form_name[3] = {"paged_attention + act_quant",
+                                             "paged_attention_quant, COMET_CUDA_ATTN_QUANT_FUSED=0",
+                                             "paged_attention_quant"};
+    for (int form = 1; form < 3; form++) {
+        for (size_t i = 0; i < nq; i++)
+            if (memcmp(&out[form][i], &out[0][i], 4))
+                fail_msg("%s: attention output [token %zu, head %zu, channel %zu] = %.9g by %s, "
+                         "%.9g by %s",
+                         what, i / K, i % K / D, i % D, out[form][i], form_name[form], out[0][i],
+                         form_name[0]);
+        for (size_t i = 0; i < used; i++)
+            if (act[form][i] != act[0][i])
+                fail_msg("%s: activation byte %zu of %zu (%s) is %02x by %s, %02x by %s", what, i,
+                         used, i < (size_t)T * K ? "a code" : "a scale", act[form][i],
+                         form_name[form], act[0][i], form_name[0]);
+    }
+    if (wo->a_bits == 4 && wo->n8 > 0 && !n_int8)
+        fail_msg("%s: %d INT8 blocks but no code outside the INT4 range", what, wo->n8);
+    print_message("  %s: %d tokens, %d splits on %d SMs, %s, n8 %d (%d INT8-range codes): "
+                  "output, codes and scales the same bytes\n",
+                  what, T, splits, n_sm, fused ? "fused" : "two kernels", wo->n8, n_int8);
+    for (int form = 0; form < 3; form++) {
+        sb_free(&ob[form]), sb_free(&ab[form]);
+        free(out[form]), free(act[form]);
+    }
+    SB_CHECK_GUARDS(&qb, what);
+    sb_free(&qb), sb_free(&kb), sb_free(&vb);
+    free(q), free(k), free(v);
+    st_batch_free(&rb);
+    comet_kv_cache_free_on(g_cuda, &kv);
+    free(steps);
+    free(ids);
+    g_cuda->ops->weights_free(g_cuda, w);
+    comet_model_free(m);
+}
+
+/* The fused split merge + quantization (attention_quant.cuh) against the two kernels it
+ * replaces, bit for bit: one sequence of 603 keys at LLaMA-3-8B's heads (9 key splits on
+ * 132 SMs), 1, 17, 300 and 5000 keys in one step (the 1-key sequence's splits mostly empty),
+ * eight sequences of 40 to 2048 keys, 64 of 130 to 400 at D 64 (2 splits: T = 64), at head
+ * dims 64 and 128, GQA 4, 8 and 8, INT4 caches (the tensor-core decode kernel) and INT8 /
+ * fp16 ones (the fp32 decode kernel), both rotations, o_proj inputs W4A4 with blocks of 64
+ * (INT8 outlier blocks) and W4A8 with blocks of 128; and a step without splits (the two
+ * kernels either way). */
+static void test_attention_quant_forms(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    if (!g_cuda->ops->paged_attention_quant)
+        fail_msg("the CUDA backend has no paged_attention_quant op");
+    static const int one[] = {603};
+    static const int four[] = {1, 17, 300, 5000};
+    static const int eight[] = {40, 129, 603, 1000, 2048, 77, 300, 999};
+    static const int short8[] = {1, 2, 16, 17, 33, 64, 65, 100};
+    static int wide[64];
+    for (int s = 0; s < 64; s++)
+        wide[s] = 130 + (s * 37) % 271;
+    static const struct {
+        int cfg, bits, rot;
+        const int *len;
+        int n_seq, want_fused;
+    } cases[] = {
+        {2, 4, 1, one, 1, 1},   {2, 4, 0, one, 1, 1},   {2, 4, 1, four, 4, 1},
+        {2, 4, 0, eight, 8, 1}, {2, 8, 1, four, 4, 1},  {2, 16, 0, eight, 8, 1},
+        {4, 4, 0, four, 4, 1},  {4, 4, 1, eight, 8, 1}, {4, 8, 0, one, 1, 1},
+        {4, 4, 1, wide, 64, 1}, {5, 16, 1, four, 4, 1}, {2, 4, 1, short8, 8, 0},
+    };
+    static const struct { int a_bits, B; } acts[] = {{4, 64}, {8, 128}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int a = 0; a < 2; a++) {
+            if (g_quick && !(c == 0 && a == 0) && !(c == 6 && a == 1))
+                continue;
+            attention_quant_case(&DEC_CFGS[cases[c].cfg], cases[c].bits, cases[c].rot, cases[c].len,
+                                 cases[c].n_seq, acts[a].a_bits, acts[a].B, cases[c].want_fused,
+                                 0xA0A00000ull + (uint64_t)c * 10 + a);
+        }
+}
+
 /* ---- main ------------------------------------------------------------------------------- */
 
 int main(void) {
@@ -634,6 +838,7 @@ int main(void) {
         cmocka_unit_test(test_attention_decode),
         cmocka_unit_test(test_attention_decode_wide),
         cmocka_unit_test(test_attention_batch_invariant),
+        cmocka_unit_test(test_attention_quant_forms),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */
         cmocka_set_test_filter(getenv("COMET_TEST_FILTER"));

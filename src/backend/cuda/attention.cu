@@ -7,6 +7,8 @@
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
  *   attention_decode_mma.cuh  the tensor-core flash-decoding kernel of INT4 caches
  *   attention_combine.cuh  the combine kernel of split keys
+ *   attention_quant.cuh    the combine of a decode step's splits fused with the
+ *                          quantization of the output for o_proj (attn_quant_kernel)
  *   attention_plan.cuh     the tile list, decode-or-tile choice, key splits, workspace
  * K/V are read as codes and dequantized in registers (cuda_kv.h layout, paged_kv.cuh
  * helpers, the code width dispatched by with_kv_bits); fp32 throughout, except the prefill
@@ -26,6 +28,7 @@
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_combine.cuh"
+#include "backend/cuda/attention_quant.cuh"
 #include "backend/cuda/attention_plan.cuh"
 
 namespace {
@@ -108,14 +111,13 @@ comet_status attn_launch_dmax(int dmax, const att_args &a, dim3 grid, cudaStream
                          : attn_launch<256, SPANS>(a, grid, s);
 }
 
-} /* namespace */
-
-extern "C" {
-
-comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
-                                        int layer, const comet_cuda_step_view *st, const float *q,
-                                        int H, float *out, int rotate, int n_splits,
-                                        void *workspace, void *stream) {
+/* comet_cuda_paged_attention, with the combine of split keys left to the caller when
+ * `combine` is false (the partial rows and their (max, sum) then wait in workspace:
+ * comet_cuda_paged_attention_quant's fused kernel merges them). */
+comet_status paged_attention_run(const comet_cuda_kv_layout *L, const void *storage, int layer,
+                                 const comet_cuda_step_view *st, const float *q, int H, float *out,
+                                 int rotate, int n_splits, void *workspace, bool combine,
+                                 cudaStream_t s) {
     const int D = L->D;
     if (D > COMET_CUDA_KV_MAX_HEAD_DIM || D % 8 || L->P > COMET_CUDA_KV_MAX_PAGE_SIZE ||
         (rotate && (D & (D - 1))) || (L->bits != 16 && L->G % 8))
@@ -159,7 +161,6 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
     a.q = q, a.out = out;
     a.ws_acc = static_cast<float *>(workspace);
     a.ws_ml = a.ws_acc ? a.ws_acc + (size_t)st->n_tokens * H * n_splits * D : NULL;
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
         if (att_decode_mma(L, g)) {
@@ -190,13 +191,74 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
             return r;
         COMET_TRY(launch_check("paged_attention"));
     }
-    if (n_splits > 1) {
+    if (n_splits > 1 && combine) {
         const int threads = (D + 31) / 32 * 32;
         attn_combine_kernel<<<dim3(st->n_tokens, H), threads, 0, s>>>(
             a.ws_acc, a.ws_ml, H, D, n_splits, rotate, a.span > 0, out);
         COMET_TRY(launch_check("paged_attention (split combine)"));
     }
     return COMET_OK;
+}
+
+} /* namespace */
+
+extern "C" {
+
+comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
+                                        int layer, const comet_cuda_step_view *st, const float *q,
+                                        int H, float *out, int rotate, int n_splits,
+                                        void *workspace, void *stream) {
+    return paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, true,
+                               static_cast<cudaStream_t>(stream));
+}
+
+int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                     int H, int n_splits, const comet_cuda_act_fmt *f,
+                                     const void *out) {
+    return att_quant_fused(L, st, H, n_splits, f, out);
+}
+
+comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, const void *storage,
+                                              int layer, const comet_cuda_step_view *st,
+                                              const float *q, int H, float *out, int rotate,
+                                              int n_splits, void *workspace,
+                                              const comet_cuda_act_fmt *f, void *act,
+                                              void *stream) {
+    if (!att_quant_fused(L, st, H, n_splits, f, out)) {
+        COMET_TRY(comet_cuda_paged_attention(L, storage, layer, st, q, H, out, rotate, n_splits,
+                                             workspace, stream));
+        return comet_cuda_act_quant(out, st->n_tokens, f, act, stream);
+    }
+    if (!act)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: paged_attention_quant: no activation buffer");
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    COMET_TRY(paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace,
+                                  false, s));
+    const int T = st->n_tokens, D = L->D;
+    aq_args a;
+    a.ws_acc = static_cast<const float *>(workspace);
+    a.ws_ml = a.ws_acc + (size_t)T * H * n_splits * D;
+    a.H = H, a.n_splits = n_splits, a.rotate = rotate, a.out = out;
+    a.perm = f->perm, a.K = f->K, a.B = f->B, a.n8 = f->n8;
+    a.qa = static_cast<int8_t *>(act);
+    a.sa =
+        reinterpret_cast<float *>(static_cast<char *>(act) + comet_cuda_act_scales_offset(T, f->K));
+    int threads = (f->K / 4 + 31) / 32 * 32;
+    threads = threads < AQ_THREADS ? threads : AQ_THREADS;
+    const size_t smem = aq_smem_bytes(H, D, n_splits);
+    void (*kernel)(aq_args) = D == 64 ? attn_quant_kernel<64> : attn_quant_kernel<128>;
+    if (smem > 48u << 10) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess)
+            return comet_set_error(COMET_ERR_CUDA,
+                                   "cuda backend: paged_attention_quant: %zu bytes of shared "
+                                   "memory refused: %s",
+                                   smem, cudaGetErrorString(e));
+    }
+    kernel<<<T, threads, smem, s>>>(a);
+    return launch_check("paged_attention_quant (split combine + quantization)");
 }
 
 } /* extern "C" */

@@ -1,7 +1,8 @@
 /* attention.h — paged attention over the CUDA KV pool (attention.cu and its kernel
  * family: attention_plan.cuh, attention_prefill.cuh, attention_decode.cuh,
- * attention_combine.cuh): the step op paged_attention of backend.h, its plan (the tile
- * list, the key splits, the workspace) and its launch.
+ * attention_combine.cuh, attention_quant.cuh): the step ops paged_attention and
+ * paged_attention_quant of backend.h, their plan (the tile list, the key splits, the
+ * workspace) and their launch.
  *
  * Plain C header, no CUDA types: streams travel as void * (a cudaStream_t). Every pointer
  * is device memory owned by the caller unless marked "host". Launchers run on the current
@@ -16,6 +17,7 @@
 #include <stdint.h>
 
 #include "backend/cuda/cuda_kv.h"
+#include "backend/cuda/norm_quant.h"
 #include "comet/status.h"
 
 #ifdef __cplusplus
@@ -67,6 +69,28 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
                                         int layer, const comet_cuda_step_view *st, const float *q,
                                         int H, float *out, int rotate, int n_splits,
                                         void *workspace, void *stream);
+
+/* comet_cuda_paged_attention, then comet_cuda_act_quant(out, T, f, act) of its output (the
+ * input of o_proj): out [T, H, D] and act (format f, f->K = H * D) the same bits as those two
+ * calls give. A decode step whose keys are split (n_splits > 1) with a W4Ax format f, head dim
+ * 64 or 128 and out 16-byte aligned (comet_cuda_attention_quant_fused) replaces the combine
+ * kernel and the quantization kernel by one (attention_quant.cuh: per token one CTA merges
+ * the splits, rotates back, keeps the row in shared memory and quantizes it);
+ * COMET_CUDA_ATTN_QUANT_FUSED=0 (read at every call) runs the two kernels. Statuses as
+ * comet_cuda_paged_attention and comet_cuda_act_quant. */
+comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, const void *storage,
+                                              int layer, const comet_cuda_step_view *st,
+                                              const float *q, int H, float *out, int rotate,
+                                              int n_splits, void *workspace,
+                                              const comet_cuda_act_fmt *f, void *act, void *stream);
+
+/* 1 when comet_cuda_paged_attention_quant runs its fused kernel for these arguments (st's
+ * host fields n_tokens, n_tiles and batch_invariant are read), else 0; reads
+ * COMET_CUDA_ATTN_QUANT_FUSED as the launch does. Host only: for tests and benchmarks that
+ * name the path they measure. */
+int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                     int H, int n_splits, const comet_cuda_act_fmt *f,
+                                     const void *out);
 
 #ifdef __cplusplus
 }

@@ -2,7 +2,8 @@
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
  * rows over CTAs, the choice between the decode kernels (fp32 or tensor cores), the general
  * one and the tensor-core ones for prefill chunks, the number of key splits and the workspace
- * they need. The host side of attention.h's plan functions.
+ * they need, and whether a decode step's split merge fuses with the quantization of its
+ * output (att_quant_fused). The host side of attention.h's plan functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
@@ -13,6 +14,7 @@
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma2.cuh"
+#include "backend/cuda/attention_quant.cuh"
 #include "backend/cuda/env_switch.h"
 
 namespace {
@@ -76,6 +78,26 @@ bool att_mma_step(const comet_cuda_step_view *st, int D, const void *q, const vo
  * fits a tile in its 128 rows (g <= MMA2_MAX_G). */
 bool att_mma2(const comet_cuda_step_view *st, int g) {
     return st->attn_mma == 2 && g >= 1 && g <= MMA2_MAX_G;
+}
+
+/* Whether comet_cuda_paged_attention_quant runs attn_quant_kernel (the split merge and the
+ * quantization of the output in one kernel) rather than attn_combine_kernel and then
+ * act_quant: a decode step (att_decode_step) whose keys were split (n_splits > 1), head dim
+ * 64 or 128, a W4Ax activation format over the whole output (K = H * D, blocks of 64 or 128),
+ * out 16-byte aligned (its float4 stores), the merged row and the splits' (max, sum) within
+ * AQ_SMEM_MAX of shared memory, unless COMET_CUDA_ATTN_QUANT_FUSED=0 (read at every call, so
+ * that one process can compare both paths). */
+bool att_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st, int H,
+                     int n_splits, const comet_cuda_act_fmt *f, const void *out) {
+    if (comet_cuda_env_off("COMET_CUDA_ATTN_QUANT_FUSED"))
+        return false;
+    if (n_splits < 2 || L->Hkv < 1 || H < 1 || H % L->Hkv || !att_decode_step(st, H / L->Hkv))
+        return false;
+    if ((L->D != 64 && L->D != 128) || !f || f->kind != COMET_CUDA_ACT_W4AX || f->K != H * L->D ||
+        (f->B != 64 && f->B != 128) || f->K % f->B || f->n8 < 0 || f->n8 > f->K / f->B ||
+        (uintptr_t)out % 16)
+        return false;
+    return aq_smem_bytes(H, L->D, n_splits) <= AQ_SMEM_MAX;
 }
 
 } /* namespace */

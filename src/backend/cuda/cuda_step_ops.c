@@ -397,28 +397,54 @@ comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv,
     return r;
 }
 
-comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
-                                           const comet_step *st, const float *q, int H,
-                                           float *out) {
+/* paged_attention over kv's layer for step st, followed by the quantization of its output
+ * for o_proj (group O of w's layer, into act) when fmt is not NULL: the split workspace is
+ * grown to what the step needs, then comet_cuda_paged_attention or
+ * comet_cuda_paged_attention_quant. */
+static comet_status attention_op(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                 const comet_step *st, const float *q, int H, float *out,
+                                 const comet_cuda_act_fmt *fmt, void *act, const char *op) {
     cuda_impl *im = impl_of(be);
     comet_cuda_step_view view;
-    COMET_TRY(comet_cuda_be_step_view(im, st, "paged_attention", &view));
+    COMET_TRY(comet_cuda_be_step_view(im, st, op, &view));
     if (!kv->storage)
-        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: paged_attention: the KV "
-                                                      "pool has no storage (kv_init)");
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: %s: the KV pool has no storage (kv_init)", op);
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     int splits = comet_cuda_attention_splits(&L, &view, H, im->attn_sm);
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
+    const int rotate = kv->kv.rotation == COMET_KV_ROTATION_HADAMARD;
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "paged_attention: cudaSetDevice");
     cudaError_t e = grow_buffer(im, &im->attn_ws, &im->attn_ws_bytes, need);
-    comet_status r = e != cudaSuccess
-                         ? comet_cuda_be_fail(e, "paged_attention: growing the split workspace")
-                         : comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out,
-                                                      kv->kv.rotation == COMET_KV_ROTATION_HADAMARD,
-                                                      splits, im->attn_ws, im->stream);
+    comet_status r;
+    if (e != cudaSuccess)
+        r = comet_cuda_be_fail(e, "paged_attention: growing the split workspace");
+    else if (fmt)
+        r = comet_cuda_paged_attention_quant(&L, kv->storage, layer, &view, q, H, out, rotate,
+                                             splits, im->attn_ws, fmt, act, im->stream);
+    else
+        r = comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out, rotate, splits,
+                                       im->attn_ws, im->stream);
     comet_cuda_be_leave(prev);
     return r;
+}
+
+comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
+                                           const comet_step *st, const float *q, int H,
+                                           float *out) {
+    return attention_op(be, kv, layer, st, q, H, out, NULL, NULL, "paged_attention");
+}
+
+comet_status comet_cuda_be_paged_attention_quant(comet_backend *be, const comet_kv_cache *kv,
+                                                 int layer, const comet_step *st, const float *q,
+                                                 int H, float *out, const comet_weights *w,
+                                                 void *act) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "paged_attention_quant"));
+    COMET_ASSERT(layer >= 0 && layer < w->n_layer);
+    return attention_op(be, kv, layer, st, q, H, out, &group_of(w, layer, COMET_GROUP_O)->fmt, act,
+                        "paged_attention_quant");
 }
 
 comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,
