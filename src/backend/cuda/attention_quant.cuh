@@ -12,6 +12,7 @@
 #pragma once
 
 #include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/norm_quant.h"
 
 namespace {
@@ -59,7 +60,7 @@ size_t aq_smem_bytes(int H, int D, int n_splits) {
  *    4 .. D / 2 with the lane D / 16 .. 1 apart by shuffles (wht_smem's a + b, a - b and
  *    scaling, so the same bits). The row goes to shared memory and to out.
  * 3. After a barrier each warp quantizes whole activation blocks of the row in o_proj's
- *    permuted order from shared memory, as row_quant_kernel does (the same statements). */
+ *    permuted order from shared memory, with row_quant_kernel's warp_quant_block. */
 template <int D>
 static __global__ void __launch_bounds__(AQ_THREADS) attn_quant_kernel(aq_args a) {
     static_assert(D == 64 || D == 128, "attn_quant_kernel: head dim 64 or 128");
@@ -173,39 +174,14 @@ static __global__ void __launch_bounds__(AQ_THREADS) attn_quant_kernel(aq_args a
     for (int b = b0; b < nb; b += nwarps) {
         const int k0 = b * a.B + lane * per;
         float v[4];
-        float amax = 0.0f;
-        bool finite = true;
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             v[e] = 0.0f;
             if (e < per)
                 v[e] = row[b == b0 ? p0[e] : a.perm ? a.perm[k0 + e] : k0 + e];
-            finite &= isfinite(v[e]);
-            amax = fmaxf(amax, fabsf(v[e]));
         }
-        amax = warp_max(amax);
-        finite = __all_sync(0xffffffffu, finite);
-        const int qmax = b < a.n8 ? 127 : 7;
-        int8_t qc[4] = {0, 0, 0, 0};
-        float s = finite ? 0.0f : __int_as_float(0x7fc00000); /* comet_quant_sym_block's NaN */
-        if (finite && amax != 0.0f) {
-            s = __fdiv_rn(amax, (float)qmax);
-            const float sinv = __fdiv_rn(1.0f, s);
-            const float lo = (float)(-qmax - 1), hi = (float)qmax;
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                float r = rintf(__fmul_rn(v[e], sinv));
-                r = r < lo ? lo : r > hi ? hi : r;
-                qc[e] = (int8_t)r;
-            }
-        }
-        int8_t *dst = a.qa + (size_t)t * K + k0;
-        if (per == 4)
-            *reinterpret_cast<char4 *>(dst) = make_char4(qc[0], qc[1], qc[2], qc[3]);
-        else
-            *reinterpret_cast<char2 *>(dst) = make_char2(qc[0], qc[1]);
-        if (lane == 0)
-            a.sa[(size_t)t * nb + b] = s;
+        warp_quant_block(v, per, b < a.n8 ? 127 : 7, lane, a.qa + (size_t)t * K + b * a.B,
+                         a.sa + (size_t)t * nb + b);
     }
 }
 

@@ -164,6 +164,9 @@ static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_ke
             dst[k] = __float2half_rn(value(k));
         return;
     }
+    /* kernel_util.cuh's warp_quant_block, inline: nvcc 13.0 compiles this loop through the
+     * helper into other machine code for the ROW_NORM forms (8 to 16 more FMUL, 4 to 8 more
+     * LDG), and this form is the one measured */
     for (int b = b0; b < nb; b += gridDim.y * nwarps) {
         const int k0 = b * a.B + lane * per;
         float v[4];
@@ -203,47 +206,6 @@ static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_ke
     }
 }
 
-/* Activation block b of token row t (W4AX), one warp: lane `lane` holds the block's values at
- * channels b * B + lane * per + e in v[e] (e < per = B / 32; the rest 0). The block's amax by
- * shuffles, the lane's codes as one 2- or 4-byte store, lane 0 the scale; a block with a
- * non-finite value gets comet_quant_sym_block's NaN scale and zero codes. The operations are
- * row_quant_kernel's, one for one (that kernel keeps its own inline copy, so that its machine
- * code stays the one measured). */
-[[maybe_unused]] __device__ __forceinline__ void quant_block(const row_args &a, int t, int b,
-                                                             int lane, const float (&v)[4]) {
-    const int nb = a.K / a.B, per = a.B / 32;
-    float amax = 0.0f;
-    bool finite = true;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        finite &= isfinite(v[e]);
-        amax = fmaxf(amax, fabsf(v[e]));
-    }
-    amax = warp_max(amax);
-    finite = __all_sync(0xffffffffu, finite);
-    const int qmax = b < a.n8 ? 127 : 7;
-    int8_t q[4] = {0, 0, 0, 0};
-    float s = finite ? 0.0f : __int_as_float(0x7fc00000); /* comet_quant_sym_block's NaN */
-    if (finite && amax != 0.0f) {
-        s = __fdiv_rn(amax, (float)qmax);
-        const float sinv = __fdiv_rn(1.0f, s);
-        const float lo = (float)(-qmax - 1), hi = (float)qmax;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            float r = rintf(__fmul_rn(v[e], sinv));
-            r = r < lo ? lo : r > hi ? hi : r;
-            q[e] = (int8_t)r;
-        }
-    }
-    int8_t *dst = a.qa + (size_t)t * a.K + b * a.B + lane * per;
-    if (per == 4)
-        *reinterpret_cast<char4 *>(dst) = make_char4(q[0], q[1], q[2], q[3]);
-    else
-        *reinterpret_cast<char2 *>(dst) = make_char2(q[0], q[1]);
-    if (lane == 0)
-        a.sa[(size_t)t * nb + b] = s;
-}
-
 /* RMSNorm of token row blockIdx.y by a cluster of C CTAs (grid (C, T), cluster (C, 1, 1): the
  * rank is blockIdx.x) of NORM_THREADS / C threads, sm_90: the same bits as row_quant_kernel
  * (ROW_NORM, smem_row) with the row's latency chain spread over C SMs.
@@ -265,7 +227,7 @@ static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_ke
  * Before the reduction each thread also loads perm and norm of its first NORM_CLUSTER_BATCH
  * gather slots (W4AX: the lane's channels of its virtual warp's first two blocks, b = vw and
  * vw + 32; F16: outputs vt, vt + 1024, ...), so that after the barrier those values wait on
- * shared memory only. Then each virtual warp quantizes blocks vw, vw + 32, ... (quant_block,
+ * shared memory only. Then each virtual warp quantizes blocks vw, vw + 32, ... (warp_quant_block,
  * row_quant_kernel's operations) or writes its fp16 outputs. Code for targets below sm_90 has
  * no body (a trap): cluster_form_runs() keeps launches off it. */
 template <int C>
@@ -372,7 +334,8 @@ static __global__ void __launch_bounds__(NORM_THREADS / C) norm_cluster_kernel(r
 #pragma unroll
             for (int e = 0; e < 4; e++)
                 v[e] = e < per ? normed(pp[4 * j + e], pn[4 * j + e]) : 0.0f;
-            quant_block(a, t, b, lane, v);
+            warp_quant_block(v, per, b < a.n8 ? 127 : 7, lane, a.qa + (size_t)t * K + b * a.B,
+                             a.sa + (size_t)t * nb + b);
         }
     }
     for (int b = vw + 32 * (U / 4); b < nb; b += 32) {
@@ -386,7 +349,8 @@ static __global__ void __launch_bounds__(NORM_THREADS / C) norm_cluster_kernel(r
                 v[e] = normed(p, a.norm[p]);
             }
         }
-        quant_block(a, t, b, lane, v);
+        warp_quant_block(v, per, b < a.n8 ? 127 : 7, lane, a.qa + (size_t)t * K + b * a.B,
+                             a.sa + (size_t)t * nb + b);
     }
 #elif defined(__CUDA_ARCH__)
     __trap();
