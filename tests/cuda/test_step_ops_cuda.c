@@ -453,7 +453,7 @@ static void test_norm_forms(void **state) {
         }
 }
 
-/* The cluster form (default 8 CTAs a row, and 2 and 4) against one CTA a row (the row in shared
+/* The cluster form (default 4 CTAs a row, and 2 and 8) against one CTA a row (the row in shared
  * memory, COMET_CUDA_NORM_CLUSTER=0), bit for bit: LLaMA widths 2048 to 16384 (one to two
  * batches of 8 row values a thread; 16 to 128 blocks of 128, so virtual warps with one to four
  * blocks, past the two whose perm and norm load early), 1, 2, 3 and 16 rows and 17 (one CTA a

@@ -43,10 +43,10 @@ constexpr int NORM_PRELOAD_MAX_T = 64;
  * clusters of up to 8 CTAs still give every CTA an SM of its own (128 of the H100's and H200's
  * 132); beyond that the clusters would share SMs, whose issue slots are what the form spreads */
 constexpr int NORM_CLUSTER_MAX_T = 16;
-/* CTAs a token row in the cluster form when COMET_CUDA_NORM_CLUSTER is unset: 4 warps an SM (1
- * a scheduler); at batch 1 the fastest of 2, 4 and 8 (8B decode on the H100: 333.3 tok/s, 332.2
- * with 4) */
-constexpr int NORM_CLUSTER_DEFAULT = 8;
+/* CTAs a token row in the cluster form when COMET_CUDA_NORM_CLUSTER is unset: 8 warps an SM (2
+ * a scheduler); 8 CTAs are as fast at one row and slower at 16 (8B decode on the H100: 4,794
+ * against 4,813 tok/s at batch 16) */
+constexpr int NORM_CLUSTER_DEFAULT = 4;
 /* Cluster form: row values a thread loads at once (8 x and 8 residual loads in flight), and
  * gather slots a thread loads perm and norm for before the reduction */
 [[maybe_unused]] constexpr int NORM_CLUSTER_BATCH = 8;
@@ -524,7 +524,7 @@ const char *comet_cuda_rmsnorm_quant_form(int T, int K) {
     if (pick_norm_form(T, K, &nf) != COMET_OK)
         return NULL;
     if (nf.cluster)
-        return nf.cluster == 2 ? "cluster 2" : nf.cluster == 4 ? "cluster 4" : "cluster 8";
+        return nf.cluster == 2 ? "cluster 2" : nf.cluster == 8 ? "cluster 8" : "cluster 4";
     if (nf.smem_row)
         return nf.pre ? "row shared early" : "row shared";
     return nf.pre ? "row global early" : "row global";

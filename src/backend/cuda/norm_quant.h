@@ -57,7 +57,7 @@ comet_status comet_cuda_rmsnorm_quant(float *x, const float *residual, const flo
 /* Which form comet_cuda_rmsnorm_quant takes for T rows of K channels on the current device under
  * the environment of this moment (a static string): "cluster 2", "cluster 4" or "cluster 8"
  * (sm_90, up to 16 rows of up to 32768 channels: a thread-block cluster of that many CTAs a
- * row; COMET_CUDA_NORM_CLUSTER=0 turns it off, =2, 4 or 8 sets the CTAs, unset: 8), else
+ * row; COMET_CUDA_NORM_CLUSTER=0 turns it off, =2, 4 or 8 sets the CTAs, unset: 4), else
  * "row shared early", "row shared", "row global early" or "row global" (one CTA a row; the row
  * kept in shared memory up to 32768 channels, the gather's perm and norm loaded before the
  * reduction up to 64 rows; COMET_CUDA_NORM_SMEM=0: "row global"). Every form gives the same
