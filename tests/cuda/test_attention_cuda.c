@@ -833,14 +833,16 @@ static void test_attention_quant_forms(void **state) {
 
 /* ---- rope_attention_quant: RoPE and the KV append fused into the decode kernel ------------- */
 
-/* Head shapes of the fused op's cases: GQA 4 and 8 at head dims 128 and 64, KV groups of 16,
- * 32, 64 and 128 channels (G 0: the whole head) */
+/* Head shapes of the fused op's cases: GQA 2, 3, 4 and 8 at head dims 128 and 64, KV groups
+ * of 16, 32, 64 and 128 channels (G 0: the whole head): every instance of the fused kernel */
 static const att_cfg RA_CFGS[] = {
     {"D128 H32/Hkv8 G32 llama3-8b", 128, 32, 8, 32, COMET_ROPE_SCALING_LLAMA3, 500000.0f},
     {"D128 H8/Hkv1 G16", 128, 8, 1, 16, COMET_ROPE_SCALING_NONE, 500000.0f},
     {"D128 H32/Hkv8 G128", 128, 32, 8, 0, COMET_ROPE_SCALING_NONE, 10000.0f},
     {"D64 H8/Hkv2 G16", 64, 8, 2, 16, COMET_ROPE_SCALING_NONE, 100000.0f},
     {"D64 H16/Hkv2 G64", 64, 16, 2, 0, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H16/Hkv8 G64", 128, 16, 8, 64, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D64 H6/Hkv2 G32", 64, 6, 2, 32, COMET_ROPE_SCALING_NONE, 100000.0f},
 };
 
 enum {
@@ -1032,8 +1034,9 @@ static void rope_attention_case(const att_cfg *cfg, int bits, int rot, const int
  * token's key in the middle of the last split, or alone in it with an empty split after), the
  * keys 1, 16, 17, 603, 2048 and 4097 in one step (positions 0, slot P - 1, slot 0 of a page;
  * several splits, most of them empty for the short ones), eight of 1 .. 100 (one split:
- * positions 0, 1, 15, 16, 32, 63, 64, 99), 64 of 130 to 400 at D 64; GQA 4 and 8 at head dims
- * 64 and 128, KV groups of 16, 32, 64 and 128, both rotations, o_proj W4A4 B64 and W4A8 B128;
+ * positions 0, 1, 15, 16, 32, 63, 64, 99), 64 of 130 to 400 at D 64; GQA 2, 3, 4 and 8 at head
+ * dims 64 and 128, KV groups of 16, 32, 64 and 128 at each (every instance of the fused kernel),
+ * both rotations, o_proj W4A4 B64 and W4A8 B128;
  * and the steps the fused kernel does not take, where the op runs the two ops' paths: an INT8
  * cache, a prefill step (chunks of 3 tokens), a batch-invariant decode step. */
 static void test_rope_attention_forms(void **state) {
@@ -1068,9 +1071,11 @@ static void test_rope_attention_forms(void **state) {
         {0, 4, 1, six, 6, RA_PREFILL, 4, 64, 0}, /* quick */
         {3, 4, 0, short8, 8, RA_PREFILL, 8, 128, 0},
         {0, 4, 0, six, 6, RA_INVARIANT, 4, 64, 0}, /* quick */
+        {5, 4, 0, short8, 8, RA_DECODE, 4, 64, 1}, /* quick: the append without rotation */
+        {6, 4, 1, six, 6, RA_DECODE, 8, 128, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        if (g_quick && c != 0 && c != 4 && c != 7 && c != 12 && c != 14)
+        if (g_quick && c != 0 && c != 4 && c != 7 && c != 12 && c != 14 && c != 15)
             continue;
         rope_attention_case(&RA_CFGS[cases[c].cfg], cases[c].bits, cases[c].rot, cases[c].len,
                             cases[c].n_seq, cases[c].mode, cases[c].a_bits, cases[c].B,
