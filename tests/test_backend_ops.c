@@ -17,10 +17,11 @@
  * after RoPE within 1e-5, the output within the row's tolerance); rope_kv_append +
  * paged_attention_quant (where a backend has it) at the models' heads, its attention output
  * as attention's and its act of O as rmsnorm_quant's; rope_attention_quant (where a backend
- * has it) the same, without q (unspecified after it); lm_head over logit rows out of order. Acts are compared as fp32: a host backend's act is fp32 [T, K]; a device
- * backend's is read in the CUDA layout of model_ops.h (INT8 codes [T, K] at byte 0 and fp32
- * block scales at roundup(T*K, 256) for a W4Ax group, else fp16 [T, K]). Every output is
- * poisoned (NaN) before the op and framed by guard bytes.
+ * has it) the same, without q (unspecified after it); lm_head over logit rows out of order.
+ * Acts are compared as fp32: a host backend's act is fp32 [T, K]; a device backend's is read
+ * in the CUDA layout of model_ops.h (INT8 codes [T, K] at byte 0 and fp32 block scales at
+ * roundup(T*K, 256) for a W4Ax group, else fp16 [T, K]). Every output is poisoned (NaN)
+ * before the op and framed by guard bytes.
  *
  * Usage: test_backend_ops [--cuda] [--perf]
  *   default: the CPU backends (cpu-ref, cpu); --cuda: the CUDA backend only, exit 77 (ctest:
@@ -498,51 +499,54 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                       op->rope_kv_append(be, &kv, layer, &st, &rp, sb_f(&qb), a->H, sb_f(&kb),
                                          sb_f(&vb)),
                       "rope_kv_append");
-            if (step && m) {
-                const int K = a->H * a->D;
-                assert_int_equal(comet_group_width(m, COMET_GROUP_O), K);
-                sbuf ab = sb_alloc(be, comet_act_bytes(T, K));
-                if (rope_fused) {
+            if (step) {
+                /* with m: rope_attention_quant or paged_attention_quant where the backend has
+                 * it (fused), else paged_attention, then act_quant of O */
+                const int K = a->H * a->D, fused = m && op->paged_attention_quant;
+                sbuf ab = {0};
+                if (m) {
+                    assert_int_equal(comet_group_width(m, COMET_GROUP_O), K);
+                    ab = sb_alloc(be, comet_act_bytes(T, K));
+                }
+                if (rope_fused)
                     OP_OK(be,
                           op->rope_attention_quant(be, &kv, layer, &st, &rp, sb_f(&qb), a->H,
                                                    sb_f(&kb), sb_f(&vb), sb_f(&ob), w, sb_ptr(&ab)),
                           "rope_attention_quant");
-                } else if (op->paged_attention_quant) {
+                else if (fused)
                     OP_OK(be,
                           op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
                                                     w, sb_ptr(&ab)),
                           "paged_attention_quant");
-                } else {
+                else
                     OP_OK(be, op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)),
                           "paged_attention");
+                if (m && !fused && !rope_fused)
                     OP_OK(be, op->act_quant(be, w, layer, COMET_GROUP_O, sb_f(&ob), T, sb_ptr(&ab)),
                           "act_quant");
-                }
                 OP_OK(be, op->sync(be), "sync");
-                if (r->op == OP_ATTENTION_QUANT)
+                if (r->op != OP_ROPE_ATTENTION_QUANT)
                     outs_add(o, fetch_f32(&qb, nq, "rope_kv_append (q)"), nq, 1e-5, "q after RoPE");
-                outs_add(o, fetch_f32(&ob, nq, "paged_attention_quant (out)"), nq, r->tol,
-                         "attention output");
-                outs_add(o, fetch_act(be, m, layer, COMET_GROUP_O, &ab, T, K, "act of O"), nq,
-                         act_tol(r->variant), "act of O");
-                SB_CHECK_GUARDS(&ab, "paged_attention_quant (act)");
+                outs_add(o,
+                         fetch_f32(&ob, nq, m ? "paged_attention_quant (out)" : "paged_attention"),
+                         nq, r->tol, "attention output");
+                if (m) {
+                    outs_add(o, fetch_act(be, m, layer, COMET_GROUP_O, &ab, T, K, "act of O"), nq,
+                             act_tol(r->variant), "act of O");
+                    SB_CHECK_GUARDS(&ab, "paged_attention_quant (act)");
+                }
                 if (rope_fused)
                     PERF(be, i, r, "rope_attention_quant",
                          op->rope_attention_quant(be, &kv, layer, &st, &rp, sb_f(&qb), a->H,
                                                   sb_f(&kb), sb_f(&vb), sb_f(&ob), w, sb_ptr(&ab)));
-                else if (op->paged_attention_quant)
+                else if (fused)
                     PERF(be, i, r, "paged_attention_quant",
                          op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
                                                    w, sb_ptr(&ab)));
+                else if (!m)
+                    PERF(be, i, r, "paged_attention",
+                         op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)));
                 sb_free(&ab);
-            } else if (step) {
-                OP_OK(be, op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)),
-                      "paged_attention");
-                OP_OK(be, op->sync(be), "sync");
-                outs_add(o, fetch_f32(&qb, nq, "rope_kv_append (q)"), nq, 1e-5, "q after RoPE");
-                outs_add(o, fetch_f32(&ob, nq, "paged_attention"), nq, r->tol, "attention output");
-                PERF(be, i, r, "paged_attention",
-                     op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)));
             }
             OP_OK(be, op->sync(be), "sync");
             SB_CHECK_GUARDS(&kb, "rope_kv_append (k)");
@@ -762,6 +766,14 @@ static row *add_row(op_id op, int v, int T, double tol) {
     return r;
 }
 
+/* The tokens ATT_BATCHES[bi]'s step adds: the row's T */
+static int att_batch_tokens(int bi) {
+    int T = 0;
+    for (int s = 0; s < ATT_BATCHES[bi].n_seq; s++)
+        T += ATT_BATCHES[bi].add[s];
+    return T;
+}
+
 static void make_rows(void) {
     static const int Ts_act[] = {1, 5, 130}, Ts_mm[] = {1, 7, 70}, Ts_lm[] = {1, 9, 40};
     for (int v = 0; v < N_VARIANTS; v++) {
@@ -820,9 +832,7 @@ static void make_rows(void) {
         for (int bi = 0; bi < N_ATT_BATCHES; bi++)
             for (int kb = 0; kb < 3; kb++)
                 for (int rot = 0; rot < 2; rot++) {
-                    int T = 0;
-                    for (int s = 0; s < ATT_BATCHES[bi].n_seq; s++)
-                        T += ATT_BATCHES[bi].add[s];
+                    const int T = att_batch_tokens(bi);
                     row *r = add_row(OP_ATTENTION, 0, T,
                                       bits[kb] == 16 ? 2e-3 : bits[kb] == 8 ? 1e-3 : 5e-3);
                     r->kv_bits = bits[kb];
@@ -840,9 +850,7 @@ static void make_rows(void) {
     for (int vi = 0; vi < 3; vi++)
         for (int bi = 0; bi < 3; bi++)
             for (int kb = 0; kb < 2; kb++) {
-                int T = 0;
-                for (int s = 0; s < ATT_BATCHES[qb[bi]].n_seq; s++)
-                    T += ATT_BATCHES[qb[bi]].add[s];
+                const int T = att_batch_tokens(qb[bi]);
                 row *r = add_row(OP_ATTENTION_QUANT, qv[vi], T, bits[kb] == 8 ? 1e-3 : 5e-3);
                 r->kv_bits = bits[kb];
                 r->kv_rot =
