@@ -14,6 +14,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/norm_quant.h"
+#include "backend/cuda/ptx.cuh"
 
 namespace {
 
@@ -64,6 +65,7 @@ size_t aq_smem_bytes(int H, int D, int n_splits) {
 template <int D>
 static __global__ void __launch_bounds__(AQ_THREADS) attn_quant_kernel(aq_args a) {
     static_assert(D == 64 || D == 128, "attn_quant_kernel: head dim 64 or 128");
+    comet_ptx::pdl_trigger(); /* o_proj's GEMM may start on its weights (ptx.cuh) */
     constexpr int LPH = D / 4; /* lanes a head */
     extern __shared__ float aq_smem[];
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

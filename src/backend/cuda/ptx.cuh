@@ -27,12 +27,15 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
     return v;
 }
 
-/* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every kernel lets the
- * next kernel of the stream launch from its start (pdl_trigger; that kernel, if launched with
- * the attribute, waits for this whole grid in its own pdl_wait before it touches anything this
- * one writes), and calls pdl_wait before its first access to anything but the weights qw and
- * sw: activation codes and scales, outputs, workspace. Launched without the attribute, both
- * are no-ops (the launch itself waited for the previous kernel). COMET_PDL_NO_WAIT drops the
+/* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every GEMM kernel, and
+ * every step kernel that a GEMM follows (RMSNorm + quantize, SwiGLU + quantize, the split
+ * merge + quantize), lets the next kernel of the stream launch from its start (pdl_trigger;
+ * that kernel, if launched with the attribute, waits for this whole grid in its own pdl_wait
+ * before it touches anything this one writes). Only the GEMMs launch with the attribute: they
+ * call pdl_wait before their first access to anything but the weights qw and sw (activation
+ * codes and scales, outputs, workspace), so their weights stream while the kernel before them
+ * runs. Launched without the attribute, both are no-ops (the launch itself waited for the
+ * previous kernel). COMET_PDL_NO_WAIT drops the
  * wait, a test of the test only: test_gemm_w4ax_cuda's chained calls must then fail. */
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
