@@ -65,7 +65,8 @@ size_t aq_smem_bytes(int H, int D, int n_splits) {
 template <int D>
 static __global__ void __launch_bounds__(AQ_THREADS) attn_quant_kernel(aq_args a) {
     static_assert(D == 64 || D == 128, "attn_quant_kernel: head dim 64 or 128");
-    comet_ptx::pdl_trigger(); /* o_proj's GEMM may start on its weights (ptx.cuh) */
+    if (gridDim.x <= comet_ptx::PDL_TRIGGER_MAX_ROWS)
+        comet_ptx::pdl_trigger(); /* o_proj's GEMM may start on its weights (ptx.cuh) */
     constexpr int LPH = D / 4; /* lanes a head */
     extern __shared__ float aq_smem[];
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

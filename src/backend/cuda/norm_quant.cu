@@ -96,7 +96,8 @@ struct row_args {
  * trips in a row). */
 template <int MODE, bool PRE>
 static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_kernel(row_args a) {
-    comet_ptx::pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
+    if (gridDim.x <= comet_ptx::PDL_TRIGGER_MAX_ROWS)
+        comet_ptx::pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
     extern __shared__ float xs[]; /* NORM with smem_row: [K] the row after the residual add */
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nthreads = blockDim.x, nwarps = nthreads >> 5;

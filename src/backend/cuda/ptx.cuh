@@ -37,6 +37,8 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
  * runs. Launched without the attribute, both are no-ops (the launch itself waited for the
  * previous kernel). COMET_PDL_NO_WAIT drops the
  * wait, a test of the test only: test_gemm_w4ax_cuda's chained calls must then fail. */
+/* Rows (tokens) up to which a step kernel triggers: 8B decode 1.085x at batch 1, 0.94x at 64 */
+constexpr int PDL_TRIGGER_MAX_ROWS = 16;
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
