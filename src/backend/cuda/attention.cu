@@ -249,6 +249,7 @@ comet_status attention_quant_run(const comet_cuda_kv_layout *L, const void *stor
     a.ws_ml = a.ws_acc + (size_t)T * H * n_splits * D;
     a.H = H, a.n_splits = n_splits, a.rotate = rotate, a.out = out;
     a.perm = f->perm, a.K = f->K, a.B = f->B, a.n8 = f->n8;
+    a.pdl_trigger = comet_ptx::step_trigger(T);
     a.qa = static_cast<int8_t *>(act);
     a.sa =
         reinterpret_cast<float *>(static_cast<char *>(act) + comet_cuda_act_scales_offset(T, f->K));
