@@ -16,7 +16,8 @@
  * shapes, LLaMA-3 RoPE scaling among them, kv_bits 4, 8, 16, rotation none and hadamard; q
  * after RoPE within 1e-5, the output within the row's tolerance); rope_kv_append +
  * paged_attention_quant (where a backend has it) at the models' heads, its attention output
- * as attention's and its act of O as rmsnorm_quant's; lm_head over logit rows out of order.
+ * as attention's and its act of O as rmsnorm_quant's; rope_attention_quant (where a backend
+ * has it) the same, without q (unspecified after it); lm_head over logit rows out of order.
  * Acts are compared as fp32: a host backend's act is fp32 [T, K]; a device backend's is read
  * in the CUDA layout of model_ops.h (INT8 codes [T, K] at byte 0 and fp32 block scales at
  * roundup(T*K, 256) for a W4Ax group, else fp16 [T, K]). Every output is poisoned (NaN)
@@ -71,14 +72,16 @@ typedef enum op_id {
     OP_MATMUL_GROUP,
     OP_ATTENTION, /* rope_kv_append, then paged_attention */
     OP_LM_HEAD,
-    OP_ATTENTION_QUANT, /* rope_kv_append, then paged_attention_quant (the reference and a
+    OP_ATTENTION_QUANT,      /* rope_kv_append, then paged_attention_quant (the reference and a
                          * backend without it: paged_attention, then act_quant of O) */
+    OP_ROPE_ATTENTION_QUANT, /* rope_attention_quant (the reference and a backend without it:
+                              * OP_ATTENTION_QUANT's ops) */
     OP_COUNT
 } op_id;
 
 static const char *const OP_NAME[OP_COUNT] = {
-    "embed_tokens", "rmsnorm_quant", "act_quant", "silu_mul_quant",       "matmul",
-    "matmul_group", "attention",     "lm_head",   "paged_attention_quant"};
+    "embed_tokens", "rmsnorm_quant", "act_quant", "silu_mul_quant",        "matmul",
+    "matmul_group", "attention",     "lm_head",   "paged_attention_quant", "rope_attention_quant"};
 
 typedef struct variant {
     const char *name;
@@ -347,7 +350,7 @@ static inputs inputs_make(const row *r) {
     const comet_model *m = r->op == OP_ATTENTION ? NULL : model_of(r->variant);
     st_seed(0xB0B5ull * 1000003u + (uint64_t)r->op * 7919u + (uint64_t)r->T * 31u +
             (uint64_t)r->variant);
-    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT) {
+    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT || r->op == OP_ROPE_ATTENTION_QUANT) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const att_batch *ab = &ATT_BATCHES[r->att_batch];
         int32_t *pages[MAX_SEQS] = {NULL};
@@ -456,7 +459,9 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
         return 0;
     if (r->op == OP_ATTENTION_QUANT && !op->paged_attention_quant && i != MAX_BACKENDS)
         return 0;
-    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT) {
+    if (r->op == OP_ROPE_ATTENTION_QUANT && !op->rope_attention_quant && i != MAX_BACKENDS)
+        return 0;
+    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT || r->op == OP_ROPE_ATTENTION_QUANT) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const comet_kv_format fmt = {
             .type = comet_kv_type_from_bits(r->kv_bits), .group = a->G, .rotation = r->kv_rot};
@@ -471,8 +476,9 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                                 .high_freq_factor = 4.0f,
                                 .orig_ctx = 8192};
         const int layer = 1;
-        /* OP_ATTENTION_QUANT: the model's weights (its heads are the shape's) and act */
-        const comet_model *m = r->op == OP_ATTENTION_QUANT ? model_of(r->variant) : NULL;
+        /* OP_ATTENTION_QUANT, OP_ROPE_ATTENTION_QUANT: the model's weights (its heads are the
+         * shape's) and act */
+        const comet_model *m = r->op != OP_ATTENTION ? model_of(r->variant) : NULL;
         const comet_weights *w = m ? weights_of(r->variant, i) : NULL;
         for (int step = 0; step < 2; step++) {
             const st_batch *hb = step ? &in->hb1 : &in->hb0;
@@ -485,20 +491,29 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                  vb = sb_from(be, step ? in->v : in->v0, nk * 4), ob = sb_alloc(be, nq * 4);
             comet_step st;
             OP_OK(be, op->step_begin(be, &hb->b, &st), "step_begin");
-            OP_OK(
-                be,
-                op->rope_kv_append(be, &kv, layer, &st, &rp, sb_f(&qb), a->H, sb_f(&kb), sb_f(&vb)),
-                "rope_kv_append");
+            /* the tested step of a rope_attention_quant row: one call (q after it unspecified) */
+            const int rope_fused = step && r->op == OP_ROPE_ATTENTION_QUANT && i != MAX_BACKENDS &&
+                                   op->rope_attention_quant;
+            if (!rope_fused)
+                OP_OK(be,
+                      op->rope_kv_append(be, &kv, layer, &st, &rp, sb_f(&qb), a->H, sb_f(&kb),
+                                         sb_f(&vb)),
+                      "rope_kv_append");
             if (step) {
-                /* with m: paged_attention_quant where the backend has it (fused), else
-                 * paged_attention, then act_quant of O */
+                /* with m: rope_attention_quant or paged_attention_quant where the backend has
+                 * it (fused), else paged_attention, then act_quant of O */
                 const int K = a->H * a->D, fused = m && op->paged_attention_quant;
                 sbuf ab = {0};
                 if (m) {
                     assert_int_equal(comet_group_width(m, COMET_GROUP_O), K);
                     ab = sb_alloc(be, comet_act_bytes(T, K));
                 }
-                if (fused)
+                if (rope_fused)
+                    OP_OK(be,
+                          op->rope_attention_quant(be, &kv, layer, &st, &rp, sb_f(&qb), a->H,
+                                                   sb_f(&kb), sb_f(&vb), sb_f(&ob), w, sb_ptr(&ab)),
+                          "rope_attention_quant");
+                else if (fused)
                     OP_OK(be,
                           op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
                                                     w, sb_ptr(&ab)),
@@ -506,11 +521,12 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                 else
                     OP_OK(be, op->paged_attention(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob)),
                           "paged_attention");
-                if (m && !fused)
+                if (m && !fused && !rope_fused)
                     OP_OK(be, op->act_quant(be, w, layer, COMET_GROUP_O, sb_f(&ob), T, sb_ptr(&ab)),
                           "act_quant");
                 OP_OK(be, op->sync(be), "sync");
-                outs_add(o, fetch_f32(&qb, nq, "rope_kv_append (q)"), nq, 1e-5, "q after RoPE");
+                if (r->op != OP_ROPE_ATTENTION_QUANT)
+                    outs_add(o, fetch_f32(&qb, nq, "rope_kv_append (q)"), nq, 1e-5, "q after RoPE");
                 outs_add(o,
                          fetch_f32(&ob, nq, m ? "paged_attention_quant (out)" : "paged_attention"),
                          nq, r->tol, "attention output");
@@ -519,7 +535,11 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
                              act_tol(r->variant), "act of O");
                     SB_CHECK_GUARDS(&ab, "paged_attention_quant (act)");
                 }
-                if (fused)
+                if (rope_fused)
+                    PERF(be, i, r, "rope_attention_quant",
+                         op->rope_attention_quant(be, &kv, layer, &st, &rp, sb_f(&qb), a->H,
+                                                  sb_f(&kb), sb_f(&vb), sb_f(&ob), w, sb_ptr(&ab)));
+                else if (fused)
                     PERF(be, i, r, "paged_attention_quant",
                          op->paged_attention_quant(be, &kv, layer, &st, sb_f(&qb), a->H, sb_f(&ob),
                                                    w, sb_ptr(&ab)));
@@ -670,12 +690,16 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
 /* One row: the reference once, then every backend against it. */
 static void test_row(void **state) {
     const row *r = *state;
-    if (r->op == OP_MATMUL_GROUP || r->op == OP_ATTENTION_QUANT) {
+    if (r->op == OP_MATMUL_GROUP || r->op == OP_ATTENTION_QUANT ||
+        r->op == OP_ROPE_ATTENTION_QUANT) {
         /* optional: skipped where no backend has it */
         int any = 0;
-        for (int i = 0; i < g_n_bks; i++)
-            any |= r->op == OP_MATMUL_GROUP ? g_bks[i].be->ops->matmul_group != NULL
-                                            : g_bks[i].be->ops->paged_attention_quant != NULL;
+        for (int i = 0; i < g_n_bks; i++) {
+            const comet_backend_ops *op = g_bks[i].be->ops;
+            any |= r->op == OP_MATMUL_GROUP      ? op->matmul_group != NULL
+                   : r->op == OP_ATTENTION_QUANT ? op->paged_attention_quant != NULL
+                                                 : op->rope_attention_quant != NULL;
+        }
         if (!any)
             skip();
     }
@@ -833,6 +857,23 @@ static void make_rows(void) {
                     (vi + bi + kb) % 2 ? COMET_KV_ROTATION_HADAMARD : COMET_KV_ROTATION_NONE;
                 r->att_shape = 0, r->att_batch = qb[bi];
                 snprintf(r->name, sizeof r->name, "paged_attention_quant/%s/kv%d%s/%s/%s/T%d",
+                         VARIANTS[qv[vi]].name, bits[kb], r->kv_rot ? "h" : "", ATT_SHAPES[0].name,
+                         ATT_BATCHES[qb[bi]].name, T);
+            }
+    /* rope_attention_quant, the same rows (CUDA: the decode steps with kv 4 take the decode
+     * kernel's fused form, one split and several; the others the two ops' paths) */
+    for (int vi = 0; vi < 2; vi++)
+        for (int bi = 0; bi < 3; bi++)
+            for (int kb = 0; kb < 2; kb++) {
+                int T = 0;
+                for (int s = 0; s < ATT_BATCHES[qb[bi]].n_seq; s++)
+                    T += ATT_BATCHES[qb[bi]].add[s];
+                row *r = add_row(OP_ROPE_ATTENTION_QUANT, qv[vi], T, bits[kb] == 8 ? 1e-3 : 5e-3);
+                r->kv_bits = bits[kb];
+                r->kv_rot =
+                    (vi + bi + kb + 1) % 2 ? COMET_KV_ROTATION_HADAMARD : COMET_KV_ROTATION_NONE;
+                r->att_shape = 0, r->att_batch = qb[bi];
+                snprintf(r->name, sizeof r->name, "rope_attention_quant/%s/kv%d%s/%s/%s/T%d",
                          VARIANTS[qv[vi]].name, bits[kb], r->kv_rot ? "h" : "", ATT_SHAPES[0].name,
                          ATT_BATCHES[qb[bi]].name, T);
             }

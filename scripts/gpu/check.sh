@@ -71,6 +71,7 @@ if has ops; then
             test_attention_cuda:test_kv_codes_position0 \
             test_attention_cuda:test_attention_decode \
             test_attention_cuda:test_attention_batch_invariant \
+            test_attention_cuda:test_rope_attention_forms \
             test_attention_prefill_cuda:test_attention_prefill_chunks; do
             t=${tc%%:*} f=${tc#*:}
             log="$OUT/sanitizer_racecheck_$f.log"

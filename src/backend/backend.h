@@ -191,6 +191,17 @@ typedef struct comet_backend_ops {
     comet_status (*paged_attention_quant)(comet_backend *be, const comet_kv_cache *kv, int layer,
                                           const comet_step *st, const float *q, int H, float *out,
                                           const comet_weights *w, void *act);
+    /* rope_attention_quant (optional; NULL: the layer loop calls rope_kv_append, then
+     * paged_attention_quant or its two ops): rope_kv_append(be, kv, layer, st, rp, q, H, k, v),
+     * then paged_attention_quant(be, kv, layer, st, q, H, out, w, act), in one call: the same
+     * bits in kv's pages, in out [T, H, D] and in act, and the same statuses. q [T, H, D] and
+     * k [T, Hkv, D] leave unspecified (a backend may RoPE them in place or leave them as given:
+     * CUDA fuses a decode step's RoPE and KV append into its decode attention kernel, which
+     * only reads them). The layer loop calls it where it calls paged_attention_quant. */
+    comet_status (*rope_attention_quant)(comet_backend *be, comet_kv_cache *kv, int layer,
+                                         const comet_step *st, const comet_rope_params *rp,
+                                         float *q, int H, float *k, const float *v, float *out,
+                                         const comet_weights *w, void *act);
     comet_status (*lm_head)(comet_backend *be, const comet_weights *w, const void *act,
                             const comet_step *st, float *logits);
 

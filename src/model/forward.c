@@ -6,7 +6,8 @@
  *       q, k, v = a·Wq, a·Wk, a·Wv (one matmul_group where the backend has it)
  *       rope_kv_append(q, k, v)
  *       a = act_quant(attention(q, KV cache))                                  group o
- *           (one call, paged_attention_quant, where the backend has it)
+ *           (one call, paged_attention_quant, where the backend has it; with RoPE and
+ *           the KV append, rope_attention_quant)
  *       a = rmsnorm_quant(x += a·Wo, ffn_norm)                                 group gate_up
  *       a = silu_mul_quant(a·Wgate, a·Wup)                                     group down
  *       down output = a·Wdown
@@ -401,12 +402,20 @@ static comet_status run_ops(comet_forward_ctx *fc, comet_kv_cache *kv, const com
         float *const qkv[3] = {fc->q, fc->k, fc->v};
         COMET_TRY(group_matmul(fc, l, COMET_GROUP_QKV, T, qkv));
         COMET_ASSERT(!c->qkv_bias); /* a q/k/v bias (Qwen2) is added here, before RoPE */
-        PROF("rope_kv_append");
-        COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
-        if (op->paged_attention_quant && !fc->att_cols) { /* one call, maybe one kernel */
+        if (op->rope_attention_quant && op->paged_attention_quant && !fc->att_cols) {
+            /* RoPE, the KV append, attention and its quantization in one call (CUDA: a
+             * decode step's RoPE and append inside its attention kernel) */
+            PROF("rope_kv_append + paged_attention + act_quant");
+            COMET_TRY(op->rope_attention_quant(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v,
+                                               fc->att, w, fc->act));
+        } else if (op->paged_attention_quant && !fc->att_cols) { /* one call, maybe one kernel */
+            PROF("rope_kv_append");
+            COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
             PROF("paged_attention + act_quant");
             COMET_TRY(op->paged_attention_quant(be, kv, l, st, fc->q, H, fc->att, w, fc->act));
         } else {
+            PROF("rope_kv_append");
+            COMET_TRY(op->rope_kv_append(be, kv, l, st, &fc->rope, fc->q, H, fc->k, fc->v));
             PROF("paged_attention");
             COMET_TRY(op->paged_attention(be, kv, l, st, fc->q, H, fc->att));
             const float *att = fc->att;

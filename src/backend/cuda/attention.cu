@@ -30,6 +30,7 @@
 #include "backend/cuda/attention_combine.cuh"
 #include "backend/cuda/attention_quant.cuh"
 #include "backend/cuda/attention_plan.cuh"
+#include "backend/cuda/rope_kv.h"
 
 namespace {
 
@@ -45,26 +46,45 @@ void attn_decode_launch(const att_args &a, dim3 grid, cudaStream_t s) {
         attn_decode_kernel<BITS, 8><<<grid, DEC_THREADS, 0, s>>>(a);
 }
 
-/* attn_decode_mma_kernel at head dim D (64 or 128) with ngr (scale, zero) groups a key
- * (D / 16 at most, a power of two: att_decode_mma's layouts). */
-void attn_decode_mma_launch(int D, int ngr, const att_args &a, dim3 grid, cudaStream_t s) {
+/* f(D, NGR) as std::integral_constant values for head dim D (64 or 128) with ngr (scale, zero)
+ * groups a key (D / 16 at most, a power of two: att_decode_mma's layouts): the instances of
+ * attn_decode_mma_kernel. */
+template <typename F>
+void with_dmma_shape(int D, int ngr, F &&f) {
+    using std::integral_constant;
     if (D == 64) {
         if (ngr == 4)
-            attn_decode_mma_kernel<64, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 64>{}, integral_constant<int, 4>{});
         else if (ngr == 2)
-            attn_decode_mma_kernel<64, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 64>{}, integral_constant<int, 2>{});
         else
-            attn_decode_mma_kernel<64, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 64>{}, integral_constant<int, 1>{});
     } else {
         if (ngr == 8)
-            attn_decode_mma_kernel<128, 8><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 128>{}, integral_constant<int, 8>{});
         else if (ngr == 4)
-            attn_decode_mma_kernel<128, 4><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 128>{}, integral_constant<int, 4>{});
         else if (ngr == 2)
-            attn_decode_mma_kernel<128, 2><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 128>{}, integral_constant<int, 2>{});
         else
-            attn_decode_mma_kernel<128, 1><<<grid, DMMA_THREADS, 0, s>>>(a);
+            f(integral_constant<int, 128>{}, integral_constant<int, 1>{});
     }
+}
+
+/* attn_decode_mma_kernel, or with rope (its inv_freq, k and v) its fused form, at head dim D
+ * with ngr groups a key */
+void attn_decode_mma_launch(int D, int ngr, const att_args &a, const att_rope_args *rope, dim3 grid,
+                            cudaStream_t s) {
+    with_dmma_shape(D, ngr, [&](auto d, auto n) {
+        constexpr int DD = decltype(d)::value, NGR = decltype(n)::value;
+        if (rope) {
+            att_rope_args p = *rope;
+            static_cast<att_args &>(p) = a;
+            attn_decode_mma_kernel<DD, NGR, true><<<grid, DMMA_THREADS, 0, s>>>(p);
+        } else {
+            attn_decode_mma_kernel<DD, NGR><<<grid, DMMA_THREADS, 0, s>>>(a);
+        }
+    });
 }
 
 /* kernel<<<grid, threads, smem, s>>>(a) after raising its dynamic shared memory limit to smem
@@ -113,11 +133,14 @@ comet_status attn_launch_dmax(int dmax, const att_args &a, dim3 grid, cudaStream
 
 /* comet_cuda_paged_attention, with the combine of split keys left to the caller when
  * `combine` is false (the partial rows and their (max, sum) then wait in workspace:
- * comet_cuda_paged_attention_quant's fused kernel merges them). */
+ * comet_cuda_paged_attention_quant's fused kernel merges them). With rope (inv_freq, k and v;
+ * its attention arguments unused) the step, which att_rope_fused takes, runs
+ * attn_decode_mma_kernel's fused form: RoPE and the KV append of the step's k and v happen inside,
+ * q is read before RoPE. */
 comet_status paged_attention_run(const comet_cuda_kv_layout *L, const void *storage, int layer,
                                  const comet_cuda_step_view *st, const float *q, int H, float *out,
                                  int rotate, int n_splits, void *workspace, bool combine,
-                                 cudaStream_t s) {
+                                 const att_rope_args *rope, cudaStream_t s) {
     const int D = L->D;
     if (D > COMET_CUDA_KV_MAX_HEAD_DIM || D % 8 || L->P > COMET_CUDA_KV_MAX_PAGE_SIZE ||
         (rotate && (D & (D - 1))) || (L->bits != 16 && L->G % 8))
@@ -161,10 +184,13 @@ comet_status paged_attention_run(const comet_cuda_kv_layout *L, const void *stor
     a.q = q, a.out = out;
     a.ws_acc = static_cast<float *>(workspace);
     a.ws_ml = a.ws_acc ? a.ws_acc + (size_t)st->n_tokens * H * n_splits * D : NULL;
+    /* rope: the caller checked att_rope_fused, which implies both (a bug otherwise: RoPE and
+     * the append would not happen) */
+    COMET_ASSERT(!rope || (att_decode_step(st, g) && att_decode_mma(L, g)));
     if (att_decode_step(st, g)) {
         dim3 grid((unsigned)st->n_tiles, L->Hkv, n_splits);
         if (att_decode_mma(L, g)) {
-            attn_decode_mma_launch(D, D / L->G, a, grid, s);
+            attn_decode_mma_launch(D, D / L->G, a, rope, grid, s);
         } else {
             with_kv_bits(L->bits,
                          [&](auto bits) { attn_decode_launch<decltype(bits)::value>(a, grid, s); });
@@ -200,47 +226,30 @@ comet_status paged_attention_run(const comet_cuda_kv_layout *L, const void *stor
     return COMET_OK;
 }
 
-} /* namespace */
-
-extern "C" {
-
-comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
-                                        int layer, const comet_cuda_step_view *st, const float *q,
-                                        int H, float *out, int rotate, int n_splits,
-                                        void *workspace, void *stream) {
-    return paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, true,
-                               static_cast<cudaStream_t>(stream));
-}
-
-int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
-                                     int H, int n_splits, const comet_cuda_act_fmt *f,
-                                     const void *out) {
-    return att_quant_fused(L, st, H, n_splits, f, out);
-}
-
-comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, const void *storage,
-                                              int layer, const comet_cuda_step_view *st,
-                                              const float *q, int H, float *out, int rotate,
-                                              int n_splits, void *workspace,
-                                              const comet_cuda_act_fmt *f, void *act,
-                                              void *stream) {
+/* comet_cuda_paged_attention_quant, and with rope comet_cuda_rope_attention_quant's fused
+ * path (paged_attention_run's rope) */
+comet_status attention_quant_run(const comet_cuda_kv_layout *L, const void *storage, int layer,
+                                 const comet_cuda_step_view *st, const float *q, int H, float *out,
+                                 int rotate, int n_splits, void *workspace,
+                                 const comet_cuda_act_fmt *f, void *act, const att_rope_args *rope,
+                                 cudaStream_t s) {
     if (!att_quant_fused(L, st, H, n_splits, f, out)) {
-        COMET_TRY(comet_cuda_paged_attention(L, storage, layer, st, q, H, out, rotate, n_splits,
-                                             workspace, stream));
-        return comet_cuda_act_quant(out, st->n_tokens, f, act, stream);
+        COMET_TRY(paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace,
+                                      true, rope, s));
+        return comet_cuda_act_quant(out, st->n_tokens, f, act, s);
     }
     if (!act)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: paged_attention_quant: no activation buffer");
-    cudaStream_t s = static_cast<cudaStream_t>(stream);
     COMET_TRY(paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace,
-                                  false, s));
+                                  false, rope, s));
     const int T = st->n_tokens, D = L->D;
     aq_args a;
     a.ws_acc = static_cast<const float *>(workspace);
     a.ws_ml = a.ws_acc + (size_t)T * H * n_splits * D;
     a.H = H, a.n_splits = n_splits, a.rotate = rotate, a.out = out;
     a.perm = f->perm, a.K = f->K, a.B = f->B, a.n8 = f->n8;
+    a.pdl_trigger = comet_ptx::step_trigger(T);
     a.qa = static_cast<int8_t *>(act);
     a.sa =
         reinterpret_cast<float *>(static_cast<char *>(act) + comet_cuda_act_scales_offset(T, f->K));
@@ -259,6 +268,57 @@ comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, con
     }
     kernel<<<T, threads, smem, s>>>(a);
     return launch_check("paged_attention_quant (split combine + quantization)");
+}
+
+} /* namespace */
+
+extern "C" {
+
+comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const void *storage,
+                                        int layer, const comet_cuda_step_view *st, const float *q,
+                                        int H, float *out, int rotate, int n_splits,
+                                        void *workspace, void *stream) {
+    return paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, true,
+                               NULL, static_cast<cudaStream_t>(stream));
+}
+
+int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                     int H, int n_splits, const comet_cuda_act_fmt *f,
+                                     const void *out) {
+    return att_quant_fused(L, st, H, n_splits, f, out);
+}
+
+comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, const void *storage,
+                                              int layer, const comet_cuda_step_view *st,
+                                              const float *q, int H, float *out, int rotate,
+                                              int n_splits, void *workspace,
+                                              const comet_cuda_act_fmt *f, void *act,
+                                              void *stream) {
+    return attention_quant_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, f,
+                               act, NULL, static_cast<cudaStream_t>(stream));
+}
+
+int comet_cuda_rope_attention_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                    int layer, int H) {
+    return att_rope_fused(L, st, layer, H);
+}
+
+comet_status comet_cuda_rope_attention_quant(const comet_cuda_kv_layout *L, void *storage,
+                                             int layer, const comet_cuda_step_view *st,
+                                             const double *inv_freq, float *q, int H, float *k,
+                                             const float *v, float *out, int rotate, int n_splits,
+                                             void *workspace, const comet_cuda_act_fmt *f,
+                                             void *act, void *stream) {
+    if (!att_rope_fused(L, st, layer, H)) {
+        COMET_TRY(
+            comet_cuda_rope_kv_append(L, storage, layer, st, inv_freq, q, H, k, v, rotate, stream));
+        return comet_cuda_paged_attention_quant(L, storage, layer, st, q, H, out, rotate, n_splits,
+                                                workspace, f, act, stream);
+    }
+    att_rope_args rope;
+    rope.inv_freq = inv_freq, rope.k = k, rope.v = v;
+    return attention_quant_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, f,
+                               act, &rope, static_cast<cudaStream_t>(stream));
 }
 
 } /* extern "C" */

@@ -1,8 +1,8 @@
 /* attention.h — paged attention over the CUDA KV pool (attention.cu and its kernel
  * family: attention_plan.cuh, attention_prefill.cuh, attention_decode.cuh,
- * attention_combine.cuh, attention_quant.cuh): the step ops paged_attention and
- * paged_attention_quant of backend.h, their plan (the tile list, the key splits, the
- * workspace) and their launch.
+ * attention_combine.cuh, attention_quant.cuh): the step ops paged_attention,
+ * paged_attention_quant and rope_attention_quant of backend.h, their plan (the tile list,
+ * the key splits, the workspace) and their launch.
  *
  * Plain C header, no CUDA types: streams travel as void * (a cudaStream_t). Every pointer
  * is device memory owned by the caller unless marked "host". Launchers run on the current
@@ -91,6 +91,31 @@ comet_status comet_cuda_paged_attention_quant(const comet_cuda_kv_layout *L, con
 int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
                                      int H, int n_splits, const comet_cuda_act_fmt *f,
                                      const void *out);
+
+/* comet_cuda_rope_kv_append(L, storage, layer, st, inv_freq, q, H, k, v, rotate), then
+ * comet_cuda_paged_attention_quant(L, storage, layer, st, q, H, out, rotate, n_splits,
+ * workspace, f, act), in one call: the pool, out [T, H, D] and act the same bits as those two
+ * calls give. A decode step that attn_decode_mma_kernel takes (one token a sequence, an INT4
+ * cache at head dim 64 or 128 with KV groups of 16 .. 128 channels, H / Hkv <= 8, not
+ * batch-invariant: comet_cuda_rope_attention_fused) runs the step's RoPE and KV append inside
+ * that kernel (attention_decode_mma.cuh, its ROPE form: every CTA RoPEs its query
+ * heads in shared memory; the CTA whose key split holds the token's own key appends it
+ * first), one kernel launch fewer; q and k are then left as given, while the two calls'
+ * path (every other step, or COMET_CUDA_ROPE_ATTN_FUSED=0, read at every call) leaves them
+ * RoPE'd: their contents after the call are unspecified. Statuses as the two calls. */
+comet_status comet_cuda_rope_attention_quant(const comet_cuda_kv_layout *L, void *storage,
+                                             int layer, const comet_cuda_step_view *st,
+                                             const double *inv_freq, float *q, int H, float *k,
+                                             const float *v, float *out, int rotate, int n_splits,
+                                             void *workspace, const comet_cuda_act_fmt *f,
+                                             void *act, void *stream);
+
+/* 1 when comet_cuda_rope_attention_quant runs its fused kernel for these arguments (st's host
+ * fields n_tokens, n_tiles and batch_invariant are read), else 0; reads
+ * COMET_CUDA_ROPE_ATTN_FUSED (and COMET_CUDA_ATTN_DECODE_MMA) as the launch does. Host only:
+ * for tests and benchmarks that name the path they measure. */
+int comet_cuda_rope_attention_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
+                                    int layer, int H);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,9 @@
 /* attention_decode_mma.cuh — the tensor-core decode kernel over an INT4 cache
  * (attn_decode_mma_kernel): the steps whose every tile is one token, at head dims 64 and 128,
  * KV groups of 16, 32, 64 or 128 channels, GQA groups up to 8. The other decode steps (INT8 and
- * fp16 caches, other shapes, COMET_CUDA_ATTN_DECODE_MMA=0) take attn_decode_kernel.
+ * fp16 caches, other shapes, COMET_CUDA_ATTN_DECODE_MMA=0) take attn_decode_kernel. Its fused
+ * form (template flag ROPE) also does the step's RoPE and KV append (rope_kv_append's
+ * register kernel) itself: attention.h comet_cuda_rope_attention_quant.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
@@ -9,11 +11,13 @@
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/ptx.cuh"
+#include "backend/cuda/rope_kv.cuh"
 
 namespace {
 
 /* Four warps a CTA, each with its own ring of DMMA_STAGES 16-key tiles in shared memory. */
 constexpr int DMMA_WARPS = 4, DMMA_THREADS = 32 * DMMA_WARPS, DMMA_STAGES = 3;
+static_assert(DMMA_THREADS == ROPE_THREADS, "the fused form appends with kv_append_regs' threads");
 /* Most query heads a CTA takes: the g rows of one m16 tile that are not padding */
 constexpr int DMMA_MAX_G = 8;
 
@@ -77,6 +81,16 @@ __device__ __forceinline__ float dmma_exp2(float x) {
     return y;
 }
 
+/* The fused form's arguments (ROPE): attention's, RoPE's table and the step's new k and v (k
+ * before RoPE; neither is written). Derived from att_args, so that the kernel's parameter is
+ * att_args itself in the plain form and its fields sit at the same offsets in both. */
+struct att_rope_args : att_args {
+    const double *inv_freq; /* [D / 2] */
+    const float *k, *v;     /* [T, Hkv, D] */
+};
+template <bool ROPE>
+using dmma_args = typename std::conditional<ROPE, att_rope_args, att_args>::type;
+
 /* Flash-decoding over an INT4 paged cache on tensor cores (mma.sync m16n8k16, fp16 operands,
  * fp32 accumulators).
  *
@@ -129,9 +143,20 @@ __device__ __forceinline__ float dmma_exp2(float x) {
  * End: the warps meet in shared memory and merge in warp order (deterministic); one split writes
  * the normalized rows (rotated back by H_D when the cache is rotated), several write the
  * unnormalized rows and (max in natural-log units, sum) to the workspace for attn_combine_kernel,
- * as attn_decode_kernel does. */
-template <int D, int NGR>
-static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(att_args a) {
+ * as attn_decode_kernel does.
+ * ROPE (the fused form, a decode step of one token a sequence; q and the step's k and v as the
+ * projections left them, att_rope_args): every CTA RoPEs its g staged query heads in shared
+ * memory before the rotation, thread f < D / 2 taking pair (f, f + D / 2) of every head with
+ * one angle (rope_cs, rope_pair: rope_row's operations, so the q rope_kv_append would leave).
+ * The split whose keys end at the token's own key (position n_keys - 1; one split does) also
+ * loads the page slot and v before staging q, RoPEs k into shared memory over the ring (no
+ * copy has been issued yet) and appends k and v with kv_append_regs (rope_kv.cuh), the register
+ * kernel's own code for its end: the same codes, scales and zeros in the slot. Its global
+ * stores come before its ring's copies through the barrier after the heads' scaling (CTA
+ * scope: the copies are this CTA's own reads). The ring's first page id is loaded early too.
+ * The attention that follows is the plain form's, on the same values: the same bits. */
+template <int D, int NGR, bool ROPE = false>
+static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(dmma_args<ROPE> a) {
     static_assert(D == 64 || D == 128, "head dims 64 and 128");
     static_assert(NGR >= 1 && NGR <= D / 16 && D % (16 * NGR) == 0, "groups of 16k channels");
     constexpr int G = D / NGR;     /* channels of a (scale, zero) group (a.L.G) */
@@ -156,11 +181,66 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
     const int pbase = a.page_indptr[seq];
     const size_t v_off = (size_t)L.Hkv * L.tile_bytes;
 
+    /* ROPE: the step's own key (position n_keys - 1) belongs to exactly one split, the one
+     * whose keys end at n_keys (the splits cut 0 .. n_keys - 1 into consecutive runs of chunk
+     * keys; later splits are empty, kbeg = kend = n_keys). That CTA appends the token's K and
+     * V of this KV head before its ring copies a key: its page slot and v are loaded first,
+     * with the ring's first page id. */
+    [[maybe_unused]] bool append = false;
+    [[maybe_unused]] int pg_first = 0, aslot = 0;
+    [[maybe_unused]] uint8_t *atile[2] = {NULL, NULL};
+    [[maybe_unused]] float avr[KV_APPEND_R];
+    if constexpr (ROPE) {
+        append = kbeg < kend && kend == n_keys;
+        if (kbeg + 16 * warp < kend) { /* page_of(kfirst), below */
+            const int kp = min(kbeg + 16 * warp + (lane >> 1), kend - 1);
+            pg_first = a.page_indices[pbase + (a.p_shift >= 0 ? kp >> a.p_shift : kp / L.P)];
+        }
+        if (append) {
+            const int pos = n_keys - 1;
+            const int page = a.page_indices[pbase + pos / L.P];
+            aslot = pos % L.P;
+            atile[0] = kv_tile(L, page, 0, kvh), atile[1] = kv_tile(L, page, 1, kvh);
+            kv_append_load_v(a.v + ((size_t)t * L.Hkv + kvh) * D, D, tid, avr);
+        }
+    }
+
     /* q: staged, rotated, then each head scaled by 2^qe (largest channel in [64, 128)) */
     const float *qg = a.q + ((size_t)t * H + (size_t)kvh * g) * D; /* [g, D] */
     for (int i = tid; i < DMMA_MAX_G * D; i += DMMA_THREADS)
         qs[i] = i < g * D ? qg[i] : 0.0f;
+    [[maybe_unused]] float cs = 0.0f, sn = 0.0f, kx0 = 0.0f, kx1 = 0.0f;
+    if constexpr (ROPE) { /* thread f < D / 2: pair (f, f + D / 2)'s angle and k's pair */
+        if (tid < D / 2) {
+            rope_cs(n_keys - 1, a.inv_freq, tid, cs, sn);
+            if (append) {
+                const float *kr = a.k + ((size_t)t * L.Hkv + kvh) * D;
+                kx0 = kr[tid], kx1 = kr[tid + D / 2];
+            }
+        }
+    }
     __syncthreads();
+    if constexpr (ROPE) {
+        /* RoPE on the staged heads and on k (into ks, over the ring, which no copy has
+         * written yet), rope_kv_append's operations on the same values (rope_row) */
+        float *ks = reinterpret_cast<float *>(ring), *vs = ks + COMET_CUDA_KV_MAX_HEAD_DIM;
+        auto runs = reinterpret_cast<kv_range(*)[COMET_CUDA_KV_MAX_HEAD_DIM / 8]>(
+            vs + COMET_CUDA_KV_MAX_HEAD_DIM);
+        if (tid < D / 2) {
+            for (int h = 0; h < g; h++) {
+                float *row = qs + h * D;
+                rope_pair(row[tid], row[tid + D / 2], cs, sn, row[tid], row[tid + D / 2]);
+            }
+            if (append)
+                rope_pair(kx0, kx1, cs, sn, ks[tid], ks[tid + D / 2]);
+        }
+        __syncthreads();
+        /* its stores reach this CTA's own cp.async copies of the key: the barrier after the
+         * heads' scaling below orders them before every copy (CTA scope, which covers the
+         * copies' global reads; no other CTA reads the key) */
+        if (append)
+            kv_append_regs<4>(L, ks, vs, runs, avr, atile, aslot, a.rotate, tid, lane);
+    }
     if (a.rotate)
         wht_smem(qs, g, D, D);
     for (int h = warp; h < DMMA_MAX_G; h += DMMA_WARPS) {
@@ -252,7 +332,7 @@ static __global__ void __launch_bounds__(DMMA_THREADS) attn_decode_mma_kernel(at
         }
         comet_ptx::cp_async_commit();
     };
-    int pg_next = page_of(kfirst);
+    int pg_next = ROPE ? pg_first : page_of(kfirst);
     issue(kfirst, pg_next, 0);
     pg_next = page_of(kfirst + kstep);
     issue(kfirst + kstep, pg_next, 1);

@@ -2,8 +2,9 @@
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
  * rows over CTAs, the choice between the decode kernels (fp32 or tensor cores), the general
  * one and the tensor-core ones for prefill chunks, the number of key splits and the workspace
- * they need, and whether a decode step's split merge fuses with the quantization of its
- * output (att_quant_fused). The host side of attention.h's plan functions.
+ * they need, whether a decode step's split merge fuses with the quantization of its
+ * output (att_quant_fused) and whether its RoPE and KV append fuse into the decode kernel
+ * (att_rope_fused). The host side of attention.h's plan functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
@@ -98,6 +99,26 @@ bool att_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *
         (uintptr_t)out % 16)
         return false;
     return aq_smem_bytes(H, L->D, n_splits) <= AQ_SMEM_MAX;
+}
+
+static_assert(COMET_CUDA_ATTN_TILE >= 2, "att_rope_fused: one token a tile is one a sequence");
+
+/* Whether comet_cuda_rope_attention_quant runs attn_decode_mma_kernel<D, NGR, true> (the
+ * step's RoPE and KV append inside the decode kernel) rather than rope_kv_append's kernel and
+ * then paged_attention_quant's path: a decode step (att_decode_step: one token a tile, which with
+ * tiles of up to COMET_CUDA_ATTN_TILE >= 2 tokens is one token a sequence, and not
+ * batch-invariant) that attn_decode_mma_kernel takes (att_decode_mma), with arguments that
+ * both ops take (so that the others meet the same errors on the two ops' path), unless
+ * COMET_CUDA_ROPE_ATTN_FUSED=0 (read at every call, so that one process can compare both). */
+bool att_rope_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st, int layer,
+                    int H) {
+    if (comet_cuda_env_off("COMET_CUDA_ROPE_ATTN_FUSED"))
+        return false;
+    if (H < 1 || L->Hkv < 1 || H % L->Hkv || layer < 0 || layer >= L->n_layer || st->n_tokens < 1 ||
+        L->P < 1 || L->P > COMET_CUDA_KV_MAX_PAGE_SIZE)
+        return false;
+    const int g = H / L->Hkv;
+    return att_decode_step(st, g) && att_decode_mma(L, g);
 }
 
 } /* namespace */

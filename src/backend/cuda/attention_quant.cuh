@@ -14,6 +14,7 @@
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/norm_quant.h"
+#include "backend/cuda/ptx.cuh"
 
 namespace {
 
@@ -38,6 +39,7 @@ struct aq_args {
     int K, B, n8;        /* K = H * D; block B (64 or 128) and the leading INT8 blocks */
     int8_t *qa;          /* [T, K] codes */
     float *sa;           /* [T, K / B] block scales */
+    int pdl_trigger;     /* 1: o_proj's GEMM may launch from this kernel's start (step_trigger) */
 };
 
 /* Shared memory of attn_quant_kernel: the merged row [K] and the splits' (max, sum) pairs
@@ -64,6 +66,8 @@ size_t aq_smem_bytes(int H, int D, int n_splits) {
 template <int D>
 static __global__ void __launch_bounds__(AQ_THREADS) attn_quant_kernel(aq_args a) {
     static_assert(D == 64 || D == 128, "attn_quant_kernel: head dim 64 or 128");
+    if (a.pdl_trigger)
+        comet_ptx::pdl_trigger(); /* o_proj's GEMM may start on its weights (ptx.cuh) */
     constexpr int LPH = D / 4; /* lanes a head */
     extern __shared__ float aq_smem[];
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;

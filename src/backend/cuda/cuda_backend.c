@@ -585,6 +585,7 @@ static const comet_backend_ops cuda_ops = {
     .rope_kv_append = comet_cuda_be_rope_kv_append,
     .paged_attention = comet_cuda_be_paged_attention,
     .paged_attention_quant = comet_cuda_be_paged_attention_quant,
+    .rope_attention_quant = comet_cuda_be_rope_attention_quant,
     .lm_head = comet_cuda_be_lm_head,
     .graph_begin = cuda_graph_begin,
     .graph_end = cuda_graph_end,

@@ -173,6 +173,10 @@ comet_status comet_cuda_be_paged_attention_quant(comet_backend *be, const comet_
                                                  int layer, const comet_step *st, const float *q,
                                                  int H, float *out, const comet_weights *w,
                                                  void *act);
+comet_status comet_cuda_be_rope_attention_quant(comet_backend *be, comet_kv_cache *kv, int layer,
+                                                const comet_step *st, const comet_rope_params *rp,
+                                                float *q, int H, float *k, const float *v,
+                                                float *out, const comet_weights *w, void *act);
 comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                    const comet_step *st, float *logits);
 comet_status comet_cuda_be_sample(comet_backend *be, const float *logits, int V,

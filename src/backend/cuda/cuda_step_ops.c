@@ -1,9 +1,10 @@
 /* cuda_step_ops.c — the CUDA backend's step ops (backend.h "step ops") and its op
  * `sample`: step_begin packs the batch (and the attention tiles) into one pinned buffer
  * and one copy; the embedding, elementwise + quantize, RoPE + KV append and attention ops
- * launch the kernels of convert.cu, norm_quant.cu, rope_kv.cu and attention.cu; matmul
- * runs the W4Ax GEMM or cuBLAS, one GEMM per stacked group for matmul_group; lm_head
- * gathers the wanted rows and runs cuBLAS; sample launches sample.cu's kernel.
+ * (rope_attention_quant: the last two in one call) launch the kernels of convert.cu,
+ * norm_quant.cu, rope_kv.cu and attention.cu; matmul runs the W4Ax GEMM or cuBLAS, one
+ * GEMM per stacked group for matmul_group; lm_head gathers the wanted rows and runs cuBLAS;
+ * sample launches sample.cu's kernel.
  * cuda_backend.c puts them in the op table.
  *
  * Plain C against the CUDA runtime and cuBLAS; without COMET_HAVE_CUDA this file is empty.
@@ -371,6 +372,16 @@ static comet_status rope_table(cuda_impl *im, const comet_rope_params *rp, const
     return COMET_OK;
 }
 
+/* rp's head dim against kv's, as rope_kv_append checks them (op names the op) */
+static comet_status rope_check(const comet_kv_cache *kv, const comet_rope_params *rp,
+                               const char *op) {
+    if (rp->head_dim != kv->head_dim || rp->head_dim % 2 || rp->head_dim > 2 * ROPE_SLOT_FREQS)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: %s: RoPE head dim %d, KV head dim %d", op,
+                               rp->head_dim, kv->head_dim);
+    return COMET_OK;
+}
+
 comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv, int layer,
                                           const comet_step *st, const comet_rope_params *rp,
                                           float *q, int H, float *k, const float *v) {
@@ -380,11 +391,7 @@ comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv,
     if (!kv->storage)
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: rope_kv_append: the KV "
                                                       "pool has no storage (kv_init)");
-    if (rp->head_dim != kv->head_dim || rp->head_dim % 2 || rp->head_dim > 2 * ROPE_SLOT_FREQS)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "cuda backend: rope_kv_append: RoPE head "
-                               "dim %d, KV head dim %d",
-                               rp->head_dim, kv->head_dim);
+    COMET_TRY(rope_check(kv, rp, "rope_kv_append"));
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "rope_kv_append: cudaSetDevice");
@@ -397,19 +404,30 @@ comet_status comet_cuda_be_rope_kv_append(comet_backend *be, comet_kv_cache *kv,
     return r;
 }
 
+/* rope_attention_quant's RoPE and KV append inputs (q the attention's q, writable) */
+typedef struct rope_in {
+    const comet_rope_params *rp;
+    float *q, *k;
+    const float *v;
+} rope_in;
+
 /* paged_attention over kv's layer for step st, followed by the quantization of its output
- * for o_proj (group O of w's layer, into act) when fmt is not NULL: the split workspace is
- * grown to what the step needs, then comet_cuda_paged_attention or
- * comet_cuda_paged_attention_quant. */
+ * for o_proj (group O of w's layer, into act) when fmt is not NULL, and preceded by
+ * rope_kv_append when ri is not NULL (with fmt): the split workspace is grown to what the step
+ * needs, then comet_cuda_paged_attention, comet_cuda_paged_attention_quant or
+ * comet_cuda_rope_attention_quant. */
 static comet_status attention_op(comet_backend *be, const comet_kv_cache *kv, int layer,
                                  const comet_step *st, const float *q, int H, float *out,
-                                 const comet_cuda_act_fmt *fmt, void *act, const char *op) {
+                                 const comet_cuda_act_fmt *fmt, void *act, const rope_in *ri,
+                                 const char *op) {
     cuda_impl *im = impl_of(be);
     comet_cuda_step_view view;
     COMET_TRY(comet_cuda_be_step_view(im, st, op, &view));
     if (!kv->storage)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: %s: the KV pool has no storage (kv_init)", op);
+    if (ri)
+        COMET_TRY(rope_check(kv, ri->rp, op));
     comet_cuda_kv_layout L = comet_cuda_be_kv_layout(kv);
     int splits = comet_cuda_attention_splits(&L, &view, H, im->attn_sm);
     size_t need = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
@@ -417,13 +435,20 @@ static comet_status attention_op(comet_backend *be, const comet_kv_cache *kv, in
     CUcontext prev;
     CUDA_TRY(comet_cuda_be_enter(im->device, &prev), "paged_attention: cudaSetDevice");
     cudaError_t e = grow_buffer(im, &im->attn_ws, &im->attn_ws_bytes, need);
-    comet_status r;
+    comet_status r = COMET_OK;
     if (e != cudaSuccess)
         r = comet_cuda_be_fail(e, "paged_attention: growing the split workspace");
-    else if (fmt)
+    const double *inv_freq = NULL;
+    if (r >= 0 && ri)
+        r = rope_table(im, ri->rp, &inv_freq);
+    if (r >= 0 && ri)
+        r = comet_cuda_rope_attention_quant(&L, kv->storage, layer, &view, inv_freq, ri->q, H,
+                                            ri->k, ri->v, out, rotate, splits, im->attn_ws, fmt,
+                                            act, im->stream);
+    else if (r >= 0 && fmt)
         r = comet_cuda_paged_attention_quant(&L, kv->storage, layer, &view, q, H, out, rotate,
                                              splits, im->attn_ws, fmt, act, im->stream);
-    else
+    else if (r >= 0)
         r = comet_cuda_paged_attention(&L, kv->storage, layer, &view, q, H, out, rotate, splits,
                                        im->attn_ws, im->stream);
     comet_cuda_be_leave(prev);
@@ -433,7 +458,7 @@ static comet_status attention_op(comet_backend *be, const comet_kv_cache *kv, in
 comet_status comet_cuda_be_paged_attention(comet_backend *be, const comet_kv_cache *kv, int layer,
                                            const comet_step *st, const float *q, int H,
                                            float *out) {
-    return attention_op(be, kv, layer, st, q, H, out, NULL, NULL, "paged_attention");
+    return attention_op(be, kv, layer, st, q, H, out, NULL, NULL, NULL, "paged_attention");
 }
 
 comet_status comet_cuda_be_paged_attention_quant(comet_backend *be, const comet_kv_cache *kv,
@@ -444,7 +469,19 @@ comet_status comet_cuda_be_paged_attention_quant(comet_backend *be, const comet_
     COMET_TRY(comet_cuda_be_check_weights(im, w, "paged_attention_quant"));
     COMET_ASSERT(layer >= 0 && layer < w->n_layer);
     return attention_op(be, kv, layer, st, q, H, out, &group_of(w, layer, COMET_GROUP_O)->fmt, act,
-                        "paged_attention_quant");
+                        NULL, "paged_attention_quant");
+}
+
+comet_status comet_cuda_be_rope_attention_quant(comet_backend *be, comet_kv_cache *kv, int layer,
+                                                const comet_step *st, const comet_rope_params *rp,
+                                                float *q, int H, float *k, const float *v,
+                                                float *out, const comet_weights *w, void *act) {
+    cuda_impl *im = impl_of(be);
+    COMET_TRY(comet_cuda_be_check_weights(im, w, "rope_attention_quant"));
+    COMET_ASSERT(layer >= 0 && layer < w->n_layer && rp);
+    const rope_in ri = {rp, q, k, v};
+    return attention_op(be, kv, layer, st, q, H, out, &group_of(w, layer, COMET_GROUP_O)->fmt, act,
+                        &ri, "rope_attention_quant");
 }
 
 comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, const void *act,

@@ -79,6 +79,7 @@ struct row_args {
     int8_t *qa;          /* W4AX: [T, K] codes */
     float *sa;           /* W4AX: [T, K/B] scales */
     __half *h16;         /* F16: [T, K] */
+    int pdl_trigger;     /* 1: the next kernel may launch from this one's start (step_trigger) */
 };
 
 /* Token row blockIdx.x. NORM runs one CTA of NORM_THREADS per row: it first adds the
@@ -96,6 +97,8 @@ struct row_args {
  * trips in a row). */
 template <int MODE, bool PRE>
 static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_kernel(row_args a) {
+    if (a.pdl_trigger)
+        comet_ptx::pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
     extern __shared__ float xs[]; /* NORM with smem_row: [K] the row after the residual add */
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nthreads = blockDim.x, nwarps = nthreads >> 5;
@@ -235,6 +238,8 @@ template <int C>
 static __global__ void __launch_bounds__(NORM_THREADS / C) norm_cluster_kernel(row_args a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace comet_ptx;
+    if (a.pdl_trigger)
+        pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
     constexpr int NT = NORM_THREADS / C, U = NORM_CLUSTER_BATCH;
     extern __shared__ float xs[]; /* [K] the row after the residual add, in every CTA */
     __shared__ float red[32];     /* the 32 virtual warps' sums of squares, in every CTA */
@@ -458,6 +463,7 @@ comet_status row_quant_launch(int mode, row_args a, int T, const comet_cuda_act_
         return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: %s: T = %d, K = %d, act %p",
                                op, T, f ? f->K : 0, act);
     a.K = f->K, a.B = f->B, a.n8 = f->n8, a.kind = f->kind, a.perm = f->perm;
+    a.pdl_trigger = comet_ptx::step_trigger(T);
     if (f->kind == COMET_CUDA_ACT_W4AX) {
         if ((f->B != 64 && f->B != 128) || f->K % f->B || f->n8 < 0 || f->n8 > f->K / f->B)
             return comet_set_error(COMET_ERR_INVALID_ARG,

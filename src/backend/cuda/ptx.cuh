@@ -17,6 +17,8 @@
 #include <cuda.h> /* CUtensorMap */
 #include <stdint.h>
 
+#include "backend/cuda/env_switch.h"
+
 namespace comet_ptx {
 
 __device__ __forceinline__ uint4 ld_stream(const void *p) {
@@ -27,13 +29,25 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
     return v;
 }
 
-/* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every kernel lets the
- * next kernel of the stream launch from its start (pdl_trigger; that kernel, if launched with
- * the attribute, waits for this whole grid in its own pdl_wait before it touches anything this
- * one writes), and calls pdl_wait before its first access to anything but the weights qw and
- * sw: activation codes and scales, outputs, workspace. Launched without the attribute, both
- * are no-ops (the launch itself waited for the previous kernel). COMET_PDL_NO_WAIT drops the
- * wait, a test of the test only: test_gemm_w4ax_cuda's chained calls must then fail. */
+/* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every GEMM kernel, and
+ * every step kernel that a GEMM follows (RMSNorm + quantize, SwiGLU + quantize, the split
+ * merge + quantize), lets the next kernel of the stream launch from its start (pdl_trigger;
+ * that kernel, if launched with the attribute, waits for this whole grid in its own pdl_wait
+ * before it touches anything this one writes). Only the GEMMs launch with the attribute: they
+ * call pdl_wait before their first access to anything but the weights qw and sw (activation
+ * codes and scales, outputs, workspace), so their weights stream while the kernel before them
+ * runs; the step kernels trigger only at up to PDL_TRIGGER_MAX_ROWS rows (step_trigger).
+ * Launched without the attribute, both are no-ops (the launch itself waited for the previous
+ * kernel). COMET_PDL_NO_WAIT drops the wait, a test of the test only: test_gemm_w4ax_cuda's
+ * chained calls must then fail. */
+/* Rows (tokens) up to which a step kernel triggers: 8B decode 1.085x at batch 1, 0.94x at 64 */
+constexpr int PDL_TRIGGER_MAX_ROWS = 16;
+/* Host: whether a step kernel of `rows` rows triggers (its args' pdl_trigger): up to
+ * PDL_TRIGGER_MAX_ROWS, unless COMET_CUDA_STEP_TRIGGER=0 (read at every launch, so that one
+ * process can compare both). */
+inline int step_trigger(int rows) {
+    return rows <= PDL_TRIGGER_MAX_ROWS && !comet_cuda_env_off("COMET_CUDA_STEP_TRIGGER");
+}
 __device__ __forceinline__ void pdl_trigger() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
