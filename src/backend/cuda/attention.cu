@@ -244,7 +244,7 @@ comet_status attention_quant_run(const comet_cuda_kv_layout *L, const void *stor
     COMET_TRY(paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace,
                                   false, rope, s));
     const int T = st->n_tokens, D = L->D;
-    aq_args a;
+    aq_args a = {};
     a.ws_acc = static_cast<const float *>(workspace);
     a.ws_ml = a.ws_acc + (size_t)T * H * n_splits * D;
     a.H = H, a.n_splits = n_splits, a.rotate = rotate, a.out = out;

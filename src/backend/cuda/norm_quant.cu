@@ -98,7 +98,7 @@ struct row_args {
 template <int MODE, bool PRE>
 static __global__ void __launch_bounds__(NORM_THREADS, PRE ? 1 : 2) row_quant_kernel(row_args a) {
     if (a.pdl_trigger)
-        comet_ptx::pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
+        comet_ptx::pdl_trigger(); /* a GEMM after it may start on its weights (ptx.cuh) */
     extern __shared__ float xs[]; /* NORM with smem_row: [K] the row after the residual add */
     const int t = blockIdx.x, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int nthreads = blockDim.x, nwarps = nthreads >> 5;
@@ -239,7 +239,7 @@ static __global__ void __launch_bounds__(NORM_THREADS / C) norm_cluster_kernel(r
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     using namespace comet_ptx;
     if (a.pdl_trigger)
-        pdl_trigger(); /* the next GEMM may start on its weights (ptx.cuh) */
+        pdl_trigger(); /* a GEMM after it may start on its weights (ptx.cuh) */
     constexpr int NT = NORM_THREADS / C, U = NORM_CLUSTER_BATCH;
     extern __shared__ float xs[]; /* [K] the row after the residual add, in every CTA */
     __shared__ float red[32];     /* the 32 virtual warps' sums of squares, in every CTA */

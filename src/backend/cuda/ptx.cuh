@@ -30,21 +30,23 @@ __device__ __forceinline__ uint4 ld_stream(const void *p) {
 }
 
 /* Programmatic dependent launch (sm_90; comet_cuda_w4ax_gemm.pdl). Every GEMM kernel, and
- * every step kernel that a GEMM follows (RMSNorm + quantize, SwiGLU + quantize, the split
- * merge + quantize), lets the next kernel of the stream launch from its start (pdl_trigger;
- * that kernel, if launched with the attribute, waits for this whole grid in its own pdl_wait
- * before it touches anything this one writes). Only the GEMMs launch with the attribute: they
- * call pdl_wait before their first access to anything but the weights qw and sw (activation
- * codes and scales, outputs, workspace), so their weights stream while the kernel before them
- * runs; the step kernels trigger only at up to PDL_TRIGGER_MAX_ROWS rows (step_trigger).
- * Launched without the attribute, both are no-ops (the launch itself waited for the previous
- * kernel). COMET_PDL_NO_WAIT drops the wait, a test of the test only: test_gemm_w4ax_cuda's
- * chained calls must then fail. */
-/* Rows (tokens) up to which a step kernel triggers: 8B decode 1.085x at batch 1, 0.94x at 64 */
+ * the step kernels that quantize a GEMM's input (RMSNorm + quantize, activation quantize,
+ * SwiGLU + quantize, the split merge + quantize), let the next kernel of the stream launch
+ * from their start (pdl_trigger; that kernel, if launched with the attribute, waits for this
+ * whole grid in its own pdl_wait before it touches anything this one writes). Only the GEMMs
+ * launch with the attribute: they call pdl_wait before their first access to anything but the
+ * weights qw and sw (activation codes and scales, outputs, workspace), so their weights stream
+ * while the kernel before them runs; the step kernels trigger only at up to
+ * PDL_TRIGGER_MAX_ROWS rows (step_trigger). pdl_wait in a kernel launched without the
+ * attribute is a no-op (the launch itself waited for the previous kernel); pdl_trigger acts on
+ * the next kernel however this one was launched. COMET_PDL_NO_WAIT drops the wait, a test of
+ * the test only: test_gemm_w4ax_cuda's chained calls must then fail. */
+/* Rows (tokens) up to which a step kernel triggers: 8B decode 1.083x at batch 1, 0.94x at 64 */
 constexpr int PDL_TRIGGER_MAX_ROWS = 16;
 /* Host: whether a step kernel of `rows` rows triggers (its args' pdl_trigger): up to
- * PDL_TRIGGER_MAX_ROWS, unless COMET_CUDA_STEP_TRIGGER=0 (read at every launch, so that one
- * process can compare both). */
+ * PDL_TRIGGER_MAX_ROWS, unless COMET_CUDA_STEP_TRIGGER=0 (read at every launch; a decode
+ * step's CUDA graph keeps the value it was recorded with, so compare in separate processes
+ * or with COMET_CUDA_GRAPHS=0). */
 inline int step_trigger(int rows) {
     return rows <= PDL_TRIGGER_MAX_ROWS && !comet_cuda_env_off("COMET_CUDA_STEP_TRIGGER");
 }
