@@ -51,7 +51,8 @@ fi
 if has ops; then
     # the sanitizer runs go in the background, alongside ctest
     pids=() logs=()
-    for t in test_step_ops_cuda test_attention_cuda test_attention_prefill_cuda; do
+    for t in test_step_ops_cuda test_attention_cuda test_attention_forms_cuda \
+        test_attention_prefill_cuda; do
         command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
         log="$OUT/sanitizer_memcheck_$t.log"
         timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" \
@@ -71,7 +72,7 @@ if has ops; then
             test_attention_cuda:test_kv_codes_position0 \
             test_attention_cuda:test_attention_decode \
             test_attention_cuda:test_attention_batch_invariant \
-            test_attention_cuda:test_rope_attention_forms \
+            test_attention_forms_cuda:test_rope_attention_forms \
             test_attention_prefill_cuda:test_attention_prefill_chunks; do
             t=${tc%%:*} f=${tc#*:}
             log="$OUT/sanitizer_racecheck_$f.log"

@@ -1,10 +1,11 @@
 /* attention_test_util.h — what the CUDA attention tests share (test_attention_cuda.c,
- * test_attention_prefill_cuda.c): the backends under test, the head shapes, ragged step
- * schedules of chunked prefill and decode, the batch of one step, inputs that depend on
- * (sequence, position, head, channel) only, the CUDA cache mirrored into the CPU's, one
- * step on a backend with guard and NaN checks, and the whole CPU-vs-CUDA run of a schedule
- * (attention_steps_case). Static functions over static globals: each test program holds
- * its own copy, and its main() sets g_cuda, g_cpu, g_full and g_quick. */
+ * test_attention_forms_cuda.c, test_attention_prefill_cuda.c): the backends under test, the
+ * head shapes, ragged step schedules of chunked prefill and decode, the batch of one step,
+ * inputs that depend on (sequence, position, head, channel) only, the CUDA cache mirrored
+ * into the CPU's, one step on a backend with guard and NaN checks, and the whole CPU-vs-CUDA
+ * run of a schedule (attention_steps_case). Static functions over static globals: each test
+ * program holds its own copy, and its main() sets g_cuda, g_cpu (NULL where nothing runs on
+ * the CPU), g_full and g_quick. */
 #ifndef COMET_TESTS_CUDA_ATTENTION_TEST_UTIL_H
 #define COMET_TESTS_CUDA_ATTENTION_TEST_UTIL_H
 
@@ -26,6 +27,7 @@
 #include "engine/kv_pages.h"
 #include "numerics/quant.h"
 
+#include "cuda_skip.h"
 #include "step_test_util.h"
 
 static comet_backend *g_cuda, *g_cpu;
@@ -462,6 +464,34 @@ static inline void attention_case(const att_cfg *cfg, int bits, int rot, const i
                                   int max_chunk, int n_decode, uint64_t seed) {
     attention_steps_case(cfg, bits, rot, len, n_seq, max_chunk, n_decode, NULL, 0, n_decode > 0,
                          seed);
+}
+
+/* main()'s set-up: exit 77 (ctest: skipped) without a usable GPU; g_full and g_quick from
+ * COMET_CUDA_TEST_FULL and COMET_CUDA_TEST_QUICK; g_cuda on device 0; g_cpu, the reference
+ * (the contract's fp32 simulation: an fp32 cache, not the CPU's integer path with its own KV
+ * pages), on one thread, or on full_threads with COMET_CUDA_TEST_FULL (0: every core), or none
+ * (NULL) when full_threads < 0. Returns 0, or 1 after printing which backend failed. */
+static inline int att_test_init(int full_threads) {
+    cuda_test_skip_if_no_device();
+    const char *full = getenv("COMET_CUDA_TEST_FULL");
+    g_full = full && *full && strcmp(full, "0");
+    const char *quick = getenv("COMET_CUDA_TEST_QUICK");
+    g_quick = quick && *quick && strcmp(quick, "0");
+    g_cuda = comet_backend_cuda_init(0);
+    if (!g_cuda) {
+        fprintf(stderr, "comet_backend_cuda_init(0) failed: %s\n", comet_last_error());
+        return 1;
+    }
+    g_cpu = NULL;
+    if (full_threads < 0)
+        return 0;
+    g_cpu = comet_backend_cpu_init(g_full ? full_threads : 1);
+    if (!g_cpu) {
+        fprintf(stderr, "comet_backend_cpu_init failed: %s\n", comet_last_error());
+        return 1;
+    }
+    comet_backend_set_simulate(g_cpu, 1);
+    return 0;
 }
 
 #endif

@@ -310,23 +310,8 @@ static void test_attention_prefill_ragged(void **state) {
 }
 
 int main(void) {
-    cuda_test_skip_if_no_device(); /* exit 77 (ctest: skipped) without a usable GPU */
-    const char *full = getenv("COMET_CUDA_TEST_FULL");
-    g_full = full && *full && strcmp(full, "0");
-    const char *quick = getenv("COMET_CUDA_TEST_QUICK");
-    g_quick = quick && *quick && strcmp(quick, "0");
-    g_cuda = comet_backend_cuda_init(0);
-    if (!g_cuda) {
-        fprintf(stderr, "comet_backend_cuda_init(0) failed: %s\n", comet_last_error());
+    if (att_test_init(1))
         return 1;
-    }
-    g_cpu = comet_backend_cpu_init(1);
-    if (!g_cpu) {
-        fprintf(stderr, "comet_backend_cpu_init failed: %s\n", comet_last_error());
-        return 1;
-    }
-    /* the reference is the contract's fp32 simulation (an fp32 cache) */
-    comet_backend_set_simulate(g_cpu, 1);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_attention_prefill_chunks),
         cmocka_unit_test(test_attention_prefill_routing),
