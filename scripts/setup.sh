@@ -180,6 +180,11 @@ if [ "${COMET_FP:-0}" != "1" ]; then
         say "quantize: $gen_model has the older KV group default (one per head); quantizing it again"
         rm -f "$gen_model/tokenizer_config.json"
     fi
+    # ... and one from before format_version 3 (no "lm_head_bits": an fp16 lm_head, not INT8)
+    if [ -f "$gen_model/tokenizer_config.json" ] && ! grep -q '"lm_head_bits"' "$gen_model/config.json"; then
+        say "quantize: $gen_model is from an older comet (fp16 lm_head); quantizing it again"
+        rm -f "$gen_model/tokenizer_config.json"
+    fi
     if [ ! -f "$gen_model/tokenizer_config.json" ]; then
         say "quantize: build/comet quantize --calib data/mobydick.txt --calib-windows 16 --out $gen_model (first use, a few minutes)"
         build/comet quantize --model "models/$MODEL_FILE" --calib data/mobydick.txt \

@@ -189,6 +189,19 @@ static void round_trip(int w_bits, int gptq) {
     size_t n_embd = (size_t)m->cfg.n_vocab * m->cfg.n_embd;
     assert_memory_equal(r->tok_embd, m->tok_embd, n_embd * sizeof(float));
     assert_true(r->lm_head == r->tok_embd);
+    /* the lm_head: INT8 rows with 4- and 8-bit weights (the default), the same codes as the
+     * quantizer's; fp16 with 16-bit weights */
+    const int V = m->cfg.n_vocab, C = m->cfg.n_embd;
+    assert_int_equal(r->quant->lm_head_bits, w_bits <= 8 ? 8 : 16);
+    assert_int_equal(r->lm_head_bits, m->lm_head_bits);
+    if (w_bits <= 8) {
+        assert_non_null(r->lm_head_q8);
+        assert_memory_equal(r->lm_head_q8, m->lm_head_q8, (size_t)V * C);
+        assert_memory_equal(r->lm_head_s8, m->lm_head_s8, (size_t)V * 2);
+    } else {
+        assert_null(r->lm_head_q8);
+        assert_null(r->lm_head_s8);
+    }
     assert_memory_equal(r->output_norm, m->output_norm, m->cfg.n_embd * sizeof(float));
     for (int l = 0; l < m->cfg.n_layer; l++) {
         comet_layer_weights *a = &m->layers[l], *b = &r->layers[l];
@@ -306,8 +319,13 @@ static void test_corrupt_checkpoints(void **st) {
     comet_model_free(m);
     expect_corrupt("json", "config.json", "\"hidden_size\":", "\"hidden_size\"=", COMET_ERR_FORMAT,
                    "bad JSON");
-    expect_corrupt("version", "config.json", "\"format_version\":\t2", "\"format_version\":\t7",
+    expect_corrupt("version", "config.json", "\"format_version\":\t3", "\"format_version\":\t7",
                    COMET_ERR_UNSUPPORTED, "format_version 7 is not known");
+    expect_corrupt("lm_head_bits", "config.json", "\"lm_head_bits\":\t8", "\"lm_head_bits\":\t4",
+                   COMET_ERR_UNSUPPORTED, "lm_head_bits 4: 8 or 16 expected");
+    expect_corrupt("lm_head_key", "config.json",
+                   "\"lm_head_bits\":", "\"lm_head_bitz\":", COMET_ERR_FORMAT,
+                   "lm_head_bits: missing");
     expect_corrupt("rotation", "config.json", "\"kv_rotation\":\t\"hadamard\"",
                    "\"kv_rotation\":\t\"hadamaro\"", COMET_ERR_UNSUPPORTED,
                    "kv_rotation: \"none\" or \"hadamard\" expected");
@@ -343,12 +361,24 @@ static void test_corrupt_checkpoints(void **st) {
     comet_model *r = NULL;
     edited_copy("good", "nokey", "config.json", "\"kv_rotation\":", "\"kv_rotatioX\":", dir);
     assert_int_equal(comet_checkpoint_load(dir, &r), COMET_ERR_UNSUPPORTED);
-    edited_copy("bad_nokey", "v1", "config.json", "\"format_version\":\t2",
+    edited_copy("bad_nokey", "v1", "config.json", "\"format_version\":\t3",
                 "\"format_version\":\t1", dir);
     assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
     assert_int_equal(r->quant->format_version, 1);
     assert_int_equal(r->kv.type, COMET_KV_INT4);
     assert_int_equal(r->kv.rotation, COMET_KV_ROTATION_NONE);
+    assert_int_equal(r->quant->lm_head_bits, 16); /* before version 3: an fp16 lm_head */
+    assert_null(r->lm_head_q8);
+    comet_model_free(r);
+    /* format_version 2 (kv_rotation, no lm_head_bits key) loads with an fp16 lm_head */
+    edited_copy("good", "v2", "config.json", "\"format_version\":\t3", "\"format_version\":\t2",
+                dir);
+    edited_copy("bad_v2", "v2_nokey", "config.json", "\"lm_head_bits\":", "\"lm_head_bitz\":", dir);
+    assert_int_equal(comet_checkpoint_load(dir, &r), COMET_OK);
+    assert_int_equal(r->quant->format_version, 2);
+    assert_int_equal(r->quant->lm_head_bits, 16);
+    assert_int_equal(r->lm_head_bits, 0);
+    assert_null(r->lm_head_q8);
     comet_model_free(r);
 }
 

@@ -292,7 +292,8 @@ static void test_cli_quantize_then_run(void **st) {
     fclose(f);
     buf[nc] = 0;
     assert_non_null(strstr(buf, "\"kv_rotation\":\t\"hadamard\""));
-    assert_non_null(strstr(buf, "\"format_version\":\t2"));
+    assert_non_null(strstr(buf, "\"format_version\":\t3"));
+    assert_non_null(strstr(buf, "\"lm_head_bits\":\t8")); /* the default with 4-bit weights */
     snprintf(cmd, sizeof cmd,
              "'%s' perplexity --model '%s' --text '%s/data/austen/prideprejudice.txt' --ctx 32 "
              "--max-windows 2 2>/dev/null",

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/cpu_prims.h"
+#include "numerics/quant.h"
 #include "engine/kv_pages.h"
 #include "cpu_test_util.h"
 
@@ -252,6 +253,44 @@ static void test_silu_residual(void **state) {
     }
 }
 
+/* The INT8 lm_head: the threaded backend against the scalar reference, over rows in and out
+ * of order, and one logit the same whether computed for one row or with others (the fast
+ * path converts a code row once for many logit rows). */
+static void test_logits_q8(void **state) {
+    fixture *f = *state;
+    int C = 577, V = 1031, T = 17;
+    float *x = tu_rand_buf((size_t)T * C, 1.0f), *lm = tu_rand_buf((size_t)V * C, 0.1f);
+    int8_t *q = malloc((size_t)V * C);
+    uint16_t *s = malloc((size_t)V * sizeof *s);
+    for (int v = 0; v < V; v++)
+        s[v] = comet_quant_lm_head_row(lm + (size_t)v * C, C, q + (size_t)v * C);
+    const int32_t rows_sets[][6] = {{16, -1}, {0, 1, 2, 3, -1}, {3, 9, 10, 16, 2, -1}};
+    float *one = malloc((size_t)V * sizeof *one);
+    for (int rs = 0; rs < 3; rs++) {
+        int n = 0;
+        while (rows_sets[rs][n] >= 0)
+            n++;
+        size_t nl = (size_t)n * V;
+        float *a = tu_guarded_alloc(nl), *b = tu_guarded_alloc(nl);
+        comet_cpu_prims_of(f->ref)->logits_q8(f->ref, x, rows_sets[rs], n, q, s, C, V, a);
+        comet_cpu_prims_of(f->fast)->logits_q8(f->fast, x, rows_sets[rs], n, q, s, C, V, b);
+        assert_true(tu_nerr(b, a, nl) < TOL);
+        assert_true(tu_guard_ok(a, nl) && tu_guard_ok(b, nl));
+        for (int r = 0; r < n; r++) {
+            comet_cpu_prims_of(f->fast)->logits_q8(f->fast, x, &rows_sets[rs][r], 1, q, s, C, V,
+                                                   one);
+            assert_memory_equal(one, b + (size_t)r * V, (size_t)V * sizeof *one);
+        }
+        tu_guarded_free(a);
+        tu_guarded_free(b);
+    }
+    free(one);
+    free(q);
+    free(s);
+    free(x);
+    free(lm);
+}
+
 static void test_logits(void **state) {
     fixture *f = *state;
     int C = 577, V = 1031, T = 17;
@@ -406,6 +445,7 @@ int main(void) {
         cmocka_unit_test(test_rope_scaling_known),
         cmocka_unit_test(test_silu_residual),
         cmocka_unit_test(test_logits),
+        cmocka_unit_test(test_logits_q8),
         cmocka_unit_test(test_attention),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -589,6 +589,47 @@ static void test_weight_scale_edges(void **st) {
     assert_int_equal(comet_quant_w_code(NAN, 1.0f, 7), 0);
 }
 
+/* The INT8 lm_head row (docs/numerics.md "lm_head"): codes in [-127, 127] with the largest
+ * magnitude reaching 127, within half a step of the weights, the scale an fp16 value at or
+ * just above amax / 127; zeros give s = 0, a non-finite value or an amax fp16 cannot scale
+ * gives a NaN scale and zero codes. */
+static void test_lm_head_row(void **st) {
+    (void)st;
+    const float amaxes[] = {1e-30f, 3e-5f, 0.02f, 1.0f, 7.9e6f};
+    enum {
+        N = 577
+    };
+    float w[N];
+    int8_t q[N];
+    for (size_t a = 0; a < sizeof amaxes / sizeof amaxes[0]; a++) {
+        for (int i = 0; i < N; i++)
+            w[i] = amaxes[a] * (float)((i * 37) % 255 - 127) / 127.0f;
+        w[N - 1] = -amaxes[a]; /* the largest magnitude in the tail */
+        const float s = comet_quant_f16_value(comet_quant_lm_head_row(w, N, q));
+        assert_true(isfinite(s) && s >= amaxes[a] / 127.0f);
+        assert_true(s > 0.0f);
+        int qmax = 0;
+        for (int i = 0; i < N; i++) {
+            assert_true(q[i] >= -127 && q[i] <= 127);
+            qmax = abs(q[i]) > qmax ? abs(q[i]) : qmax;
+            assert_true(fabs((double)w[i] - (double)q[i] * s) <= 0.5 * s * (1 + 1e-6));
+        }
+        if (amaxes[a] / 127.0f >= 6.104e-5f) /* a normal fp16 scale: within 2^-10 of amax/127 */
+            assert_int_equal(qmax, 127);
+    }
+    memset(w, 0, sizeof w);
+    assert_int_equal(comet_quant_lm_head_row(w, N, q), 0);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(q[i], 0);
+    w[3] = 1.0f, w[100] = NAN;
+    assert_true(isnan(comet_quant_f16_value(comet_quant_lm_head_row(w, N, q))));
+    assert_int_equal(q[3], 0);
+    w[100] = -INFINITY;
+    assert_true(isnan(comet_quant_f16_value(comet_quant_lm_head_row(w, N, q))));
+    w[100] = 1e7f; /* 1e7 / 127 > 65504 */
+    assert_true(isnan(comet_quant_f16_value(comet_quant_lm_head_row(w, N, q))));
+}
+
 /* KV zero points: a large offset with a small spread stays within half a stored step (the
  * zero rounds down, the scale up); values fp16 cannot hold give codes 0 and a NaN scale. */
 static void test_kv_zero_edges(void **st) {
@@ -655,6 +696,7 @@ int main(void) {
         cmocka_unit_test(test_qlinear_sim_matches_w4ax_gemm),
         cmocka_unit_test(test_act_nonfinite),
         cmocka_unit_test(test_weight_scale_edges),
+        cmocka_unit_test(test_lm_head_row),
         cmocka_unit_test(test_kv_zero_edges),
         cmocka_unit_test(test_f16_directed),
     };

@@ -121,8 +121,9 @@ struct comet_tokenizer;
 /* What a quantized model is (config.json "quantization_config" of a comet checkpoint).
  * Per-linear choices (permutation, n8) live in each comet_linear. */
 /* Version 2 added kv_rotation; version 1 checkpoints are read with kv_rotation = none
- * (their meaning when they were written). */
-#define COMET_QUANT_FORMAT_VERSION 2
+ * (their meaning when they were written). Version 3 added lm_head_bits; versions 1 and 2
+ * are read with lm_head_bits = 16. */
+#define COMET_QUANT_FORMAT_VERSION 3
 
 typedef struct comet_quant_config {
     int format_version; /* COMET_QUANT_FORMAT_VERSION */
@@ -139,6 +140,8 @@ typedef struct comet_quant_config {
     char calib_corpus[256];
     int calib_windows, calib_window_len;
     long calib_tokens;
+    int lm_head_bits; /* 8: the lm_head runs as per-row INT8 codes of its stored fp16 weights
+                       * (comet_model_lm_head_quantize); 16: floating point */
 } comet_quant_config;
 
 /* Sampling defaults the checkpoint recommends (HF generation_config.json: temperature,
@@ -160,6 +163,14 @@ typedef struct comet_model {
      * and lm_head as the checkpoint stores them, fp16 bits [V, C] (lm_head_f16 ==
      * tok_embd_f16 when tied), while tok_embd and lm_head are NULL. NULL otherwise. */
     uint16_t *tok_embd_f16, *lm_head_f16;
+    /* The lm_head the backends run (docs/numerics.md "lm_head"): lm_head_bits 8 = per-row
+     * INT8, codes lm_head_q8 [V, C] and fp16 scale bits lm_head_s8 [V] made from the fp
+     * lm_head above (which stays, as the checkpoint stores it) by
+     * comet_model_lm_head_quantize, or by the backend for a synthetic model (both NULL then);
+     * 0 or 16 = the floating-point lm_head (both NULL). */
+    int lm_head_bits;
+    int8_t *lm_head_q8;
+    uint16_t *lm_head_s8;
     comet_layer_weights *layers; /* [n_layer] */
     struct comet_tokenizer *tok; /* owned */
     char *chat_template;         /* the model's template string (Jinja), owned; may be NULL */
@@ -223,6 +234,13 @@ comet_status comet_model_load_with(const char *path, const comet_model_load_para
  * COMET_ERR_INVALID_ARG naming the preset, COMET_ERR_NOMEM. */
 comet_status comet_model_synthetic(const char *preset, int quantized, uint64_t seed,
                                    comet_model **out);
+
+/* Make m's per-row INT8 lm_head (lm_head_q8, lm_head_s8; lm_head_bits = 8) from its
+ * floating-point lm_head (lm_head, or lm_head_f16 of a keep_codes_only load; the token
+ * embedding when tied), row by row with comet_quant_lm_head_row. The codes are owned by m.
+ * COMET_OK; COMET_ERR_INVALID_ARG when m has no lm_head in host memory (a synthetic model);
+ * COMET_ERR_NOMEM. */
+comet_status comet_model_lm_head_quantize(comet_model *m);
 
 /* Release a model and everything it owns. NULL is a no-op. */
 void comet_model_free(comet_model *m);

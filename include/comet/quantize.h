@@ -36,11 +36,13 @@ typedef struct comet_fmpq_params {
     int gptq;           /* GPTQ (needs XᵀX); else RTN (comet_quantize: RTN for w_bits 16) */
     int clip_search;
     float gptq_damp; /* GPTQ damping, a fraction of the mean Hessian diagonal */
+    int lm_head_bits; /* 8: per-row INT8 lm_head (docs/numerics.md "lm_head"); 16: fp16;
+                       * 0: automatic, 8 with 4- or 8-bit weights, else 16 */
 } comet_fmpq_params;
 
 /* Defaults: W4 A4(mixed) KV4 (automatic KV group and rotation), automatic block, reorder, tau 2
  * (chosen by docs/accuracy.md), budget 0.25, GPTQ with the
- * clipping search, damping 0.01. */
+ * clipping search, damping 0.01, automatic lm_head bits. */
 comet_fmpq_params comet_fmpq_default_params(void);
 
 /* The steps of comet_quantize, in order; a step that is not needed is skipped. */

@@ -36,8 +36,10 @@ static size_t weights_estimate(const comet_model *m) {
             n += linear_bytes(lins[i]);
     }
     size_t VC = (size_t)c->n_vocab * (size_t)c->n_embd;
-    n += VC * 4 + VC * 2;                                  /* fp32 embedding, fp16 lm_head */
-    n += (size_t)(2 * c->n_layer + 1) * c->n_embd * 4;     /* RMSNorm weights */
+    n += VC * 4; /* fp32 embedding */
+    /* INT8 codes and fp16 row scales, or fp16 */
+    n += m->lm_head_bits == 8 ? VC + (size_t)c->n_vocab * 2 : VC * 2;
+    n += (size_t)(2 * c->n_layer + 1) * c->n_embd * 4; /* RMSNorm weights */
     return n;
 }
 

@@ -256,6 +256,15 @@ static comet_status parse_quant_config(ctx *c, const cJSON *qj, int *n8, int *bl
                                    "\"none\" or \"hadamard\" expected",
                                    c->cfg_path);
     }
+    /* version 3 added lm_head_bits (required from it); older files have an fp16 lm_head */
+    q->lm_head_bits = 16;
+    if (q->format_version >= 3) {
+        COMET_TRY(get_int(c, qj, W, "lm_head_bits", 0, 0, &q->lm_head_bits));
+        if (q->lm_head_bits != 8 && q->lm_head_bits != 16)
+            return comet_set_error(COMET_ERR_UNSUPPORTED,
+                                   "%s: quantization_config.lm_head_bits %d: 8 or 16 expected",
+                                   c->cfg_path, q->lm_head_bits);
+    }
     char who[sizeof c->cfg_path + 32], msg[1024];
     snprintf(who, sizeof who, "%s: quantization_config", c->cfg_path);
     if (comet_kv_format_check(&q->kv, m->cfg.head_dim, who) < 0) { /* a bad file: FORMAT */
@@ -625,6 +634,8 @@ static comet_status load(ctx *c) {
         st = comet_st_open(c->st_path, &c->st);
     if (st == COMET_OK)
         st = load_tensors(c, n8, blk);
+    if (st == COMET_OK && c->m->quant->lm_head_bits == 8)
+        st = comet_model_lm_head_quantize(c->m);
     free(n8);
     free(blk);
     comet_st_free(c->st);

@@ -260,6 +260,7 @@ static cJSON *config_json(const comet_model *m) {
     cJSON_AddNumberToObject(qc, "kv_group_size", q->kv.group);
     cJSON_AddStringToObject(qc, "kv_rotation", comet_kv_rotation_name(q->kv.rotation));
     cJSON_AddNumberToObject(qc, "block_size", q->block);
+    cJSON_AddNumberToObject(qc, "lm_head_bits", q->lm_head_bits == 8 ? 8 : 16);
     cJSON_AddStringToObject(qc, "weight_method", q->wmethod);
     cJSON_AddBoolToObject(qc, "clip_search", q->clip_search);
     cJSON_AddNumberToObject(qc, "gptq_damp", q->gptq_damp);

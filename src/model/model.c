@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comet/tokenizer.h"
+#include "numerics/quant.h"
 
 void comet_model_free(comet_model *m) {
     if (!m)
@@ -41,6 +42,33 @@ void *comet_model_own(comet_model *m, void *p) {
     }
     m->owned[m->n_owned++] = p;
     return p;
+}
+
+comet_status comet_model_lm_head_quantize(comet_model *m) {
+    const int C = m->cfg.n_embd, V = m->cfg.n_vocab;
+    const float *w32 = m->lm_head ? m->lm_head : m->tok_embd;
+    const uint16_t *w16 = m->lm_head_f16 ? m->lm_head_f16 : m->tok_embd_f16;
+    if (!w32 && !w16)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "lm_head quantize: the model has no lm_head in host memory");
+    int8_t *q = comet_model_own(m, malloc((size_t)V * C));
+    uint16_t *s = comet_model_own(m, malloc((size_t)V * sizeof *s));
+    float *row = w32 ? NULL : malloc((size_t)C * sizeof *row);
+    if (!q || !s || (!w32 && !row)) {
+        free(row);
+        return comet_set_error(COMET_ERR_NOMEM, "lm_head quantize: out of memory");
+    }
+    for (int v = 0; v < V; v++) {
+        const float *w = w32 ? w32 + (size_t)v * C : row;
+        for (int c = 0; !w32 && c < C; c++)
+            row[c] = comet_quant_f16_value(w16[(size_t)v * C + c]);
+        s[v] = comet_quant_lm_head_row(w, C, q + (size_t)v * C);
+    }
+    free(row);
+    m->lm_head_q8 = q;
+    m->lm_head_s8 = s;
+    m->lm_head_bits = 8;
+    return COMET_OK;
 }
 
 const char *comet_arch_name(int arch) {

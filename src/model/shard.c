@@ -168,6 +168,8 @@ comet_status comet_shard_make(const comet_model *m, int n, int rank, comet_shard
     sc->n_vocab = vocab_first(c, n, rank + 1) - v0;
     s->m.tok_embd = m->tok_embd ? m->tok_embd + (size_t)v0 * C : NULL;
     s->m.lm_head = lm ? (float *)lm + (size_t)v0 * C : NULL;
+    s->m.lm_head_q8 = m->lm_head_q8 ? m->lm_head_q8 + (size_t)v0 * C : NULL;
+    s->m.lm_head_s8 = m->lm_head_s8 ? m->lm_head_s8 + v0 : NULL;
     s->m.layers = calloc((size_t)c->n_layer, sizeof *s->m.layers);
     if (!s->m.layers)
         return comet_set_error(COMET_ERR_NOMEM, "tensor parallel: out of memory for a shard");

@@ -94,6 +94,7 @@ comet_status comet_model_synthetic(const char *preset_name, int quantized, uint6
         set_linear(&w->w_up, c->n_ff, c->n_embd, quantized, NULL);
         set_linear(&w->w_down, c->n_embd, c->n_ff, quantized, NULL);
     }
+    m->lm_head_bits = quantized ? 8 : 16; /* as comet quantize's default */
     if (quantized) {
         m->kv.type = COMET_KV_INT4;
         m->kv.rotation = COMET_KV_ROTATION_HADAMARD;

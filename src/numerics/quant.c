@@ -137,3 +137,21 @@ void comet_quant_w_dequant(const int8_t *q, const uint16_t *s, int N, int K, int
                 w[off + i] = (float)q[off + i] * sc;
         }
 }
+
+uint16_t comet_quant_lm_head_row(const float *w, int n, int8_t *q) {
+    float amax = 0.0f;
+    int finite = 1;
+    for (int i = 0; i < n; i++) {
+        finite &= isfinite(w[i]) != 0;
+        amax = fmaxf(amax, fabsf(w[i]));
+    }
+    if (!finite || amax / 127.0f > COMET_QUANT_F16_MAX) {
+        memset(q, 0, (size_t)n);
+        return COMET_QUANT_F16_NAN;
+    }
+    const uint16_t sb = comet_quant_f16_bits_up(amax / 127.0f);
+    const float s = comet_quant_f16_value(sb);
+    for (int i = 0; i < n; i++)
+        q[i] = comet_quant_w_code(w[i], s, 127);
+    return sb;
+}

@@ -95,6 +95,10 @@ static comet_status check_params(const comet_model *m, const comet_calib_stats *
                                m->cfg.n_layer);
     if (p->gptq && p->w_bits >= 16)
         return comet_set_error(COMET_ERR_INVALID_ARG, "quantize: GPTQ needs 4- or 8-bit weights");
+    if (p->lm_head_bits != 0 && p->lm_head_bits != 8 && p->lm_head_bits != 16)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "quantize: a %d-bit lm_head; 8 (INT8 rows) or 16 would work",
+                               p->lm_head_bits);
     for (int g = 0; g < COMET_GROUP_LAYER_COUNT; g++)
         if (p->gptq && !cs->xtx[g])
             return comet_set_error(
@@ -274,6 +278,9 @@ comet_status comet_fmpq_quantize(comet_model *m, const comet_calib_stats *cs,
         for (size_t i = 0; i < n_embd && p->w_bits <= 16; i++)
             m->lm_head[i] = comet_quant_f16_round(m->lm_head[i]);
     qc->format_version = COMET_QUANT_FORMAT_VERSION;
+    qc->lm_head_bits = p->lm_head_bits ? p->lm_head_bits : p->w_bits <= 8 ? 8 : 16;
+    if (qc->lm_head_bits == 8) /* from the fp16-rounded lm_head the checkpoint stores */
+        COMET_TRY(comet_model_lm_head_quantize(m));
     qc->w_bits = p->w_bits;
     qc->a_bits = p->a_bits;
     qc->kv = kv;

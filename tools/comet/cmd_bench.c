@@ -49,6 +49,8 @@ static void usage(FILE *f) {
                "  --synthetic NAME     random weights of that shape made by the backend\n"
                "                       (W4AxKV4; with --fp16 FP16 weights and KV)\n"
                "  --fp16               with --synthetic: the floating-point variant\n"
+               "  --lm-head-bits 8|16  with --synthetic: an INT8 (default with W4AxKV4) or\n"
+               "                       fp16 lm_head (docs/numerics.md \"lm_head\")\n"
                "  --batch-invariant    the batch-invariant plans (docs/numerics.md)\n"
                "  --device D           cpu, cuda or cuda:N (GPU N) (default cpu)\n"
                "  --threads N          CPU threads in all, split between the ranks with\n"
@@ -89,7 +91,7 @@ static void usage(FILE *f) {
 /* The options of one `comet bench` run. */
 typedef struct opts {
     const char *model_path, *synthetic, *device, *json;
-    long prompt_n, decode_n, reps, threads, seed, tensor_parallel, decode_batch;
+    long prompt_n, decode_n, reps, threads, seed, tensor_parallel, decode_batch, lm_head_bits;
     int fp16, batch_invariant, simulate, throughput;
     long input_len, output_len, requests, max_seqs, max_batch_tokens, kv_pages;
     double mem_fraction;                       /* 0: not given */
@@ -133,6 +135,13 @@ static int parse(int argc, char **argv, opts *o) {
             bad = cli_device_ok("bench", val);
         } else if (!strcmp(a, "--json")) {
             o->json = val;
+        } else if (!strcmp(a, "--lm-head-bits")) {
+            bad = cli_parse_int("bench", a, val, 8, 16, &o->lm_head_bits);
+            if (!bad && o->lm_head_bits != 8 && o->lm_head_bits != 16) {
+                fprintf(stderr, "comet bench: --lm-head-bits expects 8 or 16, got %ld\n",
+                        o->lm_head_bits);
+                return 2;
+            }
         } else if (!strcmp(a, "--threads")) {
             bad = cli_parse_int("bench", a, val, 1, 1024, &o->threads);
         } else if (!strcmp(a, "--tensor-parallel")) {
@@ -183,6 +192,11 @@ static int parse(int argc, char **argv, opts *o) {
     }
     if (o->model_path && o->synthetic) {
         fprintf(stderr, "comet bench: give --model or --synthetic, not both\n");
+        return 2;
+    }
+    if (o->lm_head_bits && !o->synthetic) {
+        fprintf(stderr, "comet bench: --lm-head-bits picks the lm_head of a --synthetic model; a "
+                        "checkpoint's is chosen by comet quantize --lm-head-bits\n");
         return 2;
     }
     if (o->fp16 && !o->synthetic) {
@@ -501,6 +515,8 @@ int cmd_bench(int argc, char **argv) {
             cli_report_error("bench", "cannot make the synthetic model");
             return 2;
         }
+        if (o.lm_head_bits)
+            m->lm_head_bits = (int)o.lm_head_bits;
     } else {
         if (!o.model_path)
             o.model_path = cli_default_model();

@@ -46,6 +46,9 @@ static void usage(FILE *f) {
         "  --abits 4|8|16       activation bits: 4 = INT4 + INT8 outlier blocks (default),\n"
         "                       8 = all blocks INT8, 16 = not quantized\n"
         "  --kv-bits 4|8|16     KV cache bits (default 4)\n"
+        "  --lm-head-bits 8|16  lm_head as INT8 rows (default with 4- or 8-bit weights:\n"
+        "                       half the bytes a decode step reads there, perplexity\n"
+        "                       +0.01%% on the default model) or fp16\n"
         "  --kv-group G         channels per KV scale/zero group (divides the head dim;\n"
         "                       default 16, or the head dim when it is not a multiple\n"
         "                       of 16: perplexity +35%% instead of +40%% over FP on the\n"
@@ -74,7 +77,8 @@ static void usage(FILE *f) {
 int cmd_quantize(int argc, char **argv) {
     const char *model_path = NULL, *calib_path = "data/mobydick.txt", *out_dir = NULL;
     const char *cache_path = NULL;
-    long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1;
+    long windows = 128, win_len = 512, threads = 0, wbits = 4, abits = 4, kvbits = 4, block = -1,
+         lmbits = 0;
     long kvgroup = 0;
     double budget = 0.25, tau = 2.0, damp = 0.01, smooth = -1.0;
     comet_quantize_params qp = comet_quantize_default_params();
@@ -132,6 +136,13 @@ int cmd_quantize(int argc, char **argv) {
                 fprintf(stderr, "comet quantize: %s expects 4, 8 or 16, got %ld\n", a, *dst);
                 return 2;
             }
+        } else if (!strcmp(a, "--lm-head-bits")) {
+            bad = cli_parse_int("quantize", a, val, 8, 16, &lmbits), i++;
+            if (!bad && lmbits != 8 && lmbits != 16) {
+                fprintf(stderr, "comet quantize: --lm-head-bits expects 8 or 16, got %ld\n",
+                        lmbits);
+                return 2;
+            }
         } else if (!strcmp(a, "--kv-group")) {
             bad = cli_parse_int("quantize", a, val, 1, 4096, &kvgroup), i++;
         } else if (!strcmp(a, "--kv-rotation")) {
@@ -176,6 +187,7 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     p.w_bits = (int)wbits, p.a_bits = (int)abits, p.block = (int)block;
+    p.lm_head_bits = (int)lmbits;
     p.kv.type = comet_kv_type_from_bits((int)kvbits); /* 4, 8 or 16: checked above */
     p.kv.group = (int)kvgroup;
     p.int8_budget = (float)budget, p.tau = (float)tau, p.gptq_damp = (float)damp;

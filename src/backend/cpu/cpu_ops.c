@@ -282,6 +282,12 @@ static comet_status cpu_logits(comet_backend *be, const float *x, const int32_t 
     return COMET_OK;
 }
 
+static comet_status cpu_logits_q8(comet_backend *be, const float *x, const int32_t *rows,
+                                  int n_rows, const int8_t *q, const uint16_t *s, int C, int V,
+                                  float *logits) {
+    return comet_cpu_q_lm_head_q8(be, x, rows, n_rows, q, s, C, V, logits);
+}
+
 static void cpu_destroy(comet_backend *be) {
     comet_cpu_fast *impl = be->impl;
     comet_threadpool_free(impl->tp);
@@ -311,6 +317,7 @@ static const comet_cpu_prims cpu_prims = {
     .silu_mul = cpu_silu_mul,
     .residual_add = cpu_residual_add,
     .logits = cpu_logits,
+    .logits_q8 = cpu_logits_q8,
 };
 
 static const comet_backend_ops cpu_ops = {

@@ -53,6 +53,11 @@ typedef struct comet_cpu_prims {
      * logits [n_rows, V]. */
     comet_status (*logits)(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
                            const float *lm_head, int C, int V, float *logits);
+
+    /* The INT8 lm_head (docs/numerics.md "lm_head"): logits[r, v] = s[v] * (x[rows[r], :] ·
+     * q[v, :]) for r < n_rows; codes q [V, C], fp16 scale bits s [V]. */
+    comet_status (*logits_q8)(comet_backend *be, const float *x, const int32_t *rows, int n_rows,
+                              const int8_t *q, const uint16_t *s, int C, int V, float *logits);
 } comet_cpu_prims;
 
 /* The private state of a CPU backend (be->impl) begins with this. */

@@ -225,11 +225,13 @@ comet_status comet_cpu_q_embed_f16(comet_backend *be, const comet_model *m, cons
 #define LM_ROWS 64 /* vocabulary rows per work item */
 
 typedef struct {
-    const uint16_t *w; /* [V, C] fp16 */
+    const uint16_t *w; /* [V, C] fp16, or NULL with q8 */
     const float *act;  /* [T, C] */
     const int32_t *rows;
     float *logits; /* [n_rows, V] */
     int n_rows, V, C;
+    const int8_t *q8;   /* [V, C] INT8 lm_head codes (w NULL) */
+    const uint16_t *s8; /* [V] their fp16 row scales */
 } lm_job;
 
 /* a · w over n values, w fp16 (dot_lm) or the same values already in fp32 (dot_lm_f32, wf
@@ -291,6 +293,61 @@ static float dot_lm_f32(const float *a, const float *wf, const uint16_t *w, int 
     return lm_finish(lane, a, w, i, n);
 }
 
+/* The INT8 lm_head's dot products (docs/numerics.md "lm_head"): the sequence of dot_lm with
+ * the codes as fp32 (exact), from the codes (dot_lm_q8) or from the row already converted
+ * (dot_lm_row, wf [n]); the row scale multiplies the result. */
+static float lm_finish_row(const float lane[16], const float *a, const float *wf, int i, int n) {
+    float s = 0.0f;
+    for (int l = 0; l < 16; l++)
+        s += lane[l];
+    for (; i < n; i++)
+        s = fmaf(a[i], wf[i], s);
+    return s;
+}
+
+static float dot_lm_row(const float *a, const float *wf, int n) {
+    float lane[16] = {0};
+    int i = 0;
+#ifdef LM_VEC
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(wf + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(wf + i + 8), s1);
+    }
+    _mm256_storeu_ps(lane, s0);
+    _mm256_storeu_ps(lane + 8, s1);
+#else
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] = fmaf(a[i + l], wf[i + l], lane[l]);
+#endif
+    return lm_finish_row(lane, a, wf, i, n);
+}
+
+static float dot_lm_q8(const float *a, const int8_t *q, int n) {
+    float lane[16] = {0}, tail[16];
+    int i = 0;
+#ifdef LM_VEC
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    for (; i + 16 <= n; i += 16) {
+        __m128i q16 = _mm_loadu_si128((const __m128i *)(q + i));
+        __m256 w0 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q16));
+        __m256 w1 = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(q16, 8)));
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), w0, s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), w1, s1);
+    }
+    _mm256_storeu_ps(lane, s0);
+    _mm256_storeu_ps(lane + 8, s1);
+#else
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++)
+            lane[l] = fmaf(a[i + l], (float)q[i + l], lane[l]);
+#endif
+    for (int k = i; k < n; k++) /* the tail, at most 15 values */
+        tail[k - i] = (float)q[k];
+    return lm_finish_row(lane, a + i, tail, 0, n - i);
+}
+
 #define LM_MAX_C 8192 /* widest row converted once for many logit rows */
 
 static void lm_task(void *ctx, int item, int tid) {
@@ -299,6 +356,20 @@ static void lm_task(void *ctx, int item, int tid) {
     const int v0 = item * LM_ROWS, v1 = v0 + LM_ROWS < j->V ? v0 + LM_ROWS : j->V;
     float wf[LM_MAX_C];
     const int convert = j->n_rows > 1 && j->C <= LM_MAX_C;
+    if (j->q8) {
+        for (int v = v0; v < v1; v++) {
+            const int8_t *q = j->q8 + (size_t)v * j->C;
+            const float s = comet_quant_f16_value(j->s8[v]);
+            for (int c = 0; convert && c < j->C; c++)
+                wf[c] = (float)q[c];
+            for (int r = 0; r < j->n_rows; r++) {
+                const float *a = j->act + (size_t)j->rows[r] * j->C;
+                j->logits[(size_t)r * j->V + v] =
+                    s * (convert ? dot_lm_row(a, wf, j->C) : dot_lm_q8(a, q, j->C));
+            }
+        }
+        return;
+    }
     for (int v = v0; v < v1; v++) {
         const uint16_t *w = j->w + (size_t)v * j->C;
         if (convert)
@@ -315,7 +386,15 @@ static void lm_task(void *ctx, int item, int tid) {
 comet_status comet_cpu_q_lm_head_f16(comet_backend *be, const comet_model *m, const float *act,
                                      const int32_t *rows, int n_rows, float *logits) {
     const int C = m->cfg.n_embd, V = m->cfg.n_vocab;
-    lm_job j = {m->lm_head_f16, act, rows, logits, n_rows, V, C};
+    lm_job j = {m->lm_head_f16, act, rows, logits, n_rows, V, C, NULL, NULL};
+    comet_parallel_for(comet_cpu_backend_pool(be), (V + LM_ROWS - 1) / LM_ROWS, lm_task, &j);
+    return COMET_OK;
+}
+
+comet_status comet_cpu_q_lm_head_q8(comet_backend *be, const float *act, const int32_t *rows,
+                                    int n_rows, const int8_t *q, const uint16_t *s, int C, int V,
+                                    float *logits) {
+    lm_job j = {NULL, act, rows, logits, n_rows, V, C, q, s};
     comet_parallel_for(comet_cpu_backend_pool(be), (V + LM_ROWS - 1) / LM_ROWS, lm_task, &j);
     return COMET_OK;
 }

@@ -70,4 +70,12 @@ comet_status comet_cpu_q_embed_f16(comet_backend *be, const comet_model *m, cons
                                    int T, float *x);
 comet_status comet_cpu_q_lm_head_f16(comet_backend *be, const comet_model *m, const float *act,
                                      const int32_t *rows, int n_rows, float *logits);
+
+/* The INT8 lm_head (docs/numerics.md "lm_head") on the threaded backend be: logits [n_rows, V]
+ * with logits[r, v] = s[v] * (act[rows[r], :] · q[v, :]), act [T, C] fp32, codes q [V, C],
+ * fp16 scale bits s [V]; threaded over the vocabulary, each logit one fixed sequence of fp32
+ * fmas (independent of the thread count and of n_rows). COMET_OK. */
+comet_status comet_cpu_q_lm_head_q8(comet_backend *be, const float *act, const int32_t *rows,
+                                    int n_rows, const int8_t *q, const uint16_t *s, int C, int V,
+                                    float *logits);
 #endif

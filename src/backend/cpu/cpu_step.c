@@ -261,6 +261,10 @@ comet_status comet_cpu_paged_attention(comet_backend *be, const comet_kv_cache *
 comet_status comet_cpu_lm_head(comet_backend *be, const comet_weights *w, const void *act,
                                const comet_step *st, float *logits) {
     const comet_model_config *c = &w->m->cfg;
+    if (w->m->lm_head_q8)
+        return comet_cpu_prims_of(be)->logits_q8(be, act, st->dev.logit_rows, st->dev.n_logits,
+                                                 w->m->lm_head_q8, w->m->lm_head_s8, c->n_embd,
+                                                 c->n_vocab, logits);
     if (!w->m->lm_head)
         return comet_cpu_q_lm_head_f16(be, w->m, act, st->dev.logit_rows, st->dev.n_logits,
                                        logits);

@@ -11,6 +11,7 @@
 #include "backend/cpu/cpu_common.h"
 #include "backend/cpu/cpu_prims.h"
 #include "numerics/qlinear.h"
+#include "numerics/quant.h"
 
 static comet_status ref_embed(comet_backend *be, const float *embd, int C, const int32_t *tokens,
                               int T, float *x) {
@@ -142,6 +143,21 @@ static comet_status ref_logits(comet_backend *be, const float *x, const int32_t 
     return COMET_OK;
 }
 
+static comet_status ref_logits_q8(comet_backend *be, const float *x, const int32_t *rows,
+                                  int n_rows, const int8_t *q, const uint16_t *s, int C, int V,
+                                  float *logits) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)rows[r] * C;
+        for (int v = 0; v < V; v++) {
+            double acc = 0.0;
+            for (int c = 0; c < C; c++)
+                acc += (double)xr[c] * q[(size_t)v * C + c];
+            logits[(size_t)r * V + v] = (float)(acc * comet_quant_f16_value(s[v]));
+        }
+    }
+    return COMET_OK;
+}
+
 static void ref_destroy(comet_backend *be) { free(be); }
 
 /* attention as the primitives table has it: the KV rotation (if any) around ref_attention_stored */
@@ -160,6 +176,7 @@ static const comet_cpu_prims ref_prims = {
     .silu_mul = ref_silu_mul,
     .residual_add = ref_residual_add,
     .logits = ref_logits,
+    .logits_q8 = ref_logits_q8,
 };
 
 static const comet_backend_ops ref_ops = {

@@ -129,7 +129,9 @@ struct comet_weights {
     cuda_lin *lin;     /* [n_layer, COMET_ROLE_COUNT] */
     cuda_grp *grp;     /* [n_layer * LAYER_GROUPS + 1]: per layer, then LM_HEAD */
     float *embd;       /* device fp32 [V, C] */
-    uint16_t *lm_head; /* device fp16 [V, C] */
+    uint16_t *lm_head; /* device fp16 [V, C]; NULL with the INT8 lm_head */
+    int8_t *lm_head_q8;   /* device INT8 codes [V, C] (model lm_head_bits 8), else NULL */
+    uint16_t *lm_head_s8; /* device fp16 row scales [V] of lm_head_q8 */
 };
 
 extern const char *const comet_cuda_role_names[COMET_ROLE_COUNT];

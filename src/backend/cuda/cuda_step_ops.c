@@ -19,6 +19,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
+#include "backend/cuda/lm_head_w8.h"
 
 static size_t round4(size_t n) { return (n + 3) & ~(size_t)3; }
 
@@ -511,7 +512,10 @@ comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, co
         r = comet_cuda_gather_rows_f16(act, C, st->dev.logit_rows, n, dst, im->stream);
         src = dst;
     }
-    if (r >= 0)
+    if (r >= 0 && w->lm_head_q8)
+        r = comet_cuda_lm_head_w8(w->lm_head_q8, w->lm_head_s8, w->V, C, src, n, logits,
+                                  im->stream);
+    else if (r >= 0)
         r = gemm_f16(im, w->lm_head, w->V, C, src, n, logits, "lm_head");
     comet_cuda_be_leave(prev);
     return r;

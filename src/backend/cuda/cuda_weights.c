@@ -122,6 +122,10 @@ void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w) {
         cudaFree(w->embd);
     if (w->lm_head)
         cudaFree(w->lm_head);
+    if (w->lm_head_q8)
+        cudaFree(w->lm_head_q8);
+    if (w->lm_head_s8)
+        cudaFree(w->lm_head_s8);
     comet_cuda_be_leave(prev);
     free(w->lin);
     free(w->grp);
@@ -331,6 +335,28 @@ static comet_status load_linear(comet_backend *be, comet_weights *w, int l, come
                       "weights_load: fp16 linear");
 }
 
+/* The INT8 lm_head (docs/numerics.md "lm_head") of a synthetic model: uniform random codes
+ * (standard deviation 74) and row scales around 1 / (74 sqrt(C)), rows of about unit norm
+ * as the fp16 variant's. */
+static comet_status synth_lm_head_q8(cuda_impl *im, comet_weights *w, uint64_t seed) {
+    const float s = 1.0f / (74.0f * sqrtf((float)w->C));
+    COMET_TRY(synth_new(im, (void **)&w->lm_head_q8, (size_t)w->V * w->C, COMET_CUDA_FILL_BYTES, 0,
+                        0, seed, 2, "weights_load: lm_head codes"));
+    return synth_new(im, (void **)&w->lm_head_s8, (size_t)w->V, COMET_CUDA_FILL_F16, 0.8f * s,
+                     1.2f * s, seed, 3, "weights_load: lm_head scales");
+}
+
+/* The model's INT8 lm_head codes and scales, copied as they are. */
+static comet_status upload_lm_head_q8(cuda_impl *im, comet_weights *w, const comet_model *m) {
+    if (!m->lm_head_q8 || !m->lm_head_s8)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: weights_load: lm_head_bits 8 without its codes");
+    COMET_TRY(upload_new(im, (void **)&w->lm_head_q8, m->lm_head_q8, (size_t)w->V * w->C,
+                         "weights_load: lm_head codes"));
+    return upload_new(im, (void **)&w->lm_head_s8, m->lm_head_s8, (size_t)w->V * 2,
+                      "weights_load: lm_head scales");
+}
+
 comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
                                         comet_weights **out) {
     cuda_impl *im = impl_of(be);
@@ -391,7 +417,10 @@ comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
                                            1.0f, m->synthetic_seed, 1, "weights_load: embedding")
                                : upload_new(im, (void **)&w->embd, m->tok_embd, vc * sizeof(float),
                                             "weights_load: token embedding");
-    if (st >= 0)
+    if (st >= 0 && m->lm_head_bits == 8) /* INT8 rows: codes and fp16 scales */
+        st = m->synthetic_seed ? synth_lm_head_q8(im, w, m->synthetic_seed)
+                               : upload_lm_head_q8(im, w, m);
+    else if (st >= 0)
         st = m->synthetic_seed
                  ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea, ea,
                              m->synthetic_seed, 2, "weights_load: lm_head")
