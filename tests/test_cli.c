@@ -405,6 +405,7 @@ static void test_bench_throughput(void **state) {
     assert_true(cJSON_GetObjectItem(j, "output_tok_s")->valuedouble > 0);
     assert_true(cJSON_GetObjectItem(j, "mean_batch_seqs")->valuedouble <= 2);
     assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "tpot_p99_ms")));
+    assert_int_equal(cJSON_GetObjectItem(j, "lm_head_bits")->valuedouble, 16); /* the FP GGUF */
     cJSON_Delete(j);
 }
 
@@ -434,6 +435,10 @@ static void test_bench_bad_input(void **state) {
         &r);
     assert_one_line_error(&r, "bench", "--gpu-memory-fraction sizes the KV pool from one GPU's "
                                        "memory; on --device cpu the pool is --kv-pages P");
+    run("bench --lm-head-bits 8 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "bench", "--lm-head-bits picks the lm_head of a --synthetic model");
+    run("bench --synthetic llama3-8b --lm-head-bits 12", &r);
+    assert_one_line_error(&r, "bench", "--lm-head-bits expects 8 or 16, got 12");
     run("bench --fp16 --model /nonexistent/model.gguf", &r);
     assert_int_equal(r.rc, 2);
     assert_one_line_error(&r, "bench", "--fp16 picks the variant of a --synthetic model");
@@ -505,6 +510,11 @@ static void test_quantize_out_checked_first(void **state) {
     assert_one_line_error(&r, "quantize", "is not a directory");
     assert_non_null(strstr(r.err, file));
     assert_null(strstr(r.err, "nonexistent"));
+    /* --lm-head-bits takes 8 or 16 only, refused before anything loads */
+    run("quantize --model /nonexistent/model.gguf --lm-head-bits 12 --out /tmp/x", &r);
+    assert_one_line_error(&r, "quantize", "--lm-head-bits expects 8 or 16, got 12");
+    run("quantize --model /nonexistent/model.gguf --lm-head-bits 4 --out /tmp/x", &r);
+    assert_one_line_error(&r, "quantize", "--lm-head-bits");
 
     snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s/sub'",
              tmp_file("no_dir"));
