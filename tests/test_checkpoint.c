@@ -323,6 +323,9 @@ static void test_corrupt_checkpoints(void **st) {
                    COMET_ERR_UNSUPPORTED, "format_version 7 is not known");
     expect_corrupt("lm_head_bits", "config.json", "\"lm_head_bits\":\t8", "\"lm_head_bits\":\t4",
                    COMET_ERR_UNSUPPORTED, "lm_head_bits 4: 8 or 16 expected");
+    /* an integer past int's range is refused, not cast (undefined in C) */
+    expect_corrupt("int_range", "config.json", "\"kv_group_size\":\t16", "\"kv_group_size\":9e9",
+                   COMET_ERR_FORMAT, "kv_group_size: an integer expected");
     expect_corrupt("lm_head_key", "config.json",
                    "\"lm_head_bits\":", "\"lm_head_bitz\":", COMET_ERR_FORMAT,
                    "lm_head_bits: missing");

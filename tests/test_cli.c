@@ -405,6 +405,7 @@ static void test_bench_throughput(void **state) {
     assert_true(cJSON_GetObjectItem(j, "output_tok_s")->valuedouble > 0);
     assert_true(cJSON_GetObjectItem(j, "mean_batch_seqs")->valuedouble <= 2);
     assert_true(cJSON_IsNumber(cJSON_GetObjectItem(j, "tpot_p99_ms")));
+    assert_int_equal(cJSON_GetObjectItem(j, "lm_head_bits")->valuedouble, 16); /* the FP GGUF */
     cJSON_Delete(j);
 }
 
@@ -434,6 +435,10 @@ static void test_bench_bad_input(void **state) {
         &r);
     assert_one_line_error(&r, "bench", "--gpu-memory-fraction sizes the KV pool from one GPU's "
                                        "memory; on --device cpu the pool is --kv-pages P");
+    run("bench --lm-head-bits 8 --model /nonexistent/model.gguf", &r);
+    assert_one_line_error(&r, "bench", "--lm-head-bits picks the lm_head of a --synthetic model");
+    run("bench --synthetic llama3-8b --lm-head-bits 12", &r);
+    assert_one_line_error(&r, "bench", "--lm-head-bits expects 8 or 16, got 12");
     run("bench --fp16 --model /nonexistent/model.gguf", &r);
     assert_int_equal(r.rc, 2);
     assert_one_line_error(&r, "bench", "--fp16 picks the variant of a --synthetic model");
@@ -505,6 +510,11 @@ static void test_quantize_out_checked_first(void **state) {
     assert_one_line_error(&r, "quantize", "is not a directory");
     assert_non_null(strstr(r.err, file));
     assert_null(strstr(r.err, "nonexistent"));
+    /* --lm-head-bits takes 8 or 16 only, refused before anything loads */
+    run("quantize --model /nonexistent/model.gguf --lm-head-bits 12 --out /tmp/x", &r);
+    assert_one_line_error(&r, "quantize", "--lm-head-bits expects 8 or 16, got 12");
+    run("quantize --model /nonexistent/model.gguf --lm-head-bits 4 --out /tmp/x", &r);
+    assert_one_line_error(&r, "quantize", "--lm-head-bits");
 
     snprintf(args, sizeof args, "quantize --model /nonexistent/model.gguf --out '%s/sub'",
              tmp_file("no_dir"));
@@ -607,9 +617,13 @@ static void test_checkpoint_model_line(void **state) {
     run(args, &r);
     if (r.rc != 0)
         fail_msg("rc %d, stderr '%s'", r.rc, r.err);
-    char line[4200];
-    snprintf(line, sizeof line, "%s: llama, 30 layers, C=576, F=1536, H=9/3, D=64, V=49152, "
-             "comet checkpoint W4A4 KV4\n", dir);
+    /* the lm_head the checkpoint records: INT8 from format version 3's default */
+    char text[1 << 16], line[4200];
+    slurp(cfg, text, sizeof text);
+    snprintf(line, sizeof line,
+             "%s: llama, 30 layers, C=576, F=1536, H=9/3, D=64, V=49152, "
+             "comet checkpoint W4A4 KV4, %s lm_head\n",
+             dir, strstr(text, "\"lm_head_bits\":\t8") ? "INT8" : "fp16");
     if (!strstr(r.err, line))
         fail_msg("no model line '%s' in stderr '%s'", line, r.err);
     snprintf(args, sizeof args, "generate --model '%s' --prompt hi --max-tokens 1", model_path());

@@ -618,6 +618,10 @@ static void test_lm_head_row(void **st) {
             assert_int_equal(qmax, 127);
     }
     memset(w, 0, sizeof w);
+    w[5] = 1.4e-45f; /* amax / 127 underflows fp32: the smallest fp16 scale, codes 0 */
+    assert_int_equal(comet_quant_lm_head_row(w, N, q), 1);
+    assert_int_equal(q[5], 0);
+    w[5] = 0.0f;
     assert_int_equal(comet_quant_lm_head_row(w, N, q), 0);
     for (int i = 0; i < N; i++)
         assert_int_equal(q[i], 0);

@@ -5,6 +5,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -113,7 +114,8 @@ static comet_status get_int(const ctx *c, const cJSON *obj, const char *where, c
         *out = def;
         return COMET_OK;
     }
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble)
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= INT_MIN && v->valuedouble <= INT_MAX) ||
+        v->valuedouble != (double)(int)v->valuedouble)
         return comet_set_error(COMET_ERR_FORMAT, "%s: %s%s: %s integer expected", c->cfg_path,
                                where, key, v ? "an" : "missing;");
     *out = (int)v->valuedouble;
@@ -621,10 +623,10 @@ static comet_status load(ctx *c) {
         const comet_quant_config *q = c->m->quant;
         comet_log(COMET_LOG_INFO,
                   "%s: llama, %d layers, C=%d, F=%d, H=%d/%d, D=%d, V=%d, comet checkpoint "
-                  "W%dA%d KV%d",
+                  "W%dA%d KV%d, %s lm_head",
                   c->dir, mc->n_layer, mc->n_embd, mc->n_ff, mc->n_head, mc->n_head_kv,
-                  mc->head_dim, mc->n_vocab, q->w_bits, q->a_bits,
-                  comet_kv_type_bits(q->kv.type));
+                  mc->head_dim, mc->n_vocab, q->w_bits, q->a_bits, comet_kv_type_bits(q->kv.type),
+                  q->lm_head_bits == 8 ? "INT8" : "fp16");
     }
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(j, "_name_or_path");
     if (st == COMET_OK)

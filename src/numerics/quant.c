@@ -149,7 +149,9 @@ uint16_t comet_quant_lm_head_row(const float *w, int n, int8_t *q) {
         memset(q, 0, (size_t)n);
         return COMET_QUANT_F16_NAN;
     }
-    const uint16_t sb = comet_quant_f16_bits_up(amax / 127.0f);
+    uint16_t sb = comet_quant_f16_bits_up(amax / 127.0f);
+    if (sb == 0 && amax > 0.0f) /* amax / 127 underflows fp32: the smallest fp16 scale */
+        sb = 1;
     const float s = comet_quant_f16_value(sb);
     for (int i = 0; i < n; i++)
         q[i] = comet_quant_w_code(w[i], s, 127);

@@ -174,7 +174,8 @@ static inline int8_t comet_quant_w_code(float w, float s, int qmax) {
 
 /* One lm_head row of n weights as INT8 (docs/numerics.md "lm_head"): s = amax / 127 rounded
  * up to fp16 (no weight clips), q = comet_quant_w_code(w, s, 127), so codes lie in
- * [-127, 127] and |w - q*s| <= s/2. A row of zeros gives s = 0 and q = 0; a row holding a
+ * [-127, 127] and |w - q*s| <= s/2 (an amax too small for amax / 127 in fp32 takes the
+ * smallest fp16 scale, 2^-24). A row of zeros gives s = 0 and q = 0; a row holding a
  * non-finite value, or an amax beyond fp16's range times 127, gives q = 0 and a NaN scale.
  * Writes q[n]; returns the fp16 bits of s. */
 uint16_t comet_quant_lm_head_row(const float *w, int n, int8_t *q);

@@ -1,4 +1,4 @@
-/* cuda_test_util.h — shared by the GEMM's GPU tests in tests/cuda: the CUDA_OK check, a
+/* cuda_test_util.h — shared by tests/cuda's kernel tests: the CUDA_OK check, a
  * seeded xorshift generator (each test defines CUDA_TEST_SEED before including this header),
  * the cmocka adapter COUNTED_TEST and the scalar oracle comet_ref_gemm_w4ax threaded over
  * token rows. */
@@ -41,7 +41,7 @@
     }
 
 static uint64_t rng = CUDA_TEST_SEED;
-static uint32_t rnd(void) {
+static inline uint32_t rnd(void) {
     rng ^= rng << 13;
     rng ^= rng >> 7;
     rng ^= rng << 17;
@@ -54,7 +54,7 @@ static uint32_t rnd(void) {
 #define GUARD 64
 #define GUARD_WORD 0x5A5A5A5Au
 
-static uint32_t *guarded_raw_alloc(size_t words) {
+static inline uint32_t *guarded_raw_alloc(size_t words) {
     size_t all = words + 2 * GUARD;
     uint32_t *raw, *h = malloc(all * 4);
     if (!h) {
@@ -69,7 +69,7 @@ static uint32_t *guarded_raw_alloc(size_t words) {
     return raw;
 }
 
-static int guards_intact(const uint32_t *raw, size_t words) {
+static inline int guards_intact(const uint32_t *raw, size_t words) {
     uint32_t h[GUARD];
     int ok = 1;
     CUDA_OK(cudaMemcpy(h, raw, sizeof h, cudaMemcpyDeviceToHost));
@@ -94,7 +94,7 @@ typedef struct {
     comet_status st;
 } ref_job;
 
-static void *ref_worker(void *arg) {
+static inline void *ref_worker(void *arg) {
     ref_job *j = arg;
     int nb = j->K / j->B;
     j->st =
@@ -108,7 +108,7 @@ static void *ref_worker(void *arg) {
 
 /* The oracle on 16 threads (rows are independent); y and bs as in comet_ref_gemm_w4ax.
  * Exits with status 2 if the oracle refuses the inputs. */
-static void ref_threaded(ref_job proto) {
+static inline void ref_threaded(ref_job proto) {
     enum {
         NT = 16
     };

@@ -32,46 +32,16 @@
 #include "numerics/quant.h"
 
 #include "cuda_skip.h"
+#define CUDA_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "cuda_test_util.h"
 
 static int n_fail = 0, n_check = 0;
 
-#define CUDA_OK(call)                                                                              \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__,      \
-                    __LINE__, #call);                                                              \
-            exit(2);                                                                               \
-        }                                                                                          \
-    } while (0)
-
-#define COUNTED_TEST(name, body)                                                                   \
-    static void name(void **state) {                                                               \
-        (void)state;                                                                               \
-        const int fail0_ = n_fail;                                                                 \
-        body;                                                                                      \
-        if (n_fail > fail0_)                                                                       \
-            fail_msg("%d checks failed", n_fail - fail0_);                                         \
-    }
-
-static uint64_t rng = 0x2545F4914F6CDD1Dull;
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
 static float uniform(float lo, float hi) {
     return lo + (hi - lo) * (float)(rnd() & 0xFFFFFF) / 16777216.0f;
 }
 
 static const uint16_t F16_NAN = 0x7E00;
-
-/* Guard words around the logits: GUARD floats of a pattern on each side. */
-enum {
-    GUARD = 64
-};
-static const uint32_t GUARD_WORD = 0x5A5A5A5Au;
 
 /* The largest |error| allowed for one logit, relative to |s[v]| * sum_k |x[r, k] q[v, k]|:
  * every product is exact in fp32, and a kernel accumulator takes at most C / 16 + 64 fp32
@@ -98,12 +68,12 @@ typedef struct {
     long bad, nan_bad;
     double worst; /* largest |error| / bound */
     char first[256];
-} ref_job;
+} lm_ref_job;
 
 /* Logits of rows [v0, v1) against the oracle: expected NaN and infinities exactly, finite
  * values within tol_rel(C) * |s| * sum |x q| (0 when that is 0: a zero row or scale). */
-static void *ref_worker(void *arg) {
-    ref_job *j = arg;
+static void *lm_ref_worker(void *arg) {
+    lm_ref_job *j = arg;
     const lcase *c = j->c;
     const double tol = tol_rel(c->C);
     for (int v = j->v0; v < j->v1; v++) {
@@ -147,11 +117,11 @@ static long compare(const lcase *c, double *worst) {
         NT = 8
     };
     pthread_t th[NT];
-    ref_job jobs[NT];
+    lm_ref_job jobs[NT];
     for (int i = 0; i < NT; i++) {
-        jobs[i] = (ref_job){
+        jobs[i] = (lm_ref_job){
             .c = c, .v0 = (int)((long)c->V * i / NT), .v1 = (int)((long)c->V * (i + 1) / NT)};
-        if (pthread_create(&th[i], NULL, ref_worker, &jobs[i])) {
+        if (pthread_create(&th[i], NULL, lm_ref_worker, &jobs[i])) {
             fprintf(stderr, "pthread_create failed\n");
             exit(2);
         }
@@ -210,21 +180,15 @@ static void run_case(int V, int C, int n, int q_off, int x_off, int nan_mode) {
 
     int8_t *dq;
     uint16_t *ds, *dx;
-    float *draw;
     const size_t ybytes = (size_t)n * V * sizeof(float);
     CUDA_OK(cudaMalloc((void **)&dq, (size_t)V * C + (size_t)q_off));
     CUDA_OK(cudaMalloc((void **)&ds, (size_t)V * sizeof *ds));
     CUDA_OK(cudaMalloc((void **)&dx, ((size_t)n * C + (size_t)x_off) * sizeof *dx));
-    CUDA_OK(cudaMalloc((void **)&draw, ybytes + 2 * GUARD * sizeof(float)));
+    uint32_t *draw = guarded_raw_alloc((size_t)n * V); /* guard words around the logits */
     CUDA_OK(cudaMemcpy(dq + q_off, c.q, (size_t)V * C, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(ds, c.s, (size_t)V * sizeof *ds, cudaMemcpyHostToDevice));
     CUDA_OK(cudaMemcpy(dx + x_off, c.x, (size_t)n * C * sizeof *dx, cudaMemcpyHostToDevice));
-    uint32_t guard[GUARD];
-    for (int i = 0; i < GUARD; i++)
-        guard[i] = GUARD_WORD;
-    float *dy = draw + GUARD;
-    CUDA_OK(cudaMemcpy(draw, guard, sizeof guard, cudaMemcpyHostToDevice));
-    CUDA_OK(cudaMemcpy(dy + (size_t)n * V, guard, sizeof guard, cudaMemcpyHostToDevice));
+    float *dy = (float *)(draw + GUARD);
     CUDA_OK(cudaMemset(dy, 0xFF, ybytes)); /* NaN: an unwritten logit fails the comparison */
 
     const char *form = comet_cuda_lm_head_w8_form(dq + q_off, C, dx + x_off, n);
@@ -237,10 +201,7 @@ static void run_case(int V, int C, int n, int q_off, int x_off, int nan_mode) {
     } else {
         CUDA_OK(cudaDeviceSynchronize());
         CUDA_OK(cudaMemcpy(c.got, dy, ybytes, cudaMemcpyDeviceToHost));
-        uint32_t lo[GUARD], hi[GUARD];
-        CUDA_OK(cudaMemcpy(lo, draw, sizeof lo, cudaMemcpyDeviceToHost));
-        CUDA_OK(cudaMemcpy(hi, dy + (size_t)n * V, sizeof hi, cudaMemcpyDeviceToHost));
-        if (memcmp(lo, guard, sizeof guard) || memcmp(hi, guard, sizeof guard)) {
+        if (!guards_intact(draw, (size_t)n * V)) {
             fprintf(stderr, "    guard words around the logits overwritten\n");
             fail = 1;
         }

@@ -281,6 +281,7 @@ static cJSON *json_record(const opts *o, const comet_model *m, const char *name,
     cJSON_AddStringToObject(j, "date", when);
     cJSON_AddStringToObject(j, "model", name);
     cJSON_AddStringToObject(j, "weights", quant_name(o, m));
+    cJSON_AddNumberToObject(j, "lm_head_bits", m->lm_head_bits == 8 ? 8 : 16);
     cJSON_AddStringToObject(j, "device", o->device);
     cJSON_AddNumberToObject(j, "tensor_parallel", (double)o->tensor_parallel);
     cJSON_AddBoolToObject(j, "batch_invariant", o->batch_invariant);

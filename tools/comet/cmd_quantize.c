@@ -208,14 +208,16 @@ int cmd_quantize(int argc, char **argv) {
     }
     const comet_quant_config *qc = &r.config;
     fprintf(stderr, "quantized %s -> %s\n", model_path, out_dir);
-    fprintf(stderr, "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s\n",
+    fprintf(stderr,
+            "  W%d A%s KV%d (group %d, rotation %s), block %d, weights %s%s, %s, %s lm_head\n",
             p.w_bits,
             p.a_bits == 4   ? "x (INT4 + INT8 blocks)"
             : p.a_bits == 8 ? "8"
                             : "16",
             comet_kv_type_bits(qc->kv.type), qc->kv.group, comet_kv_rotation_name(qc->kv.rotation),
             qc->block, qc->wmethod, p.clip_search && p.w_bits != 16 ? " + clipping search" : "",
-            p.reorder ? "channels reordered" : "channel order kept");
+            p.reorder ? "channels reordered" : "channel order kept",
+            qc->lm_head_bits == 8 ? "INT8" : "fp16");
     if (p.a_bits == 4) {
         fprintf(stderr, "  INT8 block fraction (tau %g, budget %g):", (double)p.tau,
                 (double)p.int8_budget);

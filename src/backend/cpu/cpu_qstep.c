@@ -234,27 +234,27 @@ typedef struct {
     const uint16_t *s8; /* [V] their fp16 row scales */
 } lm_job;
 
-/* a · w over n values, w fp16 (dot_lm) or the same values already in fp32 (dot_lm_f32, wf
- * [n], for many rows against one vocabulary row): 16-wide blocks into 16 fp32 fma lanes
- * (lane l takes elements l, l + 16, ...), the lanes summed in order 0..15, then the tail.
- * The vector and the scalar code, from fp16 or fp32, run this same sequence of roundings,
- * so a logit has one value. */
+/* a · w over n values, w fp16 (dot_lm), INT8 codes (dot_lm_q8) or either already in fp32
+ * (dot_lm_row, wf [n], for many rows against one vocabulary row): 16-wide blocks into 16
+ * fp32 fma lanes (lane l takes elements l, l + 16, ...), the lanes summed in order 0..15,
+ * then the tail (lm_finish_row). The vector and the scalar code, from any of the three, run
+ * this same sequence of roundings, so a logit has one value. */
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
 #define LM_VEC 1
 #endif
 
-static float lm_finish(const float lane[16], const float *a, const uint16_t *w, int i, int n) {
+static float lm_finish_row(const float lane[16], const float *a, const float *wf, int i, int n) {
     float s = 0.0f;
     for (int l = 0; l < 16; l++)
         s += lane[l];
     for (; i < n; i++)
-        s = fmaf(a[i], comet_quant_f16_value(w[i]), s);
+        s = fmaf(a[i], wf[i], s);
     return s;
 }
 
 static float dot_lm(const float *a, const uint16_t *w, int n) {
-    float lane[16] = {0};
+    float lane[16] = {0}, tail[16];
     int i = 0;
 #ifdef LM_VEC
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -271,40 +271,13 @@ static float dot_lm(const float *a, const uint16_t *w, int n) {
         for (int l = 0; l < 16; l++)
             lane[l] = fmaf(a[i + l], comet_quant_f16_value(w[i + l]), lane[l]);
 #endif
-    return lm_finish(lane, a, w, i, n);
+    for (int k = i; k < n; k++) /* the tail, at most 15 values */
+        tail[k - i] = comet_quant_f16_value(w[k]);
+    return lm_finish_row(lane, a + i, tail, 0, n - i);
 }
 
-static float dot_lm_f32(const float *a, const float *wf, const uint16_t *w, int n) {
-    float lane[16] = {0};
-    int i = 0;
-#ifdef LM_VEC
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(wf + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(wf + i + 8), s1);
-    }
-    _mm256_storeu_ps(lane, s0);
-    _mm256_storeu_ps(lane + 8, s1);
-#else
-    for (; i + 16 <= n; i += 16)
-        for (int l = 0; l < 16; l++)
-            lane[l] = fmaf(a[i + l], wf[i + l], lane[l]);
-#endif
-    return lm_finish(lane, a, w, i, n);
-}
-
-/* The INT8 lm_head's dot products (docs/numerics.md "lm_head"): the sequence of dot_lm with
- * the codes as fp32 (exact), from the codes (dot_lm_q8) or from the row already converted
- * (dot_lm_row, wf [n]); the row scale multiplies the result. */
-static float lm_finish_row(const float lane[16], const float *a, const float *wf, int i, int n) {
-    float s = 0.0f;
-    for (int l = 0; l < 16; l++)
-        s += lane[l];
-    for (; i < n; i++)
-        s = fmaf(a[i], wf[i], s);
-    return s;
-}
-
+/* The INT8 lm_head (docs/numerics.md "lm_head") multiplies dot_lm_q8's or dot_lm_row's sum
+ * of the codes (exact in fp32) by the row scale. */
 static float dot_lm_row(const float *a, const float *wf, int n) {
     float lane[16] = {0};
     int i = 0;
@@ -378,7 +351,7 @@ static void lm_task(void *ctx, int item, int tid) {
         for (int r = 0; r < j->n_rows; r++) {
             const float *a = j->act + (size_t)j->rows[r] * j->C;
             j->logits[(size_t)r * j->V + v] =
-                convert ? dot_lm_f32(a, wf, w, j->C) : dot_lm(a, w, j->C);
+                convert ? dot_lm_row(a, wf, j->C) : dot_lm(a, w, j->C);
         }
     }
 }
