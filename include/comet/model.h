@@ -161,7 +161,8 @@ typedef struct comet_model {
     float *lm_head;              /* [V, C]; == tok_embd when cfg.tie_embeddings */
     /* A comet checkpoint loaded with keep_codes_only (comet_model_load_with): the embedding
      * and lm_head as the checkpoint stores them, fp16 bits [V, C] (lm_head_f16 ==
-     * tok_embd_f16 when tied), while tok_embd and lm_head are NULL. NULL otherwise. */
+     * tok_embd_f16 when tied), while tok_embd and lm_head are NULL. NULL otherwise, and an
+     * untied lm_head_f16 is NULL again once comet_model_lm_head_quantize made its codes. */
     uint16_t *tok_embd_f16, *lm_head_f16;
     /* The lm_head the backends run (docs/numerics.md "lm_head"): lm_head_bits 8 = per-row
      * INT8, codes lm_head_q8 [V, C] and fp16 scale bits lm_head_s8 [V] made from the fp
@@ -236,8 +237,9 @@ comet_status comet_model_synthetic(const char *preset, int quantized, uint64_t s
                                    comet_model **out);
 
 /* Make m's per-row INT8 lm_head (lm_head_q8, lm_head_s8; lm_head_bits = 8) from its
- * floating-point lm_head (lm_head, or lm_head_f16 of a keep_codes_only load; the token
- * embedding when tied), row by row with comet_quant_lm_head_row. The codes are owned by m.
+ * floating-point lm_head (lm_head, or lm_head_f16 of a keep_codes_only load, which is freed
+ * then unless it is the tied embedding; the token embedding when tied), row by row with
+ * comet_quant_lm_head_row. The codes are owned by m.
  * COMET_OK; COMET_ERR_INVALID_ARG when m has no lm_head in host memory (a synthetic model);
  * COMET_ERR_NOMEM. */
 comet_status comet_model_lm_head_quantize(comet_model *m);

@@ -44,6 +44,16 @@ void *comet_model_own(comet_model *m, void *p) {
     return p;
 }
 
+/* Free p, a buffer of m's registry, before the model: its slot becomes NULL. */
+static void release_owned(comet_model *m, void *p) {
+    for (size_t i = 0; i < m->n_owned; i++)
+        if (m->owned[i] == p) {
+            free(p);
+            m->owned[i] = NULL;
+            return;
+        }
+}
+
 comet_status comet_model_lm_head_quantize(comet_model *m) {
     const int C = m->cfg.n_embd, V = m->cfg.n_vocab;
     const float *w32 = m->lm_head ? m->lm_head : m->tok_embd;
@@ -68,6 +78,10 @@ comet_status comet_model_lm_head_quantize(comet_model *m) {
     m->lm_head_q8 = q;
     m->lm_head_s8 = s;
     m->lm_head_bits = 8;
+    if (!w32 && m->lm_head_f16 != m->tok_embd_f16) { /* an untied fp16 copy nothing reads now */
+        release_owned(m, m->lm_head_f16);
+        m->lm_head_f16 = NULL;
+    }
     return COMET_OK;
 }
 
