@@ -775,10 +775,10 @@ static int att_batch_tokens(int bi) {
 }
 
 static void make_rows(void) {
-    static const int Ts_act[] = {1, 5, 130}, Ts_mm[] = {1, 7, 70}, Ts_lm[] = {1, 9, 40};
+    static const int Ts_act[] = {1, 5, 130}, Ts_mm[] = {1, 7, 70}, Ts_lm[] = {1, 9, 40, 130};
     for (int v = 0; v < N_VARIANTS; v++) {
         const char *vn = VARIANTS[v].name;
-        for (int ti = 0; ti < 3; ti++) {
+        for (int ti = 0; ti < 4; ti++) { /* 130 rows: the INT8 lm_head through cuBLAS */
             int T = Ts_lm[ti];
             row *r = add_row(OP_EMBED_TOKENS, v, T, 0);
             snprintf(r->name, sizeof r->name, "embed_tokens/%s/T%d", vn, T);

@@ -25,12 +25,12 @@
 static size_t kv4_page_bytes(int n_layer) { return (size_t)n_layer * 2 * 8 * (16 * 64 + 16 * 4); }
 
 /* LLaMA-3-8B W4Ax weights on the GPU: 4-bit codes and fp16 scales per 128 inputs of every
- * linear, the fp32 embedding [128256, 4096], the INT8 lm_head's codes and fp16 row scales,
- * 65 fp32 norms. */
+ * linear, the fp32 embedding [128256, 4096], the INT8 lm_head's codes, fp16 row scales and
+ * codes as fp16, 65 fp32 norms. */
 static size_t w4_8b_weights(void) {
     size_t per_layer = (size_t)4096 * 4096 * 2 + (size_t)1024 * 4096 * 2 + (size_t)3 * 14336 * 4096;
     size_t params = per_layer * 32;
-    return params / 2 + params / 64 + (size_t)128256 * 4096 * 5 + (size_t)128256 * 2 +
+    return params / 2 + params / 64 + (size_t)128256 * 4096 * 7 + (size_t)128256 * 2 +
            (size_t)65 * 4096 * 4;
 }
 

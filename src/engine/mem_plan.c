@@ -37,8 +37,8 @@ static size_t weights_estimate(const comet_model *m) {
     }
     size_t VC = (size_t)c->n_vocab * (size_t)c->n_embd;
     n += VC * 4; /* fp32 embedding */
-    /* INT8 codes and fp16 row scales, or fp16 */
-    n += m->lm_head_bits == 8 ? VC + (size_t)c->n_vocab * 2 : VC * 2;
+    /* INT8 codes, fp16 row scales and the codes as fp16 (for cuBLAS at many rows), or fp16 */
+    n += m->lm_head_bits == 8 ? VC * 3 + (size_t)c->n_vocab * 2 : VC * 2;
     n += (size_t)(2 * c->n_layer + 1) * c->n_embd * 4; /* RMSNorm weights */
     return n;
 }

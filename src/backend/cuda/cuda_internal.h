@@ -132,6 +132,8 @@ struct comet_weights {
     uint16_t *lm_head; /* device fp16 [V, C]; NULL with the INT8 lm_head */
     int8_t *lm_head_q8;   /* device INT8 codes [V, C] (model lm_head_bits 8), else NULL */
     uint16_t *lm_head_s8; /* device fp16 row scales [V] of lm_head_q8 */
+    uint16_t *lm_head_c16; /* device fp16 [V, C]: lm_head_q8's codes as fp16 (exact), for
+                            * steps past COMET_CUDA_LM_HEAD_W8_MAX_ROWS logit rows */
 };
 
 extern const char *const comet_cuda_role_names[COMET_ROLE_COUNT];

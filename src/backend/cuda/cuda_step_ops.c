@@ -512,10 +512,14 @@ comet_status comet_cuda_be_lm_head(comet_backend *be, const comet_weights *w, co
         r = comet_cuda_gather_rows_f16(act, C, st->dev.logit_rows, n, dst, im->stream);
         src = dst;
     }
-    if (r >= 0 && w->lm_head_q8)
+    if (r >= 0 && w->lm_head_q8 && n <= COMET_CUDA_LM_HEAD_W8_MAX_ROWS) {
         r = comet_cuda_lm_head_w8(w->lm_head_q8, w->lm_head_s8, w->V, C, src, n, logits,
                                   im->stream);
-    else if (r >= 0)
+    } else if (r >= 0 && w->lm_head_q8) { /* fp32 sums of the exact fp16 codes, then s */
+        r = gemm_f16(im, w->lm_head_c16, w->V, C, src, n, logits, "lm_head");
+        if (r >= 0)
+            r = comet_cuda_lm_head_scale(logits, w->lm_head_s8, w->V, n, im->stream);
+    } else if (r >= 0)
         r = gemm_f16(im, w->lm_head, w->V, C, src, n, logits, "lm_head");
     comet_cuda_be_leave(prev);
     return r;

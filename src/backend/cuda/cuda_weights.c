@@ -15,6 +15,7 @@
 
 #include "backend/cuda/cuda_internal.h"
 #include "backend/cuda/gemm_w4ax.h"
+#include "backend/cuda/lm_head_w8.h"
 
 #define CUDA_WEIGHTS_MAGIC 0x57415543u      /* "CUAW" */
 #define F16_STAGE_FLOATS ((size_t)16 << 20) /* fp32 staging for the FP16 conversion (64 MiB) */
@@ -126,6 +127,8 @@ void comet_cuda_be_weights_free(comet_backend *be, comet_weights *w) {
         cudaFree(w->lm_head_q8);
     if (w->lm_head_s8)
         cudaFree(w->lm_head_s8);
+    if (w->lm_head_c16)
+        cudaFree(w->lm_head_c16);
     comet_cuda_be_leave(prev);
     free(w->lin);
     free(w->grp);
@@ -417,10 +420,14 @@ comet_status comet_cuda_be_weights_load(comet_backend *be, const comet_model *m,
                                            1.0f, m->synthetic_seed, 1, "weights_load: embedding")
                                : upload_new(im, (void **)&w->embd, m->tok_embd, vc * sizeof(float),
                                             "weights_load: token embedding");
-    if (st >= 0 && m->lm_head_bits == 8) /* INT8 rows: codes and fp16 scales */
+    if (st >= 0 && m->lm_head_bits == 8) { /* INT8 rows: codes and fp16 scales */
         st = m->synthetic_seed ? synth_lm_head_q8(im, w, m->synthetic_seed)
                                : upload_lm_head_q8(im, w, m);
-    else if (st >= 0)
+        if (st >= 0) /* the codes as fp16 for cuBLAS at many rows (lm_head_w8.h) */
+            st = (e = cudaMalloc((void **)&w->lm_head_c16, vc * 2)) != cudaSuccess
+                     ? comet_cuda_be_fail(e, "weights_load: lm_head codes as fp16")
+                     : comet_cuda_lm_head_codes_f16(w->lm_head_q8, vc, w->lm_head_c16, im->stream);
+    } else if (st >= 0)
         st = m->synthetic_seed
                  ? synth_new(im, (void **)&w->lm_head, vc, COMET_CUDA_FILL_F16, -ea, ea,
                              m->synthetic_seed, 2, "weights_load: lm_head")

@@ -329,9 +329,49 @@ comet_status launch_plain(w8_args a, cudaStream_t st) {
     return launch_check("lm_head (W8, plain)");
 }
 
+/* dst[i] = src[i] as fp16 (exact for every int8), a grid-stride loop. */
+static __global__ void codes_f16_kernel(const int8_t *src, __half *dst, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __int2half_rn(src[i]);
+}
+
+/* logits[r, v] *= s[v] over [n, V], a grid-stride loop. */
+static __global__ void scale_rows_kernel(float *logits, const __half *s, int V, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        logits[i] *= __half2float(s[i % (size_t)V]);
+}
+
+/* Blocks of the two grid-stride kernels: 4 per SM of a 132-SM GPU keep them at memory
+ * speed. */
+constexpr unsigned STRIDE_BLOCKS = 528;
+
 } /* namespace */
 
 extern "C" {
+
+comet_status comet_cuda_lm_head_codes_f16(const int8_t *q, size_t n, uint16_t *out, void *stream) {
+    if (!q || !out)
+        return comet_set_error(COMET_ERR_INVALID_ARG, "cuda backend: lm_head codes: NULL %s",
+                               !q ? "codes" : "output");
+    if (n == 0)
+        return COMET_OK;
+    codes_f16_kernel<<<STRIDE_BLOCKS, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        q, reinterpret_cast<__half *>(out), n);
+    return launch_check("lm_head codes to fp16");
+}
+
+comet_status comet_cuda_lm_head_scale(float *logits, const uint16_t *s, int V, int n,
+                                      void *stream) {
+    if (!logits || !s || V < 1 || n < 1)
+        return comet_set_error(COMET_ERR_INVALID_ARG,
+                               "cuda backend: lm_head scale: V = %d, n = %d, logits %p, s %p", V, n,
+                               (void *)logits, (const void *)s);
+    scale_rows_kernel<<<STRIDE_BLOCKS, 256, 0, static_cast<cudaStream_t>(stream)>>>(
+        logits, reinterpret_cast<const __half *>(s), V, (size_t)n * V);
+    return launch_check("lm_head scale");
+}
 
 comet_status comet_cuda_lm_head_w8(const int8_t *q, const uint16_t *s, int V, int C,
                                    const uint16_t *x, int n, float *logits, void *stream) {

@@ -41,6 +41,22 @@ comet_status comet_cuda_lm_head_w8(const int8_t *q, const uint16_t *s, int V, in
  * benchmarks and logs): "mma t<tokens per CTA> r<rows per CTA> k<k per stage>" or "plain". */
 const char *comet_cuda_lm_head_w8_form(const int8_t *q, int C, const uint16_t *x, int n);
 
+/* Above this many rows the W8 kernel (mma.sync) is slower than cuBLAS FP16 (wgmma): the
+ * CUDA backend then multiplies the codes as fp16 (exact) through cuBLAS and scales the rows
+ * after. At 64 rows the kernel takes 329 us against cuBLAS's 399, at 128 rows 550 against
+ * 413 (H100, V 128256, C 4096; bench/results/2026-12-06-h100-lm-head.md). */
+#define COMET_CUDA_LM_HEAD_W8_MAX_ROWS 64
+
+/* out [n] fp16 bit patterns = the int8 codes q [n] as fp16 (exact): the cuBLAS form of the
+ * INT8 lm_head. Device pointers; queued on `stream`. COMET_OK, COMET_ERR_INVALID_ARG for a
+ * NULL pointer, COMET_ERR_CUDA when the launch fails. */
+comet_status comet_cuda_lm_head_codes_f16(const int8_t *q, size_t n, uint16_t *out, void *stream);
+
+/* logits [n, V] fp32 (row stride V) *= s[v] per column v, s [V] fp16 bit patterns: the row
+ * scales after cuBLAS's sum over the fp16 codes. Device pointers; queued on `stream`.
+ * COMET_OK, COMET_ERR_INVALID_ARG (a shape below 1 or a NULL pointer), COMET_ERR_CUDA. */
+comet_status comet_cuda_lm_head_scale(float *logits, const uint16_t *s, int V, int n, void *stream);
+
 #ifdef __cplusplus
 }
 #endif
