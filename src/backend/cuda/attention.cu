@@ -87,6 +87,28 @@ void attn_decode_mma_launch(int D, int ngr, const att_args &a, const att_rope_ar
     });
 }
 
+int dmma_ctas_per_sm(int D) {
+    static int cached[2][16]; /* [D == 128][device], 0 = not asked yet */
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
+        cudaGetLastError();
+        return 2;
+    }
+    int &n = cached[D == 128][dev];
+    if (!n) {
+        int c = 0;
+        const cudaError_t e =
+            D == 128 ? cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                           &c, attn_decode_mma_kernel<128, 1>, DMMA_THREADS, 0)
+                     : cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                           &c, attn_decode_mma_kernel<64, 1>, DMMA_THREADS, 0);
+        if (e != cudaSuccess)
+            cudaGetLastError();
+        n = e == cudaSuccess && c >= 1 ? c : 2;
+    }
+    return n;
+}
+
 /* kernel<<<grid, threads, smem, s>>>(a) after raising its dynamic shared memory limit to smem
  * bytes; `what` names the kernel in the error when the device refuses them. */
 comet_status launch_smem(void (*kernel)(att_args), dim3 grid, int threads, size_t smem,

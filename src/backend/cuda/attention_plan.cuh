@@ -22,6 +22,10 @@ namespace {
 
 int att_dmax(int D) { return D <= 64 ? 64 : D <= 128 ? 128 : 256; }
 
+/* CTAs of attn_decode_mma_kernel at head dim D that one SM of the current device holds at
+ * once (its registers and shared memory; attention.cu). */
+int dmma_ctas_per_sm(int D);
+
 size_t att_smem_bytes(int dmax) {
     const int R = att_rows(dmax);
     return sizeof(float) * ((size_t)R * dmax + (size_t)ATT_KC * (dmax + 1) + (size_t)ATT_KC * dmax +
@@ -155,19 +159,23 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
     }
     long blocks, min_keys;
     bool whole_waves = false;
+    int per_sm = 2; /* CTAs a split plan fills each SM with */
     if (att_decode_step(st, g)) {
         blocks = (long)st->n_tokens * L->Hkv;
         min_keys = DEC_MIN_KEYS;
-        /* two CTAs of attn_decode_mma_kernel fit an SM (its registers): a third of a
-         * second wave would cost as much as a whole one, so its splits round down */
+        /* attn_decode_mma_kernel: as many CTAs as an SM holds (3 at D = 128 on sm_90, its 168
+         * registers), unless COMET_CUDA_ATTN_DMMA_OCC=0 (2); part of a second wave would cost
+         * as much as a whole one, so its splits round down */
         whole_waves = att_decode_mma(L, g);
+        if (whole_waves && !comet_cuda_env_off("COMET_CUDA_ATTN_DMMA_OCC"))
+            per_sm = dmma_ctas_per_sm(L->D);
     } else {
         int tt, n_sub;
         att_tiling(L->D, g, &tt, &n_sub);
         blocks = (long)st->n_tiles * n_sub * L->Hkv;
         min_keys = 2 * ATT_KC; /* at least two key chunks a split */
     }
-    const long target = 2L * (n_sm > 0 ? n_sm : 1);
+    const long target = (long)per_sm * (n_sm > 0 ? n_sm : 1);
     if (blocks >= target)
         return 1;
     long splits = whole_waves ? target / blocks : (target + blocks - 1) / blocks;
