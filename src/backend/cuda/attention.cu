@@ -21,6 +21,8 @@
 #include <cuda_runtime.h>
 #include <math.h>
 
+#include <atomic>
+
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/attention_mma.cuh"
@@ -88,13 +90,15 @@ void attn_decode_mma_launch(int D, int ngr, const att_args &a, const att_rope_ar
 }
 
 int dmma_ctas_per_sm(int D) {
-    static int cached[2][16]; /* [D == 128][device], 0 = not asked yet */
+    /* [D == 128][device], 0 = not asked yet; atomic: backends on other threads plan too */
+    static std::atomic<int> cached[2][16];
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) {
         cudaGetLastError();
         return 2;
     }
-    int &n = cached[D == 128][dev];
+    std::atomic<int> &slot = cached[D == 128][dev];
+    int n = slot.load(std::memory_order_relaxed);
     if (!n) {
         int c = 0;
         const cudaError_t e =
@@ -105,6 +109,7 @@ int dmma_ctas_per_sm(int D) {
         if (e != cudaSuccess)
             cudaGetLastError();
         n = e == cudaSuccess && c >= 1 ? c : 2;
+        slot.store(n, std::memory_order_relaxed);
     }
     return n;
 }

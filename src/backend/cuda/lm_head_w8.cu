@@ -297,19 +297,27 @@ inline form_id pick_form(const int8_t *q, int C, const uint16_t *x, int n) {
     return n <= 8 ? FORM_T8 : n <= 16 ? FORM_T16 : n <= 32 ? FORM_T32 : FORM_T64;
 }
 
-template <int NT, int MI, int KC, int R, int S>
-comet_status launch_mma(w8_args a, cudaStream_t st) {
-    constexpr int TOK = 8 * NT, ROWS = WARPS * 16 * MI;
-    constexpr size_t smem = (size_t)TOK * (64 * KC + 8) * 2 * S;
-    static_assert(smem <= 48 * 1024, "dynamic shared memory past the default limit");
-    const long long nrb = (a.V + ROWS - 1) / ROWS;
-    a.ntg = (a.n + TOK - 1) / TOK;
+/* a.ntg = token groups of tok tokens, *grid = those x the row blocks of `rows` vocabulary
+ * rows; COMET_ERR_INVALID_ARG when that is more CTAs than a grid holds. */
+comet_status grid_of(w8_args &a, int tok, int rows, unsigned *grid) {
+    const long long nrb = (a.V + rows - 1) / rows;
+    a.ntg = (a.n + tok - 1) / tok;
     if (nrb * a.ntg > INT_MAX)
         return comet_set_error(COMET_ERR_INVALID_ARG,
                                "cuda backend: lm_head (W8): V = %d, n = %d need %lld CTAs, "
                                "more than a grid holds",
                                a.V, a.n, nrb * a.ntg);
-    const unsigned grid = (unsigned)(nrb * a.ntg);
+    *grid = (unsigned)(nrb * a.ntg);
+    return COMET_OK;
+}
+
+template <int NT, int MI, int KC, int R, int S>
+comet_status launch_mma(w8_args a, cudaStream_t st) {
+    constexpr int TOK = 8 * NT, ROWS = WARPS * 16 * MI;
+    constexpr size_t smem = (size_t)TOK * (64 * KC + 8) * 2 * S;
+    static_assert(smem <= 48 * 1024, "dynamic shared memory past the default limit");
+    unsigned grid = 0;
+    COMET_TRY(grid_of(a, TOK, ROWS, &grid));
     if (a.C % 64 == 0)
         lm_head_w8_kernel<NT, MI, KC, R, S, false><<<grid, WARPS * 32, smem, st>>>(a);
     else
@@ -318,14 +326,9 @@ comet_status launch_mma(w8_args a, cudaStream_t st) {
 }
 
 comet_status launch_plain(w8_args a, cudaStream_t st) {
-    const long long nrb = (a.V + WARPS - 1) / WARPS;
-    a.ntg = (a.n + 7) / 8;
-    if (nrb * a.ntg > INT_MAX)
-        return comet_set_error(COMET_ERR_INVALID_ARG,
-                               "cuda backend: lm_head (W8): V = %d, n = %d need %lld CTAs, "
-                               "more than a grid holds",
-                               a.V, a.n, nrb * a.ntg);
-    lm_head_w8_plain_kernel<<<(unsigned)(nrb * a.ntg), WARPS * 32, 0, st>>>(a);
+    unsigned grid = 0;
+    COMET_TRY(grid_of(a, 8, WARPS, &grid));
+    lm_head_w8_plain_kernel<<<grid, WARPS * 32, 0, st>>>(a);
     return launch_check("lm_head (W8, plain)");
 }
 
