@@ -647,6 +647,7 @@ comet_backend *comet_backend_cuda_init(int device) {
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
     im->attn_mma_on = attn_mma && !strcmp(attn_mma, "0")   ? 0
                       : attn_mma && !strcmp(attn_mma, "1") ? 1
+                      : attn_mma && !strcmp(attn_mma, "3") ? 3
                                                            : 2;
     im->stack_split_on = !comet_cuda_env_off("COMET_CUDA_STACK_SPLIT");
     be->ops = &cuda_ops;
