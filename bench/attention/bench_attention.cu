@@ -709,18 +709,20 @@ int main(int argc, char **argv) {
     int rt = 0, drv = 0;
     CK(cudaRuntimeGetVersion(&rt));
     CK(cudaDriverGetVersion(&drv));
+    /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): the premise of its int4/G:mma3 rows */
+    const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
     printf("{\"type\":\"env\",\"src\":\"comet\",\"gpu\":\"%s\",\"sm\":%d,\"cc\":\"%d.%d\","
            "\"mem_total_gb\":%.1f,\"mem_free_gb\":%.1f,\"cuda_runtime\":%d,\"cuda_driver\":%d,"
            "\"peak_gbs\":%.0f,\"peak_tflops\":%.0f,\"model\":\"%s\",\"H\":%d,\"Hkv\":%d,\"D\":%d,"
-           "\"P\":%d}\n",
+           "\"P\":%d,\"mma3_ctas_sm\":%d}\n",
            gi.name, gi.n_sm, prop.major, prop.minor, total_b / 1e9, free_b / 1e9, rt, drv,
-           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P);
+           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P, mma3_ctas);
     fflush(stdout);
     fprintf(stderr,
             "bench_attention: %s, %d SMs, %.1f GB (%.1f free); peaks %.0f GB/s, %.0f TFLOPS; "
-            "H %d, Hkv %d, D %d, page %d\n",
+            "H %d, Hkv %d, D %d, page %d; attn_mma3_kernel %d CTAs an SM at D 128\n",
             gi.name, gi.n_sm, total_b / 1e9, free_b / 1e9, gi.peak_gbs, gi.peak_tflops, o.H, o.Hkv,
-            o.D, o.P);
+            o.D, o.P, mma3_ctas);
 
     for (int B : o.batch)
         for (int L : o.ctx)

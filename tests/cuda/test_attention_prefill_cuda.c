@@ -321,7 +321,7 @@ static void test_attention_prefill_kernels(void **state) {
 /* attn_mma3_kernel (COMET_CUDA_ATTN_MMA=3): which kernel the plan names with the step view's
  * attn_mma 3 (3 on an INT4 cache it takes, mma3_takes; where it does not, an INT8 or fp16
  * cache, a group of 9 query heads, the others' choice: 2, 1; none in batch-invariant and
- * decode steps; never 3 with attn_mma 2), then at every configuration of PRE_CFGS and
+ * decode steps; never 3 with attn_mma 2), that two of its CTAs share an sm_90 SM, then at every configuration of PRE_CFGS and
  * MMA3_CFGS it takes, both rotations, PRE_STEPS on a COMET_CUDA_ATTN_MMA=3 backend against a
  * COMET_CUDA_ATTN_MMA=1 one, both with one key split: every token the same bits (its rows
  * take attn_mma_kernel's arithmetic), and once more the kernel with the default backend's key
@@ -366,6 +366,19 @@ static void test_attention_prefill_mma3(void **state) {
         assert_int_equal(comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H), 0);
     }
     assert_int_equal(n_taken, 8); /* PRE_CFGS 0, 1, 5, 6, 7 and MMA3_CFGS */
+    /* what it is for: two CTAs an SM on sm_90 (its registers and shared memory), one at least
+     * elsewhere */
+    int major = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+                     cudaSuccess);
+    const int ctas = comet_cuda_attention_mma3_ctas_per_sm();
+    if (major == 9 ? ctas != 2 : ctas < 1)
+        fail_msg("attn_mma3_kernel at D 128: %d CTAs an SM on compute capability %d.x "
+                 "(%zu bytes of dynamic shared memory); want %s",
+                 ctas, major, comet_cuda_attention_mma3_cta_bytes(), major == 9 ? "2" : ">= 1");
+    print_message("  attn_mma3_kernel at D 128: %d CTAs an SM, %zu bytes of dynamic shared memory "
+                  "each\n",
+                  ctas, comet_cuda_attention_mma3_cta_bytes());
     /* the same bits as attn_mma_kernel with one key split */
     comet_backend *mma1 = backend_with("1", "0"), *mma3 = backend_with("3", "0");
     for (int c = 0; c < n_cfgs; c++)

@@ -147,19 +147,26 @@ comet_status attn_mma2_launch(int D, const att_args &a, dim3 grid, cudaStream_t 
                                  mma2_smem_bytes(128, BITS), s, " (pipelined tensor cores)", a);
 }
 
-/* attn_mma3_kernel at head dim D (an INT4 cache: att_mma3), with the largest shared-memory
- * carveout asked for: its two CTAs an SM need more than the next smaller one (196 KB on sm_90) */
+/* attn_mma3_kernel at head dim D (64 or 128; an INT4 cache: att_mma3) */
+using att_kernel_fn = void (*)(att_args);
+att_kernel_fn mma3_kernel(int D) { return D == 64 ? attn_mma3_kernel<64> : attn_mma3_kernel<128>; }
+
+/* Asks the largest shared-memory carveout for attn_mma3_kernel<D>: its two CTAs an SM need more
+ * than the next smaller one (196 KB on sm_90). */
+cudaError_t mma3_carveout(int D) {
+    return cudaFuncSetAttribute(mma3_kernel(D), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+}
+
 comet_status attn_mma3_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
-    void (*kernel)(att_args) = D == 64 ? attn_mma3_kernel<64> : attn_mma3_kernel<128>;
-    const cudaError_t e = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+    const cudaError_t e = mma3_carveout(D);
     if (e != cudaSuccess)
         return comet_set_error(COMET_ERR_CUDA,
                                "cuda backend: paged_attention (two-CTA tensor cores): the shared "
                                "memory carveout refused: %s",
                                cudaGetErrorString(e));
-    return launch_smem(kernel, grid, MMA3_THREADS, mma3_smem_bytes(D), s, " (two-CTA tensor cores)",
-                       a);
+    return launch_smem(mma3_kernel(D), grid, MMA3_THREADS, mma3_smem_bytes(D), s,
+                       " (two-CTA tensor cores)", a);
 }
 
 template <int DMAX, bool SPANS>
@@ -330,6 +337,19 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
 }
 
 size_t comet_cuda_attention_mma3_cta_bytes(void) { return (size_t)mma3_smem_bytes(128); }
+
+int comet_cuda_attention_mma3_ctas_per_sm(void) {
+    int c = 0;
+    if (mma3_carveout(128) != cudaSuccess ||
+        cudaFuncSetAttribute(mma3_kernel(128), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             mma3_smem_bytes(128)) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, mma3_kernel(128), MMA3_THREADS,
+                                                      mma3_smem_bytes(128)) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return c;
+}
 
 int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,
                                      int H, int n_splits, const comet_cuda_act_fmt *f,

@@ -55,6 +55,12 @@ int comet_cuda_attention_prefill_kernel(const comet_cuda_kv_layout *L,
  * shared memory, and for benchmarks. */
 size_t comet_cuda_attention_mma3_cta_bytes(void);
 
+/* CTAs of attn_mma3_kernel at head dim 128 that one SM of the current device holds at once
+ * (the occupancy calculator over its registers and shared memory, with the carveout its launch
+ * asks for: 2 on sm_90), or 0 when the device refuses its attributes. Host only: for tests,
+ * benchmarks and a backend's choice of kernel. */
+int comet_cuda_attention_mma3_ctas_per_sm(void);
+
 /* Causal GQA attention of q [T, H, D] over the pages of `layer` in storage (layout L):
  * token t attends to positions 0..positions[t] of its own sequence, scale 1/sqrtf(D),
  * softmax in fp32, K/V dequantized in registers; out [T, H, D]. The prefill chunks (a
