@@ -21,11 +21,13 @@
  *   GB/s = bytes / time; % of peak against --peak-gbs.
  * Prefill: one sequence of T tokens attending causally to its own T keys in the paged cache
  * (positions 0 .. T - 1: the first chunk of a chunked prefill, after its KV append), on the
- * pipelined tensor-core prefill kernel unless COMET_CUDA_ATTN_MMA=0 (the fp32 kernel) or 1
- * (the first tensor-core kernel; the step view's attn_mma, as the backend sets it); a format
- * FORMAT:mma1 (the default list has int4/16:mma1) runs prefill on the first tensor-core kernel
- * in the same run (the A/B). Each prefill row names its kernel (prefill_kernel: 2 pipelined,
- * 1 first tensor-core, 0 fp32).
+ * pipelined tensor-core prefill kernel unless COMET_CUDA_ATTN_MMA=0 (the fp32 kernel), 1
+ * (the first tensor-core kernel) or 3 (the two-CTAs-an-SM one where it takes the cache; the
+ * step view's attn_mma, as the backend sets it); a format FORMAT:mma1 (the default list has
+ * int4/16:mma1) runs prefill on the first tensor-core kernel in the same run, FORMAT:mma3
+ * (int4/16:mma3 in the default list) on the two-CTAs-an-SM kernel of INT4 caches (the A/Bs of
+ * the pipelined one). Each prefill row names its kernel (prefill_kernel: 3 two CTAs an SM,
+ * 2 pipelined, 1 first tensor-core, 0 fp32).
  *   FLOPs = 4 * (T * T / 2) * D * H (QK^T and PV over the causal half, the FlashAttention
  *   convention); TFLOPS = FLOPs / time; % of the dense FP16 tensor-core peak --peak-tflops.
  *
@@ -147,6 +149,7 @@ struct kv_spec {
     int G;            /* channels per (scale, zero) group; D for fp16 */
     bool fp32_decode; /* decode on attn_decode_kernel (COMET_CUDA_ATTN_DECODE_MMA=0) */
     bool mma1;        /* prefill on attn_mma_kernel (the step view's attn_mma 1) */
+    bool mma3;        /* prefill on attn_mma3_kernel where it takes the format (attn_mma 3) */
     std::string name;
 };
 
@@ -168,20 +171,23 @@ static const int MAX_SETS = 256;
 static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_attention [--model 8b|70b]\n"
-            "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/128,fp16]\n"
+            "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,int4/128,fp16]\n"
             "         [--ctx 1024,8192,32768] [--batch 1,16,64,256] [--prefill 512,2048,8192]\n"
             "         [--page P] [--rotate auto|none|hadamard] [--peak-gbs X] [--peak-tflops X]\n"
             "         [--reps N]\n"
             "  --model     8b: H 32, Hkv 8, D 128 (default); 70b: H 64, Hkv 8, D 128\n"
             "  --kv        KV formats, comma-separated: int4/G, int8/G (G channels per fp16\n"
             "              (scale, zero) pair; int4 alone: one pair per head vector, G = D) or\n"
-            "              fp16 (default int4/16,int4/16:fp32,int4/16:mma1,int4/128,fp16:\n"
-            "              comet quantize's group and the synthetic llama3-8b's); a ':fp32'\n"
-            "              suffix runs decode on the fp32 decode kernel\n"
+            "              fp16 (default int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,\n"
+            "              int4/128,fp16: comet quantize's group and the synthetic llama3-8b's);\n"
+            "              a ':fp32' suffix runs decode on the fp32 decode kernel\n"
             "              (COMET_CUDA_ATTN_DECODE_MMA=0, the A/B of the tensor-core one; named\n"
             "              FORMAT-fp32dec, no prefill rows); ':mma1' runs prefill on the first\n"
             "              tensor-core prefill kernel (COMET_CUDA_ATTN_MMA=1, the A/B of the\n"
-            "              pipelined one; named FORMAT-mma1, no decode rows)\n"
+            "              pipelined one; named FORMAT-mma1, no decode rows); ':mma3' on the\n"
+            "              two-CTAs-an-SM kernel of INT4 caches with groups of at most D / 4\n"
+            "              channels (COMET_CUDA_ATTN_MMA=3; elsewhere what that falls back to;\n"
+            "              named FORMAT-mma3, no decode rows)\n"
             "  --ctx, --batch  decode contexts L and batches B (every pair; an empty list: none)\n"
             "  --prefill   prefill lengths T (an empty list: none)\n"
             "  --page      KV page size in tokens (default 16, the engine's)\n"
@@ -239,7 +245,8 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         kv_spec k;
         k.fp32_decode = item.size() > 5 && item.compare(item.size() - 5, 5, ":fp32") == 0;
         k.mma1 = item.size() > 5 && item.compare(item.size() - 5, 5, ":mma1") == 0;
-        if (k.fp32_decode || k.mma1)
+        k.mma3 = item.size() > 5 && item.compare(item.size() - 5, 5, ":mma3") == 0;
+        if (k.fp32_decode || k.mma1 || k.mma3)
             item.resize(item.size() - 5);
         std::string type = item.substr(0, item.find('/'));
         k.bits = type == "int4" ? 4 : type == "int8" ? 8 : type == "fp16" ? 16 : 0;
@@ -252,8 +259,8 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
             fprintf(stderr,
                     "bench_attention: --kv: '%s' is not a KV format: int4/G, int8/G (G a multiple "
                     "of 8 dividing the head dim %d), int4, int8 or fp16, each with an optional "
-                    "':fp32' (the fp32 decode kernel) or ':mma1' (the first tensor-core prefill "
-                    "kernel)\n",
+                    "':fp32' (the fp32 decode kernel), ':mma1' (the first tensor-core prefill "
+                    "kernel) or ':mma3' (the two-CTAs-an-SM prefill kernel)\n",
                     item.c_str(), D);
             return false;
         }
@@ -262,13 +269,15 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
             k.name += "-fp32dec";
         if (k.mma1)
             k.name += "-mma1";
+        if (k.mma3)
+            k.name += "-mma3";
         out->push_back(k);
     }
     return true;
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-    const char *kv_arg = "int4/16,int4/16:fp32,int4/16:mma1,int4/128,fp16";
+    const char *kv_arg = "int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,int4/128,fp16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -492,7 +501,7 @@ static bool fits(size_t need, double *free_gb) {
  * Decode when T == 0. */
 static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T) {
     const bool decode = T == 0;
-    if ((k.fp32_decode && !decode) || (k.mma1 && decode))
+    if ((k.fp32_decode && !decode) || ((k.mma1 || k.mma3) && decode))
         return; /* the switches move decode steps, prefill steps only */
     if (k.fp32_decode)
         setenv("COMET_CUDA_ATTN_DECODE_MMA", "0", 1);
@@ -537,12 +546,15 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     view.n_tokens = n_tok, view.n_seqs = n_seq, view.n_tiles = n_tiles;
     view.max_kv_len = keys, view.batch_invariant = 0;
     /* prefill on the tensor-core kernel as the backend's steps take it (COMET_CUDA_ATTN_MMA=0:
-     * the fp32 one, 1: the first tensor-core one, as comet_backend_cuda_init reads it), or on
-     * the first tensor-core one for a ':mma1' format */
+     * the fp32 one, 1: the first tensor-core one, 3: the two-CTAs-an-SM one, as
+     * comet_backend_cuda_init reads it), or on the first tensor-core one for a ':mma1' format,
+     * the two-CTAs-an-SM one for ':mma3' */
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
-    view.attn_mma = k.mma1                                  ? 1
+    view.attn_mma = k.mma1                               ? 1
+                    : k.mma3                             ? 3
                     : attn_mma && !strcmp(attn_mma, "0") ? 0
                     : attn_mma && !strcmp(attn_mma, "1") ? 1
+                    : attn_mma && !strcmp(attn_mma, "3") ? 3
                                                          : 2;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
@@ -644,7 +656,10 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
         fprintf(stderr,
                 "  prefill %-9s T %5d: %10.2f us %8.2f TFLOPS %5.1f %% (splits %d, kernel %s)\n",
                 k.name.c_str(), T, tm.us, tflops, 100.0 * tflops / gi.peak_tflops, splits,
-                kernel == 2 ? "mma2" : kernel == 1 ? "mma" : "fp32");
+                kernel == 3   ? "mma3"
+                : kernel == 2 ? "mma2"
+                : kernel == 1 ? "mma"
+                              : "fp32");
 }
 
 /* ---- main --------------------------------------------------------------------------------- */
@@ -694,18 +709,20 @@ int main(int argc, char **argv) {
     int rt = 0, drv = 0;
     CK(cudaRuntimeGetVersion(&rt));
     CK(cudaDriverGetVersion(&drv));
+    /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): the premise of its int4/G:mma3 rows */
+    const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
     printf("{\"type\":\"env\",\"src\":\"comet\",\"gpu\":\"%s\",\"sm\":%d,\"cc\":\"%d.%d\","
            "\"mem_total_gb\":%.1f,\"mem_free_gb\":%.1f,\"cuda_runtime\":%d,\"cuda_driver\":%d,"
            "\"peak_gbs\":%.0f,\"peak_tflops\":%.0f,\"model\":\"%s\",\"H\":%d,\"Hkv\":%d,\"D\":%d,"
-           "\"P\":%d}\n",
+           "\"P\":%d,\"mma3_ctas_sm\":%d}\n",
            gi.name, gi.n_sm, prop.major, prop.minor, total_b / 1e9, free_b / 1e9, rt, drv,
-           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P);
+           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P, mma3_ctas);
     fflush(stdout);
     fprintf(stderr,
             "bench_attention: %s, %d SMs, %.1f GB (%.1f free); peaks %.0f GB/s, %.0f TFLOPS; "
-            "H %d, Hkv %d, D %d, page %d\n",
+            "H %d, Hkv %d, D %d, page %d; attn_mma3_kernel %d CTAs an SM at D 128\n",
             gi.name, gi.n_sm, total_b / 1e9, free_b / 1e9, gi.peak_gbs, gi.peak_tflops, o.H, o.Hkv,
-            o.D, o.P);
+            o.D, o.P, mma3_ctas);
 
     for (int B : o.batch)
         for (int L : o.ctx)

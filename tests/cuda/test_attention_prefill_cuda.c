@@ -22,6 +22,11 @@
  * - the two tensor-core kernels: the plan's choice (comet_cuda_attention_prefill_kernel), the
  *   fixed schedules on COMET_CUDA_ATTN_MMA=1 and default backends with one key split (every
  *   token the same bits), and attn_mma_kernel alone against the CPU.
+ * - the opt-in two-CTAs-an-SM kernel of INT4 caches (attn_mma3_kernel, COMET_CUDA_ATTN_MMA=3):
+ *   the plan's choice (3 on the INT4 layouts it takes, the other kernels' choice elsewhere), the
+ *   fixed schedules on it and on COMET_CUDA_ATTN_MMA=1 with one key split at every INT4 layout
+ *   it takes (D 64: G 8, 16; D 128: G 8, 16, 32) and GQA groups 1 to 8 (every token the same
+ *   bits), and the kernel with its key splits against the CPU.
  * - random ragged schedules (chunks of 1..128 tokens, several sequences a step) on the
  *   LLaMA-3-8B head shape.
  * COMET_CUDA_TEST_QUICK=1 (the sanitizer set): one rotation per KV format and the fixed
@@ -44,6 +49,23 @@ static const att_cfg PRE_CFGS[] = {
     {"D128 H16/Hkv2 G32", 128, 16, 2, 32, COMET_ROPE_SCALING_NONE, 500000.0f},
 };
 #define N_PRE_CFGS ((int)(sizeof PRE_CFGS / sizeof PRE_CFGS[0]))
+
+/* attn_mma3_kernel's INT4 layouts beyond PRE_CFGS's: GQA groups of 1 and 2 (a CTA over eight
+ * and four 16-token tiles), groups of 8 channels (64-byte scale rows at D 128) */
+static const att_cfg MMA3_CFGS[] = {
+    {"D128 H2/Hkv2 G16", 128, 2, 2, 16, COMET_ROPE_SCALING_NONE, 500000.0f},
+    {"D64 H4/Hkv2 G8", 64, 4, 2, 8, COMET_ROPE_SCALING_NONE, 10000.0f},
+    {"D128 H8/Hkv4 G8", 128, 8, 4, 8, COMET_ROPE_SCALING_NONE, 10000.0f},
+};
+#define N_MMA3_CFGS ((int)(sizeof MMA3_CFGS / sizeof MMA3_CFGS[0]))
+
+/* Whether attn_mma3_kernel takes an INT4 cache of cfg's head shape: groups of a multiple of 8
+ * channels dividing D, at least 4 a key (scale rows of whole 16-byte pieces), at most 8 query
+ * heads per KV head (the test's own statement of attention_plan.cuh's rule) */
+static int mma3_takes(const att_cfg *cfg) {
+    const int G = cfg->G ? cfg->G : cfg->D, g = cfg->H / cfg->Hkv;
+    return G % 8 == 0 && cfg->D % G == 0 && cfg->D / G >= 4 && g <= 8;
+}
 
 /* Three steps over four sequences, every one attending:
  *   seq 0: 130 from 0, then 77 after 130 (page 8 part full), then 200 after 207
@@ -177,9 +199,11 @@ static void test_attention_prefill_routing(void **state) {
  * COMET_CUDA_ATTN_MMA=1 against the default one, both with COMET_CUDA_ATTN_SPLITS=0 (one key
  * split): every token the same bits (attn_mma2_kernel does attn_mma_kernel's arithmetic;
  * only its CTAs' rows and loads differ), and, once more, the first kernel alone against the
- * CPU (attention_steps_case on the COMET_CUDA_ATTN_MMA=1 backend, with its key splits). */
-static void kernels_case(comet_backend *mma1, comet_backend *mma2, const att_cfg *cfg, int bits,
-                         int rot, uint64_t seed) {
+ * CPU (attention_steps_case on the COMET_CUDA_ATTN_MMA=1 backend, with its key splits).
+ * kernels_case is the bit comparison of one configuration: mma1 runs attn_mma_kernel, mma2 the
+ * kernel named name2 (attn_mma2_kernel here, attn_mma3_kernel in test_attention_prefill_mma3). */
+static void kernels_case(comet_backend *mma1, comet_backend *mma2, const char *name2,
+                         const att_cfg *cfg, int bits, int rot, uint64_t seed) {
     enum {
         N_SEQ = 4,
         N_STEPS = 3
@@ -217,9 +241,8 @@ static void kernels_case(comet_backend *mma1, comet_backend *mma2, const att_cfg
             if (memcmp(oa.out + (size_t)t * HD, ob.out + (size_t)t * HD, (size_t)HD * 4)) {
                 const int s = rb.tok_seq[t];
                 fail_msg("%s, step %d: token %d (sequence %d, position %d) differs between "
-                         "attn_mma_kernel and attn_mma2_kernel (want the same bits with one key "
-                         "split)",
-                         what, i, t, s, rb.positions[t]);
+                         "attn_mma_kernel and %s (want the same bits with one key split)",
+                         what, i, t, s, rb.positions[t], name2);
             }
         for (int s = 0; s < rb.b.n_seqs; s++) {
             const int n = rb.token_indptr[s + 1] - rb.token_indptr[s];
@@ -229,8 +252,8 @@ static void kernels_case(comet_backend *mma1, comet_backend *mma2, const att_cfg
         free(q), free(k), free(v);
         st_batch_free(&rb);
     }
-    print_message("  %s: %d chunk tokens, the same bits on both tensor-core kernels\n", what,
-                  n_chunk);
+    print_message("  %s: %d chunk tokens, the same bits on attn_mma_kernel and %s\n", what, n_chunk,
+                  name2);
     comet_kv_cache_free_on(mma1, &kva);
     comet_kv_cache_free_on(mma2, &kvb);
     free(ids);
@@ -278,7 +301,7 @@ static void test_attention_prefill_kernels(void **state) {
         for (int b = 0; b < 3; b++)
             for (int rot = 0; rot < 2; rot++)
                 if (quick_rot(b, rot) && (!g_quick || c % 3 == b))
-                    kernels_case(mma1, mma2, &PRE_CFGS[c], bits[b], rot,
+                    kernels_case(mma1, mma2, "attn_mma2_kernel", &PRE_CFGS[c], bits[b], rot,
                                  0x9BEFB000ull + (uint64_t)c * 100 + (uint64_t)b * 10 +
                                      (uint64_t)rot);
     comet_backend_free(mma1);
@@ -290,6 +313,91 @@ static void test_attention_prefill_kernels(void **state) {
         const int b = c % 3;
         attention_steps_case(&PRE_CFGS[c], bits[b], (c / 3) % 2, PRE_LEN, 4, 0, 0, PRE_STEPS, 3, 1,
                              0x9BEFC000ull + (uint64_t)c);
+    }
+    comet_backend_free(g_cuda);
+    g_cuda = dflt;
+}
+
+/* attn_mma3_kernel (COMET_CUDA_ATTN_MMA=3): which kernel the plan names with the step view's
+ * attn_mma 3 (3 on an INT4 cache it takes, mma3_takes; where it does not, an INT8 or fp16
+ * cache, a group of 9 query heads, the others' choice: 2, 1; none in batch-invariant and
+ * decode steps; never 3 with attn_mma 2), that two of its CTAs share an sm_90 SM, then at every configuration of PRE_CFGS and
+ * MMA3_CFGS it takes, both rotations, PRE_STEPS on a COMET_CUDA_ATTN_MMA=3 backend against a
+ * COMET_CUDA_ATTN_MMA=1 one, both with one key split: every token the same bits (its rows
+ * take attn_mma_kernel's arithmetic), and once more the kernel with the default backend's key
+ * splits against the CPU (attention_steps_case), plus a random ragged schedule on the
+ * LLaMA-3-8B shape. */
+static void test_attention_prefill_mma3(void **state) {
+    (void)state;
+    need_all(g_cuda);
+    need_all(g_cpu);
+    const att_cfg *cfgs[N_PRE_CFGS + N_MMA3_CFGS];
+    int n_cfgs = 0, n_taken = 0;
+    for (int c = 0; c < N_PRE_CFGS; c++)
+        cfgs[n_cfgs++] = &PRE_CFGS[c];
+    for (int c = 0; c < N_MMA3_CFGS; c++)
+        cfgs[n_cfgs++] = &MMA3_CFGS[c];
+    /* the plan's choice */
+    for (int c = 0; c < n_cfgs; c++) {
+        const att_cfg *cfg = cfgs[c];
+        const int G = cfg->G ? cfg->G : cfg->D;
+        const comet_cuda_kv_layout L4 =
+            comet_cuda_kv_layout_make(1, 64, PAGE, cfg->Hkv, cfg->D, 4, G);
+        const comet_cuda_kv_layout L8 =
+            comet_cuda_kv_layout_make(1, 64, PAGE, cfg->Hkv, cfg->D, 8, G);
+        const comet_cuda_kv_layout L16 =
+            comet_cuda_kv_layout_make(1, 64, PAGE, cfg->Hkv, cfg->D, 16, cfg->D);
+        comet_cuda_step_view v;
+        memset(&v, 0, sizeof v);
+        v.n_tokens = 130, v.n_seqs = 1, v.n_tiles = 9, v.max_kv_len = 130, v.attn_mma = 3;
+        const int want = mma3_takes(cfg) ? 3 : 2;
+        n_taken += want == 3;
+        if (comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H) != want)
+            fail_msg("%s kv4: attn_mma 3 names kernel %d, want %d", cfg->name,
+                     comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H), want);
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L4, &v, 9 * cfg->Hkv), 1);
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L8, &v, cfg->H), 2);
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L16, &v, cfg->H), 2);
+        v.attn_mma = 2;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H), 2);
+        v.attn_mma = 3, v.batch_invariant = 1;
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H), 0);
+        v.batch_invariant = 0, v.n_tokens = 16, v.n_tiles = 16; /* 16 decode tokens */
+        assert_int_equal(comet_cuda_attention_prefill_kernel(&L4, &v, cfg->H), 0);
+    }
+    assert_int_equal(n_taken, 8); /* PRE_CFGS 0, 1, 5, 6, 7 and MMA3_CFGS */
+    /* what it is for: two CTAs an SM on sm_90 (its registers and shared memory), one at least
+     * elsewhere */
+    int major = 0;
+    assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
+                     cudaSuccess);
+    const int ctas = comet_cuda_attention_mma3_ctas_per_sm();
+    if (major == 9 ? ctas != 2 : ctas < 1)
+        fail_msg("attn_mma3_kernel at D 128: %d CTAs an SM on compute capability %d.x "
+                 "(%zu bytes of dynamic shared memory); want %s",
+                 ctas, major, comet_cuda_attention_mma3_cta_bytes(), major == 9 ? "2" : ">= 1");
+    print_message("  attn_mma3_kernel at D 128: %d CTAs an SM, %zu bytes of dynamic shared memory "
+                  "each\n",
+                  ctas, comet_cuda_attention_mma3_cta_bytes());
+    /* the same bits as attn_mma_kernel with one key split */
+    comet_backend *mma1 = backend_with("1", "0"), *mma3 = backend_with("3", "0");
+    for (int c = 0; c < n_cfgs; c++)
+        for (int rot = 0; rot < 2; rot++)
+            if (mma3_takes(cfgs[c]) && (!g_quick || rot == c % 2))
+                kernels_case(mma1, mma3, "attn_mma3_kernel", cfgs[c], 4, rot,
+                             0x9BEFD000ull + (uint64_t)c * 10 + (uint64_t)rot);
+    comet_backend_free(mma1);
+    comet_backend_free(mma3);
+    /* against the CPU, with the default backend's key splits */
+    comet_backend *dflt = g_cuda;
+    g_cuda = backend_with("3", NULL);
+    for (int c = 0; c < n_cfgs; c++)
+        if (mma3_takes(cfgs[c]))
+            attention_steps_case(cfgs[c], 4, c % 2, PRE_LEN, 4, 0, 0, PRE_STEPS, 3, 1,
+                                 0x9BEFE000ull + (uint64_t)c);
+    if (!g_quick) {
+        static const int len[] = {1, 40, 300};
+        attention_case(&PRE_CFGS[0], 4, 1, len, 3, 128, 0, 0x9BEFF000ull);
     }
     comet_backend_free(g_cuda);
     g_cuda = dflt;
@@ -316,6 +424,7 @@ int main(void) {
         cmocka_unit_test(test_attention_prefill_chunks),
         cmocka_unit_test(test_attention_prefill_routing),
         cmocka_unit_test(test_attention_prefill_kernels),
+        cmocka_unit_test(test_attention_prefill_mma3),
         cmocka_unit_test(test_attention_prefill_ragged),
     };
     if (getenv("COMET_TEST_FILTER")) /* one test by name (sanitizer runs) */

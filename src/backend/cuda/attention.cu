@@ -4,6 +4,7 @@
  *   attention_prefill.cuh  the general flash-attention kernel (tiles of several tokens)
  *   attention_mma.cuh      the tensor-core kernel of prefill chunks (fp16 mma, fp32 softmax)
  *   attention_mma2.cuh     its pipelined form (128 query rows a CTA, two K/V stages)
+ *   attention_mma3.cuh     its two-CTAs-an-SM form for INT4 caches (COMET_CUDA_ATTN_MMA=3)
  *   attention_decode.cuh   the flash-decoding kernel (steps of one-token tiles)
  *   attention_decode_mma.cuh  the tensor-core flash-decoding kernel of INT4 caches
  *   attention_combine.cuh  the combine kernel of split keys
@@ -27,6 +28,7 @@
 #include "backend/cuda/attention_prefill.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma2.cuh"
+#include "backend/cuda/attention_mma3.cuh"
 #include "backend/cuda/attention_decode.cuh"
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_combine.cuh"
@@ -145,6 +147,28 @@ comet_status attn_mma2_launch(int D, const att_args &a, dim3 grid, cudaStream_t 
                                  mma2_smem_bytes(128, BITS), s, " (pipelined tensor cores)", a);
 }
 
+/* attn_mma3_kernel at head dim D (64 or 128; an INT4 cache: att_mma3) */
+using att_kernel_fn = void (*)(att_args);
+att_kernel_fn mma3_kernel(int D) { return D == 64 ? attn_mma3_kernel<64> : attn_mma3_kernel<128>; }
+
+/* Asks the largest shared-memory carveout for attn_mma3_kernel<D>: its two CTAs an SM need more
+ * than the next smaller one (196 KB on sm_90). */
+cudaError_t mma3_carveout(int D) {
+    return cudaFuncSetAttribute(mma3_kernel(D), cudaFuncAttributePreferredSharedMemoryCarveout,
+                                cudaSharedmemCarveoutMaxShared);
+}
+
+comet_status attn_mma3_launch(int D, const att_args &a, dim3 grid, cudaStream_t s) {
+    const cudaError_t e = mma3_carveout(D);
+    if (e != cudaSuccess)
+        return comet_set_error(COMET_ERR_CUDA,
+                               "cuda backend: paged_attention (two-CTA tensor cores): the shared "
+                               "memory carveout refused: %s",
+                               cudaGetErrorString(e));
+    return launch_smem(mma3_kernel(D), grid, MMA3_THREADS, mma3_smem_bytes(D), s,
+                       " (two-CTA tensor cores)", a);
+}
+
 template <int DMAX, bool SPANS>
 comet_status attn_launch(const att_args &a, dim3 grid, cudaStream_t s) {
     return launch_smem(attn_kernel<DMAX, SPANS>, grid, ATT_THREADS, att_smem_bytes(DMAX), s, "",
@@ -229,10 +253,13 @@ comet_status paged_attention_run(const comet_cuda_kv_layout *L, const void *stor
         a.tc_min = mma ? ATT_MMA_MIN_TOKENS : 0;
         if (mma) {
             const bool mma2 = att_mma2(st, g);
-            comet_status r = with_kv_bits(L->bits, [&](auto bits) {
-                return mma2 ? attn_mma2_launch<decltype(bits)::value>(D, a, grid, s)
-                            : attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
-            });
+            comet_status r =
+                att_mma3(L, st, g)
+                    ? attn_mma3_launch(D, a, grid, s)
+                    : with_kv_bits(L->bits, [&](auto bits) {
+                          return mma2 ? attn_mma2_launch<decltype(bits)::value>(D, a, grid, s)
+                                      : attn_mma_launch<decltype(bits)::value>(D, a, grid, s);
+                      });
             if (r < 0)
                 return r;
             COMET_TRY(launch_check("paged_attention (tensor cores)"));
@@ -307,6 +334,21 @@ comet_status comet_cuda_paged_attention(const comet_cuda_kv_layout *L, const voi
                                         void *workspace, void *stream) {
     return paged_attention_run(L, storage, layer, st, q, H, out, rotate, n_splits, workspace, true,
                                NULL, static_cast<cudaStream_t>(stream));
+}
+
+size_t comet_cuda_attention_mma3_cta_bytes(void) { return (size_t)mma3_smem_bytes(128); }
+
+int comet_cuda_attention_mma3_ctas_per_sm(void) {
+    int c = 0;
+    if (mma3_carveout(128) != cudaSuccess ||
+        cudaFuncSetAttribute(mma3_kernel(128), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             mma3_smem_bytes(128)) != cudaSuccess ||
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&c, mma3_kernel(128), MMA3_THREADS,
+                                                      mma3_smem_bytes(128)) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return c;
 }
 
 int comet_cuda_attention_quant_fused(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st,

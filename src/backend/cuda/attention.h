@@ -41,12 +41,25 @@ size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,
 
 /* The kernel that comet_cuda_paged_attention runs for the prefill chunks (sequences with at
  * least 16 tokens in the step) of step st with H query heads over layout L, given q and out
- * 16-byte aligned: 2 the pipelined tensor-core kernel (attention_mma2.cuh), 1 the first
+ * 16-byte aligned: 3 the two-CTAs-an-SM tensor-core kernel of INT4 caches (attention_mma3.cuh,
+ * st->attn_mma 3 only), 2 the pipelined tensor-core kernel (attention_mma2.cuh), 1 the first
  * tensor-core kernel (attention_mma.cuh), 0 the fp32 kernel (also for a decode step, a
  * batch-invariant one, a head dim other than 64 and 128, st->attn_mma 0, or H not a multiple
  * of L->Hkv). Host only: for tests and benchmarks that name the kernel they measure. */
 int comet_cuda_attention_prefill_kernel(const comet_cuda_kv_layout *L,
                                         const comet_cuda_step_view *st, int H);
+
+/* Bytes of dynamic shared memory a CTA of attn_mma3_kernel (attention_mma3.cuh) takes at head
+ * dim 128, whatever the INT4 layout it reads (103,424: two CTAs fit an SM's 228 KB on sm_90,
+ * one the 164 KB of sm_80). Host only: for a backend that weighs it against the device's
+ * shared memory, and for benchmarks. */
+size_t comet_cuda_attention_mma3_cta_bytes(void);
+
+/* CTAs of attn_mma3_kernel at head dim 128 that one SM of the current device holds at once
+ * (the occupancy calculator over its registers and shared memory, with the carveout its launch
+ * asks for: 2 on sm_90), or 0 when the device refuses its attributes. Host only: for tests,
+ * benchmarks and a backend's choice of kernel. */
+int comet_cuda_attention_mma3_ctas_per_sm(void);
 
 /* Causal GQA attention of q [T, H, D] over the pages of `layer` in storage (layout L):
  * token t attends to positions 0..positions[t] of its own sequence, scale 1/sqrtf(D),
@@ -54,8 +67,9 @@ int comet_cuda_attention_prefill_kernel(const comet_cuda_kv_layout *L,
  * sequence with at least 16 tokens in the step) at D 64 and 128 run on tensor cores with
  * q, V and the softmax weights rounded to fp16 (K an fp16 hi + lo pair; fp32 accumulation
  * and softmax), except in batch-invariant steps (attention_mma.cuh; with st->attn_mma 2 and
- * H / Hkv <= 8 its pipelined form attention_mma2.cuh, the same bits with one key split:
- * comet_cuda_attention_prefill_kernel says which). Decode steps over an
+ * H / Hkv <= 8 its pipelined form attention_mma2.cuh, with st->attn_mma 3 over an INT4 cache
+ * of groups up to D / 4 channels its two-CTAs-an-SM form attention_mma3.cuh, each the same
+ * bits with one key split: comet_cuda_attention_prefill_kernel says which). Decode steps over an
  * INT4 cache at D 64 and 128 (KV groups of 16, 32, 64 or 128 channels, H / Hkv <= 8) run on
  * tensor cores with q and the softmax weights as fp16 hi + lo pairs, the codes exact
  * (attention_decode_mma.cuh; COMET_CUDA_ATTN_DECODE_MMA=0: the fp32 decode kernel). With

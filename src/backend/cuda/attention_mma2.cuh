@@ -1,7 +1,8 @@
 /* attention_mma2.cuh — the pipelined tensor-core prefill kernel (attn_mma2_kernel): the prefill
  * chunks of at least ATT_MMA_MIN_TOKENS tokens at head dims 64 and 128 with GQA groups of at
  * most MMA2_MAX_G query heads, outside batch-invariant steps (the step view's attn_mma 2, the
- * backend's default). attn_mma_kernel (attention_mma.cuh) takes larger groups and, with
+ * backend's default; with attn_mma 3 the chunks attn_mma3_kernel, attention_mma3.cuh, does not
+ * take). attn_mma_kernel (attention_mma.cuh) takes larger groups and, with
  * COMET_CUDA_ATTN_MMA=1, every chunk (the A/B of this one).
  * Its arithmetic is attn_mma_kernel's, operation for operation: the same fp16 K (hi + lo), V,
  * Q and P, the same mma order and the same softmax, so a row's output is the same bits as that

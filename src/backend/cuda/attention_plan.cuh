@@ -1,10 +1,11 @@
 /* attention_plan.cuh — paged attention's plan: the tile list a step is cut into (a run of
  * up to COMET_CUDA_ATTN_TILE tokens of one sequence a tile), the tiling of a tile's query
  * rows over CTAs, the choice between the decode kernels (fp32 or tensor cores), the general
- * one and the tensor-core ones for prefill chunks, the number of key splits and the workspace
- * they need, whether a decode step's split merge fuses with the quantization of its
- * output (att_quant_fused) and whether its RoPE and KV append fuse into the decode kernel
- * (att_rope_fused). The host side of attention.h's plan functions.
+ * one and the tensor-core ones for prefill chunks (which of those: att_mma2, att_mma3), the
+ * number of key splits and the workspace they need, whether a decode step's split merge
+ * fuses with the quantization of its output (att_quant_fused) and whether its RoPE and KV
+ * append fuse into the decode kernel (att_rope_fused). The host side of attention.h's plan
+ * functions.
  * Part of attention.cu's one translation unit (it includes every attention_*.cuh), so the
  * kernels compile exactly as one file would.
  */
@@ -15,6 +16,7 @@
 #include "backend/cuda/attention_decode_mma.cuh"
 #include "backend/cuda/attention_mma.cuh"
 #include "backend/cuda/attention_mma2.cuh"
+#include "backend/cuda/attention_mma3.cuh"
 #include "backend/cuda/attention_quant.cuh"
 #include "backend/cuda/env_switch.h"
 
@@ -79,10 +81,30 @@ bool att_mma_step(const comet_cuda_step_view *st, int D, const void *q, const vo
 }
 
 /* Whether a step's prefill chunks (att_mma_step) take attn_mma2_kernel rather than
- * attn_mma_kernel: the backend asks for it (st->attn_mma 2, its default) and the GQA group
+ * attn_mma_kernel: the backend asks for it (st->attn_mma 2, its default) or for
+ * attn_mma3_kernel (3) where that one does not take the chunks (att_mma3), and the GQA group
  * fits a tile in its 128 rows (g <= MMA2_MAX_G). */
 bool att_mma2(const comet_cuda_step_view *st, int g) {
-    return st->attn_mma == 2 && g >= 1 && g <= MMA2_MAX_G;
+    return (st->attn_mma == 2 || st->attn_mma == 3) && g >= 1 && g <= MMA2_MAX_G;
+}
+
+/* Whether attn_mma3_kernel reads a cache of layout L: INT4 codes at head dim 64 or 128, groups
+ * of a multiple of 8 channels dividing D with at least 4 groups a key, so that a slot's code row
+ * (D / 2 bytes) and (scale, zero) row (4 D / G bytes: 16, 32 or 64) are whole 16-byte pieces for
+ * its cp.async copies (their starts are 16-byte aligned: cuda_kv.h), at most the D / 2 bytes
+ * its raw buffer holds a row. */
+bool mma3_layout_ok(const comet_cuda_kv_layout *L) {
+    return L->bits == 4 && (L->D == 64 || L->D == 128) && L->G >= 8 && L->G % 8 == 0 &&
+           L->D % L->G == 0 && L->D / L->G >= 4 && L->code_row_bytes % 16 == 0 &&
+           L->sz_row_bytes % 16 == 0 && L->sz_row_bytes <= L->D / 2;
+}
+
+/* Whether a step's prefill chunks (att_mma_step) take attn_mma3_kernel: the backend asks for it
+ * (st->attn_mma 3, COMET_CUDA_ATTN_MMA=3), the cache's layout suits it (mma3_layout_ok) and the
+ * GQA group fits a tile in its 128 rows (g <= MMA3_MAX_G). Otherwise they take what att_mma2
+ * says. */
+bool att_mma3(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st, int g) {
+    return st->attn_mma == 3 && g >= 1 && g <= MMA3_MAX_G && mma3_layout_ok(L);
 }
 
 /* Whether comet_cuda_paged_attention_quant runs attn_quant_kernel (the split merge and the
@@ -194,7 +216,7 @@ int comet_cuda_attention_prefill_kernel(const comet_cuda_kv_layout *L,
     const int g = H / L->Hkv;
     if (att_decode_step(st, g) || !att_mma_step(st, L->D, NULL, NULL))
         return 0;
-    return att_mma2(st, g) ? 2 : 1;
+    return att_mma3(L, st, g) ? 3 : att_mma2(st, g) ? 2 : 1;
 }
 
 size_t comet_cuda_attention_workspace_bytes(const comet_cuda_kv_layout *L,

@@ -647,6 +647,7 @@ comet_backend *comet_backend_cuda_init(int device) {
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
     im->attn_mma_on = attn_mma && !strcmp(attn_mma, "0")   ? 0
                       : attn_mma && !strcmp(attn_mma, "1") ? 1
+                      : attn_mma && !strcmp(attn_mma, "3") ? 3
                                                            : 2;
     im->stack_split_on = !comet_cuda_env_off("COMET_CUDA_STACK_SPLIT");
     be->ops = &cuda_ops;
@@ -677,6 +678,15 @@ comet_backend *comet_backend_cuda_init(int device) {
     else if ((cs = cublasSetWorkspace(im->cublas, im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) !=
              CUBLAS_STATUS_SUCCESS)
         what = "setting cuBLAS's workspace";
+    /* COMET_CUDA_ATTN_MMA=3 on a device whose SM cannot hold attn_mma3_kernel's shared memory
+     * (under ~103 KB a CTA: sm_86, sm_89) falls back to the default kernel */
+    if (!what && im->attn_mma_on == 3 && comet_cuda_attention_mma3_ctas_per_sm() < 1) {
+        comet_log(COMET_LOG_WARN,
+                  "COMET_CUDA_ATTN_MMA=3: attn_mma3_kernel does not fit an SM of device %d; "
+                  "prefill attention runs attn_mma2_kernel",
+                  device);
+        im->attn_mma_on = 2;
+    }
     comet_cuda_be_leave(prev);
     if (what) {
         if (cs != CUBLAS_STATUS_SUCCESS)

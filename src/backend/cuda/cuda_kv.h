@@ -92,7 +92,9 @@ typedef struct comet_cuda_step_view {
                           * pipelined tensor-core kernel (attn_mma2_kernel) where it applies,
                           * else the first one (attn_mma_kernel); 1 (COMET_CUDA_ATTN_MMA=1)
                           * attn_mma_kernel always; 0 (COMET_CUDA_ATTN_MMA=0) the fp32
-                          * kernel */
+                          * kernel; 3 (COMET_CUDA_ATTN_MMA=3, opt-in) the two-CTAs-an-SM
+                          * kernel of INT4 caches (attn_mma3_kernel) where it applies, else
+                          * as 2 */
 } comet_cuda_step_view;
 
 #endif
