@@ -21,12 +21,12 @@
  *   GB/s = bytes / time; % of peak against --peak-gbs.
  * Prefill: one sequence of T tokens attending causally to its own T keys in the paged cache
  * (positions 0 .. T - 1: the first chunk of a chunked prefill, after its KV append), on the
- * pipelined tensor-core prefill kernel unless COMET_CUDA_ATTN_MMA=0 (the fp32 kernel), 1
- * (the first tensor-core kernel) or 3 (the two-CTAs-an-SM one where it takes the cache; the
- * step view's attn_mma, as the backend sets it); a format FORMAT:mma1 (the default list has
- * int4/16:mma1) runs prefill on the first tensor-core kernel in the same run, FORMAT:mma3
- * (int4/16:mma3 in the default list) on the two-CTAs-an-SM kernel of INT4 caches (the A/Bs of
- * the pipelined one). Each prefill row names its kernel (prefill_kernel: 3 two CTAs an SM,
+ * kernel the backend takes by default (the two-CTAs-an-SM one where an SM holds two of its
+ * CTAs and it takes the cache, else the pipelined one) unless COMET_CUDA_ATTN_MMA=N asks for
+ * another (0 the fp32 kernel, 1 the first tensor-core kernel, 2 the pipelined one, 3 the
+ * two-CTAs-an-SM one: the step view's attn_mma, as the backend sets it); a format FORMAT:mmaN
+ * runs prefill on kernel N in the same run (the default list has int4/16:mma1 and
+ * int4/16:mma2, the A/Bs of the default). Each prefill row names its kernel (prefill_kernel: 3 two CTAs an SM,
  * 2 pipelined, 1 first tensor-core, 0 fp32).
  *   FLOPs = 4 * (T * T / 2) * D * H (QK^T and PV over the causal half, the FlashAttention
  *   convention); TFLOPS = FLOPs / time; % of the dense FP16 tensor-core peak --peak-tflops.
@@ -148,8 +148,9 @@ struct kv_spec {
     int bits;         /* 4, 8 or 16 */
     int G;            /* channels per (scale, zero) group; D for fp16 */
     bool fp32_decode; /* decode on attn_decode_kernel (COMET_CUDA_ATTN_DECODE_MMA=0) */
-    bool mma1;        /* prefill on attn_mma_kernel (the step view's attn_mma 1) */
-    bool mma3;        /* prefill on attn_mma3_kernel where it takes the format (attn_mma 3) */
+    int mma;          /* prefill on the step view's attn_mma N (1 attn_mma_kernel, 2
+                       * attn_mma2_kernel, 3 attn_mma3_kernel where it takes the format) from
+                       * a ':mmaN' suffix; -1: as the backend chooses */
     std::string name;
 };
 
@@ -171,23 +172,23 @@ static const int MAX_SETS = 256;
 static void usage(FILE *f) {
     fprintf(f,
             "usage: bench_attention [--model 8b|70b]\n"
-            "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,int4/128,fp16]\n"
+            "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma2,int4/128,fp16]\n"
             "         [--ctx 1024,8192,32768] [--batch 1,16,64,256] [--prefill 512,2048,8192]\n"
             "         [--page P] [--rotate auto|none|hadamard] [--peak-gbs X] [--peak-tflops X]\n"
             "         [--reps N]\n"
             "  --model     8b: H 32, Hkv 8, D 128 (default); 70b: H 64, Hkv 8, D 128\n"
             "  --kv        KV formats, comma-separated: int4/G, int8/G (G channels per fp16\n"
             "              (scale, zero) pair; int4 alone: one pair per head vector, G = D) or\n"
-            "              fp16 (default int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,\n"
+            "              fp16 (default int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma2,\n"
             "              int4/128,fp16: comet quantize's group and the synthetic llama3-8b's);\n"
             "              a ':fp32' suffix runs decode on the fp32 decode kernel\n"
             "              (COMET_CUDA_ATTN_DECODE_MMA=0, the A/B of the tensor-core one; named\n"
-            "              FORMAT-fp32dec, no prefill rows); ':mma1' runs prefill on the first\n"
-            "              tensor-core prefill kernel (COMET_CUDA_ATTN_MMA=1, the A/B of the\n"
-            "              pipelined one; named FORMAT-mma1, no decode rows); ':mma3' on the\n"
-            "              two-CTAs-an-SM kernel of INT4 caches with groups of at most D / 4\n"
-            "              channels (COMET_CUDA_ATTN_MMA=3; elsewhere what that falls back to;\n"
-            "              named FORMAT-mma3, no decode rows)\n"
+            "              FORMAT-fp32dec, no prefill rows); ':mmaN' runs prefill as\n"
+            "              COMET_CUDA_ATTN_MMA=N does (1 the first tensor-core kernel, 2 the\n"
+            "              pipelined one, 3 the two-CTAs-an-SM one of INT4 caches with groups\n"
+            "              of at most D / 4 channels, elsewhere what that falls back to; named\n"
+            "              FORMAT-mmaN, no decode rows); without it prefill takes the backend's\n"
+            "              default (3 where an SM holds two of its CTAs, else 2)\n"
             "  --ctx, --batch  decode contexts L and batches B (every pair; an empty list: none)\n"
             "  --prefill   prefill lengths T (an empty list: none)\n"
             "  --page      KV page size in tokens (default 16, the engine's)\n"
@@ -244,9 +245,11 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
     for (std::string item : split_commas(arg)) {
         kv_spec k;
         k.fp32_decode = item.size() > 5 && item.compare(item.size() - 5, 5, ":fp32") == 0;
-        k.mma1 = item.size() > 5 && item.compare(item.size() - 5, 5, ":mma1") == 0;
-        k.mma3 = item.size() > 5 && item.compare(item.size() - 5, 5, ":mma3") == 0;
-        if (k.fp32_decode || k.mma1 || k.mma3)
+        k.mma = -1;
+        for (int m = 1; m <= 3; m++)
+            if (item.size() > 5 && item.compare(item.size() - 5, 5, ":mma" + std::to_string(m)) == 0)
+                k.mma = m;
+        if (k.fp32_decode || k.mma > 0)
             item.resize(item.size() - 5);
         std::string type = item.substr(0, item.find('/'));
         k.bits = type == "int4" ? 4 : type == "int8" ? 8 : type == "fp16" ? 16 : 0;
@@ -260,24 +263,22 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
                     "bench_attention: --kv: '%s' is not a KV format: int4/G, int8/G (G a multiple "
                     "of 8 dividing the head dim %d), int4, int8 or fp16, each with an optional "
                     "':fp32' (the fp32 decode kernel), ':mma1' (the first tensor-core prefill "
-                    "kernel) or ':mma3' (the two-CTAs-an-SM prefill kernel)\n",
+                    "kernel), ':mma2' (the pipelined one) or ':mma3' (the two-CTAs-an-SM one)\n",
                     item.c_str(), D);
             return false;
         }
         k.name = k.bits == 16 ? "fp16" : (k.bits == 4 ? "int4/" : "int8/") + std::to_string(k.G);
         if (k.fp32_decode)
             k.name += "-fp32dec";
-        if (k.mma1)
-            k.name += "-mma1";
-        if (k.mma3)
-            k.name += "-mma3";
+        if (k.mma > 0)
+            k.name += "-mma" + std::to_string(k.mma);
         out->push_back(k);
     }
     return true;
 }
 
 static int parse_args(int argc, char **argv, opts *o) {
-    const char *kv_arg = "int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma3,int4/128,fp16";
+    const char *kv_arg = "int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma2,int4/128,fp16";
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -501,7 +502,7 @@ static bool fits(size_t need, double *free_gb) {
  * Decode when T == 0. */
 static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T) {
     const bool decode = T == 0;
-    if ((k.fp32_decode && !decode) || ((k.mma1 || k.mma3) && decode))
+    if ((k.fp32_decode && !decode) || (k.mma > 0 && decode))
         return; /* the switches move decode steps, prefill steps only */
     if (k.fp32_decode)
         setenv("COMET_CUDA_ATTN_DECODE_MMA", "0", 1);
@@ -545,17 +546,16 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     comet_cuda_step_view view = {};
     view.n_tokens = n_tok, view.n_seqs = n_seq, view.n_tiles = n_tiles;
     view.max_kv_len = keys, view.batch_invariant = 0;
-    /* prefill on the tensor-core kernel as the backend's steps take it (COMET_CUDA_ATTN_MMA=0:
-     * the fp32 one, 1: the first tensor-core one, 3: the two-CTAs-an-SM one, as
-     * comet_backend_cuda_init reads it), or on the first tensor-core one for a ':mma1' format,
-     * the two-CTAs-an-SM one for ':mma3' */
+    /* prefill on the kernel the backend's steps take (COMET_CUDA_ATTN_MMA=N, else its
+     * default, as comet_backend_cuda_init settles them), or on kernel N for a ':mmaN' format */
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
-    view.attn_mma = k.mma1                               ? 1
-                    : k.mma3                             ? 3
+    view.attn_mma = k.mma > 0                            ? k.mma
                     : attn_mma && !strcmp(attn_mma, "0") ? 0
                     : attn_mma && !strcmp(attn_mma, "1") ? 1
+                    : attn_mma && !strcmp(attn_mma, "2") ? 2
                     : attn_mma && !strcmp(attn_mma, "3") ? 3
-                                                         : 2;
+                    : comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3
+                                                                  : 2;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
@@ -709,7 +709,7 @@ int main(int argc, char **argv) {
     int rt = 0, drv = 0;
     CK(cudaRuntimeGetVersion(&rt));
     CK(cudaDriverGetVersion(&drv));
-    /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): the premise of its int4/G:mma3 rows */
+    /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): whether it is the default */
     const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
     printf("{\"type\":\"env\",\"src\":\"comet\",\"gpu\":\"%s\",\"sm\":%d,\"cc\":\"%d.%d\","
            "\"mem_total_gb\":%.1f,\"mem_free_gb\":%.1f,\"cuda_runtime\":%d,\"cuda_driver\":%d,"

@@ -645,10 +645,12 @@ comet_backend *comet_backend_cuda_init(int device) {
     im->pdl_on = !comet_cuda_env_off("COMET_CUDA_PDL");
     const int attn_splits_on = !comet_cuda_env_off("COMET_CUDA_ATTN_SPLITS");
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
+    /* -1: not asked for; the default is settled once the device is current (below) */
     im->attn_mma_on = attn_mma && !strcmp(attn_mma, "0")   ? 0
                       : attn_mma && !strcmp(attn_mma, "1") ? 1
+                      : attn_mma && !strcmp(attn_mma, "2") ? 2
                       : attn_mma && !strcmp(attn_mma, "3") ? 3
-                                                           : 2;
+                                                           : -1;
     im->stack_split_on = !comet_cuda_env_off("COMET_CUDA_STACK_SPLIT");
     be->ops = &cuda_ops;
     be->n_threads = 1;
@@ -678,9 +680,13 @@ comet_backend *comet_backend_cuda_init(int device) {
     else if ((cs = cublasSetWorkspace(im->cublas, im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) !=
              CUBLAS_STATUS_SUCCESS)
         what = "setting cuBLAS's workspace";
-    /* COMET_CUDA_ATTN_MMA=3 on a device whose SM cannot hold attn_mma3_kernel's shared memory
-     * (under ~103 KB a CTA: sm_86, sm_89) falls back to the default kernel */
-    if (!what && im->attn_mma_on == 3 && comet_cuda_attention_mma3_ctas_per_sm() < 1) {
+    /* The default: attn_mma3_kernel where an SM holds two of its CTAs (sm_90: 1.07x at 512
+     * tokens, 1.25x at 8K over attn_mma2_kernel), else attn_mma2_kernel, which fills an SM
+     * alone. COMET_CUDA_ATTN_MMA=3 on a device whose SM cannot hold one (under ~103 KB of
+     * shared memory a CTA: sm_86, sm_89) falls back to attn_mma2_kernel too. */
+    if (!what && im->attn_mma_on < 0)
+        im->attn_mma_on = comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3 : 2;
+    else if (!what && im->attn_mma_on == 3 && comet_cuda_attention_mma3_ctas_per_sm() < 1) {
         comet_log(COMET_LOG_WARN,
                   "COMET_CUDA_ATTN_MMA=3: attn_mma3_kernel does not fit an SM of device %d; "
                   "prefill attention runs attn_mma2_kernel",

@@ -42,10 +42,10 @@ typedef struct cuda_impl {
     int n_sm;    /* multiprocessors of the device (attention's split choice) */
     int attn_sm; /* n_sm as attention's split choice sees it; 0 (COMET_CUDA_ATTN_SPLITS=0, for
                   * tests and debugging): keys never split across CTAs */
-    /* prefill chunks' attention (the step view's attn_mma): 2 the pipelined tensor-core
-     * kernel, 1 with COMET_CUDA_ATTN_MMA=1 the first tensor-core kernel, 0 with
-     * COMET_CUDA_ATTN_MMA=0 the fp32 one, 3 with COMET_CUDA_ATTN_MMA=3 the two-CTAs-an-SM
-     * tensor-core kernel where it takes the cache (opt-in; A/B runs, debugging) */
+    /* prefill chunks' attention (the step view's attn_mma): by default 3, the two-CTAs-an-SM
+     * tensor-core kernel where it takes the cache, on devices whose SM holds two of its CTAs,
+     * else 2, the pipelined tensor-core kernel; COMET_CUDA_ATTN_MMA=N asks for N: 2, 1 the
+     * first tensor-core kernel, 0 the fp32 one (A/B runs, debugging) */
     int attn_mma_on;
     cudaStream_t stream;
     void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */

@@ -88,13 +88,13 @@ typedef struct comet_cuda_step_view {
     int max_kv_len;      /* the longest sequence after the append (host value) */
     int batch_invariant; /* the backend's batch_invariant (backend.h): attention
                                     * then takes the tile kernel over fixed key spans */
-    int attn_mma;        /* prefill chunks' attention: 2 (the backend's default) the
-                          * pipelined tensor-core kernel (attn_mma2_kernel) where it applies,
-                          * else the first one (attn_mma_kernel); 1 (COMET_CUDA_ATTN_MMA=1)
-                          * attn_mma_kernel always; 0 (COMET_CUDA_ATTN_MMA=0) the fp32
-                          * kernel; 3 (COMET_CUDA_ATTN_MMA=3, opt-in) the two-CTAs-an-SM
-                          * kernel of INT4 caches (attn_mma3_kernel) where it applies, else
-                          * as 2 */
+    int attn_mma;        /* prefill chunks' attention: 3 (the backend's default where an
+                          * SM holds two of its CTAs: sm_90) the two-CTAs-an-SM kernel of INT4
+                          * caches (attn_mma3_kernel) where it applies, else as 2; 2 (the
+                          * default elsewhere) the pipelined tensor-core kernel
+                          * (attn_mma2_kernel) where it applies, else the first one
+                          * (attn_mma_kernel); 1 attn_mma_kernel always; 0 the fp32 kernel
+                          * (COMET_CUDA_ATTN_MMA=N asks for N) */
 } comet_cuda_step_view;
 
 #endif
