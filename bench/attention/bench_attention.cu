@@ -163,6 +163,7 @@ struct opts {
     const char *rotate = "auto"; /* auto: hadamard for codes, none for fp16 (kv_format.c) */
     double peak_gbs = 0, peak_tflops = 0;
     int max_reps = 15;
+    int splits = 0; /* key splits of every row (--splits); 0: comet_cuda_attention_splits's */
 };
 
 static const int MAX_REPS = 32;
@@ -175,7 +176,7 @@ static void usage(FILE *f) {
             "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma2,int4/128,fp16]\n"
             "         [--ctx 1024,8192,32768] [--batch 1,16,64,256] [--prefill 512,2048,8192]\n"
             "         [--page P] [--rotate auto|none|hadamard] [--peak-gbs X] [--peak-tflops X]\n"
-            "         [--reps N]\n"
+            "         [--reps N] [--splits S]\n"
             "  --model     8b: H 32, Hkv 8, D 128 (default); 70b: H 64, Hkv 8, D 128\n"
             "  --kv        KV formats, comma-separated: int4/G, int8/G (G channels per fp16\n"
             "              (scale, zero) pair; int4 alone: one pair per head vector, G = D) or\n"
@@ -197,7 +198,9 @@ static void usage(FILE *f) {
             "  --peak-gbs  memory bandwidth for %% of peak (default by GPU name: H200 4300,\n"
             "              H100 SXM 3350, H100 PCIe 2000)\n"
             "  --peak-tflops  dense FP16 tensor-core peak (default by name: 989, H100 PCIe 756)\n"
-            "  --reps      most timed intervals a shape (default 15, at most %d)\n",
+            "  --reps      most timed intervals a shape (default 15, at most %d)\n"
+            "  --splits    key splits of every row, 1 to 64 (default 0: the backend's plan,\n"
+            "              comet_cuda_attention_splits)\n",
             MAX_REPS);
 }
 
@@ -314,6 +317,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             ok = parse_int(v, 1, COMET_CUDA_KV_MAX_PAGE_SIZE, &o->P);
         else if (!strcmp(a, "--reps"))
             ok = parse_int(v, 3, MAX_REPS, &o->max_reps);
+        else if (!strcmp(a, "--splits"))
+            ok = parse_int(v, 0, 64, &o->splits);
         else if (!strcmp(a, "--rotate")) {
             o->rotate = v;
             ok = !strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "hadamard");
@@ -557,7 +562,7 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                     : comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3
                                                                   : 2;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
-    const int splits = comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
+    const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     const size_t qo_bytes = (size_t)n_tok * H * D * sizeof(float);
     const size_t idx_bytes = sizeof(int32_t) * (positions.size() + 2 * (size_t)(n_seq + 1) +
