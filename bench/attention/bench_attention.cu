@@ -561,6 +561,9 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                     : attn_mma && !strcmp(attn_mma, "3") ? 3
                     : comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3
                                                                   : 2;
+    /* the backend's default 3 takes attn_mma3_kernel only where its CTAs outnumber the SMs */
+    view.mma3_min_ctas = k.mma < 0 && !(attn_mma && *attn_mma) && view.attn_mma == 3 ? gi.n_sm : 0;
+    view.min_q_len = decode ? 1 : T;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);

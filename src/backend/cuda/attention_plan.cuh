@@ -99,12 +99,32 @@ bool mma3_layout_ok(const comet_cuda_kv_layout *L) {
            L->sz_row_bytes % 16 == 0 && L->sz_row_bytes <= L->D / 2;
 }
 
+/* Whether the plan counts the tensor-core prefill kernels' own CTAs (mma_work_ctas) for their
+ * key splits and for attn_mma3_kernel's threshold, unless COMET_CUDA_ATTN_PLAN_WAVES=0 (the
+ * fp32 kernel's grid and attn_mma3_kernel wherever it takes the chunks: the A/B; read at
+ * every call, so that one process can compare both). */
+bool att_plan_waves() { return !comet_cuda_env_off("COMET_CUDA_ATTN_PLAN_WAVES"); }
+
+/* The CTAs of attn_mma2_kernel or attn_mma3_kernel that do a step's work: a CTA takes 128
+ * query rows, tpc = max(1, 128 / (16 g)) consecutive 16-token tiles of one sequence, for each
+ * KV head; counted over the step's tiles as if they were one sequence's (a lower bound: a
+ * sequence's last group may hold fewer tiles). */
+long mma_work_ctas(const comet_cuda_step_view *st, int g, int Hkv) {
+    const int tpc = g >= 1 && MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE) > 1
+                        ? MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE)
+                        : 1;
+    return (long)(st->n_tiles + tpc - 1) / tpc * Hkv;
+}
+
 /* Whether a step's prefill chunks (att_mma_step) take attn_mma3_kernel: the backend asks for it
- * (st->attn_mma 3, COMET_CUDA_ATTN_MMA=3), the cache's layout suits it (mma3_layout_ok) and the
- * GQA group fits a tile in its 128 rows (g <= MMA3_MAX_G). Otherwise they take what att_mma2
- * says. */
+ * (st->attn_mma 3), the cache's layout suits it (mma3_layout_ok), the GQA group fits a tile in
+ * its 128 rows (g <= MMA3_MAX_G) and the step has more of its CTAs than st->mma3_min_ctas (the
+ * backend's default: the SMs; with fewer, attn_mma2_kernel runs them in one wave, eight warps a
+ * CTA, faster: 77 against 128 us at 512 tokens of the LLaMA-3-8B layer on an H100). Otherwise
+ * they take what att_mma2 says. */
 bool att_mma3(const comet_cuda_kv_layout *L, const comet_cuda_step_view *st, int g) {
-    return st->attn_mma == 3 && g >= 1 && g <= MMA3_MAX_G && mma3_layout_ok(L);
+    return st->attn_mma == 3 && g >= 1 && g <= MMA3_MAX_G && mma3_layout_ok(L) &&
+           (mma_work_ctas(st, g, L->Hkv) > st->mma3_min_ctas || !att_plan_waves());
 }
 
 /* Whether comet_cuda_paged_attention_quant runs attn_quant_kernel (the split merge and the
@@ -191,6 +211,17 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
         whole_waves = att_decode_mma(L, g);
         if (whole_waves && !comet_cuda_env_off("COMET_CUDA_ATTN_DMMA_OCC"))
             per_sm = dmma_ctas_per_sm(L->D);
+    } else if (st->min_q_len >= ATT_MMA_MIN_TOKENS && att_plan_waves() &&
+               att_mma_step(st, L->D, NULL, NULL) &&
+               (att_mma3(L, st, g) || att_mma2(st, g))) {
+        /* every chunk on attn_mma2_kernel (one CTA an SM) or attn_mma3_kernel (two on sm_90):
+         * their working CTAs, in whole waves, since a split's merge costs about what a second
+         * wave does (at 512 tokens of the LLaMA-3-8B layer on an H100: 77 us with one split,
+         * 133 with two) */
+        blocks = mma_work_ctas(st, g, L->Hkv);
+        min_keys = MMA_KT;
+        whole_waves = true;
+        per_sm = att_mma3(L, st, g) ? 2 : 1;
     } else {
         int tt, n_sub;
         att_tiling(L->D, g, &tt, &n_sub);

@@ -47,6 +47,8 @@ typedef struct cuda_impl {
      * else 2, the pipelined tensor-core kernel; COMET_CUDA_ATTN_MMA=N asks for N: 2, 1 the
      * first tensor-core kernel, 0 the fp32 one (A/B runs, debugging) */
     int attn_mma_on;
+    int attn_mma3_auto; /* attn_mma_on 3 by default (not asked for): attn_mma3_kernel only in
+                         * steps with more of its CTAs than SMs (step view's mma3_min_ctas) */
     cudaStream_t stream;
     void *workspace; /* split-K partials + tile counters of comet_cuda_gemm_w4ax, zero-filled */
     size_t workspace_bytes;

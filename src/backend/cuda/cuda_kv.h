@@ -86,6 +86,12 @@ typedef struct comet_cuda_step_view {
                                     * sequence, covering every token once */
     int n_tiles;
     int max_kv_len;      /* the longest sequence after the append (host value) */
+    int min_q_len;       /* the fewest tokens a sequence has in the step (host value; 0:
+                          * unknown): at ATT_MMA_MIN_TOKENS or more every chunk takes the
+                          * tensor-core prefill kernel, whose CTAs then plan the key splits */
+    int mma3_min_ctas;   /* attn_mma 3 takes attn_mma3_kernel only in steps with more of its
+                          * CTAs than this (the backend's default: the SMs, where
+                          * attn_mma2_kernel's CTAs no longer fit one wave); 0: in every step */
     int batch_invariant; /* the backend's batch_invariant (backend.h): attention
                                     * then takes the tile kernel over fixed key spans */
     int attn_mma;        /* prefill chunks' attention: 3 (the backend's default where an

@@ -43,7 +43,7 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
                                "cuda backend: step_begin: page_indptr runs %d..%d for %d "
                                "sequences",
                                b->page_indptr[0], NP, S);
-    int max_q = 0, max_kv = 0;
+    int max_q = 0, min_q = T, max_kv = 0;
     for (int s = 0; s < S; s++) {
         int n = b->token_indptr[s + 1] - b->token_indptr[s];
         if (n < 0)
@@ -51,6 +51,7 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
                                    "cuda backend: step_begin: token_indptr falls at sequence %d",
                                    s);
         max_q = n > max_q ? n : max_q;
+        min_q = n < min_q ? n : min_q;
         /* the sequence's KV length after the append: its last token's position + 1 (the
          * page table's comet_batch_kv_len needs the pool's page size, which the step does
          * not know) */
@@ -130,6 +131,8 @@ comet_status comet_cuda_be_step_begin(comet_backend *be, const comet_batch *b, c
                                       .tiles = d + o_tiles,
                                       .n_tiles = n_tiles,
                                       .max_kv_len = max_kv,
+                                      .min_q_len = min_q,
+                                      .mma3_min_ctas = im->attn_mma3_auto ? im->n_sm : 0,
                                       .batch_invariant = be->batch_invariant,
                                       .attn_mma = im->attn_mma_on};
     return COMET_OK;
