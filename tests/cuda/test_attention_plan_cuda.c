@@ -48,13 +48,17 @@ static void test_attention_prefill_plan(void **state) {
     }
     /* a step with a shorter sequence (a decode token beside a 256-token chunk) keeps the plan
      * of the fp32 kernel's grid, which runs that token: 17 tiles x 8 KV heads, two splits to
-     * fill two CTAs an SM; with the chunk alone, 72 tensor-core CTAs in one wave, one split */
+     * fill two CTAs an SM */
     comet_cuda_step_view v;
     memset(&v, 0, sizeof v);
     v.n_tokens = 257, v.n_seqs = 2, v.n_tiles = 17, v.max_kv_len = 600, v.min_q_len = 1;
     v.attn_mma = 3, v.mma3_min_ctas = 132;
-    assert_int_equal(comet_cuda_attention_splits(&L16, &v, 32, 132), 2);
-    v.min_q_len = 256;
+    assert_int_equal(comet_cuda_attention_splits(&L16, &v, 32, 132), 2); /* 136 CTAs: 2 */
+    /* two sequences of 256 tokens: 2 x 8 tensor-core CTAs a KV head, 128 in one wave */
+    v.n_tokens = 512, v.n_seqs = 2, v.n_tiles = 32, v.min_q_len = 256;
+    assert_int_equal(comet_cuda_attention_splits(&L16, &v, 32, 132), 1);
+    /* no tiles (a view no step makes): one split, no division by zero */
+    v.n_tiles = 0;
     assert_int_equal(comet_cuda_attention_splits(&L16, &v, 32, 132), 1);
 }
 

@@ -229,7 +229,7 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
         min_keys = 2 * ATT_KC; /* at least two key chunks a split */
     }
     const long target = (long)per_sm * (n_sm > 0 ? n_sm : 1);
-    if (blocks >= target)
+    if (blocks < 1 || blocks >= target) /* blocks < 1: a view without tiles */
         return 1;
     long splits = whole_waves ? target / blocks : (target + blocks - 1) / blocks;
     const long by_len = st->max_kv_len / min_keys;
