@@ -551,18 +551,20 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     comet_cuda_step_view view = {};
     view.n_tokens = n_tok, view.n_seqs = n_seq, view.n_tiles = n_tiles;
     view.max_kv_len = keys, view.batch_invariant = 0;
-    /* prefill on the kernel the backend's steps take (COMET_CUDA_ATTN_MMA=N, else its
-     * default, as comet_backend_cuda_init settles them), or on kernel N for a ':mmaN' format */
+    /* prefill on kernel N for a ':mmaN' format, else on the kernel the backend's steps take, as
+     * comet_backend_cuda_init settles it: COMET_CUDA_ATTN_MMA "0".."3" asks for that kernel (3
+     * falls back to 2 where attn_mma3_kernel does not fit an SM), anything else is the default:
+     * 3 where an SM holds two of its CTAs, taken only where its CTAs outnumber the SMs, else 2 */
     const char *attn_mma = getenv("COMET_CUDA_ATTN_MMA");
-    view.attn_mma = k.mma > 0                            ? k.mma
-                    : attn_mma && !strcmp(attn_mma, "0") ? 0
-                    : attn_mma && !strcmp(attn_mma, "1") ? 1
-                    : attn_mma && !strcmp(attn_mma, "2") ? 2
-                    : attn_mma && !strcmp(attn_mma, "3") ? 3
-                    : comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3
-                                                                  : 2;
-    /* the backend's default 3 takes attn_mma3_kernel only where its CTAs outnumber the SMs */
-    view.mma3_min_ctas = k.mma < 0 && !(attn_mma && *attn_mma) && view.attn_mma == 3 ? gi.n_sm : 0;
+    const int asked = k.mma > 0                            ? k.mma
+                      : attn_mma && !strcmp(attn_mma, "0") ? 0
+                      : attn_mma && !strcmp(attn_mma, "1") ? 1
+                      : attn_mma && !strcmp(attn_mma, "2") ? 2
+                      : attn_mma && !strcmp(attn_mma, "3") ? 3
+                                                           : -1;
+    const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
+    view.attn_mma = asked < 0 ? (mma3_ctas >= 2 ? 3 : 2) : asked == 3 && mma3_ctas < 1 ? 2 : asked;
+    view.mma3_min_ctas = asked < 0 && view.attn_mma == 3 ? gi.n_sm : 0;
     view.min_q_len = decode ? 1 : T;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);

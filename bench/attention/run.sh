@@ -7,7 +7,8 @@
 # at T 512 / 2K / 8K, comet INT4 (groups of 16 and 128 channels; int4/16 decode also on the fp32
 # decode kernel, int4/16-fp32dec, the A/B of the tensor-core one; int4/16 prefill also on the
 # first tensor-core prefill kernel, int4/16-mma1, and on the pipelined one, int4/16-mma2, the
-# A/Bs of the default, the two-CTAs-an-SM kernel on sm_90) and FP16 KV against torch FP16.
+# A/Bs of the default: on sm_90 the two-CTAs-an-SM kernel where its CTAs outnumber the SMs)
+# and FP16 KV against torch FP16.
 #
 # OUT.md defaults to $OUT/attention.md ($OUT, else ./out); the JSON lines and the logs of both
 # runs go beside it (attention_comet.jsonl / .log, attention_torch.jsonl / .log).

@@ -680,15 +680,15 @@ comet_backend *comet_backend_cuda_init(int device) {
     else if ((cs = cublasSetWorkspace(im->cublas, im->cublas_ws, CUBLAS_WORKSPACE_BYTES)) !=
              CUBLAS_STATUS_SUCCESS)
         what = "setting cuBLAS's workspace";
-    /* The default: attn_mma3_kernel where an SM holds two of its CTAs (sm_90: 1.07x at 512
-     * tokens, 1.25x at 8K over attn_mma2_kernel), else attn_mma2_kernel, which fills an SM
-     * alone. COMET_CUDA_ATTN_MMA=3 on a device whose SM cannot hold one (under ~103 KB of
-     * shared memory a CTA: sm_86, sm_89) falls back to attn_mma2_kernel too. */
+    /* The default: attn_mma3_kernel where an SM holds two of its CTAs (sm_90) in steps with
+     * more of its CTAs than SMs (1.25x over attn_mma2_kernel at 8K tokens on an H100), else
+     * attn_mma2_kernel, which fills an SM alone. COMET_CUDA_ATTN_MMA=3 on a device whose SM
+     * cannot hold one (under ~103 KB of shared memory a CTA: sm_86, sm_89) falls back to
+     * attn_mma2_kernel too. */
     if (!what && im->attn_mma_on < 0) {
         im->attn_mma_on = comet_cuda_attention_mma3_ctas_per_sm() >= 2 ? 3 : 2;
         im->attn_mma3_auto = im->attn_mma_on == 3;
-    }
-    else if (!what && im->attn_mma_on == 3 && comet_cuda_attention_mma3_ctas_per_sm() < 1) {
+    } else if (!what && im->attn_mma_on == 3 && comet_cuda_attention_mma3_ctas_per_sm() < 1) {
         comet_log(COMET_LOG_WARN,
                   "COMET_CUDA_ATTN_MMA=3: attn_mma3_kernel does not fit an SM of device %d; "
                   "prefill attention runs attn_mma2_kernel",
