@@ -27,6 +27,40 @@ namespace {
 constexpr int MMA2_THREADS = 256, MMA2_ROWS = 128, MMA2_MAX_G = 8;
 static_assert(MMA2_MAX_G * COMET_CUDA_ATTN_TILE <= MMA2_ROWS, "a whole tile a CTA");
 
+/* What a CTA of 128 query rows (attn_mma2_kernel, attn_mma3_kernel) works on. Grid:
+ * attn_kernel's, counted from the end (blockIdx.x = gridDim.x - 1 - (tile * n_sub + sub)): the
+ * CTAs of a chunk's last tiles, with the most keys (a causal chunk's tail), start first, so the
+ * short ones fill the last wave; blockIdx.y = KV head, blockIdx.z = key split. A CTA takes
+ * tpc = max(1, 128 / (16 g)) consecutive tiles of its sequence from the first of each group:
+ * its KV head and key split, its first token t0, its rows (tokens x g), the keys of its split [kbeg, kend) (the keys up
+ * to its last token's position cut into n_splits chunks of whole 64-key tiles,
+ * attn_mma_kernel's formula) and its sequence's first page (pbase). False: the CTA has no work
+ * (a sequence with fewer than a.tc_min tokens in the step, sub > 0, a tile that is not the
+ * first of its group). */
+struct mma_cta {
+    int kvh, split, t0, rows, kbeg, kend, pbase;
+};
+__device__ __forceinline__ bool mma_cta_of(const att_args &a, mma_cta &c) {
+    const int bx = gridDim.x - 1 - blockIdx.x;
+    const int tile = bx / a.n_sub, sub = bx % a.n_sub;
+    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g;
+    const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
+    const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
+    if (seq_end - seq_beg < a.tc_min || sub != 0)
+        return false;
+    const int tpc = max(1, MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE));
+    if ((t_first - seq_beg) / COMET_CUDA_ATTN_TILE % tpc)
+        return false;
+    const int t0 = t_first, nt = min(tpc * COMET_CUDA_ATTN_TILE, seq_end - t0);
+    const int rows = nt * g;
+    const int n_keys = a.positions[t0 + nt - 1] + 1; /* positions rise within a sequence */
+    const int chunk = ((n_keys + a.n_splits - 1) / a.n_splits + MMA_KT - 1) / MMA_KT * MMA_KT;
+    const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
+    const int pbase = a.page_indptr[seq];
+    c = mma_cta{kvh, split, t0, rows, kbeg, kend, pbase};
+    return true;
+}
+
 /* Shared memory of attn_mma2_kernel at head dim D over a cache of BITS: fp32 Q [128, D] before
  * the key loop (the normalized output after it) in the bytes of two stages of the loop's fp16
  * tiles [64, D + 8] each (K, V and, for INT4 / INT8 codes, K's low part). */
@@ -115,24 +149,11 @@ static __global__ void __launch_bounds__(MMA2_THREADS, 1) attn_mma2_kernel(att_a
     const kv_args &L = a.L;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gi = lane >> 2, ti = lane & 3; /* the mma fragments' row group, column pair */
-    /* the last tiles first: their CTAs have the most keys (a causal chunk's tail), so the
-     * short ones fill the last wave */
-    const int bx = gridDim.x - 1 - blockIdx.x;
-    const int tile = bx / a.n_sub, sub = bx % a.n_sub;
-    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g;
-    const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
-    const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
-    if (seq_end - seq_beg < a.tc_min || sub != 0)
+    mma_cta c;
+    if (!mma_cta_of(a, c))
         return;
-    const int tpc = max(1, MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE));
-    if ((t_first - seq_beg) / COMET_CUDA_ATTN_TILE % tpc)
-        return;
-    const int t0 = t_first, nt = min(tpc * COMET_CUDA_ATTN_TILE, seq_end - t0);
-    const int rows = nt * g;
-    const int n_keys = a.positions[t0 + nt - 1] + 1; /* positions rise within a sequence */
-    const int chunk = ((n_keys + a.n_splits - 1) / a.n_splits + MMA_KT - 1) / MMA_KT * MMA_KT;
-    const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
-    const int pbase = a.page_indptr[seq];
+    const int kvh = c.kvh, split = c.split, t0 = c.t0, rows = c.rows;
+    const int kbeg = c.kbeg, kend = c.kend, pbase = c.pbase;
 
     /* the codes of this thread's units of the tile at k0 (zeros past kend), in registers */
     kv_raw8<BITS> kr[UPT], vr[UPT];

@@ -33,6 +33,7 @@ namespace {
 constexpr int MMA3_THREADS = 128, MMA3_ROWS = 128, MMA3_MAX_G = 8;
 static_assert(MMA3_MAX_G * COMET_CUDA_ATTN_TILE <= MMA3_ROWS, "a whole tile a CTA");
 static_assert(MMA_KT == 64, "the raw buffer's indexing takes 64-key tiles");
+static_assert(MMA3_ROWS == MMA2_ROWS, "mma_cta_of's 128-row CTAs");
 
 /* Shared memory of attn_mma3_kernel at head dim D: fp16 Q [128, D + 8] for the whole kernel
  * (rows padded by 16 bytes, as the K/V tiles: ldmatrix's eight row addresses in distinct
@@ -197,11 +198,7 @@ __device__ __forceinline__ void mma3_finish(const att_args &a, float (&o)[2][D /
 /* Flash-attention of prefill chunks over an INT4 cache on tensor cores, two CTAs an SM
  * (attn_mma_kernel's math).
  *
- * Grid: attn_kernel's, counted from the end as attn_mma2_kernel's (blockIdx.x = gridDim.x - 1
- * - (tile * n_sub + sub): the CTAs of a chunk's last tiles, with the most keys, start first;
- * blockIdx.y = KV head, blockIdx.z = key split), MMA3_THREADS threads. The CTAs that return at
- * once are attn_mma2_kernel's: a sequence with fewer than a.tc_min tokens in the step, sub > 0,
- * a tile that is not the first of its group of tpc = max(1, 128 / (16 g)) consecutive tiles.
+ * Grid: attn_mma2_kernel's, and the same work a CTA (mma_cta_of), MMA3_THREADS threads.
  * Rows (token, head) are token-major, at most 128 (g <= MMA3_MAX_G); warp w owns rows 32w ..
  * 32w + 31 as two m16 tiles (a warp past the rows idles in the math and still loads).
  * Q: fp32 into shared memory and rotated by H_D when the cache is (mma_load_q), then rounded
@@ -253,22 +250,11 @@ static __global__ void __launch_bounds__(MMA3_THREADS, 2) attn_mma3_kernel(att_a
     const kv_args &L = a.L;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int gi = lane >> 2, ti = lane & 3; /* the mma fragments' row group, column pair */
-    const int bx = gridDim.x - 1 - blockIdx.x;
-    const int tile = bx / a.n_sub, sub = bx % a.n_sub;
-    const int kvh = blockIdx.y, split = blockIdx.z, g = a.g;
-    const int t_first = a.tiles[2 * tile], seq = a.tiles[2 * tile + 1];
-    const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
-    if (seq_end - seq_beg < a.tc_min || sub != 0)
+    mma_cta c;
+    if (!mma_cta_of(a, c))
         return;
-    const int tpc = max(1, MMA3_ROWS / (g * COMET_CUDA_ATTN_TILE));
-    if ((t_first - seq_beg) / COMET_CUDA_ATTN_TILE % tpc)
-        return;
-    const int t0 = t_first, nt = min(tpc * COMET_CUDA_ATTN_TILE, seq_end - t0);
-    const int rows = nt * g;
-    const int n_keys = a.positions[t0 + nt - 1] + 1; /* positions rise within a sequence */
-    const int chunk = ((n_keys + a.n_splits - 1) / a.n_splits + MMA_KT - 1) / MMA_KT * MMA_KT;
-    const int kbeg = split * chunk, kend = min(n_keys, kbeg + chunk);
-    const int pbase = a.page_indptr[seq];
+    const int kvh = c.kvh, split = c.split, t0 = c.t0, rows = c.rows;
+    const int kbeg = c.kbeg, kend = c.kend, pbase = c.pbase;
 
     /* the raw buffer: K codes, V codes [64, CB], then K's, V's (scale, zero) rows [64, szr]
      * (szr = 4 D / G: 16, 32 or 64 bytes, 2^sz_log2 pieces) */
