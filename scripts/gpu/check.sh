@@ -20,8 +20,9 @@
 #             LLaMA-3-70B and -8B (and -8B FP16) with and without --tensor-parallel 1, the refusal of more
 #             ranks than GPUs; tables into $OUT/tp_bench.md
 #     bench   comet bench: the default model (FP16 and W4AxKV4) and synthetic LLaMA-3-8B
-#             (W4AxKV4 and FP16; prefill of 512 and 4096 tokens with and without
-#             COMET_CUDA_ATTN_MMA=0), tables into $OUT/bench.md
+#             (W4AxKV4 and FP16; prefill of 512 and 4096 tokens, also with
+#             COMET_CUDA_ATTN_MMA=0 and with COMET_CUDA_ATTN_PLAN_WAVES=0), tables into
+#             $OUT/bench.md
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
@@ -140,6 +141,7 @@ if has bench; then
     : >"$OUT/bench.md"
     run_bench() {
         local env="${COMET_CUDA_ATTN_MMA:+COMET_CUDA_ATTN_MMA=$COMET_CUDA_ATTN_MMA }"
+        env+="${COMET_CUDA_ATTN_PLAN_WAVES:+COMET_CUDA_ATTN_PLAN_WAVES=$COMET_CUDA_ATTN_PLAN_WAVES }"
         echo "\$ ${env}comet bench $*" >>"$OUT/bench.md"
         "$BIN" bench "$@" >>"$OUT/bench.md" 2>>"$OUT/bench.err"
         note "bench ${env}$*: exit $?"
@@ -149,11 +151,14 @@ if has bench; then
     [ -f "$QMODEL/config.json" ] && run_bench --model "$QMODEL" --device cuda
     run_bench --synthetic llama3-8b --device cuda --decode-tokens 256
     run_bench --synthetic llama3-8b --fp16 --device cuda --decode-tokens 256
-    # prefill attention on tensor cores (default) against the fp32 kernel, same build
+    # prefill attention on tensor cores (default) against the fp32 kernel, and the plan's
+    # whole-wave splits against the fp32 grid's (COMET_CUDA_ATTN_PLAN_WAVES=0), same build
     for n in 512 4096; do
         run_bench --synthetic llama3-8b --device cuda --prompt-tokens "$n" --decode-tokens 16
         COMET_CUDA_ATTN_MMA=0 run_bench --synthetic llama3-8b --device cuda --prompt-tokens "$n" \
             --decode-tokens 16
+        COMET_CUDA_ATTN_PLAN_WAVES=0 run_bench --synthetic llama3-8b --device cuda \
+            --prompt-tokens "$n" --decode-tokens 16
     done
     grep -E "^\| (llama|Smol|smol|models)" "$OUT/bench.md"
 fi
