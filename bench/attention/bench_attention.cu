@@ -250,7 +250,8 @@ static bool parse_kv(const char *arg, int D, std::vector<kv_spec> *out) {
         k.fp32_decode = item.size() > 5 && item.compare(item.size() - 5, 5, ":fp32") == 0;
         k.mma = -1;
         for (int m = 1; m <= 3; m++)
-            if (item.size() > 5 && item.compare(item.size() - 5, 5, ":mma" + std::to_string(m)) == 0)
+            if (item.size() > 5 &&
+                item.compare(item.size() - 5, 5, ":mma" + std::to_string(m)) == 0)
                 k.mma = m;
         if (k.fp32_decode || k.mma > 0)
             item.resize(item.size() - 5);

@@ -26,10 +26,10 @@ static void test_attention_prefill_plan(void **state) {
         int T, kernel16, splits16, kernel128, splits128;
     } want[] = {
         /* 128 rows a CTA: T / 32 CTAs a KV head, 8 KV heads; 132 SMs */
-        {128, 2, 2, 2, 2},   /* 32 CTAs: 4 in whole waves, at most T / 64 */
-        {256, 2, 2, 2, 2},   /* 64 */
-        {512, 2, 1, 2, 1},   /* 128: one wave of attn_mma2_kernel */
-        {1024, 3, 1, 2, 1},  /* 256: two CTAs an SM take them at once */
+        {128, 2, 2, 2, 2},  /* 32 CTAs: 4 in whole waves, at most T / 64 */
+        {256, 2, 2, 2, 2},  /* 64 */
+        {512, 2, 1, 2, 1},  /* 128: one wave of attn_mma2_kernel */
+        {1024, 3, 1, 2, 1}, /* 256: two CTAs an SM take them at once */
         {8192, 3, 1, 2, 1},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {

@@ -371,8 +371,8 @@ static void test_attention_prefill_mma3(void **state) {
     int major = 0, optin = 0;
     assert_int_equal(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0),
                      cudaSuccess);
-    assert_int_equal(
-        cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0), cudaSuccess);
+    assert_int_equal(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0),
+                     cudaSuccess);
     const int ctas = comet_cuda_attention_mma3_ctas_per_sm();
     /* + 1,536 bytes of static shared memory: rowpos, krow, zrow */
     const int fits = (size_t)optin >= comet_cuda_attention_mma3_cta_bytes() + 1536;
@@ -380,7 +380,9 @@ static void test_attention_prefill_mma3(void **state) {
         fail_msg("attn_mma3_kernel at D 128: %d CTAs an SM on compute capability %d.x "
                  "(%zu bytes of dynamic shared memory, %d a CTA may take); want %s",
                  ctas, major, comet_cuda_attention_mma3_cta_bytes(), optin,
-                 major == 9 ? "2" : fits ? ">= 1" : "0");
+                 major == 9 ? "2"
+                 : fits     ? ">= 1"
+                            : "0");
     print_message("  attn_mma3_kernel at D 128: %d CTAs an SM, %zu bytes of dynamic shared memory "
                   "each\n",
                   ctas, comet_cuda_attention_mma3_cta_bytes());

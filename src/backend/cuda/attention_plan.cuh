@@ -212,8 +212,7 @@ int comet_cuda_attention_splits(const comet_cuda_kv_layout *L, const comet_cuda_
         if (whole_waves && !comet_cuda_env_off("COMET_CUDA_ATTN_DMMA_OCC"))
             per_sm = dmma_ctas_per_sm(L->D);
     } else if (st->min_q_len >= ATT_MMA_MIN_TOKENS && att_plan_waves() &&
-               att_mma_step(st, L->D, NULL, NULL) &&
-               (att_mma3(L, st, g) || att_mma2(st, g))) {
+               att_mma_step(st, L->D, NULL, NULL) && (att_mma3(L, st, g) || att_mma2(st, g))) {
         /* every chunk on attn_mma2_kernel (one CTA an SM) or attn_mma3_kernel (two on sm_90):
          * their working CTAs, in whole waves, since a split's merge costs about what a second
          * wave does (at 512 tokens of the LLaMA-3-8B layer on an H100: 77 us with one split,
