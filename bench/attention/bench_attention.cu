@@ -26,8 +26,8 @@
  * another (0 the fp32 kernel, 1 the first tensor-core kernel, 2 the pipelined one, 3 the
  * two-CTAs-an-SM one: the step view's attn_mma, as the backend sets it); a format FORMAT:mmaN
  * runs prefill on kernel N in the same run (the default list has int4/16:mma1 and
- * int4/16:mma2, the A/Bs of the default). Each prefill row names its kernel (prefill_kernel: 3 two CTAs an SM,
- * 2 pipelined, 1 first tensor-core, 0 fp32).
+ * int4/16:mma2, the A/Bs of the default). Each prefill row names its kernel (prefill_kernel:
+ * 3 two CTAs an SM, 2 pipelined, 1 first tensor-core, 0 fp32).
  *   FLOPs = 4 * (T * T / 2) * D * H (QK^T and PV over the causal half, the FlashAttention
  *   convention); TFLOPS = FLOPs / time; % of the dense FP16 tensor-core peak --peak-tflops.
  *

@@ -65,7 +65,7 @@ def main():
         now = []
         for t in T:
             vals, bold = rows[t]
-            pick = [c for c in bold if (c.startswith("g128") if prefix else not c.startswith("g128"))]
+            pick = [c for c in bold if c.startswith("g128") == bool(prefix)]
             if len(pick) != 1:
                 sys.exit("plot_prefill.py: T %d: want one bold %s cell, got %s" % (t, fmt, pick))
             now.append(vals[pick[0]])
