@@ -100,9 +100,10 @@ bool mma3_layout_ok(const comet_cuda_kv_layout *L) {
 }
 
 /* Whether the plan counts the tensor-core prefill kernels' own CTAs (mma_work_ctas) for their
- * key splits and for attn_mma3_kernel's threshold, unless COMET_CUDA_ATTN_PLAN_WAVES=0 (the
- * fp32 kernel's grid and attn_mma3_kernel wherever it takes the chunks: the A/B; read at
- * every call, so that one process can compare both). */
+ * key splits and for attn_mma3_kernel's threshold, and a step whose every sequence is such a
+ * chunk launches no attn_kernel, unless COMET_CUDA_ATTN_PLAN_WAVES=0 (the fp32 kernel's grid,
+ * attn_mma3_kernel wherever it takes the chunks, attn_kernel always: the A/B; read at every
+ * call, so that one process can compare both). */
 bool att_plan_waves() { return !comet_cuda_env_off("COMET_CUDA_ATTN_PLAN_WAVES"); }
 
 /* The CTAs of attn_mma2_kernel or attn_mma3_kernel that do a step's work: a CTA takes 128
