@@ -88,7 +88,8 @@ typedef struct comet_cuda_step_view {
     int max_kv_len;      /* the longest sequence after the append (host value) */
     int min_q_len;       /* the fewest tokens a sequence has in the step (host value; 0:
                           * unknown): at ATT_MMA_MIN_TOKENS or more every chunk takes the
-                          * tensor-core prefill kernel, whose CTAs then plan the key splits */
+                          * tensor-core prefill kernel, whose CTAs then plan the key splits,
+                          * and the fp32 kernel is not launched */
     int mma3_min_ctas;   /* attn_mma 3 takes attn_mma3_kernel only in steps with more of its
                           * CTAs than this (the backend's default: the SMs, where
                           * attn_mma2_kernel's CTAs no longer fit one wave); 0: in every step */
