@@ -474,6 +474,7 @@ static size_t count_nonfinite(const float *d, size_t n) {
 struct gpu_info {
     char name[256];
     int n_sm;
+    int mma3_ctas; /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): whether it is the default */
     double peak_gbs, peak_tflops;
 };
 
@@ -563,8 +564,9 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                       : attn_mma && !strcmp(attn_mma, "2") ? 2
                       : attn_mma && !strcmp(attn_mma, "3") ? 3
                                                            : -1;
-    const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
-    view.attn_mma = asked < 0 ? (mma3_ctas >= 2 ? 3 : 2) : asked == 3 && mma3_ctas < 1 ? 2 : asked;
+    view.attn_mma = asked < 0                        ? (gi.mma3_ctas >= 2 ? 3 : 2)
+                    : asked == 3 && gi.mma3_ctas < 1 ? 2
+                                                     : asked;
     view.mma3_min_ctas = asked < 0 && view.attn_mma == 3 ? gi.n_sm : 0;
     view.min_q_len = decode ? 1 : T;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
@@ -720,20 +722,19 @@ int main(int argc, char **argv) {
     int rt = 0, drv = 0;
     CK(cudaRuntimeGetVersion(&rt));
     CK(cudaDriverGetVersion(&drv));
-    /* attn_mma3_kernel's CTAs an SM at D 128 (2 on sm_90): whether it is the default */
-    const int mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
+    gi.mma3_ctas = comet_cuda_attention_mma3_ctas_per_sm();
     printf("{\"type\":\"env\",\"src\":\"comet\",\"gpu\":\"%s\",\"sm\":%d,\"cc\":\"%d.%d\","
            "\"mem_total_gb\":%.1f,\"mem_free_gb\":%.1f,\"cuda_runtime\":%d,\"cuda_driver\":%d,"
            "\"peak_gbs\":%.0f,\"peak_tflops\":%.0f,\"model\":\"%s\",\"H\":%d,\"Hkv\":%d,\"D\":%d,"
            "\"P\":%d,\"mma3_ctas_sm\":%d}\n",
            gi.name, gi.n_sm, prop.major, prop.minor, total_b / 1e9, free_b / 1e9, rt, drv,
-           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P, mma3_ctas);
+           gi.peak_gbs, gi.peak_tflops, o.model, o.H, o.Hkv, o.D, o.P, gi.mma3_ctas);
     fflush(stdout);
     fprintf(stderr,
             "bench_attention: %s, %d SMs, %.1f GB (%.1f free); peaks %.0f GB/s, %.0f TFLOPS; "
             "H %d, Hkv %d, D %d, page %d; attn_mma3_kernel %d CTAs an SM at D 128\n",
             gi.name, gi.n_sm, total_b / 1e9, free_b / 1e9, gi.peak_gbs, gi.peak_tflops, o.H, o.Hkv,
-            o.D, o.P, mma3_ctas);
+            o.D, o.P, gi.mma3_ctas);
 
     for (int B : o.batch)
         for (int L : o.ctx)

@@ -37,6 +37,12 @@ static_assert(MMA2_MAX_G * COMET_CUDA_ATTN_TILE <= MMA2_ROWS, "a whole tile a CT
  * attn_mma_kernel's formula) and its sequence's first page (pbase). False: the CTA has no work
  * (a sequence with fewer than a.tc_min tokens in the step, sub > 0, a tile that is not the
  * first of its group). */
+/* Consecutive 16-token tiles of one sequence a 128-row CTA takes at GQA group g >= 1: whole
+ * tiles, at least one. */
+__host__ __device__ constexpr int mma_tiles_per_cta(int g) {
+    return MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE) > 1 ? MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE) : 1;
+}
+
 struct mma_cta {
     int kvh, split, t0, rows, kbeg, kend, pbase;
 };
@@ -48,7 +54,7 @@ __device__ __forceinline__ bool mma_cta_of(const att_args &a, mma_cta &c) {
     const int seq_beg = a.token_indptr[seq], seq_end = a.token_indptr[seq + 1];
     if (seq_end - seq_beg < a.tc_min || sub != 0)
         return false;
-    const int tpc = max(1, MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE));
+    const int tpc = mma_tiles_per_cta(g);
     if ((t_first - seq_beg) / COMET_CUDA_ATTN_TILE % tpc)
         return false;
     const int t0 = t_first, nt = min(tpc * COMET_CUDA_ATTN_TILE, seq_end - t0);

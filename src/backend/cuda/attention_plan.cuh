@@ -107,13 +107,11 @@ bool mma3_layout_ok(const comet_cuda_kv_layout *L) {
 bool att_plan_waves() { return !comet_cuda_env_off("COMET_CUDA_ATTN_PLAN_WAVES"); }
 
 /* The CTAs of attn_mma2_kernel or attn_mma3_kernel that do a step's work: a CTA takes 128
- * query rows, tpc = max(1, 128 / (16 g)) consecutive 16-token tiles of one sequence, for each
- * KV head; counted over the step's tiles as if they were one sequence's (a lower bound: a
+ * query rows, mma_tiles_per_cta(g) consecutive 16-token tiles of one sequence (g >= 1), for
+ * each KV head; counted over the step's tiles as if they were one sequence's (a lower bound: a
  * sequence's last group may hold fewer tiles). */
 long mma_work_ctas(const comet_cuda_step_view *st, int g, int Hkv) {
-    const int tpc = g >= 1 && MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE) > 1
-                        ? MMA2_ROWS / (g * COMET_CUDA_ATTN_TILE)
-                        : 1;
+    const int tpc = mma_tiles_per_cta(g);
     return (long)(st->n_tiles + tpc - 1) / tpc * Hkv;
 }
 
