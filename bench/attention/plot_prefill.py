@@ -5,8 +5,9 @@ Reads the table "Key splits and the kernel by prompt length" of a prefill-attent
 file (bench/results/2026-12-07-h100-prefill-attention.md: one layer's time in us for each
 kernel and split count, the plan's picks in bold) and draws, for the INT4 cache with groups
 of 16 and with one pair a head vector (int4/128), the time of the earlier plan's pick, the
-time of the current plan's pick (the bold cell) and the FP16 cache's best, against T.
-Needs matplotlib.
+time of the current plan's pick (the bold cell) and the FP16 cache's best, against T; and,
+where the file has the section "The plan on the GPU", the plan's times measured with the plan
+running (its table "One layer", up to 1024 tokens). Needs matplotlib.
 """
 import re
 import sys
@@ -46,6 +47,25 @@ def read_table(path):
     return rows
 
 
+def read_measured(path):
+    """{T: (int4/16 us, int4/128 us)} from the table "One layer" of "The plan on the GPU"."""
+    text = open(path, encoding="utf-8").read()
+    if "## The plan on the GPU" not in text:
+        return {}
+    start = text.index("### One layer", text.index("## The plan on the GPU"))
+    rows = {}
+    for line in text[start:].splitlines():
+        m = re.match(r"^\| (\d+) \|(.*)\|$", line)
+        if not m:
+            if rows and not line.startswith("|"):
+                break
+            continue
+        cells = [c.strip() for c in m.group(2).split("|")]
+        num = lambda c: float(c.split(" (")[0].replace(",", ""))
+        rows[int(m.group(1))] = (num(cells[0]), num(cells[3]))
+    return rows
+
+
 def main():
     if len(sys.argv) != 3:
         sys.exit("usage: plot_prefill.py RESULTS.md OUT.png")
@@ -55,6 +75,7 @@ def main():
     import matplotlib.pyplot as plt
 
     rows = read_table(sys.argv[1])
+    measured = read_measured(sys.argv[1])
     T = sorted(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, (fmt, idx, label) in zip(
@@ -73,6 +94,10 @@ def main():
         ax.plot(T, earlier, "o-", label="earlier plan (splits from the fp32 grid)")
         ax.plot(T, now, "s-", label="whole-wave plan (main)")
         ax.plot(T, fp16, "^--", color="gray", label="FP16 cache, best split")
+        meas = [(t, v[idx]) for t, v in sorted(measured.items()) if t <= T[-1]]
+        if meas:
+            ax.plot([t for t, _ in meas], [v for _, v in meas], "kx", markersize=9,
+                    label="whole-wave plan, measured running (session 11)")
         for t, a, b in zip(T, earlier, now):
             if a / b > 1.05:
                 ax.annotate("%.2fx" % (a / b), (t, b), textcoords="offset points", xytext=(0, -14),
