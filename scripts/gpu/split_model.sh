@@ -5,13 +5,15 @@
 #
 # Writes .gpu-carry/model/<file>.partN-of-M (N = 1..M) and <file>.sha256 (the sha256 of the
 # whole file, which join_model.sh checks). The 64 MiB a call carries counts the working
-# tree too (~4.5 MiB), so the default cuts parts of 38 MiB (3 parts: 38 + 38 + 17.8 MiB),
-# which lets .deb (18.3 MiB) and the model travel in two calls:
+# tree too (~6 MiB), so the default cuts parts of 38 MiB (3 parts: 38 + 38 + 12.6 MiB),
+# which lets .deb (18.3 MiB), the model and the texts the model stage reads (1.8 MiB) travel
+# in two calls:
 #   run 1: carry [".deb", ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.sha256",
 #                 ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.part1-of-3"]
 #   run 2: carry [".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.sha256",
 #                 ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.part2-of-3",
-#                 ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.part3-of-3"]
+#                 ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.part3-of-3",
+#                 "data/austen/prideprejudice.txt", "data/mobydick.txt"]
 # (ignored files already on the warm machine stay between calls; name the part files, not
 # the folder, in carry, or each call replaces the folder and the earlier part is gone).
 #
