@@ -30,6 +30,11 @@
  * 3 two CTAs an SM, 2 pipelined, 1 first tensor-core, 0 fp32).
  *   FLOPs = 4 * (T * T / 2) * D * H (QK^T and PV over the causal half, the FlashAttention
  *   convention); TFLOPS = FLOPs / time; % of the dense FP16 tensor-core peak --peak-tflops.
+ * Mixed (--mixed B:L:T): the step of continuous batching with chunked prefill, B decode
+ * sequences of L keys (one token each, as in decode) followed by one prefill chunk of T tokens
+ * (positions 0 .. T - 1, as in prefill), in one op call with the plan's one key split count
+ * for all of them; the decodes take attn_kernel, the chunk its tensor-core kernel. One copy of
+ * the cache (no rotation); bytes and FLOPs are the sums of the two parts'.
  *
  * Timing: one untimed call, one call timed alone (its time sets the repetitions), then R
  * intervals of G back-to-back calls between two CUDA events on one stream, queued behind a
@@ -49,6 +54,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -160,6 +166,7 @@ struct opts {
     std::vector<kv_spec> kv;
     std::vector<int> ctx = {1024, 8192, 32768}, batch = {1, 16, 64, 256},
                      prefill = {512, 2048, 8192};
+    std::vector<std::array<int, 3>> mixed; /* (B, L, T) of --mixed; default none */
     const char *rotate = "auto"; /* auto: hadamard for codes, none for fp16 (kv_format.c) */
     double peak_gbs = 0, peak_tflops = 0;
     int max_reps = 15;
@@ -176,7 +183,7 @@ static void usage(FILE *f) {
             "         [--kv int4/16,int4/16:fp32,int4/16:mma1,int4/16:mma2,int4/128,fp16]\n"
             "         [--ctx 1024,8192,32768] [--batch 1,16,64,256] [--prefill 512,2048,8192]\n"
             "         [--page P] [--rotate auto|none|hadamard] [--peak-gbs X] [--peak-tflops X]\n"
-            "         [--reps N] [--splits S]\n"
+            "         [--reps N] [--splits S] [--mixed B:L:T,...]\n"
             "  --model     8b: H 32, Hkv 8, D 128 (default); 70b: H 64, Hkv 8, D 128\n"
             "  --kv        KV formats, comma-separated: int4/G, int8/G (G channels per fp16\n"
             "              (scale, zero) pair; int4 alone: one pair per head vector, G = D) or\n"
@@ -200,7 +207,9 @@ static void usage(FILE *f) {
             "  --peak-tflops  dense FP16 tensor-core peak (default by name: 989, H100 PCIe 756)\n"
             "  --reps      most timed intervals a shape (default 15, at most %d)\n"
             "  --splits    key splits of every row, 1 to 64 (default 0: the backend's plan,\n"
-            "              comet_cuda_attention_splits)\n",
+            "              comet_cuda_attention_splits)\n"
+            "  --mixed     mixed steps: B decode sequences of L keys and one prefill chunk of T\n"
+            "              tokens in one call (default none; B >= 1, T >= 2)\n",
             MAX_REPS);
 }
 
@@ -239,6 +248,26 @@ static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::v
             return false;
         }
         out->push_back(v);
+    }
+    return true;
+}
+
+/* --mixed's "B:L:T,..." (B in 1..4096, L in 1..2^20, T in 2..2^17: a chunk of one token
+ * would be a decode) into (B, L, T) triples. */
+static bool parse_mixed(const char *arg, std::vector<std::array<int, 3>> *out) {
+    out->clear();
+    for (const std::string &item : split_commas(arg)) {
+        std::array<int, 3> m;
+        char tail;
+        if (sscanf(item.c_str(), "%d:%d:%d%c", &m[0], &m[1], &m[2], &tail) != 3 || m[0] < 1 ||
+            m[0] > 4096 || m[1] < 1 || m[1] > (1 << 20) || m[2] < 2 || m[2] > (1 << 17)) {
+            fprintf(stderr,
+                    "bench_attention: --mixed: '%s' is not B:L:T (B 1..4096, L 1..%d, "
+                    "T 2..%d)\n",
+                    item.c_str(), 1 << 20, 1 << 17);
+            return false;
+        }
+        out->push_back(m);
     }
     return true;
 }
@@ -320,6 +349,8 @@ static int parse_args(int argc, char **argv, opts *o) {
             ok = parse_int(v, 3, MAX_REPS, &o->max_reps);
         else if (!strcmp(a, "--splits"))
             ok = parse_int(v, 0, 64, &o->splits);
+        else if (!strcmp(a, "--mixed"))
+            ok = parse_mixed(v, &o->mixed);
         else if (!strcmp(a, "--rotate")) {
             o->rotate = v;
             ok = !strcmp(v, "auto") || !strcmp(v, "none") || !strcmp(v, "hadamard");
@@ -469,7 +500,7 @@ static size_t count_nonfinite(const float *d, size_t n) {
     return bad;
 }
 
-/* ---- the two modes ------------------------------------------------------------------------- */
+/* ---- the three modes ----------------------------------------------------------------------- */
 
 struct gpu_info {
     char name[256];
@@ -505,9 +536,10 @@ static bool fits(size_t need, double *free_gb) {
     return need + (256ull << 20) <= free_b;
 }
 
-/* One measurement: a shape (decode: B sequences of L keys; prefill: T tokens) in format k.
- * Decode when T == 0. */
-static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T) {
+/* One measurement: a shape (decode: B sequences of L keys; prefill: T tokens; mixed: both,
+ * the B decodes first) in format k. Decode when T == 0, mixed when `mixed`. */
+static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B, int Lctx, int T,
+                      bool mixed = false) {
     const bool decode = T == 0;
     if ((k.fp32_decode && !decode) || (k.mma > 0 && decode))
         return; /* the switches move decode steps, prefill steps only */
@@ -515,17 +547,28 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
         setenv("COMET_CUDA_ATTN_DECODE_MMA", "0", 1);
     else
         unsetenv("COMET_CUDA_ATTN_DECODE_MMA");
-    const char *mode = decode ? "decode" : "prefill";
+    const char *mode = decode ? "decode" : mixed ? "mixed" : "prefill";
     const int P = o.P, H = o.H, Hkv = o.Hkv, D = o.D;
-    const int n_seq = decode ? B : 1, keys = decode ? Lctx : T, n_tok = decode ? B : T;
-    const int jB = decode ? B : 1, jL = decode ? Lctx : T, jT = decode ? 1 : T; /* as printed */
+    const int n_dec = decode || mixed ? B : 0;  /* decode sequences, first */
+    const int n_seq = n_dec + (decode ? 0 : 1); /* and the prefill chunk */
+    const int n_tok = n_dec + (decode ? 0 : T);
+    const int keys = std::max(n_dec ? Lctx : 0, decode ? 0 : T); /* the longest sequence's */
+    const int jB = decode || mixed ? B : 1, jL = decode || mixed ? Lctx : T, jT = decode ? 1 : T;
     snprintf(g_where, sizeof g_where, "%s %s B %d L %d T %d", mode, k.name.c_str(), jB, jL, jT);
-    const int pps = (keys + P - 1) / P;       /* pages a sequence */
-    const long set_pages = (long)n_seq * pps; /* pages a copy of the cache */
+    /* a sequence's tokens and keys: a decode's one token at position L - 1, the chunk's T at
+     * 0 .. T - 1 */
+    auto seq_keys = [&](int s) { return s < n_dec ? Lctx : T; };
+    std::vector<int32_t> token_indptr(n_seq + 1), page_indptr(n_seq + 1);
+    long total_keys = 0;
+    for (int s = 0; s < n_seq; s++) {
+        token_indptr[s + 1] = token_indptr[s] + (s < n_dec ? 1 : T);
+        page_indptr[s + 1] = page_indptr[s] + (seq_keys(s) + P - 1) / P;
+        total_keys += seq_keys(s);
+    }
+    const long set_pages = page_indptr[n_seq]; /* pages a copy of the cache */
     const comet_cuda_kv_layout L1 = comet_cuda_kv_layout_make(1, 1, P, Hkv, D, k.bits, k.G);
-    const double kv_bytes =
-        (double)n_seq * Hkv * keys * 2.0 * (L1.code_row_bytes + L1.sz_row_bytes);
-    const double pt_bytes = (double)n_seq * pps * 4.0;
+    const double kv_bytes = (double)total_keys * Hkv * 2.0 * (L1.code_row_bytes + L1.sz_row_bytes);
+    const double pt_bytes = (double)set_pages * 4.0;
     int n_sets = 1;
     if (decode)
         n_sets = (int)std::min<double>(MAX_SETS, std::max(1.0, std::ceil(ROT_BYTES / kv_bytes)));
@@ -536,15 +579,11 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     const int n_pages = (int)(n_sets * set_pages);
     const comet_cuda_kv_layout L = comet_cuda_kv_layout_make(1, n_pages, P, Hkv, D, k.bits, k.G);
 
-    /* the step's host arrays: one sequence's positions 0 .. T-1 (prefill), or one token at
-     * position L - 1 of each of B sequences (decode); copies differ in their page ids only */
-    std::vector<int32_t> positions(n_tok), token_indptr(n_seq + 1), page_indptr(n_seq + 1);
-    for (int t = 0; t < n_tok; t++)
-        positions[t] = decode ? Lctx - 1 : t;
-    for (int s = 0; s <= n_seq; s++) {
-        token_indptr[s] = decode ? s : s * T;
-        page_indptr[s] = s * pps;
-    }
+    /* the step's positions; copies of the cache differ in their page ids only */
+    std::vector<int32_t> positions(n_tok);
+    for (int s = 0; s < n_seq; s++)
+        for (int t = token_indptr[s]; t < token_indptr[s + 1]; t++)
+            positions[t] = s < n_dec ? Lctx - 1 : t - token_indptr[s];
     const int n_tiles = comet_cuda_attention_tiles(token_indptr.data(), n_seq, NULL);
     std::vector<int32_t> tiles(2 * (size_t)n_tiles);
     comet_cuda_attention_tiles(token_indptr.data(), n_seq, tiles.data());
@@ -568,7 +607,7 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                     : asked == 3 && gi.mma3_ctas < 1 ? 2
                                                      : asked;
     view.mma3_min_ctas = asked < 0 && view.attn_mma == 3 ? gi.n_sm : 0;
-    view.min_q_len = decode ? 1 : T;
+    view.min_q_len = n_dec ? 1 : T;
     const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
@@ -646,7 +685,9 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     }
 
     const double bytes = kv_bytes + pt_bytes, gbs = bytes / (tm.us * 1e3);
-    const double flops = decode ? 0.0 : 4.0 * ((double)T * T / 2.0) * D * H;
+    /* the chunk's causal half and each decode token's L keys (QK^T and PV) */
+    const double flops =
+        decode ? 0.0 : 4.0 * ((double)T * T / 2.0) * D * H + 4.0 * n_dec * (double)Lctx * D * H;
     const double tflops = decode ? 0.0 : flops / (tm.us * 1e6);
     printf("{\"type\":\"result\",\"src\":\"comet\",\"mode\":\"%s\",\"model\":\"%s\",\"H\":%d,"
            "\"Hkv\":%d,\"D\":%d,\"P\":%d,\"kv\":\"%s\",\"bits\":%d,\"G\":%d,\"rotate\":\"%s\","
@@ -665,14 +706,22 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                 "copies %d)\n",
                 k.name.c_str(), B, Lctx, tm.us, bytes / 1e6, gbs, 100.0 * gbs / gi.peak_gbs, splits,
                 n_sets);
-    else
-        fprintf(stderr,
+    else {
+        const char *kname = kernel == 3   ? "mma3"
+                            : kernel == 2 ? "mma2"
+                            : kernel == 1 ? "mma"
+                                          : "fp32";
+        if (mixed)
+            fprintf(stderr,
+                    "  mixed   %-9s B %4d L %6d + T %5d: %10.2f us %8.2f TFLOPS %9.1f GB/s "
+                    "(splits %d, chunk on %s)\n",
+                    k.name.c_str(), B, Lctx, T, tm.us, tflops, gbs, splits, kname);
+        else
+            fprintf(
+                stderr,
                 "  prefill %-9s T %5d: %10.2f us %8.2f TFLOPS %5.1f %% (splits %d, kernel %s)\n",
-                k.name.c_str(), T, tm.us, tflops, 100.0 * tflops / gi.peak_tflops, splits,
-                kernel == 3   ? "mma3"
-                : kernel == 2 ? "mma2"
-                : kernel == 1 ? "mma"
-                              : "fp32");
+                k.name.c_str(), T, tm.us, tflops, 100.0 * tflops / gi.peak_tflops, splits, kname);
+    }
 }
 
 /* ---- main --------------------------------------------------------------------------------- */
@@ -743,6 +792,9 @@ int main(int argc, char **argv) {
     for (int T : o.prefill)
         for (const kv_spec &k : o.kv)
             run_shape(o, gi, k, 0, 0, T);
+    for (const auto &m : o.mixed)
+        for (const kv_spec &k : o.kv)
+            run_shape(o, gi, k, m[0], m[1], m[2], true);
     CK(cudaStreamDestroy(g_st));
     return g_failed ? 1 : 0;
 }

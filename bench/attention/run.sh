@@ -16,7 +16,8 @@
 #   COMET_BUILD_DIR  the CMake build holding bench/bench_attention (default build-gpu)
 #   BENCH_ARGS       arguments for both programs (--model 70b, --ctx, --batch, --prefill,
 #                    --peak-gbs, --peak-tflops, --reps)
-#   COMET_ARGS       arguments for bench_attention only (--kv, --page, --rotate)
+#   COMET_ARGS       arguments for bench_attention only (--kv, --page, --rotate, --splits,
+#                    --mixed B:L:T: steps of B decodes and one prefill chunk)
 #   TORCH_ARGS       arguments for sdpa_torch.py only (--decode-gqa, --math)
 #   COMET_COMMIT     the commit to name when this tree has no .git (default: git rev-parse)
 #   PYTHON           the Python with torch (default python3)

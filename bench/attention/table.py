@@ -198,6 +198,25 @@ def main():
                                f"{min(r['pct_tc'] for r in g):.1f} to "
                                f"{max(r['pct_tc'] for r in g):.1f} % of the dense FP16 "
                                "tensor-core peak (goal >= 50 %)")
+    mix = [r for r in rows if r["mode"] == "mixed"]
+    if mix:
+        L.append("## Mixed steps (B decode sequences of L keys and one prefill chunk of T "
+                 "tokens, one call)")
+        L.append("")
+        L.append("| B | L | T | impl | us | GB/s | TFLOPS | vs comet FP16 | note |")
+        L.append("|---:|---:|---:|---|---:|---:|---:|---:|---|")
+        for B, Lc, T in sorted({(r["B"], r["L"], r["T"]) for r in mix}):
+            srows = [r for r in mix if (r["B"], r["L"], r["T"]) == (B, Lc, T)]
+            srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
+            ref = fp16_us(srows)
+            for r in srows:
+                ok = r.get("status") == "ok"
+                ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
+                L.append(f"| {B} | {Lc} | {T} | {impl_name(r)}"
+                         f" | {fmt(r.get('us'), 1) if ok else ''}"
+                         f" | {fmt(r.get('gbs'), 0) if ok else ''}"
+                         f" | {fmt(r.get('tflops'), 2) if ok else ''} | {ratio} | {note(r)} |")
+        L.append("")
     bad = [r for r in rows if r.get("check", "ok") != "ok" or r.get("status") == "failed"]
     if bad:
         summary.append(f"- **{len(bad)} rows failed a check or did not run** (see the notes)")
