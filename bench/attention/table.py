@@ -134,6 +134,21 @@ def main():
                 return r["us"]
         return None
 
+    def shape_table(rows_, key, cells, n_cells):
+        """One Markdown row a measurement of rows_, shapes key(r) in sorted order and comet
+        before torch within one: the shape's values, the impl, cells(r) (n_cells strings; blank
+        where the row did not run), the speed against comet FP16's, the note."""
+        for shape in sorted({key(r) for r in rows_}):
+            srows = [r for r in rows_ if key(r) == shape]
+            srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
+            ref = fp16_us(srows)
+            for r in srows:
+                ok = r.get("status") == "ok"
+                ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
+                vals = cells(r) if ok else [""] * n_cells
+                L.append("| " + " | ".join([str(v) for v in shape] + [impl_name(r)] + vals +
+                                           [ratio, note(r)]) + " |")
+
     summary = []
     dec = [r for r in rows if r["mode"] == "decode"]
     if dec:
@@ -141,18 +156,9 @@ def main():
         L.append("")
         L.append("| B | L | impl | us | MB read | GB/s | % of peak | vs comet FP16 | note |")
         L.append("|---:|---:|---|---:|---:|---:|---:|---:|---|")
-        shapes = sorted({(r["B"], r["L"]) for r in dec})
-        for B, Lc in shapes:
-            srows = [r for r in dec if (r["B"], r["L"]) == (B, Lc)]
-            srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
-            ref = fp16_us(srows)
-            for r in srows:
-                ok = r.get("status") == "ok"
-                ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
-                L.append(f"| {B} | {Lc} | {impl_name(r)} | {fmt(r.get('us'), 2) if ok else ''}"
-                         f" | {fmt(r['bytes'] / 1e6, 1) if ok else ''}"
-                         f" | {fmt(r.get('gbs'), 0) if ok else ''}"
-                         f" | {fmt(r.get('pct_peak'), 1) if ok else ''} | {ratio} | {note(r)} |")
+        shape_table(dec, lambda r: (r["B"], r["L"]),
+                    lambda r: [fmt(r.get("us"), 2), fmt(r["bytes"] / 1e6, 1),
+                               fmt(r.get("gbs"), 0), fmt(r.get("pct_peak"), 1)], 4)
         L.append("")
         goal = [r for r in dec if r["src"] == "comet" and r["kv"].startswith("int4")
                 and r.get("status") == "ok" and r["B"] >= 16 and r["L"] >= 8192]
@@ -179,16 +185,9 @@ def main():
         L.append("")
         L.append("| T | impl | us | TFLOPS | % of TC peak | vs comet FP16 | note |")
         L.append("|---:|---|---:|---:|---:|---:|---|")
-        for T in sorted({r["T"] for r in pre}):
-            srows = [r for r in pre if r["T"] == T]
-            srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
-            ref = fp16_us(srows)
-            for r in srows:
-                ok = r.get("status") == "ok"
-                ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
-                L.append(f"| {T} | {impl_name(r)} | {fmt(r.get('us'), 1) if ok else ''}"
-                         f" | {fmt(r.get('tflops'), 2) if ok else ''}"
-                         f" | {fmt(r.get('pct_tc'), 1) if ok else ''} | {ratio} | {note(r)} |")
+        shape_table(pre, lambda r: (r["T"],),
+                    lambda r: [fmt(r.get("us"), 1), fmt(r.get("tflops"), 2),
+                               fmt(r.get("pct_tc"), 1)], 3)
         L.append("")
         for kv in [k for s, k in order if s == "comet"]:
             g = [r for r in pre if r["src"] == "comet" and r["kv"] == kv
@@ -205,17 +204,9 @@ def main():
         L.append("")
         L.append("| B | L | T | impl | us | GB/s | TFLOPS | vs comet FP16 | note |")
         L.append("|---:|---:|---:|---|---:|---:|---:|---:|---|")
-        for B, Lc, T in sorted({(r["B"], r["L"], r["T"]) for r in mix}):
-            srows = [r for r in mix if (r["B"], r["L"], r["T"]) == (B, Lc, T)]
-            srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
-            ref = fp16_us(srows)
-            for r in srows:
-                ok = r.get("status") == "ok"
-                ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
-                L.append(f"| {B} | {Lc} | {T} | {impl_name(r)}"
-                         f" | {fmt(r.get('us'), 1) if ok else ''}"
-                         f" | {fmt(r.get('gbs'), 0) if ok else ''}"
-                         f" | {fmt(r.get('tflops'), 2) if ok else ''} | {ratio} | {note(r)} |")
+        shape_table(mix, lambda r: (r["B"], r["L"], r["T"]),
+                    lambda r: [fmt(r.get("us"), 1), fmt(r.get("gbs"), 0),
+                               fmt(r.get("tflops"), 2)], 3)
         L.append("")
     bad = [r for r in rows if r.get("check", "ok") != "ok" or r.get("status") == "failed"]
     if bad:
