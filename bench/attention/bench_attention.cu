@@ -33,8 +33,10 @@
  * Mixed (--mixed B:L:T): the step of continuous batching with chunked prefill, B decode
  * sequences of L keys (one token each, as in decode) followed by one prefill chunk of T tokens
  * (positions 0 .. T - 1, as in prefill), in one op call with the plan's one key split count
- * for all of them; the decodes take attn_kernel, the chunk its tensor-core kernel. One copy of
- * the cache (no rotation); bytes and FLOPs are the sums of the two parts'.
+ * for all of them; the decodes take attn_kernel, the chunk its tensor-core kernel (attn_kernel
+ * too under 16 tokens). One copy of the cache (no rotation: a small step's K/V may stay in
+ * L2, so its GB/s is not comparable with the decode rows'); bytes and FLOPs are the sums of
+ * the two parts'.
  *
  * Timing: one untimed call, one call timed alone (its time sets the repetitions), then R
  * intervals of G back-to-back calls between two CUDA events on one stream, queued behind a
@@ -176,6 +178,7 @@ struct opts {
 static const int MAX_REPS = 32;
 static const size_t ROT_BYTES = 256ull << 20; /* distinct K/V bytes over the rotated copies */
 static const int MAX_SETS = 256;
+static const int MIN_TC_CHUNK = 16; /* tokens from which a chunk takes a tensor-core kernel */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -255,12 +258,19 @@ static bool parse_ints(const char *arg, const char *what, int lo, int hi, std::v
 /* --mixed's "B:L:T,..." (B in 1..4096, L in 1..2^20, T in 2..2^17: a chunk of one token
  * would be a decode) into (B, L, T) triples. */
 static bool parse_mixed(const char *arg, std::vector<std::array<int, 3>> *out) {
+    static const int lo[3] = {1, 1, 2}, hi[3] = {4096, 1 << 20, 1 << 17};
     out->clear();
     for (const std::string &item : split_commas(arg)) {
         std::array<int, 3> m;
-        char tail;
-        if (sscanf(item.c_str(), "%d:%d:%d%c", &m[0], &m[1], &m[2], &tail) != 3 || m[0] < 1 ||
-            m[0] > 4096 || m[1] < 1 || m[1] > (1 << 20) || m[2] < 2 || m[2] > (1 << 17)) {
+        bool ok = true;
+        size_t at = 0;
+        for (int f = 0; f < 3 && ok; f++) { /* three fields, ':' between them */
+            const size_t end = f < 2 ? item.find(':', at) : item.size();
+            ok = end != std::string::npos &&
+                 parse_int(item.substr(at, end - at).c_str(), lo[f], hi[f], &m[f]);
+            at = end + 1;
+        }
+        if (!ok) {
             fprintf(stderr,
                     "bench_attention: --mixed: '%s' is not B:L:T (B 1..4096, L 1..%d, "
                     "T 2..%d)\n",
@@ -558,14 +568,11 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
     /* a sequence's tokens and keys: a decode's one token at position L - 1, the chunk's T at
      * 0 .. T - 1 */
     auto seq_keys = [&](int s) { return s < n_dec ? Lctx : T; };
-    std::vector<int32_t> token_indptr(n_seq + 1), page_indptr(n_seq + 1);
-    long total_keys = 0;
+    long total_keys = 0, set_pages = 0; /* set_pages: pages a copy of the cache */
     for (int s = 0; s < n_seq; s++) {
-        token_indptr[s + 1] = token_indptr[s] + (s < n_dec ? 1 : T);
-        page_indptr[s + 1] = page_indptr[s] + (seq_keys(s) + P - 1) / P;
         total_keys += seq_keys(s);
+        set_pages += (seq_keys(s) + P - 1) / P;
     }
-    const long set_pages = page_indptr[n_seq]; /* pages a copy of the cache */
     const comet_cuda_kv_layout L1 = comet_cuda_kv_layout_make(1, 1, P, Hkv, D, k.bits, k.G);
     const double kv_bytes = (double)total_keys * Hkv * 2.0 * (L1.code_row_bytes + L1.sz_row_bytes);
     const double pt_bytes = (double)set_pages * 4.0;
@@ -577,6 +584,11 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
         return;
     }
     const int n_pages = (int)(n_sets * set_pages);
+    std::vector<int32_t> token_indptr(n_seq + 1), page_indptr(n_seq + 1);
+    for (int s = 0; s < n_seq; s++) { /* within int32: set_pages <= n_pages */
+        token_indptr[s + 1] = token_indptr[s] + (s < n_dec ? 1 : T);
+        page_indptr[s + 1] = page_indptr[s] + (seq_keys(s) + P - 1) / P;
+    }
     const comet_cuda_kv_layout L = comet_cuda_kv_layout_make(1, n_pages, P, Hkv, D, k.bits, k.G);
 
     /* the step's positions; copies of the cache differ in their page ids only */
@@ -608,7 +620,11 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                                                      : asked;
     view.mma3_min_ctas = asked < 0 && view.attn_mma == 3 ? gi.n_sm : 0;
     view.min_q_len = n_dec ? 1 : T;
-    const int kernel = decode ? -1 : comet_cuda_attention_prefill_kernel(&L, &view, H);
+    /* a chunk under the 16 tokens of attention.h's tensor-core kernels runs on attn_kernel */
+    const int kernel = decode ? -1
+                       : mixed && T < MIN_TC_CHUNK
+                           ? 0
+                           : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);
     const size_t ws_bytes = comet_cuda_attention_workspace_bytes(&L, &view, H, splits);
     const size_t qo_bytes = (size_t)n_tok * H * D * sizeof(float);
