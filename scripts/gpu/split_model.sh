@@ -5,9 +5,9 @@
 #
 # Writes .gpu-carry/model/<file>.partN-of-M (N = 1..M) and <file>.sha256 (the sha256 of the
 # whole file, which join_model.sh checks). The 64 MiB a call carries counts the working
-# tree too (~6 MiB), so the default cuts parts of 38 MiB (3 parts: 38 + 38 + 12.6 MiB),
+# tree too (~6 MiB), so the default cuts parts of 38 MiB (3 parts: 38 + 38 + 17.8 MiB),
 # which lets .deb (18.3 MiB), the model and the texts the model stage reads (1.8 MiB) travel
-# in two calls:
+# in two calls (scripts/gpu/prep.sh prints the lists and checks their sizes):
 #   run 1: carry [".deb", ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.sha256",
 #                 ".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.part1-of-3"]
 #   run 2: carry [".gpu-carry/model/SmolLM2-135M-Instruct.Q4_1.gguf.sha256",
