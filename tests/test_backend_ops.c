@@ -24,8 +24,12 @@
  * before the op and framed by guard bytes.
  *
  * Usage: test_backend_ops [--cuda] [--perf]
- *   default: the CPU backends (cpu-ref, cpu); --cuda: the CUDA backend only, exit 77 (ctest:
- *   skipped) when it does not open. ctest registers both (the second under the label cuda).
+ *   default: the CPU backends (cpu-ref, cpu); --cuda: the CUDA backend, exit 77 (ctest:
+ *   skipped) when it does not open, plus for the attention rows two more CUDA backends opened
+ *   with COMET_CUDA_ATTN_MMA=3 (cuda-mma3: attn_mma3_kernel on every prefill chunk whose cache
+ *   it reads, where the default plan keeps it for steps of more CTAs than SMs, larger than
+ *   these rows) and =1 (cuda-mma1: attn_mma_kernel, which the default takes only for GQA
+ *   groups over 8). ctest registers both runs (the second under the label cuda).
  *   COMET_TEST_BACKEND=name[,name]  only these backends
  *   COMET_TEST_FILTER=pattern       only rows whose name matches (cmocka's * and ?
  *                                   wildcards; names read "op/variant/detail/T<n>")
@@ -153,6 +157,7 @@ typedef struct row {
 typedef struct bk {
     const char *name;
     comet_backend *be;
+    int attn_only; /* runs the attention rows only (a CUDA backend with a forced prefill kernel) */
 } bk;
 
 static bk g_ref;               /* the scalar reference (cpu-ref) */
@@ -709,6 +714,9 @@ static void test_row(void **state) {
     int ran = 0;
     for (int i = 0; i < g_n_bks; i++) {
         outs o;
+        if (g_bks[i].attn_only && r->op != OP_ATTENTION && r->op != OP_ATTENTION_QUANT &&
+            r->op != OP_ROPE_ATTENTION_QUANT)
+            continue;
         if (!run_row(r, i, &in, &o)) {
             print_message("  %-48s %-8s skipped: no %s op\n", r->name, g_bks[i].name,
                           OP_NAME[r->op]);
@@ -910,7 +918,7 @@ int main(int argc, char **argv) {
     }
     if (getenv("COMET_TEST_PERF") && !strcmp(getenv("COMET_TEST_PERF"), "1"))
         g_perf = 1;
-    g_ref = (bk){"cpu-ref", comet_backend_cpu_ref_init()};
+    g_ref = (bk){"cpu-ref", comet_backend_cpu_ref_init(), 0};
     if (!g_ref.be) {
         fprintf(stderr, "the reference backend does not open: %s\n", comet_last_error());
         return 1;
@@ -926,12 +934,38 @@ int main(int argc, char **argv) {
             comet_backend_free(g_ref.be);
             return required ? 1 : 77;
         }
-        g_bks[g_n_bks++] = (bk){"cuda", be};
+        if (backend_selected("cuda"))
+            g_bks[g_n_bks++] = (bk){"cuda", be, 0};
+        else
+            comet_backend_free(be);
+        /* the prefill kernels the default plan leaves out of these rows' small steps */
+        static const struct {
+            const char *name, *mma;
+        } forced[] = {{"cuda-mma3", "3"}, {"cuda-mma1", "1"}};
+        const char *was = getenv("COMET_CUDA_ATTN_MMA");
+        char *saved = was ? strdup(was) : NULL;
+        for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
+            if (!backend_selected(forced[f].name))
+                continue;
+            setenv("COMET_CUDA_ATTN_MMA", forced[f].mma, 1);
+            comet_backend *fb = comet_backend_cuda_init(0);
+            if (!fb) {
+                fprintf(stderr, "backend %s does not open: %s\n", forced[f].name,
+                        comet_last_error());
+                return 1;
+            }
+            g_bks[g_n_bks++] = (bk){forced[f].name, fb, 1};
+        }
+        if (saved)
+            setenv("COMET_CUDA_ATTN_MMA", saved, 1);
+        else
+            unsetenv("COMET_CUDA_ATTN_MMA");
+        free(saved);
     } else {
         if (backend_selected("cpu-ref"))
-            g_bks[g_n_bks++] = (bk){"cpu-ref", comet_backend_cpu_ref_init()};
+            g_bks[g_n_bks++] = (bk){"cpu-ref", comet_backend_cpu_ref_init(), 0};
         if (backend_selected("cpu"))
-            g_bks[g_n_bks++] = (bk){"cpu", comet_backend_cpu_init(2)};
+            g_bks[g_n_bks++] = (bk){"cpu", comet_backend_cpu_init(2), 0};
         for (int i = 0; i < g_n_bks; i++)
             if (!g_bks[i].be) {
                 fprintf(stderr, "backend %s does not open: %s\n", g_bks[i].name,
