@@ -14,7 +14,8 @@
 #                              BUILD_DIR default ~/.cache/comet-llamacpp/0.3.36/build-cuda).
 #     pack-src [SRC] [TAR]     the llama.cpp source (SRC: the vendored tree, or the
 #                              llama-cpp-python sdist .tar.gz; default
-#                              ~/.cache/comet-llamacpp/0.3.36/src) without models/, docs/ and
+#                              ~/.cache/comet-llamacpp/0.3.36/src, else that cache's sdist,
+#                              downloaded from PyPI when missing) without models/, docs/ and
 #                              other parts no build needs, into TAR (default
 #                              .gpu-carry/llamacpp-src.tar.gz, about 10 MB): the sdist itself
 #                              (76 MB) is over a call's 64 MiB.
@@ -72,8 +73,10 @@ say() { printf '==> [llama.cpp %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 TOOLS=(llama-bench llama-batched-bench)
 MAX_SEQ=256  # llama.cpp's LLAMA_MAX_SEQ: a context holds at most 256 sequences
-DEFAULT_BUILD="${HOME}/.cache/comet-llamacpp/0.3.36/build-cuda"
-DEFAULT_SRC="${HOME}/.cache/comet-llamacpp/0.3.36/src"
+LCP_VERSION=0.3.36 # the llama-cpp-python release whose vendored llama.cpp is measured
+CACHE="${COMET_LLAMACPP_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/comet-llamacpp}" # cpu_e2e.sh's
+DEFAULT_BUILD="$CACHE/$LCP_VERSION/build-cuda"
+DEFAULT_SRC="$CACHE/$LCP_VERSION/src"
 # source parts no build of the two tools needs (models/ alone is 75 MB)
 SRC_EXCLUDES=(models docs media benches tests tools/server/public tools/server/webui
               examples/llama.android examples/llama.swiftui gguf-py/tests .github)
@@ -125,6 +128,15 @@ cmd_pack_src() {
     STEP="pack-src"
     local src="${1:-$DEFAULT_SRC}" tar="${2:-$ROOT/.gpu-carry/llamacpp-src.tar.gz}"
     local stage
+    if [ -z "${1:-}" ] && [ ! -e "$src" ]; then # the sdist, in the cache cpu_e2e.sh shares
+        src="$CACHE/sdist/llama_cpp_python-$LCP_VERSION.tar.gz"
+        if [ ! -s "$src" ]; then
+            say "pip download --no-deps --no-binary :all: llama-cpp-python==$LCP_VERSION"
+            python3 -m pip download --no-deps --no-binary :all: --disable-pip-version-check \
+                -d "$CACHE/sdist" "llama-cpp-python==$LCP_VERSION" >&2 ||
+                die "pip download llama-cpp-python==$LCP_VERSION failed"
+        fi
+    fi
     stage="$(mktemp -d)"
     if [ -f "$src" ]; then
         tar -xzf "$src" -C "$stage" --wildcards '*/vendor/llama.cpp' ||

@@ -938,12 +938,11 @@ int main(int argc, char **argv) {
             g_bks[g_n_bks++] = (bk){"cuda", be, 0};
         else
             comet_backend_free(be);
-        /* the prefill kernels the default plan leaves out of these rows' small steps */
+        /* the prefill kernels the default plan leaves out of these rows' small steps (a
+         * backend reads COMET_CUDA_ATTN_MMA once, when it opens) */
         static const struct {
             const char *name, *mma;
         } forced[] = {{"cuda-mma3", "3"}, {"cuda-mma1", "1"}};
-        const char *was = getenv("COMET_CUDA_ATTN_MMA");
-        char *saved = was ? strdup(was) : NULL;
         for (size_t f = 0; f < sizeof forced / sizeof forced[0]; f++) {
             if (!backend_selected(forced[f].name))
                 continue;
@@ -956,11 +955,7 @@ int main(int argc, char **argv) {
             }
             g_bks[g_n_bks++] = (bk){forced[f].name, fb, 1};
         }
-        if (saved)
-            setenv("COMET_CUDA_ATTN_MMA", saved, 1);
-        else
-            unsetenv("COMET_CUDA_ATTN_MMA");
-        free(saved);
+        unsetenv("COMET_CUDA_ATTN_MMA");
     } else {
         if (backend_selected("cpu-ref"))
             g_bks[g_n_bks++] = (bk){"cpu-ref", comet_backend_cpu_ref_init(), 0};

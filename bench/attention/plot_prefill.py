@@ -22,48 +22,43 @@ EARLIER = {128: ("mma3_2", "g128_2"), 384: ("mma3_2", "g128_2"), 512: ("mma3_2",
 EARLIER_256 = (82.77, 82.86)
 
 
-def read_table(path):
-    text = open(path, encoding="utf-8").read()
-    start = text.index("## Key splits and the kernel by prompt length")
-    rows = {}
+def table_rows(text, start):
+    """(T, cells) of the Markdown table that follows offset start in text: its rows that begin
+    with a number, up to the first line after them that is not a table line."""
+    rows = []
     for line in text[start:].splitlines():
         m = re.match(r"^\| (\d+) \|(.*)\|$", line)
         if not m:
             if rows and not line.startswith("|"):
                 break
             continue
-        cells = [c.strip() for c in m.group(2).split("|")]
+        rows.append((int(m.group(1)), [c.strip() for c in m.group(2).split("|")]))
+    return rows
+
+
+def read_table(text):
+    rows = {}
+    for t, cells in table_rows(text, text.index("## Key splits and the kernel by prompt length")):
         if len(cells) != len(COLS):
-            sys.exit("plot_prefill.py: row %s has %d cells, want %d" % (m.group(1), len(cells),
-                                                                         len(COLS)))
+            sys.exit("plot_prefill.py: row %s has %d cells, want %d" % (t, len(cells), len(COLS)))
         vals, bold = {}, set()
         for name, c in zip(COLS, cells):
             if c.startswith("**"):
                 bold.add(name)
             vals[name] = float(c.strip("*").replace(",", ""))
-        rows[int(m.group(1))] = (vals, bold)
+        rows[t] = (vals, bold)
     if not rows:
-        sys.exit("plot_prefill.py: no table rows in %s" % path)
+        sys.exit("plot_prefill.py: no table rows")
     return rows
 
 
-def read_measured(path):
+def read_measured(text):
     """{T: (int4/16 us, int4/128 us)} from the table "One layer" of "The plan on the GPU"."""
-    text = open(path, encoding="utf-8").read()
     if "## The plan on the GPU" not in text:
         return {}
     start = text.index("### One layer", text.index("## The plan on the GPU"))
-    rows = {}
-    for line in text[start:].splitlines():
-        m = re.match(r"^\| (\d+) \|(.*)\|$", line)
-        if not m:
-            if rows and not line.startswith("|"):
-                break
-            continue
-        cells = [c.strip() for c in m.group(2).split("|")]
-        num = lambda c: float(c.split(" (")[0].replace(",", ""))
-        rows[int(m.group(1))] = (num(cells[0]), num(cells[3]))
-    return rows
+    num = lambda c: float(c.split(" (")[0].replace(",", ""))
+    return {t: (num(cells[0]), num(cells[3])) for t, cells in table_rows(text, start)}
 
 
 def main():
@@ -74,8 +69,9 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = read_table(sys.argv[1])
-    measured = read_measured(sys.argv[1])
+    text = open(sys.argv[1], encoding="utf-8").read()
+    rows = read_table(text)
+    measured = read_measured(text)
     T = sorted(rows)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for ax, (fmt, idx, label) in zip(

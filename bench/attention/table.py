@@ -134,10 +134,15 @@ def main():
                 return r["us"]
         return None
 
-    def shape_table(rows_, key, cells, n_cells):
-        """One Markdown row a measurement of rows_, shapes key(r) in sorted order and comet
-        before torch within one: the shape's values, the impl, cells(r) (n_cells strings; blank
-        where the row did not run), the speed against comet FP16's, the note."""
+    def shape_table(title, shape_cols, cols, rows_, key, cells):
+        """A section: the title, a table of columns shape_cols, impl, cols, "vs comet FP16",
+        note, and one row a measurement of rows_, shapes key(r) in sorted order and comet
+        before torch within one: the shape's values, the impl, cells(r) (one string a col;
+        blank where the row did not run), the speed against comet FP16's, the note."""
+        L.append(f"## {title}")
+        L.append("")
+        L.append("| " + " | ".join(shape_cols + ["impl"] + cols + ["vs comet FP16", "note"]) + " |")
+        L.append("|" + "---:|" * len(shape_cols) + "---|" + "---:|" * (len(cols) + 1) + "---|")
         for shape in sorted({key(r) for r in rows_}):
             srows = [r for r in rows_ if key(r) == shape]
             srows.sort(key=lambda r: order.index((r["src"], r["kv"])))
@@ -145,21 +150,19 @@ def main():
             for r in srows:
                 ok = r.get("status") == "ok"
                 ratio = f"{ref / r['us']:.2f}x" if ok and ref and r["us"] > 0 else ""
-                vals = cells(r) if ok else [""] * n_cells
+                vals = cells(r) if ok else [""] * len(cols)
                 L.append("| " + " | ".join([str(v) for v in shape] + [impl_name(r)] + vals +
                                            [ratio, note(r)]) + " |")
+        L.append("")
 
     summary = []
     dec = [r for r in rows if r["mode"] == "decode"]
     if dec:
-        L.append("## Decode attention (one query token a sequence, B sequences of L keys)")
-        L.append("")
-        L.append("| B | L | impl | us | MB read | GB/s | % of peak | vs comet FP16 | note |")
-        L.append("|---:|---:|---|---:|---:|---:|---:|---:|---|")
-        shape_table(dec, lambda r: (r["B"], r["L"]),
+        shape_table("Decode attention (one query token a sequence, B sequences of L keys)",
+                    ["B", "L"], ["us", "MB read", "GB/s", "% of peak"], dec,
+                    lambda r: (r["B"], r["L"]),
                     lambda r: [fmt(r.get("us"), 2), fmt(r["bytes"] / 1e6, 1),
-                               fmt(r.get("gbs"), 0), fmt(r.get("pct_peak"), 1)], 4)
-        L.append("")
+                               fmt(r.get("gbs"), 0), fmt(r.get("pct_peak"), 1)])
         goal = [r for r in dec if r["src"] == "comet" and r["kv"].startswith("int4")
                 and r.get("status") == "ok" and r["B"] >= 16 and r["L"] >= 8192]
         for kv in sorted({r["kv"] for r in goal}):
@@ -180,15 +183,11 @@ def main():
 
     pre = [r for r in rows if r["mode"] == "prefill"]
     if pre:
-        L.append("## Prefill attention (one sequence of T tokens, causal, keys from the paged "
-                 "cache for comet)")
-        L.append("")
-        L.append("| T | impl | us | TFLOPS | % of TC peak | vs comet FP16 | note |")
-        L.append("|---:|---|---:|---:|---:|---:|---|")
-        shape_table(pre, lambda r: (r["T"],),
+        shape_table("Prefill attention (one sequence of T tokens, causal, keys from the paged "
+                    "cache for comet)", ["T"], ["us", "TFLOPS", "% of TC peak"], pre,
+                    lambda r: (r["T"],),
                     lambda r: [fmt(r.get("us"), 1), fmt(r.get("tflops"), 2),
-                               fmt(r.get("pct_tc"), 1)], 3)
-        L.append("")
+                               fmt(r.get("pct_tc"), 1)])
         for kv in [k for s, k in order if s == "comet"]:
             g = [r for r in pre if r["src"] == "comet" and r["kv"] == kv
                  and r.get("status") == "ok" and r["T"] >= 2048]
@@ -199,15 +198,11 @@ def main():
                                "tensor-core peak (goal >= 50 %)")
     mix = [r for r in rows if r["mode"] == "mixed"]
     if mix:
-        L.append("## Mixed steps (B decode sequences of L keys and one prefill chunk of T "
-                 "tokens, one call)")
-        L.append("")
-        L.append("| B | L | T | impl | us | GB/s | TFLOPS | vs comet FP16 | note |")
-        L.append("|---:|---:|---:|---|---:|---:|---:|---:|---|")
-        shape_table(mix, lambda r: (r["B"], r["L"], r["T"]),
+        shape_table("Mixed steps (B decode sequences of L keys and one prefill chunk of T "
+                    "tokens, one call)", ["B", "L", "T"], ["us", "GB/s", "TFLOPS"], mix,
+                    lambda r: (r["B"], r["L"], r["T"]),
                     lambda r: [fmt(r.get("us"), 1), fmt(r.get("gbs"), 0),
-                               fmt(r.get("tflops"), 2)], 3)
-        L.append("")
+                               fmt(r.get("tflops"), 2)])
     bad = [r for r in rows if r.get("check", "ok") != "ok" or r.get("status") == "failed"]
     if bad:
         summary.append(f"- **{len(bad)} rows failed a check or did not run** (see the notes)")

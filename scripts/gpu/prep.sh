@@ -7,8 +7,8 @@
 #   2. the default model and the evaluation texts (scripts/setup.sh with COMET_NO_GENERATE=1:
 #      no apt when the packages are installed, an incremental build) when either is missing;
 #   3. the model cut into parts (scripts/gpu/split_model.sh, parts of COMET_SPLIT_MIB);
-#   4. with --llamacpp, llama.cpp's source from the PyPI sdist of llama-cpp-python, packed by
-#      bench/llamacpp_cuda.sh into .gpu-carry/llamacpp-src.tar.gz (for a third call).
+#   4. with --llamacpp, llama.cpp's source packed into .gpu-carry/llamacpp-src.tar.gz (for a
+#      third call) by `bench/llamacpp_cuda.sh pack-src`, which fetches the sdist when missing.
 #
 # Prints the carry lists, as JSON arrays for the device tool's carry argument: .deb, the model
 # parts (each call with a part also carries its .sha256) and the texts, packed in that order
@@ -37,7 +37,6 @@ done
 MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
 TEXTS=(data/austen/prideprejudice.txt data/mobydick.txt) # what check.sh's model stage reads
 LIMIT=$((64 * 1048576))                                  # bytes a call carries, tree included
-LCP_VERSION=0.3.36                                       # llama-cpp-python's sdist, as in bench/
 
 if ! compgen -G ".deb/*.deb" >/dev/null; then
     say "fetching the Debian packages into .deb/"
@@ -53,15 +52,7 @@ fi
 bash scripts/gpu/split_model.sh "$MODEL" >/dev/null
 
 if [ "$LLAMACPP" = 1 ] && [ ! -s .gpu-carry/llamacpp-src.tar.gz ]; then
-    tmp="$(mktemp -d)"
-    say "downloading llama-cpp-python $LCP_VERSION's source (PyPI)"
-    # the sdist lands before pip prepares its metadata, which needs a compiler toolchain
-    timeout 600 python3 -m pip download --no-deps --no-binary :all: \
-        "llama-cpp-python==$LCP_VERSION" -d "$tmp" >&2 || true
-    sdist="$tmp/llama_cpp_python-$LCP_VERSION.tar.gz"
-    [ -s "$sdist" ] || die "pip download produced no $sdist"
-    bash bench/llamacpp_cuda.sh pack-src "$sdist" .gpu-carry/llamacpp-src.tar.gz
-    rm -rf "$tmp"
+    bash bench/llamacpp_cuda.sh pack-src
 fi
 
 # the working tree as the device tool sends it: tracked files and untracked ones git does not
