@@ -8,7 +8,8 @@
 #     ops     ctest -L cuda (the GEMM, the backend and every step op against the CPU) and
 #             compute-sanitizer memcheck on the step-op and attention tests; with
 #             COMET_RACECHECK=1 also racecheck on their quick sets (COMET_CUDA_TEST_QUICK=1),
-#             one process per test case
+#             one process per test case; each sanitizer run stops after COMET_SANITIZER_TIMEOUT
+#             seconds (default 1200; its summary line then says exit 124)
 #
 # The machine goes back 30 s after a call: chain the calls that carry the model parts
 # without a pause, or its parts and build are gone.
@@ -36,6 +37,9 @@ stages=("$@")
 summary=()
 note() { summary+=("$*"); echo "== $*"; }
 has() { for s in "${stages[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1; }
+# seconds each compute-sanitizer run may take; a device call runs 600 s at most, so a call
+# that also builds passes a smaller one to get its summary back
+SAN_T="${COMET_SANITIZER_TIMEOUT:-1200}"
 
 if has build; then
     if bash scripts/gpu/build.sh >"$OUT/build.log" 2>&1; then
@@ -56,13 +60,13 @@ if has ops; then
         test_attention_prefill_cuda; do
         command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/cuda/$t" ] || continue
         log="$OUT/sanitizer_memcheck_$t.log"
-        timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" \
+        timeout "$SAN_T" compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/tests/cuda/$t" \
             >"$log" 2>&1 &
         pids+=($!) logs+=("$log")
     done
     if command -v compute-sanitizer >/dev/null && [ -x "$BUILD/tests/test_backend_ops" ]; then
         log="$OUT/sanitizer_memcheck_test_backend_ops.log" # the op-test table's CUDA rows
-        timeout 1200 compute-sanitizer --tool memcheck --error-exitcode 9 \
+        timeout "$SAN_T" compute-sanitizer --tool memcheck --error-exitcode 9 \
             "$BUILD/tests/test_backend_ops" --cuda >"$log" 2>&1 &
         pids+=($!) logs+=("$log")
     fi
@@ -77,7 +81,7 @@ if has ops; then
             test_attention_prefill_cuda:test_attention_prefill_chunks; do
             t=${tc%%:*} f=${tc#*:}
             log="$OUT/sanitizer_racecheck_$f.log"
-            COMET_CUDA_TEST_QUICK=1 COMET_TEST_FILTER=$f timeout 1200 compute-sanitizer \
+            COMET_CUDA_TEST_QUICK=1 COMET_TEST_FILTER=$f timeout "$SAN_T" compute-sanitizer \
                 --tool racecheck --error-exitcode 9 "$BUILD/tests/cuda/$t" >"$log" 2>&1 &
             pids+=($!) logs+=("$log")
         done
