@@ -83,6 +83,11 @@ typedef enum op_id {
     OP_COUNT
 } op_id;
 
+/* Whether op is one of the three attention ops (a KV pool, a step of sequences, no GEMM). */
+static int op_is_attention(op_id op) {
+    return op == OP_ATTENTION || op == OP_ATTENTION_QUANT || op == OP_ROPE_ATTENTION_QUANT;
+}
+
 static const char *const OP_NAME[OP_COUNT] = {
     "embed_tokens", "rmsnorm_quant", "act_quant", "silu_mul_quant",        "matmul",
     "matmul_group", "attention",     "lm_head",   "paged_attention_quant", "rope_attention_quant"};
@@ -355,7 +360,7 @@ static inputs inputs_make(const row *r) {
     const comet_model *m = r->op == OP_ATTENTION ? NULL : model_of(r->variant);
     st_seed(0xB0B5ull * 1000003u + (uint64_t)r->op * 7919u + (uint64_t)r->T * 31u +
             (uint64_t)r->variant);
-    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT || r->op == OP_ROPE_ATTENTION_QUANT) {
+    if (op_is_attention(r->op)) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const att_batch *ab = &ATT_BATCHES[r->att_batch];
         int32_t *pages[MAX_SEQS] = {NULL};
@@ -466,7 +471,7 @@ static int run_row(const row *r, int i, const inputs *in, outs *o) {
         return 0;
     if (r->op == OP_ROPE_ATTENTION_QUANT && !op->rope_attention_quant && i != MAX_BACKENDS)
         return 0;
-    if (r->op == OP_ATTENTION || r->op == OP_ATTENTION_QUANT || r->op == OP_ROPE_ATTENTION_QUANT) {
+    if (op_is_attention(r->op)) {
         const att_shape *a = &ATT_SHAPES[r->att_shape];
         const comet_kv_format fmt = {
             .type = comet_kv_type_from_bits(r->kv_bits), .group = a->G, .rotation = r->kv_rot};
@@ -714,8 +719,7 @@ static void test_row(void **state) {
     int ran = 0;
     for (int i = 0; i < g_n_bks; i++) {
         outs o;
-        if (g_bks[i].attn_only && r->op != OP_ATTENTION && r->op != OP_ATTENTION_QUANT &&
-            r->op != OP_ROPE_ATTENTION_QUANT)
+        if (g_bks[i].attn_only && !op_is_attention(r->op))
             continue;
         if (!run_row(r, i, &in, &o)) {
             print_message("  %-48s %-8s skipped: no %s op\n", r->name, g_bks[i].name,

@@ -178,7 +178,6 @@ struct opts {
 static const int MAX_REPS = 32;
 static const size_t ROT_BYTES = 256ull << 20; /* distinct K/V bytes over the rotated copies */
 static const int MAX_SETS = 256;
-static const int MIN_TC_CHUNK = 16; /* tokens from which a chunk takes a tensor-core kernel */
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -620,9 +619,9 @@ static void run_shape(const opts &o, const gpu_info &gi, const kv_spec &k, int B
                                                      : asked;
     view.mma3_min_ctas = asked < 0 && view.attn_mma == 3 ? gi.n_sm : 0;
     view.min_q_len = n_dec ? 1 : T;
-    /* a chunk under the 16 tokens of attention.h's tensor-core kernels runs on attn_kernel */
+    /* a chunk under the tensor-core kernels' fewest tokens runs on attn_kernel */
     const int kernel = decode ? -1
-                       : mixed && T < MIN_TC_CHUNK
+                       : mixed && T < COMET_CUDA_ATTN_MMA_MIN_TOKENS
                            ? 0
                            : comet_cuda_attention_prefill_kernel(&L, &view, H);
     const int splits = o.splits > 0 ? o.splits : comet_cuda_attention_splits(&L, &view, H, gi.n_sm);

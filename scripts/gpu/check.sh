@@ -96,9 +96,7 @@ if has ops; then
     done
 fi
 
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-QMODEL=models/smollm2-w4axkv4
-TEXTS=(data/austen/prideprejudice.txt data/mobydick.txt) # git-ignored: carried, not in the tree
+. scripts/gpu/files.sh # MODEL, QMODEL, TEXTS: git-ignored, carried, not in the tree
 if has model; then
     missing=()
     for f in "${TEXTS[@]}"; do [ -f "$f" ] || missing+=("$f"); done

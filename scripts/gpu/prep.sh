@@ -34,8 +34,7 @@ for a in "$@"; do
     esac
 done
 
-MODEL=models/SmolLM2-135M-Instruct.Q4_1.gguf
-TEXTS=(data/austen/prideprejudice.txt data/mobydick.txt) # what check.sh's model stage reads
+. scripts/gpu/files.sh # MODEL and TEXTS, what check.sh's model stage reads
 LIMIT=$((64 * 1048576))                                  # bytes a call carries, tree included
 
 if ! compgen -G ".deb/*.deb" >/dev/null; then

@@ -22,9 +22,8 @@ namespace {
  * tile a CTA dequantizes: at LLaMA-3's g = 4 a CTA is 16 tokens x 4 heads; with g <= 2 a CTA
  * takes 64 / g tokens (several attention tiles) so that all four warps have rows. */
 constexpr int MMA_THREADS = 128, MMA_ROWS = 64, MMA_KT = 64;
-/* Fewest tokens of one sequence in a step that take the tensor-core kernel: a prefill chunk.
- * Shorter chunks and decode tokens keep the fp32 kernels. */
-constexpr int ATT_MMA_MIN_TOKENS = 16;
+/* Fewest tokens of one sequence in a step that take the tensor-core kernel (cuda_kv.h) */
+constexpr int ATT_MMA_MIN_TOKENS = COMET_CUDA_ATTN_MMA_MIN_TOKENS;
 /* 8-channel K/V units a thread has in flight at once while it loads a key tile */
 constexpr int MMA_LOAD_GROUP = 4;
 static_assert(MMA_ROWS == att_rows(128), "attn_mma_kernel takes attn_kernel's tiling");

@@ -74,6 +74,9 @@ static inline comet_cuda_kv_layout comet_cuda_kv_layout_make(int n_layer, int n_
 
 /* Tokens per attention tile (a tile never spans two sequences; see tiles below). */
 #define COMET_CUDA_ATTN_TILE 16
+/* Fewest tokens of one sequence in a step that take a tensor-core prefill kernel (a prefill
+ * chunk; shorter chunks and decode tokens keep the fp32 kernels): one tile's worth. */
+#define COMET_CUDA_ATTN_MMA_MIN_TOKENS 16
 
 typedef struct comet_cuda_step_view {
     int n_tokens, n_seqs;        /* T, S */
