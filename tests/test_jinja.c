@@ -152,6 +152,15 @@ static void test_caps(void **state) {
     out = render_with("{% for i in range(1000) %}xx{% endfor %}", NULL, NULL, &p);
     assert_null(out);
     assert_non_null(strstr(comet_last_error(), "output over the cap"));
+    /* integer powers take O(log exponent) steps; overflow is an error, not a wrap */
+    expect("{{ 1 ** 999999999999999999 }} {{ (-1) ** 999999999999999999 }} "
+           "{{ 0 ** (2 ** 62) }} {{ 3 ** 39 }} {{ (-2) ** 62 }} {{ 7 ** 0 }}",
+           "1 -1 0 4052555153018976267 4611686018427387904 1");
+    expect_error("{{ 3 ** 40 }}", "integer overflow");
+    expect_error("{{ 2 ** 999999999999999999 }}", "integer overflow");
+    /* repetition is bounded by the output cap, also where count * length wraps 64 bits */
+    expect_error("{{ 'abcd' * (2 ** 62 + 1) }}", "string repetition over the output cap");
+    expect("{{ '' * 999999999999999999 }}|{{ 'ab' * 0 }}|{{ 'xy' * 2 }}", "||xyxy");
     /* deep nesting in the source is a parse error, not a stack overflow */
     char deep[4096];
     size_t k = 0;

@@ -139,12 +139,11 @@ static jv arith(jctx *c, int line, int op, jv a, jv b) {
         int64_t k = a.t == JV_STR ? as_i(&b) : as_i(&a);
         if (k <= 0)
             return jv_cstr(c, "", 0);
-        if ((uint64_t)k * s->n > c->p->max_output_bytes)
+        if (s->n == 0)
+            return jv_cstr(c, "", 0);
+        if ((uint64_t)k > c->p->max_output_bytes / s->n)
             jfail(&c->err, COMET_ERR_INVALID_ARG, line, "string repetition over the output cap");
-        jstr *r = js_new(c, "", 0, 0);
-        for (int64_t i = 0; i < k; i++)
-            r = js_cat(c, r, s);
-        return jv_str(r);
+        return jv_str(js_repeat(c, s, (size_t)k));
     }
     if (op == OP_MOD && a.t == JV_STR)
         jfail(&c->err, COMET_ERR_INVALID_ARG, line, "printf-style string formatting (%%) is not "
@@ -180,9 +179,16 @@ static jv arith(jctx *c, int line, int op, jv a, jv b) {
     case OP_SUB: ovf = __builtin_sub_overflow(x, y, &r); break;
     case OP_MUL: ovf = __builtin_mul_overflow(x, y, &r); break;
     case OP_POW:
+        /* Square and multiply: O(log y) steps for any y, so 1 ** 2**62 ends at once. A base
+           square is taken only while exponent bits remain, when |result| >= base**2 (bar INT64_MIN). */
         r = 1;
-        for (int64_t i = 0; i < y && !ovf; i++)
-            ovf = __builtin_mul_overflow(r, x, &r);
+        for (int64_t base = x, e = y; e > 0 && !ovf; ) {
+            if (e & 1)
+                ovf = __builtin_mul_overflow(r, base, &r);
+            e >>= 1;
+            if (e > 0 && !ovf)
+                ovf = __builtin_mul_overflow(base, base, &base);
+        }
         break;
     default:
         if (y == 0)

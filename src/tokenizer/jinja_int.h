@@ -207,6 +207,8 @@ typedef struct jctx jctx;
 jstr *js_new(jctx *c, const char *s, size_t n, int tainted);
 jstr *js_cat(jctx *c, const jstr *x, const jstr *y);
 jstr *js_sub(jctx *c, const jstr *x, size_t from, size_t to); /* bytes [from, to) */
+/* x repeated k times; the caller bounds x->n * k. */
+jstr *js_repeat(jctx *c, const jstr *x, size_t k);
 int js_tainted(const jstr *x);
 jv jv_str(jstr *s);
 jv jv_cstr(jctx *c, const char *s, int tainted);

@@ -167,6 +167,18 @@ jstr *js_cat(jctx *c, const jstr *x, const jstr *y) {
     return r;
 }
 
+jstr *js_repeat(jctx *c, const jstr *x, size_t k) {
+    jstr *r = js_new(c, NULL, x->n * k, 0);
+    if (x->taint && r->n)
+        r->taint = ja_alloc(&c->arena, &c->err, r->n);
+    for (size_t i = 0; i < k; i++) {
+        memcpy(r->s + i * x->n, x->s, x->n);
+        if (x->taint)
+            memcpy(r->taint + i * x->n, x->taint, x->n);
+    }
+    return r;
+}
+
 jstr *js_sub(jctx *c, const jstr *x, size_t from, size_t to) {
     jstr *r = js_new(c, x->s + from, to - from, 0);
     if (x->taint && to > from) {
