@@ -161,6 +161,16 @@ static void test_caps(void **state) {
     /* repetition is bounded by the output cap, also where count * length wraps 64 bits */
     expect_error("{{ 'abcd' * (2 ** 62 + 1) }}", "string repetition over the output cap");
     expect("{{ '' * 999999999999999999 }}|{{ 'ab' * 0 }}|{{ 'xy' * 2 }}", "||xyxy");
+    /* ranges and slices at the ends of int64 step without overflow; string slices with a
+     * step are linear in the string */
+    expect("{{ range((2 ** 62 - 1) * 2 + 1 - 8, (2 ** 62 - 1) * 2 + 1, 100) | list }} "
+           "{{ range(-((2 ** 62 - 1) * 2 + 1) - 1 + 8, -((2 ** 62 - 1) * 2 + 1) - 1, -100) | list }} "
+           "{{ [1, 2, 3, 4][1::(2 ** 62 - 1) * 2 + 1] }} {{ 'abc'[2::(2 ** 62 - 1) * 2 + 1] }}",
+           "[9223372036854775799] [-9223372036854775800] [2] c");
+    expect("{{ 'héllo wörld'[::-2] }}|{{ 'héllo wörld'[1:9:3] }}|"
+           "{{ ('ab' * 50000)[::-1][:4] }}|{{ ('ab' * 50000)[::-2] | length }}",
+           "drwolh|éoö|baba|50000");
+    expect("{{ 'héllo' | reverse }}|{{ ('ab' * 50000) | reverse | length }}", "olléh|100000");
     /* deep nesting in the source is a parse error, not a stack overflow */
     char deep[4096];
     size_t k = 0;

@@ -412,14 +412,12 @@ jv jcall_builtin(jctx *c, int line, const jfunc *f, const jargs *a) {
             FAIL(line, "range() takes 1 to 3 arguments");
         if (st == 0)
             FAIL(line, "range() arg 3 must not be zero");
-        size_t n = 0;
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
-            if (++n > (size_t)c->p->max_iterations)
-                FAIL(line, "range() longer than %ld", c->p->max_iterations);
-        jv l = jv_list(c, n);
-        size_t k = 0;
-        for (int64_t i = lo; st > 0 ? i < hi : i > hi; i += st)
-            l.u.l->v[k++] = jv_int(i);
+        const uint64_t n = jrange_len(lo, hi, st);
+        if (n > (uint64_t)c->p->max_iterations)
+            FAIL(line, "range() longer than %ld", c->p->max_iterations);
+        jv l = jv_list(c, (size_t)n);
+        for (uint64_t k = 0; k < n; k++)
+            l.u.l->v[k] = jv_int(jrange_at(lo, st, k));
         return l;
     }
     if (!strcmp(m, "namespace") || !strcmp(m, "dict")) {

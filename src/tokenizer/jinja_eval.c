@@ -294,13 +294,10 @@ static jv do_slice(jctx *c, const jnode *n, jframe *f) {
     int64_t a, b, s;
     if (x.t == JV_LIST) {
         slice_range(c, n->line, lo, hi, step, (int64_t)x.u.l->n, &a, &b, &s);
-        size_t cnt = 0;
-        for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
-            cnt++;
+        const size_t cnt = (size_t)jrange_len(a, b, s); /* at most the list's length */
         jv r = jv_list(c, cnt);
-        size_t k = 0;
-        for (int64_t i = a; s > 0 ? i < b : i > b; i += s)
-            r.u.l->v[k++] = x.u.l->v[i];
+        for (size_t k = 0; k < cnt; k++)
+            r.u.l->v[k] = x.u.l->v[jrange_at(a, s, k)];
         return r;
     }
     if (x.t == JV_STR) {
@@ -311,13 +308,22 @@ static jv do_slice(jctx *c, const jnode *n, jframe *f) {
             return jv_str(js_sub(c, str, utf8_off(str->s, str->n, (size_t)a),
                                  b > a ? utf8_off(str->s, str->n, (size_t)b)
                                        : utf8_off(str->s, str->n, (size_t)a)));
-        jstr *r = js_new(c, "", 0, 0);
-        for (int64_t i = a; s > 0 ? i < b : i > b; i += s) {
-            size_t o = utf8_off(str->s, str->n, (size_t)i), k;
-            utf8_get(str->s + o, str->n - o, &k);
-            r = js_cat(c, r, js_sub(c, str, o, o + k));
+        /* every code point's byte offset once, then one copy a picked code point: linear in
+         * the string, whatever the step */
+        size_t *off = ja_alloc(&c->arena, &c->err, (len + 1) * sizeof *off), k;
+        off[0] = 0;
+        for (size_t i = 0; i < len; i++) {
+            utf8_get(str->s + off[i], str->n - off[i], &k);
+            off[i + 1] = off[i] + k;
         }
-        return jv_str(r);
+        const uint64_t cnt = jrange_len(a, b, s); /* at most len */
+        jbuf out = {0};
+        for (uint64_t j = 0; j < cnt; j++) {
+            const size_t i = (size_t)jrange_at(a, s, j);
+            jb_put(c, &out, str->s + off[i], off[i + 1] - off[i],
+                   str->taint ? str->taint + off[i] : NULL, 0);
+        }
+        return jv_str(jb_take(c, &out));
     }
     undefined_check(c, n->line, &x);
     jfail(&c->err, COMET_ERR_INVALID_ARG, n->line, "'%s' object is not subscriptable",

@@ -312,11 +312,11 @@ jv jfilter(jctx *c, int line, const char *name, jv x, const jargs *a) {
     if (!strcmp(name, "unique") || !strcmp(name, "reverse") || !strcmp(name, "sort") ||
         !strcmp(name, "min") || !strcmp(name, "max") || !strcmp(name, "sum")) {
         if (!strcmp(name, "reverse") && x.t == JV_STR) {
-            jlist *l = jiter(c, line, x);
-            jstr *r = js_new(c, "", 0, 0);
+            jlist *l = jiter(c, line, x); /* its code points */
+            jbuf r = {0};
             for (size_t i = l->n; i-- > 0;)
-                r = js_cat(c, r, l->v[i].u.s);
-            return jv_str(r);
+                jb_str(c, &r, l->v[i].u.s);
+            return jv_str(jb_take(c, &r));
         }
         jlist *l = jiter(c, line, x);
         jv out = list_from(c, l->v, l->n);

@@ -236,6 +236,10 @@ jstr *jv_json(jctx *c, int line, const jv *v, const char *indent, const char *it
               const char *key_sep, int sort_keys);
 size_t utf8_len(const char *s, size_t n);              /* code points */
 size_t utf8_off(const char *s, size_t n, size_t cp);   /* byte offset of code point cp */
+/* Python's range(lo, hi, st), st != 0: its length, counted without stepping past hi (which
+ * could overflow int64), and its element k < that length. */
+uint64_t jrange_len(int64_t lo, int64_t hi, int64_t st);
+int64_t jrange_at(int64_t lo, int64_t st, uint64_t k);
 int py_isspace(uint32_t c);
 int utf8_put(uint32_t cp, char *out);                  /* bytes written (1..4) */
 uint32_t utf8_get(const char *s, size_t n, size_t *k); /* decode at s, *k = length */

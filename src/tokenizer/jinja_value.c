@@ -115,6 +115,16 @@ size_t utf8_len(const char *s, size_t n) {
     return cps;
 }
 
+uint64_t jrange_len(int64_t lo, int64_t hi, int64_t st) {
+    if (st > 0)
+        return lo < hi ? ((uint64_t)hi - (uint64_t)lo - 1) / (uint64_t)st + 1 : 0;
+    return lo > hi ? ((uint64_t)lo - (uint64_t)hi - 1) / (0 - (uint64_t)st) + 1 : 0;
+}
+
+int64_t jrange_at(int64_t lo, int64_t st, uint64_t k) {
+    return (int64_t)((uint64_t)lo + k * (uint64_t)st); /* in range: no wrap in the true value */
+}
+
 size_t utf8_off(const char *s, size_t n, size_t cp) {
     size_t i = 0, k;
     for (size_t j = 0; j < cp && i < n; j++, i += k)
