@@ -138,6 +138,10 @@ static const att_batch ATT_BATCHES[] = {
     {"chunks", 2, {20, 5}, {45, 8}},
     {"many", 8, {2, 1, 4, 0, 3, 1, 2, 5}, {1, 1, 1, 1, 1, 1, 1, 1}},
     {"long", 1, {256}, {128}},
+    /* decodes first, as engine.c schedules them, with enough keys to split on a big GPU, then
+     * a chunk over a prefix (continuous batching with chunked prefill); index 6, named by the
+     * quantized attention rows */
+    {"decodes+chunk", 4, {300, 129, 64, 300}, {1, 1, 1, 48}},
 };
 #define N_ATT_BATCHES ((int)(sizeof ATT_BATCHES / sizeof ATT_BATCHES[0]))
 
@@ -855,12 +859,12 @@ static void make_rows(void) {
                 }
     /* paged_attention_quant at the models' heads (ATT_SHAPES[0]: D 64, H 6, Hkv 2), the
      * quantized o_proj inputs and the fp16 one: decode steps (on a 132-SM GPU with kv 4, the
-     * first splits its keys 4 ways: the fused kernel) and a mixed one (the two kernels); the
-     * output as attention's rows, the act as rmsnorm_quant's (its input carries attention's
-     * rounding) */
-    static const int qv[3] = {V_W4A4, V_W4A8, V_W16}, qb[3] = {0, 4, 2};
+     * first splits its keys 4 ways: the fused kernel) and two mixed ones, one with its decodes
+     * first (the two kernels); the output as attention's rows, the act as rmsnorm_quant's (its
+     * input carries attention's rounding) */
+    static const int qv[3] = {V_W4A4, V_W4A8, V_W16}, qb[4] = {0, 4, 2, 6};
     for (int vi = 0; vi < 3; vi++)
-        for (int bi = 0; bi < 3; bi++)
+        for (int bi = 0; bi < 4; bi++)
             for (int kb = 0; kb < 2; kb++) {
                 const int T = att_batch_tokens(qb[bi]);
                 row *r = add_row(OP_ATTENTION_QUANT, qv[vi], T, bits[kb] == 8 ? 1e-3 : 5e-3);
@@ -875,11 +879,9 @@ static void make_rows(void) {
     /* rope_attention_quant, the same rows (CUDA: the decode steps with kv 4 take the decode
      * kernel's fused form, one split and several; the others the two ops' paths) */
     for (int vi = 0; vi < 2; vi++)
-        for (int bi = 0; bi < 3; bi++)
+        for (int bi = 0; bi < 4; bi++)
             for (int kb = 0; kb < 2; kb++) {
-                int T = 0;
-                for (int s = 0; s < ATT_BATCHES[qb[bi]].n_seq; s++)
-                    T += ATT_BATCHES[qb[bi]].add[s];
+                const int T = att_batch_tokens(qb[bi]);
                 row *r = add_row(OP_ROPE_ATTENTION_QUANT, qv[vi], T, bits[kb] == 8 ? 1e-3 : 5e-3);
                 r->kv_bits = bits[kb];
                 r->kv_rot =
