@@ -137,13 +137,11 @@ static jv arith(jctx *c, int line, int op, jv a, jv b) {
                          (b.t == JV_STR && (a.t == JV_INT || a.t == JV_BOOL)))) {
         const jstr *s = a.t == JV_STR ? a.u.s : b.u.s;
         int64_t k = a.t == JV_STR ? as_i(&b) : as_i(&a);
-        if (k <= 0)
-            return jv_cstr(c, "", 0);
-        if (s->n == 0)
+        if (k <= 0 || s->n == 0)
             return jv_cstr(c, "", 0);
         if ((uint64_t)k > c->p->max_output_bytes / s->n)
             jfail(&c->err, COMET_ERR_INVALID_ARG, line, "string repetition over the output cap");
-        return jv_str(js_repeat(c, s, (size_t)k));
+        return jv_str(js_repeat(c, s, (size_t)k)); /* one allocation of the exact size */
     }
     if (op == OP_MOD && a.t == JV_STR)
         jfail(&c->err, COMET_ERR_INVALID_ARG, line, "printf-style string formatting (%%) is not "
